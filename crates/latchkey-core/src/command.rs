@@ -1,0 +1,182 @@
+//! The commands a client proposes, the queries it reads with, and what they return.
+//!
+//! Every type here is plain data: it is encoded by [`crate::codec`], stored in the
+//! Raft log, and applied by [`crate::apply`] identically on every replica.
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds on the leader's monotonic clock, stamped on each log entry.
+///
+/// The core never reads a clock: it keeps the largest `Millis` it has seen
+/// (see [`crate::apply`]) so time never runs backwards across leader changes.
+pub type Millis = u64;
+
+/// One entry of the replicated log as the state machine sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// The proposing leader's clock when it proposed this entry.
+    pub now: Millis,
+    /// What to do.
+    pub command: Command,
+}
+
+/// A write. Applied atomically: either all of its effects happen or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Set `key` to `value`. Returns [`Outcome::Done`].
+    Put { key: Vec<u8>, value: Vec<u8> },
+    /// Set `key` to `value` only if it has no value. Returns
+    /// [`Outcome::Previous`]: `None` if written, otherwise the existing value.
+    PutIfAbsent { key: Vec<u8>, value: Vec<u8> },
+    /// Set `key` to `value` only if its current value equals `expected`
+    /// (`None`: the key must be absent). Returns [`Outcome::Swapped`].
+    CompareAndPut {
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+    },
+    /// Set `key` to `value` and return the previous value as [`Outcome::Previous`].
+    GetAndPut { key: Vec<u8>, value: Vec<u8> },
+    /// Remove `key`. Returns [`Outcome::Deleted`] with 0 or 1.
+    Delete { key: Vec<u8> },
+    /// Remove every key in `[start, end)`. Returns [`Outcome::Deleted`] with the count.
+    DeleteRange { start: Vec<u8>, end: Vec<u8> },
+    /// Check every condition, then apply every op, all or nothing. Returns
+    /// [`Outcome::Batch`].
+    Batch {
+        conditions: Vec<Condition>,
+        ops: Vec<BatchOp>,
+    },
+    /// Allocate `[start, start + step)` from the sequence stored at `key`
+    /// (RheaKV's `getSequence`). Returns [`Outcome::Sequence`]. A sequence
+    /// starts at 0 and never goes back; `step` 0 reads the next start.
+    NextSequence { key: Vec<u8>, step: u64 },
+}
+
+impl Command {
+    /// Bytes of keys and values this command carries: a cheap measure of its
+    /// encoded size.
+    pub fn payload_len(&self) -> usize {
+        fn opt(v: &Option<Vec<u8>>) -> usize {
+            v.as_ref().map_or(0, Vec::len)
+        }
+        match self {
+            Command::Put { key, value }
+            | Command::PutIfAbsent { key, value }
+            | Command::GetAndPut { key, value } => key.len() + value.len(),
+            Command::CompareAndPut {
+                key,
+                expected,
+                value,
+            } => key.len() + value.len() + opt(expected),
+            Command::Delete { key } | Command::NextSequence { key, .. } => key.len(),
+            Command::DeleteRange { start, end } => start.len() + end.len(),
+            Command::Batch { conditions, ops } => {
+                let c: usize = conditions
+                    .iter()
+                    .map(|Condition::ValueIs { key, expected }| key.len() + opt(expected))
+                    .sum();
+                let o: usize = ops
+                    .iter()
+                    .map(|op| match op {
+                        BatchOp::Put { key, value } => key.len() + value.len(),
+                        BatchOp::Delete { key } => key.len(),
+                    })
+                    .sum();
+                c + o
+            }
+        }
+    }
+}
+
+/// A guard on a [`Command::Batch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Condition {
+    /// The key's current value equals `expected` (`None`: the key is absent).
+    ValueIs {
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+    },
+}
+
+/// One mutation inside a [`Command::Batch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOp {
+    Put { key: Vec<u8>, value: Vec<u8> },
+    Delete { key: Vec<u8> },
+}
+
+/// A read. Served from a replica's applied state (after ReadIndex for
+/// linearizable reads); never goes through the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// Returns [`Outcome::Value`].
+    Get { key: Vec<u8> },
+    /// Returns [`Outcome::Values`], one entry per requested key, in order.
+    MultiGet { keys: Vec<Vec<u8>> },
+    /// Returns [`Outcome::Entries`] in key order (descending if `reverse`).
+    Scan(ScanRange),
+}
+
+/// Which keys a [`Query::Scan`] visits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanRange {
+    /// Inclusive lower bound; empty means from the first key.
+    pub start: Vec<u8>,
+    /// Exclusive upper bound; `None` means to the last key.
+    pub end: Option<Vec<u8>>,
+    /// Only keys starting with this prefix (combined with the bounds).
+    pub prefix: Vec<u8>,
+    /// At most this many entries; 0 means [`crate::limits::MAX_SCAN_LIMIT`].
+    pub limit: u32,
+    /// Visit keys from the highest down.
+    pub reverse: bool,
+}
+
+impl ScanRange {
+    /// Every key starting with `prefix`, in ascending order, at most `limit`.
+    pub fn prefix(prefix: impl Into<Vec<u8>>, limit: u32) -> Self {
+        ScanRange {
+            start: Vec::new(),
+            end: None,
+            prefix: prefix.into(),
+            limit,
+            reverse: false,
+        }
+    }
+}
+
+/// The successful result of a [`Command`] or [`Query`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The write was applied.
+    Done,
+    /// The value the key held before the command (or the existing value, for
+    /// a put-if-absent that did not write).
+    Previous(Option<Vec<u8>>),
+    /// Result of a compare-and-put: whether it wrote, and the key's value now.
+    Swapped {
+        succeeded: bool,
+        current: Option<Vec<u8>>,
+    },
+    /// How many keys a delete removed.
+    Deleted(u64),
+    /// Result of a batch: `failed_condition` is the index of the first
+    /// condition that did not hold, in which case nothing was written.
+    Batch { failed_condition: Option<u32> },
+    /// An allocated sequence range `[start, end)`.
+    Sequence { start: u64, end: u64 },
+    /// The value of a key, if present.
+    Value(Option<Vec<u8>>),
+    /// Values of several keys, in request order.
+    Values(Vec<Option<Vec<u8>>>),
+    /// Key/value pairs of a scan, and whether more matched beyond the limit.
+    Entries {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        more: bool,
+    },
+}
+
+/// Outcome of applying one log entry or serving one query: deterministic, so
+/// every replica returns the same one for the same entry.
+pub type CommandResult = Result<Outcome, crate::CommandError>;

@@ -1,0 +1,239 @@
+//! KV semantics: [`apply`] for writes, [`query`] for reads.
+
+use std::ops::Bound;
+
+use crate::command::{BatchOp, Command, Condition, Outcome, Query, Request, ScanRange};
+use crate::keyspace::{self, DATA, META_NOW, SEQUENCE};
+use crate::limits::MAX_SCAN_LIMIT;
+use crate::validate::{validate_command, validate_query};
+use crate::{CommandError, CommandResult, Store, StoreError};
+
+/// How many keys a delete-range removes per scan of the store.
+const DELETE_CHUNK: usize = 1024;
+
+/// Apply one log entry to `store`.
+///
+/// The outer `Result` is the store's own failure (the shell must stop
+/// applying); the inner [`CommandResult`] is the deterministic answer for the
+/// client. A refused command writes nothing, not even the clock: every check
+/// happens before the first write.
+pub fn apply<S: Store>(store: &mut S, request: &Request) -> Result<CommandResult, StoreError> {
+    if let Err(e) = validate_command(&request.command) {
+        return Ok(Err(e));
+    }
+    let clock = stored_clock(store)?;
+    // Commands that depend on time use `max(clock, request.now)`.
+    let result = execute(store, &request.command)?;
+    if result.is_ok() && request.now > clock {
+        store.put(META_NOW, &request.now.to_be_bytes())?;
+    }
+    Ok(result)
+}
+
+/// The effects of one validated command.
+fn execute<S: Store>(store: &mut S, command: &Command) -> Result<CommandResult, StoreError> {
+    match command {
+        Command::Put { key, value } => {
+            store.put(&data_key(key), value)?;
+            Ok(Ok(Outcome::Done))
+        }
+        Command::PutIfAbsent { key, value } => {
+            let k = data_key(key);
+            let existing = store.get(&k)?;
+            if existing.is_none() {
+                store.put(&k, value)?;
+            }
+            Ok(Ok(Outcome::Previous(existing)))
+        }
+        Command::CompareAndPut {
+            key,
+            expected,
+            value,
+        } => {
+            let k = data_key(key);
+            let current = store.get(&k)?;
+            if current == *expected {
+                store.put(&k, value)?;
+                Ok(Ok(Outcome::Swapped {
+                    succeeded: true,
+                    current: Some(value.clone()),
+                }))
+            } else {
+                Ok(Ok(Outcome::Swapped {
+                    succeeded: false,
+                    current,
+                }))
+            }
+        }
+        Command::GetAndPut { key, value } => {
+            let k = data_key(key);
+            let previous = store.get(&k)?;
+            store.put(&k, value)?;
+            Ok(Ok(Outcome::Previous(previous)))
+        }
+        Command::Delete { key } => {
+            let k = data_key(key);
+            let existed = store.get(&k)?.is_some();
+            if existed {
+                store.delete(&k)?;
+            }
+            Ok(Ok(Outcome::Deleted(u64::from(existed))))
+        }
+        Command::DeleteRange { start, end } => {
+            let deleted = delete_range(store, start, end)?;
+            Ok(Ok(Outcome::Deleted(deleted)))
+        }
+        Command::Batch { conditions, ops } => {
+            for (i, Condition::ValueIs { key, expected }) in conditions.iter().enumerate() {
+                if store.get(&data_key(key))? != *expected {
+                    let index = u32::try_from(i).unwrap_or(u32::MAX);
+                    return Ok(Ok(Outcome::Batch {
+                        failed_condition: Some(index),
+                    }));
+                }
+            }
+            for op in ops {
+                match op {
+                    BatchOp::Put { key, value } => store.put(&data_key(key), value)?,
+                    BatchOp::Delete { key } => store.delete(&data_key(key))?,
+                }
+            }
+            Ok(Ok(Outcome::Batch {
+                failed_condition: None,
+            }))
+        }
+        Command::NextSequence { key, step } => next_sequence(store, key, *step),
+    }
+}
+
+/// Serve a read query from `store`'s applied state.
+pub fn query<S: Store>(store: &S, query: &Query) -> Result<CommandResult, StoreError> {
+    if let Err(e) = validate_query(query) {
+        return Ok(Err(e));
+    }
+    match query {
+        Query::Get { key } => Ok(Ok(Outcome::Value(store.get(&data_key(key))?))),
+        Query::MultiGet { keys } => {
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                values.push(store.get(&data_key(key))?);
+            }
+            Ok(Ok(Outcome::Values(values)))
+        }
+        Query::Scan(range) => scan(store, range),
+    }
+}
+
+fn data_key(key: &[u8]) -> Vec<u8> {
+    keyspace::tagged(DATA, key)
+}
+
+/// The largest leader time applied so far (0 before the first). [`apply`]
+/// raises it after each successful command, so it never runs backwards
+/// across leaders.
+fn stored_clock<S: Store>(store: &S) -> Result<u64, StoreError> {
+    read_counter(store, META_NOW)
+}
+
+/// A big-endian u64 cell, 0 when absent. A cell of the wrong length means
+/// the store is corrupt: stop rather than restart a counter at 0.
+fn read_counter<S: Store>(store: &S, key: &[u8]) -> Result<u64, StoreError> {
+    match store.get(key)? {
+        None => Ok(0),
+        Some(b) => keyspace::read_u64(&b).ok_or_else(|| {
+            StoreError(format!(
+                "corrupt counter cell {:?}: {} bytes instead of 8",
+                String::from_utf8_lossy(key),
+                b.len()
+            ))
+        }),
+    }
+}
+
+fn next_sequence<S: Store>(
+    store: &mut S,
+    key: &[u8],
+    step: u64,
+) -> Result<CommandResult, StoreError> {
+    let k = keyspace::tagged(SEQUENCE, key);
+    let start = read_counter(store, &k)?;
+    let Some(end) = start.checked_add(step) else {
+        return Ok(Err(CommandError::SequenceExhausted {
+            key: String::from_utf8_lossy(key).into_owned(),
+            step,
+        }));
+    };
+    if step > 0 {
+        store.put(&k, &end.to_be_bytes())?;
+    }
+    Ok(Ok(Outcome::Sequence { start, end }))
+}
+
+fn delete_range<S: Store>(store: &mut S, start: &[u8], end: &[u8]) -> Result<u64, StoreError> {
+    let lower = data_key(start);
+    let upper = data_key(end);
+    let mut deleted = 0u64;
+    loop {
+        let chunk = store.scan(
+            Bound::Included(&lower),
+            Bound::Excluded(&upper),
+            false,
+            DELETE_CHUNK,
+        )?;
+        if chunk.is_empty() {
+            return Ok(deleted);
+        }
+        for (k, _) in &chunk {
+            store.delete(k)?;
+            deleted += 1;
+        }
+    }
+}
+
+/// The store-level bounds of a scan: `[max(start, prefix), min(end, prefix_end))`
+/// inside the data room.
+fn scan_bounds(range: &ScanRange) -> (Vec<u8>, Vec<u8>) {
+    let from = if range.start.as_slice() > range.prefix.as_slice() {
+        &range.start
+    } else {
+        &range.prefix
+    };
+    let lower = data_key(from);
+    let prefix_end = keyspace::prefix_end(&range.prefix);
+    let user_end = match (&range.end, prefix_end) {
+        (Some(e), Some(p)) => Some(if *e < p { e.clone() } else { p }),
+        (Some(e), None) => Some(e.clone()),
+        (None, p) => p,
+    };
+    let upper = match user_end {
+        Some(e) => data_key(&e),
+        // End of the data room: the next tag byte.
+        None => vec![DATA + 1],
+    };
+    (lower, upper)
+}
+
+fn scan<S: Store>(store: &S, range: &ScanRange) -> Result<CommandResult, StoreError> {
+    let limit = if range.limit == 0 {
+        MAX_SCAN_LIMIT
+    } else {
+        range.limit
+    } as usize;
+    let (lower, upper) = scan_bounds(range);
+    let mut rows = store.scan(
+        Bound::Included(&lower),
+        Bound::Excluded(&upper),
+        range.reverse,
+        limit + 1,
+    )?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let entries = rows
+        .into_iter()
+        .map(|(mut k, v)| {
+            k.remove(0);
+            (k, v)
+        })
+        .collect();
+    Ok(Ok(Outcome::Entries { entries, more }))
+}

@@ -1,0 +1,40 @@
+//! # latchkey-core
+//!
+//! The deterministic heart of latchkey: what every command *does*. Given the
+//! same store contents and the same log entry, every replica computes the same
+//! result and the same writes.
+//!
+//! What lives here: command, query and outcome types ([`command`]), their
+//! limits ([`limits`]), the keyspace layout ([`keyspace`]), the one codec
+//! ([`codec`]) and [`apply`] / [`query`] over any [`Store`].
+//!
+//! What must never live here: I/O, clocks, randomness, threads, async, or
+//! iteration over a `HashMap`. Time arrives as [`Millis`] stamped by the
+//! leader on each entry.
+//!
+//! ```
+//! use latchkey_core::{apply, query, Command, MemStore, Outcome, Query, Request};
+//!
+//! let mut store = MemStore::default();
+//! let put = Request { now: 1, command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() } };
+//! assert_eq!(apply(&mut store, &put).unwrap(), Ok(Outcome::Done));
+//! let got = query(&store, &Query::Get { key: b"k".to_vec() }).unwrap();
+//! assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
+//! ```
+
+pub mod codec;
+pub mod command;
+mod error;
+pub mod keyspace;
+mod kv;
+pub mod limits;
+pub mod store;
+mod validate;
+
+pub use command::{
+    BatchOp, Command, CommandResult, Condition, Millis, Outcome, Query, Request, ScanRange,
+};
+pub use error::{CommandError, StoreError};
+pub use kv::{apply, query};
+pub use store::{MemStore, Store};
+pub use validate::{validate_command, validate_query};

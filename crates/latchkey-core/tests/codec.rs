@@ -1,0 +1,609 @@
+//! The codec: round trips, the frozen format, and hostile input.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::fmt::Debug;
+
+use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
+use latchkey_core::{
+    BatchOp, Command, CommandError, CommandResult, Condition, Outcome, Query, Request, ScanRange,
+};
+use proptest::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+// ---------------------------------------------------------------- allocation probe
+
+/// Records the largest single allocation made by the current thread, so a
+/// test can show that decoding a hostile length prefix stays bounded.
+struct Probe;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    // `try_with`: never panic inside the allocator, even during thread exit.
+    let _ = LARGEST.try_with(|l| {
+        if size > l.get() {
+            l.set(size);
+        }
+    });
+}
+
+// SAFETY: forwards every call to `System` unchanged; only records sizes.
+unsafe impl GlobalAlloc for Probe {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static PROBE: Probe = Probe;
+
+/// The largest single allocation `f` makes on this thread.
+fn largest_allocation<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    LARGEST.with(|l| l.set(0));
+    let r = f();
+    (r, LARGEST.with(Cell::get))
+}
+
+// ---------------------------------------------------------------- samples
+
+fn b(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+fn commands() -> Vec<Command> {
+    vec![
+        Command::Put {
+            key: b("k"),
+            value: b("v"),
+        },
+        Command::Put {
+            key: vec![0, 0xff],
+            value: vec![],
+        },
+        Command::PutIfAbsent {
+            key: b("k"),
+            value: vec![7; 300],
+        },
+        Command::CompareAndPut {
+            key: b("k"),
+            expected: None,
+            value: b("v"),
+        },
+        Command::CompareAndPut {
+            key: b("k"),
+            expected: Some(vec![]),
+            value: b("v"),
+        },
+        Command::GetAndPut {
+            key: b("k"),
+            value: b("v"),
+        },
+        Command::Delete { key: b("k") },
+        Command::DeleteRange {
+            start: vec![],
+            end: vec![0xff; 3],
+        },
+        Command::Batch {
+            conditions: vec![],
+            ops: vec![],
+        },
+        Command::Batch {
+            conditions: vec![
+                Condition::ValueIs {
+                    key: b("a"),
+                    expected: None,
+                },
+                Condition::ValueIs {
+                    key: b("b"),
+                    expected: Some(b("x")),
+                },
+            ],
+            ops: vec![
+                BatchOp::Put {
+                    key: b("a"),
+                    value: b("1"),
+                },
+                BatchOp::Delete { key: b("b") },
+            ],
+        },
+        Command::NextSequence {
+            key: b("s"),
+            step: 0,
+        },
+        Command::NextSequence {
+            key: b("s"),
+            step: u64::MAX,
+        },
+    ]
+}
+
+fn queries() -> Vec<Query> {
+    vec![
+        Query::Get { key: b("k") },
+        Query::MultiGet { keys: vec![] },
+        Query::MultiGet {
+            keys: vec![b("a"), vec![], b("c")],
+        },
+        Query::Scan(ScanRange::prefix("p", 0)),
+        Query::Scan(ScanRange {
+            start: b("a"),
+            end: Some(b("z")),
+            prefix: vec![],
+            limit: u32::MAX,
+            reverse: true,
+        }),
+    ]
+}
+
+fn outcomes() -> Vec<Outcome> {
+    vec![
+        Outcome::Done,
+        Outcome::Previous(None),
+        Outcome::Previous(Some(b("old"))),
+        Outcome::Swapped {
+            succeeded: true,
+            current: Some(b("v")),
+        },
+        Outcome::Swapped {
+            succeeded: false,
+            current: None,
+        },
+        Outcome::Deleted(0),
+        Outcome::Deleted(u64::MAX),
+        Outcome::Batch {
+            failed_condition: None,
+        },
+        Outcome::Batch {
+            failed_condition: Some(3),
+        },
+        Outcome::Sequence {
+            start: 5,
+            end: u64::MAX,
+        },
+        Outcome::Value(None),
+        Outcome::Value(Some(vec![])),
+        Outcome::Values(vec![None, Some(b("x")), Some(vec![])]),
+        Outcome::Entries {
+            entries: vec![],
+            more: false,
+        },
+        Outcome::Entries {
+            entries: vec![(b("a"), b("1")), (b("b"), vec![])],
+            more: true,
+        },
+    ]
+}
+
+fn results() -> Vec<CommandResult> {
+    let mut all: Vec<CommandResult> = outcomes().into_iter().map(Ok).collect();
+    all.push(Err(CommandError::invalid("key must not be empty")));
+    all.push(Err(CommandError::InvalidArgument(String::new())));
+    all.push(Err(CommandError::SequenceExhausted {
+        key: "s\u{fffd}".to_string(),
+        step: 9,
+    }));
+    all
+}
+
+fn requests() -> Vec<Request> {
+    commands()
+        .into_iter()
+        .zip(
+            [0, 1, 250, 251, 65_535, 65_536, u32::MAX as u64, u64::MAX]
+                .into_iter()
+                .cycle(),
+        )
+        .map(|(command, now)| Request { now, command })
+        .collect()
+}
+
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + Debug>(value: &T) -> Vec<u8> {
+    let bytes = encode(value).expect("encodes");
+    assert_eq!(bytes[0], FORMAT_VERSION);
+    let back: T = decode(&bytes).expect("decodes");
+    assert_eq!(&back, value);
+    bytes
+}
+
+// ---------------------------------------------------------------- round trips
+
+#[test]
+fn requests_round_trip() {
+    for r in requests() {
+        round_trip(&r);
+    }
+}
+
+#[test]
+fn commands_round_trip() {
+    for c in commands() {
+        round_trip(&c);
+    }
+}
+
+#[test]
+fn queries_round_trip() {
+    for q in queries() {
+        round_trip(&q);
+    }
+}
+
+#[test]
+fn outcomes_round_trip() {
+    for o in outcomes() {
+        round_trip(&o);
+    }
+}
+
+#[test]
+fn command_results_round_trip() {
+    for r in results() {
+        round_trip(&r);
+    }
+}
+
+#[test]
+fn large_values_round_trip() {
+    let r = Request {
+        now: 3,
+        command: Command::Put {
+            key: vec![1; latchkey_core::limits::MAX_KEY_LEN],
+            value: vec![2; latchkey_core::limits::MAX_VALUE_LEN],
+        },
+    };
+    round_trip(&r);
+}
+
+/// The log and snapshots outlive builds: a change of these bytes is a format
+/// change and must come with a new [`FORMAT_VERSION`].
+#[test]
+fn format_is_frozen() {
+    let bytes = encode(&Request {
+        now: 1,
+        command: Command::Put {
+            key: b("k"),
+            value: b("v"),
+        },
+    })
+    .expect("encodes");
+    assert_eq!(bytes, [1, 1, 0, 1, b'k', 1, b'v']);
+    let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
+        start: 0,
+        end: 300,
+    }))
+    .expect("encodes");
+    // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
+    assert_eq!(bytes, [1, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+}
+
+// ---------------------------------------------------------------- refusals
+
+#[test]
+fn empty_input_is_refused() {
+    assert_eq!(decode::<Request>(&[]), Err(CodecError::Empty));
+    assert_eq!(decode::<CommandResult>(&[]), Err(CodecError::Empty));
+}
+
+#[test]
+fn unknown_version_is_refused() {
+    let mut bytes = encode(&requests()[0]).expect("encodes");
+    for version in [0u8, 2, FORMAT_VERSION.wrapping_add(1), 0xff] {
+        if version == FORMAT_VERSION {
+            continue;
+        }
+        bytes[0] = version;
+        assert_eq!(decode::<Request>(&bytes), Err(CodecError::Version(version)));
+    }
+    assert_eq!(decode::<Query>(&[0]), Err(CodecError::Version(0)));
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    for r in requests() {
+        let mut bytes = encode(&r).expect("encodes");
+        bytes.push(0);
+        assert!(
+            matches!(decode::<Request>(&bytes), Err(CodecError::Decode(_))),
+            "{r:?}"
+        );
+    }
+    let mut bytes = encode(&Outcome::Done).expect("encodes");
+    bytes.extend_from_slice(b"junk");
+    let err = decode::<Outcome>(&bytes).expect_err("trailing bytes");
+    assert_eq!(err, CodecError::Decode("4 trailing bytes".to_string()));
+}
+
+#[test]
+fn truncated_input_is_refused() {
+    for r in requests() {
+        let bytes = encode(&r).expect("encodes");
+        for cut in 1..bytes.len() {
+            assert!(
+                matches!(decode::<Request>(&bytes[..cut]), Err(CodecError::Decode(_))),
+                "{r:?} cut at {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn garbage_is_refused() {
+    let cases: &[&[u8]] = &[
+        &[FORMAT_VERSION],
+        // now = 0, then a Command variant that does not exist.
+        &[FORMAT_VERSION, 0, 8],
+        &[FORMAT_VERSION, 0, 200],
+        // A varint marker with nothing after it.
+        &[FORMAT_VERSION, 0xfd],
+        // An invalid varint marker (0xff is reserved).
+        &[FORMAT_VERSION, 0xff, 0, 0, 1, b'k', 1, b'v'],
+        // CompareAndPut with an Option tag of 2.
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 2, 1, b'v'],
+    ];
+    for bytes in cases {
+        assert!(
+            matches!(decode::<Request>(bytes), Err(CodecError::Decode(_))),
+            "{bytes:?}"
+        );
+    }
+    // A bool that is neither 0 nor 1: Swapped { succeeded: 2, .. }.
+    assert!(decode::<Outcome>(&[FORMAT_VERSION, 2, 2, 0]).is_err());
+    // An error message that is not UTF-8.
+    assert!(decode::<CommandResult>(&[FORMAT_VERSION, 1, 0, 2, 0xc3, 0x28]).is_err());
+    // Text is not a request.
+    assert!(decode::<Request>(b"\x01hello, world").is_err());
+    // Bytes of one type are not another.
+    let q = encode(&Query::Get { key: b("k") }).expect("encodes");
+    assert!(decode::<Request>(&q).is_err());
+}
+
+#[test]
+fn allocation_probe_sees_large_allocations() {
+    let (v, largest) = largest_allocation(|| std::hint::black_box(vec![1u8; 8 << 20]));
+    assert_eq!(v.len(), 8 << 20);
+    assert!(largest >= 8 << 20, "probe saw only {largest} bytes");
+}
+
+/// Inputs that claim an enormous collection: decoding fails at once without
+/// allocating anywhere near the claim.
+#[test]
+fn huge_length_prefix_is_refused_without_allocating() {
+    let mut cases: Vec<Vec<u8>> = Vec::new();
+    // Request { now: 0, Put { key: <claimed length> ... } }
+    for claim in [
+        vec![0xfc, 0x00, 0x00, 0x80, 0x0c], // u32: 200 MiB, under the decode limit
+        vec![0xfc, 0xff, 0xff, 0xff, 0xff], // u32::MAX
+        vec![0xfd, 0, 0, 0, 0, 0, 1, 0, 0], // u64: 2^48
+        vec![0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], // u64::MAX
+    ] {
+        let mut bytes = vec![FORMAT_VERSION, 0, 0];
+        bytes.extend_from_slice(&claim);
+        bytes.extend_from_slice(b"abc");
+        cases.push(bytes);
+    }
+    for (i, bytes) in cases.iter().enumerate() {
+        let (result, largest) = largest_allocation(|| decode::<Request>(bytes));
+        assert!(result.is_err(), "case {i}: {result:?}");
+        assert!(largest < 4 << 20, "case {i}: allocated {largest} bytes");
+    }
+
+    // The same for collections of collections: MultiGet { keys } and Entries.
+    let multi_get = [
+        FORMAT_VERSION,
+        1,
+        0xfd,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0xff,
+        0x0f,
+        1,
+        b'a',
+    ];
+    let (result, largest) = largest_allocation(|| decode::<Query>(&multi_get));
+    assert!(result.is_err(), "{result:?}");
+    assert!(largest < 4 << 20, "allocated {largest} bytes");
+    let entries = [
+        FORMAT_VERSION,
+        0,
+        8,
+        0xfc,
+        0xff,
+        0xff,
+        0xff,
+        0x7f,
+        1,
+        b'a',
+        1,
+        b'b',
+    ];
+    let (result, largest) = largest_allocation(|| decode::<CommandResult>(&entries));
+    assert!(result.is_err(), "{result:?}");
+    assert!(largest < 4 << 20, "allocated {largest} bytes");
+}
+
+// ---------------------------------------------------------------- properties
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..12)
+}
+
+fn arb_command() -> impl Strategy<Value = Command> {
+    let condition = (bytes(), prop::option::of(bytes()))
+        .prop_map(|(key, expected)| Condition::ValueIs { key, expected });
+    let op = prop_oneof![
+        (bytes(), bytes()).prop_map(|(key, value)| BatchOp::Put { key, value }),
+        bytes().prop_map(|key| BatchOp::Delete { key }),
+    ];
+    prop_oneof![
+        (bytes(), bytes()).prop_map(|(key, value)| Command::Put { key, value }),
+        (bytes(), bytes()).prop_map(|(key, value)| Command::PutIfAbsent { key, value }),
+        (bytes(), prop::option::of(bytes()), bytes()).prop_map(|(key, expected, value)| {
+            Command::CompareAndPut {
+                key,
+                expected,
+                value,
+            }
+        }),
+        (bytes(), bytes()).prop_map(|(key, value)| Command::GetAndPut { key, value }),
+        bytes().prop_map(|key| Command::Delete { key }),
+        (bytes(), bytes()).prop_map(|(start, end)| Command::DeleteRange { start, end }),
+        (
+            prop::collection::vec(condition, 0..4),
+            prop::collection::vec(op, 0..4)
+        )
+            .prop_map(|(conditions, ops)| Command::Batch { conditions, ops }),
+        (bytes(), any::<u64>()).prop_map(|(key, step)| Command::NextSequence { key, step }),
+    ]
+}
+
+fn arb_query() -> impl Strategy<Value = Query> {
+    prop_oneof![
+        bytes().prop_map(|key| Query::Get { key }),
+        prop::collection::vec(bytes(), 0..4).prop_map(|keys| Query::MultiGet { keys }),
+        (
+            bytes(),
+            prop::option::of(bytes()),
+            bytes(),
+            any::<u32>(),
+            any::<bool>()
+        )
+            .prop_map(|(start, end, prefix, limit, reverse)| {
+                Query::Scan(ScanRange {
+                    start,
+                    end,
+                    prefix,
+                    limit,
+                    reverse,
+                })
+            }),
+    ]
+}
+
+fn arb_result() -> impl Strategy<Value = CommandResult> {
+    let outcome = prop_oneof![
+        Just(Outcome::Done),
+        prop::option::of(bytes()).prop_map(Outcome::Previous),
+        (any::<bool>(), prop::option::of(bytes()))
+            .prop_map(|(succeeded, current)| Outcome::Swapped { succeeded, current }),
+        any::<u64>().prop_map(Outcome::Deleted),
+        prop::option::of(any::<u32>())
+            .prop_map(|failed_condition| Outcome::Batch { failed_condition }),
+        (any::<u64>(), any::<u64>()).prop_map(|(start, end)| Outcome::Sequence { start, end }),
+        prop::option::of(bytes()).prop_map(Outcome::Value),
+        prop::collection::vec(prop::option::of(bytes()), 0..4).prop_map(Outcome::Values),
+        (
+            prop::collection::vec((bytes(), bytes()), 0..4),
+            any::<bool>()
+        )
+            .prop_map(|(entries, more)| Outcome::Entries { entries, more }),
+    ];
+    prop_oneof![
+        4 => outcome.prop_map(Ok),
+        1 => ".{0,12}".prop_map(|m| Err(CommandError::InvalidArgument(m))),
+        1 => (".{0,12}", any::<u64>())
+            .prop_map(|(key, step)| Err(CommandError::SequenceExhausted { key, step })),
+    ]
+}
+
+/// Decode `bytes` as `T`; whatever it gives, it must not panic, and a value it
+/// accepts must survive its own round trip.
+fn decode_is_total<T: Serialize + DeserializeOwned + PartialEq + Debug>(
+    bytes: &[u8],
+) -> Result<(), TestCaseError> {
+    if let Ok(value) = decode::<T>(bytes) {
+        let again = encode(&value).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(decode::<T>(&again).ok(), Some(value));
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_requests_round_trip(now in any::<u64>(), command in arb_command()) {
+        let request = Request { now, command };
+        let bytes = encode(&request).expect("encodes");
+        prop_assert_eq!(decode::<Request>(&bytes), Ok(request));
+        // Every strict prefix is refused, and so is any extension.
+        for cut in 0..bytes.len() {
+            prop_assert!(decode::<Request>(&bytes[..cut]).is_err());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert!(decode::<Request>(&longer).is_err());
+    }
+
+    #[test]
+    fn arbitrary_queries_round_trip(q in arb_query()) {
+        let bytes = encode(&q).expect("encodes");
+        prop_assert_eq!(decode::<Query>(&bytes), Ok(q));
+    }
+
+    #[test]
+    fn arbitrary_results_round_trip(r in arb_result()) {
+        let bytes = encode(&r).expect("encodes");
+        prop_assert_eq!(decode::<CommandResult>(&bytes), Ok(r));
+    }
+
+    /// Arbitrary bytes never make decode panic; with a wrong version byte they
+    /// are always refused as such.
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(
+        body in prop::collection::vec(any::<u8>(), 0..64),
+        version in prop_oneof![3 => Just(FORMAT_VERSION), 1 => any::<u8>()],
+    ) {
+        let mut bytes = vec![version];
+        bytes.extend_from_slice(&body);
+        if version != FORMAT_VERSION {
+            prop_assert_eq!(decode::<Request>(&bytes), Err(CodecError::Version(version)));
+        }
+        decode_is_total::<Request>(&bytes)?;
+        decode_is_total::<Command>(&bytes)?;
+        decode_is_total::<Query>(&bytes)?;
+        decode_is_total::<Outcome>(&bytes)?;
+        decode_is_total::<CommandResult>(&bytes)?;
+    }
+
+    /// Corrupting one byte of a valid entry either fails to decode or decodes
+    /// to some value; it never panics.
+    #[test]
+    fn corrupted_entries_never_panic(
+        now in any::<u64>(),
+        command in arb_command(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let mut bytes = encode(&Request { now, command }).expect("encodes");
+        let i = at.index(bytes.len() - 1) + 1; // keep the version byte
+        bytes[i] = byte;
+        decode_is_total::<Request>(&bytes)?;
+    }
+}

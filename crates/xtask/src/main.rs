@@ -1,0 +1,461 @@
+//! `cargo xtask`: latchkey's set-up and task runner (std only).
+//!
+//! See `cargo xtask help`. Every command that builds something first runs
+//! `setup`, which is silent when the native prerequisites are present.
+
+mod run;
+mod setup;
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::process::{ExitCode, Stdio};
+use std::time::Instant;
+
+use run::{cargo, display, fmt_duration, Exit, Result};
+
+const USAGE: &str = "\
+latchkey's task runner
+
+USAGE:
+    cargo xtask <COMMAND> [ARGS...]
+
+COMMANDS:
+    setup           check for (and install when missing) libclang and a C++ compiler
+    demo [NAME]     run a demo: three_replicas (default) or fenced
+    test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace
+    bench [WORKLOAD] [ARGS...]
+                    run benchmarks: kv (default), lock or all
+    soak            long-running fault-injection soak (not implemented yet)
+    help [COMMAND]  print this text or a command's help
+
+demo, test and bench run `setup` first (silently when everything is present).
+All cargo invocations use the cargo that runs xtask and honour CARGO_TARGET_DIR.
+The first build compiles RocksDB's C++ and takes about 15 minutes.
+";
+
+const SETUP_HELP: &str = "\
+cargo xtask setup [--check]
+
+Makes sure the native build prerequisites of librocksdb-sys exist:
+  - libclang, for bindgen: LIBCLANG_PATH set, or listed by `ldconfig -p`, or a
+    libclang*.so under /usr/lib/llvm-*/lib or /usr/lib/*-linux-gnu (on
+    Debian/Ubuntu clang's builtin headers must be present too);
+  - a C++ compiler: CXX, c++, g++ or clang++.
+When something is missing on Debian/Ubuntu it runs `apt-get update` and
+`apt-get install -y libclang-dev g++` (DEBIAN_FRONTEND=noninteractive), as
+root or through passwordless `sudo -n`; otherwise it prints the package to
+install and exits 1.
+
+OPTIONS:
+    --check    only report; never install; exit 1 if something is missing
+
+LATCHKEY_SKIP_SETUP=1 skips the checks (here and before every command).
+";
+
+const DEMO_HELP: &str = "\
+cargo xtask demo [NAME] [-- ARGS...]
+
+Runs a demo example of the latchkey package (`cargo run -p latchkey --example ...`),
+passing ARGS to it.
+
+DEMOS:
+    three_replicas  (default) a three-replica cluster in one process: kills the
+                    leader and shows that nothing acknowledged is lost
+    fenced          (fenced_storage) a paused lock holder's stale fencing token
+                    is refused by the storage it guards
+";
+
+const TEST_HELP: &str = "\
+cargo xtask test [--quick] [-- CARGO_TEST_ARGS...]
+
+Runs, in order, stopping at the first failure (exit code = that step's):
+    1. cargo fmt --all -- --check
+    2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
+    3. cargo test --workspace [CARGO_TEST_ARGS...]
+Example: cargo xtask test --quick -- -p latchkey-core -- --nocapture
+
+OPTIONS:
+    --quick    skip clippy
+";
+
+const BENCH_HELP: &str = "\
+cargo xtask bench [kv|lock|all] [ARGS...]
+
+Runs `cargo run -p latchkey-bench --bin latchkey-bench -- WORKLOAD ARGS...`
+(WORKLOAD defaults to kv; ARGS go to the benchmark binary). Exits 2 when the
+workspace has no latchkey-bench package yet.
+";
+
+const SOAK_HELP: &str = "\
+cargo xtask soak
+
+Long-running fault-injection soak test: not implemented yet (issue 4).
+";
+
+/// (name users type, aliases, example target in the latchkey package)
+const DEMOS: &[(&str, &[&str], &str)] = &[
+    ("three_replicas", &["three"], "three_replicas"),
+    ("fenced", &["fenced_storage"], "fenced_storage"),
+];
+
+const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all"];
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match dispatch(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(exit) => {
+            if let Some(message) = exit.message {
+                eprintln!("xtask: {message}");
+            }
+            ExitCode::from(exit.code)
+        }
+    }
+}
+
+fn dispatch(args: &[OsString]) -> Result {
+    let Some((command, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return Err(Exit::silent(2));
+    };
+    match command.to_str() {
+        Some("-h" | "--help") => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some("help") => help(rest),
+        Some("setup") => cmd_setup(rest),
+        Some("demo") => cmd_demo(rest),
+        Some("test") => cmd_test(rest),
+        Some("bench") => cmd_bench(rest),
+        Some("soak") => cmd_soak(rest),
+        _ => {
+            eprint!("{USAGE}");
+            Err(Exit::with(
+                2,
+                format!("unknown command `{}`", command.to_string_lossy()),
+            ))
+        }
+    }
+}
+
+fn help(rest: &[OsString]) -> Result {
+    let text = match rest.first().map(|a| a.to_str()) {
+        None => USAGE,
+        Some(Some("setup")) => SETUP_HELP,
+        Some(Some("demo")) => DEMO_HELP,
+        Some(Some("test")) => TEST_HELP,
+        Some(Some("bench")) => BENCH_HELP,
+        Some(Some("soak")) => SOAK_HELP,
+        Some(_) => {
+            eprint!("{USAGE}");
+            return Err(Exit::with(
+                2,
+                format!("no help for unknown command `{}`", lossy(&rest[0])),
+            ));
+        }
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn is_help(arg: &OsStr) -> bool {
+    arg == "-h" || arg == "--help"
+}
+
+fn lossy(arg: &OsStr) -> String {
+    arg.to_string_lossy().into_owned()
+}
+
+/// A usage error for `command`: the message, the command's help on stderr, exit 2.
+fn usage_error(help_text: &str, message: String) -> Exit {
+    eprint!("{help_text}");
+    Exit::with(2, message)
+}
+
+// ---------------------------------------------------------------- setup
+
+fn cmd_setup(rest: &[OsString]) -> Result {
+    let mut mode = setup::Mode::Verbose;
+    for arg in rest {
+        if is_help(arg) {
+            print!("{SETUP_HELP}");
+            return Ok(());
+        } else if arg == "--check" {
+            mode = setup::Mode::Check;
+        } else {
+            return Err(usage_error(
+                SETUP_HELP,
+                format!("setup: unexpected argument `{}`", lossy(arg)),
+            ));
+        }
+    }
+    setup::ensure(mode)
+}
+
+// ---------------------------------------------------------------- demo
+
+fn cmd_demo(rest: &[OsString]) -> Result {
+    let (ours, passthrough) = split_at_dashdash(rest);
+    let mut name: Option<&OsString> = None;
+    for arg in ours {
+        if is_help(arg) {
+            print!("{DEMO_HELP}");
+            return Ok(());
+        } else if arg.to_string_lossy().starts_with('-') {
+            return Err(usage_error(
+                DEMO_HELP,
+                format!("demo: unknown option `{}`", lossy(arg)),
+            ));
+        } else if name.is_some() {
+            return Err(usage_error(
+                DEMO_HELP,
+                format!(
+                    "demo: expected one demo name, got another: `{}` (pass arguments to the demo after --)",
+                    lossy(arg)
+                ),
+            ));
+        } else {
+            name = Some(arg);
+        }
+    }
+
+    let example = match name {
+        None => DEMOS[0].2,
+        Some(name) => {
+            let wanted = name.to_string_lossy().replace('-', "_");
+            DEMOS
+                .iter()
+                .find(|(n, aliases, _)| *n == wanted || aliases.contains(&wanted.as_str()))
+                .map(|d| d.2)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = DEMOS.iter().map(|d| d.0).collect();
+                    Exit::with(
+                        2,
+                        format!(
+                            "demo: unknown demo `{}`; available demos: {} (default: {})",
+                            lossy(name),
+                            known.join(", "),
+                            DEMOS[0].0
+                        ),
+                    )
+                })?
+        }
+    };
+
+    setup::ensure(setup::Mode::Quiet)?;
+    let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
+    if !passthrough.is_empty() {
+        cmd.arg("--").args(passthrough);
+    }
+    println!("xtask: {}", display(&cmd));
+    run::run(&mut cmd)
+}
+
+/// Split at the first `--`: (before, after). Without `--`, after is empty.
+fn split_at_dashdash(args: &[OsString]) -> (&[OsString], &[OsString]) {
+    match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => (args, &[]),
+    }
+}
+
+// ---------------------------------------------------------------- test
+
+fn cmd_test(rest: &[OsString]) -> Result {
+    let (ours, cargo_test_args) = split_at_dashdash(rest);
+    let mut quick = false;
+    for arg in ours {
+        if is_help(arg) {
+            print!("{TEST_HELP}");
+            return Ok(());
+        } else if arg == "--quick" {
+            quick = true;
+        } else {
+            return Err(usage_error(
+                TEST_HELP,
+                format!(
+                    "test: unexpected argument `{}` (arguments for cargo test go after --)",
+                    lossy(arg)
+                ),
+            ));
+        }
+    }
+
+    setup::ensure(setup::Mode::Quiet)?;
+    require_cargo_tool("fmt", "rustfmt")?;
+    if !quick {
+        require_cargo_tool("clippy", "clippy")?;
+    }
+
+    let mut test = cargo(["test", "--workspace"]);
+    test.args(cargo_test_args);
+    let steps = [
+        ("fmt", Some(cargo(["fmt", "--all", "--", "--check"]))),
+        (
+            "clippy",
+            (!quick).then(|| {
+                cargo([
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            }),
+        ),
+        ("test", Some(test)),
+    ];
+
+    let total = steps.len();
+    let started_all = Instant::now();
+    for (i, (name, cmd)) in steps.into_iter().enumerate() {
+        let n = i + 1;
+        let Some(mut cmd) = cmd else {
+            println!("xtask: [{n}/{total}] {name}: skipped (--quick)");
+            continue;
+        };
+        let shown = display(&cmd);
+        println!("xtask: [{n}/{total}] {name}: {shown}");
+        let started = Instant::now();
+        let result = run::run(&mut cmd);
+        let took = fmt_duration(started.elapsed());
+        match result {
+            Ok(()) => println!("xtask: [{n}/{total}] {name}: ok in {took}"),
+            Err(e) => {
+                let detail = e.message.map(|m| format!(": {m}")).unwrap_or_default();
+                let hint = if name == "fmt" {
+                    " (run `cargo fmt --all` to fix)"
+                } else {
+                    ""
+                };
+                return Err(Exit::with(
+                    e.code,
+                    format!(
+                        "[{n}/{total}] {name}: FAILED after {took} (exit {}){detail}{hint}: {shown}",
+                        e.code
+                    ),
+                ));
+            }
+        }
+    }
+    println!(
+        "xtask: test: all steps passed in {}",
+        fmt_duration(started_all.elapsed())
+    );
+    Ok(())
+}
+
+/// Fail early and clearly when a rustup component is missing.
+fn require_cargo_tool(subcommand: &str, component: &str) -> Result {
+    let present = cargo([subcommand, "--version"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        Ok(())
+    } else {
+        Err(Exit::with(
+            1,
+            format!("`cargo {subcommand}` is not available; install it with: rustup component add {component}"),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- bench
+
+const BENCH_PACKAGE: &str = "latchkey-bench";
+
+fn cmd_bench(rest: &[OsString]) -> Result {
+    let mut rest = rest;
+    let workload = match rest.first().map(|a| a.to_str()) {
+        Some(Some("-h" | "--help")) => {
+            print!("{BENCH_HELP}");
+            return Ok(());
+        }
+        Some(Some(w)) if BENCH_WORKLOADS.contains(&w) => {
+            rest = &rest[1..];
+            w
+        }
+        Some(Some(w)) if !w.starts_with('-') => {
+            return Err(usage_error(
+                BENCH_HELP,
+                format!(
+                    "bench: unknown workload `{w}`; choose one of: {}",
+                    BENCH_WORKLOADS.join(", ")
+                ),
+            ));
+        }
+        Some(None) => {
+            return Err(usage_error(
+                BENCH_HELP,
+                format!("bench: unknown workload `{}`", lossy(&rest[0])),
+            ));
+        }
+        _ => BENCH_WORKLOADS[0],
+    };
+    // `bench kv -- --foo` and `bench kv --foo` mean the same.
+    if rest.first().is_some_and(|a| a == "--") {
+        rest = &rest[1..];
+    }
+
+    if !workspace_has_package(BENCH_PACKAGE) {
+        return Err(Exit::with(
+            2,
+            format!("bench: benchmarks are not built yet (no `{BENCH_PACKAGE}` package in the workspace)"),
+        ));
+    }
+    setup::ensure(setup::Mode::Quiet)?;
+    let mut cmd = cargo([
+        "run",
+        "-p",
+        BENCH_PACKAGE,
+        "--bin",
+        BENCH_PACKAGE,
+        "--",
+        workload,
+    ]);
+    cmd.args(rest);
+    println!("xtask: {}", display(&cmd));
+    run::run(&mut cmd)
+}
+
+/// Whether the workspace has a package called `name`: asks `cargo metadata
+/// --no-deps` (no resolution, no network); if that fails, looks at the
+/// manifests under crates/.
+fn workspace_has_package(name: &str) -> bool {
+    let metadata = cargo(["metadata", "--no-deps", "--format-version", "1"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    if let Ok(out) = metadata {
+        if out.status.success() {
+            // Package objects start with name then version; dependency and
+            // target objects do not have that pair.
+            let needle = format!("\"name\":\"{name}\",\"version\":");
+            return String::from_utf8_lossy(&out.stdout).contains(&needle);
+        }
+    }
+    let needle = format!("name = \"{name}\"");
+    fs::read_dir(run::workspace_root().join("crates"))
+        .map(|entries| {
+            entries.flatten().any(|e| {
+                fs::read_to_string(e.path().join("Cargo.toml"))
+                    .is_ok_and(|manifest| manifest.lines().any(|l| l.trim() == needle))
+            })
+        })
+        .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------- soak
+
+fn cmd_soak(rest: &[OsString]) -> Result {
+    if rest.first().is_some_and(|a| is_help(a)) {
+        print!("{SOAK_HELP}");
+        return Ok(());
+    }
+    Err(Exit::with(2, "soak: not implemented yet (issue 4)"))
+}

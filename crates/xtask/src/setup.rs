@@ -1,0 +1,387 @@
+//! `cargo xtask setup`: make sure the native build prerequisites exist.
+//!
+//! librocksdb-sys compiles RocksDB's C++ (needs a C++ compiler) and generates
+//! its bindings with bindgen (needs libclang, plus clang's builtin headers such
+//! as stddef.h). On Debian/Ubuntu we install what is missing with apt-get, as
+//! root or through passwordless sudo; elsewhere we say what to install.
+//!
+//! LATCHKEY_SKIP_SETUP=1 skips all of this (for unusual toolchain layouts).
+
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::run::{self, Exit, Result};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Before another subcommand: print nothing when everything is present.
+    Quiet,
+    /// `cargo xtask setup`: report what was found.
+    Verbose,
+    /// `cargo xtask setup --check`: report, never install; fail if missing.
+    Check,
+}
+
+/// A prerequisite that was not found.
+struct Missing {
+    what: &'static str,
+    why: String,
+    debian_package: &'static str,
+    elsewhere: &'static str,
+}
+
+pub fn ensure(mode: Mode) -> Result {
+    if env::var_os("LATCHKEY_SKIP_SETUP").is_some_and(|v| !v.is_empty() && v != "0") {
+        if mode != Mode::Quiet {
+            println!("xtask: LATCHKEY_SKIP_SETUP is set; not checking build prerequisites");
+        }
+        return Ok(());
+    }
+    let debian = is_debian_like();
+    let missing = detect(mode, debian);
+    if missing.is_empty() {
+        if mode != Mode::Quiet {
+            println!("xtask: all build prerequisites are present");
+        }
+        return Ok(());
+    }
+
+    for m in &missing {
+        eprintln!("xtask: {} not found: {}", m.what, m.why);
+    }
+    let packages: Vec<&str> = missing.iter().map(|m| m.debian_package).collect();
+    if mode == Mode::Check {
+        return Err(Exit::with(1, manual_install_line(&missing, debian)));
+    }
+    if !debian {
+        return Err(Exit::with(1, manual_install_line(&missing, debian)));
+    }
+
+    let sudo = if is_root() {
+        false
+    } else if run::succeeds("sudo", &["-n", "true"]) {
+        true
+    } else {
+        return Err(Exit::with(1, manual_install_line(&missing, debian)));
+    };
+    install_with_apt(&packages, sudo)?;
+
+    let still_missing = detect(Mode::Quiet, debian);
+    if still_missing.is_empty() {
+        println!("xtask: build prerequisites installed");
+        Ok(())
+    } else {
+        for m in &still_missing {
+            eprintln!(
+                "xtask: {} still not found after installing: {}",
+                m.what, m.why
+            );
+        }
+        Err(Exit::with(1, manual_install_line(&still_missing, debian)))
+    }
+}
+
+/// Everything that is missing; in a verbose mode also print what was found.
+fn detect(mode: Mode, debian: bool) -> Vec<Missing> {
+    let mut missing = Vec::new();
+    let report = |what: &str, found: &str| {
+        if mode != Mode::Quiet {
+            println!("xtask: {what}: {found}");
+        }
+    };
+
+    match find_libclang() {
+        Some(found) => {
+            // A bare runtime library (Debian's libclang1-N) is not enough for
+            // bindgen: it also needs clang's builtin headers, which come with
+            // libclang-dev. Only checked where we know the layout.
+            if debian && env::var_os("LIBCLANG_PATH").is_none() && !clang_headers_present() {
+                missing.push(Missing {
+                    what: "clang builtin headers",
+                    why: format!("{found}, but no clang resource headers (stddef.h) for bindgen"),
+                    debian_package: "libclang-dev",
+                    elsewhere: "the libclang development package",
+                });
+            } else {
+                report("libclang", &found);
+            }
+        }
+        None => missing.push(Missing {
+            what: "libclang",
+            why: "bindgen needs it to build librocksdb-sys (set LIBCLANG_PATH if it is \
+                  installed somewhere unusual)"
+                .to_string(),
+            debian_package: "libclang-dev",
+            elsewhere: "libclang-dev on Debian/Ubuntu, clang-devel on Fedora, clang on Arch",
+        }),
+    }
+
+    match find_cxx() {
+        Some(found) => report("C++ compiler", &found),
+        None => missing.push(Missing {
+            what: "C++ compiler",
+            why: "RocksDB is C++; none of c++, g++, clang++ runs (or set CXX)".to_string(),
+            debian_package: "g++",
+            elsewhere: "g++ on Debian/Ubuntu, gcc-c++ on Fedora",
+        }),
+    }
+    missing
+}
+
+/// One line saying exactly what to install.
+fn manual_install_line(missing: &[Missing], debian: bool) -> String {
+    let whats: Vec<&str> = missing.iter().map(|m| m.what).collect();
+    if debian {
+        let mut packages: Vec<&str> = missing.iter().map(|m| m.debian_package).collect();
+        packages.dedup();
+        format!(
+            "missing {}; install with: sudo apt-get install -y {}",
+            whats.join(" and "),
+            packages.join(" ")
+        )
+    } else {
+        let hints: Vec<String> = missing
+            .iter()
+            .map(|m| format!("{} ({})", m.what, m.elsewhere))
+            .collect();
+        format!(
+            "missing build prerequisites; please install: {}",
+            hints.join("; ")
+        )
+    }
+}
+
+fn install_with_apt(packages: &[&str], sudo: bool) -> Result {
+    let mut packages: Vec<&str> = packages.to_vec();
+    packages.dedup();
+    println!(
+        "xtask: installing {} with apt-get{} (one-time)",
+        packages.join(" "),
+        if sudo { " via sudo" } else { "" }
+    );
+    let apt = |args: &[&str]| {
+        let mut cmd = if sudo {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+            c
+        } else {
+            let mut c = Command::new("apt-get");
+            c.env("DEBIAN_FRONTEND", "noninteractive");
+            c
+        };
+        cmd.args(args).stdin(Stdio::null());
+        cmd
+    };
+
+    // A failing `update` (one broken third-party repository, no network for a
+    // mirror...) is not fatal: the cached lists may still be good enough.
+    if let Err(e) = run::run(&mut apt(&["update"])) {
+        eprintln!(
+            "xtask: warning: `apt-get update` failed (exit {}); trying the install anyway",
+            e.code
+        );
+    }
+    let mut install_args = vec!["install", "-y"];
+    install_args.extend(&packages);
+    run::run(&mut apt(&install_args)).map_err(|e| {
+        Exit::with(
+            e.code,
+            format!(
+                "`apt-get install -y {}` failed; please install it by hand",
+                packages.join(" ")
+            ),
+        )
+    })
+}
+
+/// Where libclang was found, or None.
+fn find_libclang() -> Option<String> {
+    if let Some(path) = env::var_os("LIBCLANG_PATH").filter(|p| !p.is_empty()) {
+        let shown = Path::new(&path).display().to_string();
+        if !Path::new(&path).exists() {
+            eprintln!("xtask: warning: LIBCLANG_PATH={shown} does not exist; bindgen will fail");
+        }
+        return Some(format!("LIBCLANG_PATH={shown}"));
+    }
+
+    for ldconfig in ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"] {
+        let Ok(out) = Command::new(ldconfig)
+            .arg("-p")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+        else {
+            continue;
+        };
+        if !out.status.success() {
+            continue;
+        }
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let hit = listing.lines().find_map(|line| {
+            let name = line.split_whitespace().next()?;
+            is_libclang(name).then(|| line.rsplit("=> ").next().unwrap_or(name).trim())
+        });
+        if let Some(path) = hit {
+            return Some(format!("{path} (ldconfig)"));
+        }
+        break;
+    }
+
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for base in ["/usr/lib", "/usr/lib64"] {
+        dirs.extend(
+            subdirs(Path::new(base), |n| n.starts_with("llvm-"))
+                .into_iter()
+                .map(|d| d.join("lib")),
+        );
+    }
+    for base in ["/usr/lib", "/lib"] {
+        dirs.extend(subdirs(Path::new(base), |n| n.ends_with("-linux-gnu")));
+    }
+    dirs.extend(
+        [
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/lib",
+            "/Library/Developer/CommandLineTools/usr/lib",
+            "/opt/homebrew/opt/llvm/lib",
+            "/usr/local/opt/llvm/lib",
+        ]
+        .map(PathBuf::from),
+    );
+    dirs.iter().find_map(|dir| {
+        let entries = fs::read_dir(dir).ok()?;
+        entries.flatten().find_map(|entry| {
+            let name = entry.file_name();
+            is_libclang(&name.to_string_lossy()).then(|| entry.path().display().to_string())
+        })
+    })
+}
+
+/// libclang.so, libclang.so.1, libclang-14.so, libclang-14.so.13, libclang.dylib;
+/// not libclang-cpp.so, libclang_rt.*, libclangBasic.a.
+fn is_libclang(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("libclang") else {
+        return false;
+    };
+    if rest.starts_with(".so") || rest == ".dylib" {
+        return true;
+    }
+    match rest.strip_prefix('-') {
+        Some(versioned) => {
+            versioned.starts_with(|c: char| c.is_ascii_digit())
+                && (versioned.contains(".so") || versioned.ends_with(".dylib"))
+        }
+        None => false,
+    }
+}
+
+/// clang's resource headers (what bindgen needs besides the library).
+fn clang_headers_present() -> bool {
+    let mut include_dirs: Vec<PathBuf> = Vec::new();
+    for llvm in subdirs(Path::new("/usr/lib"), |n| n.starts_with("llvm-")) {
+        include_dirs.extend(subdirs(&llvm.join("lib/clang"), |_| true));
+    }
+    for base in ["/usr/lib/clang", "/usr/lib64/clang", "/usr/include/clang"] {
+        include_dirs.extend(subdirs(Path::new(base), |_| true));
+    }
+    include_dirs
+        .iter()
+        .any(|d| d.join("include/stddef.h").is_file())
+}
+
+/// The C++ compiler cc-rs will use. cc-rs runs `c++` unless CXX is set; when
+/// only g++ or clang++ exists, export CXX so the builds we start find it.
+fn find_cxx() -> Option<String> {
+    if let Some(cxx) = env::var_os("CXX").filter(|v| !v.is_empty()) {
+        return Some(format!("CXX={}", cxx.to_string_lossy()));
+    }
+    if run::succeeds("c++", &["--version"]) {
+        return Some("c++".to_string());
+    }
+    for candidate in ["g++", "clang++"] {
+        if run::succeeds(candidate, &["--version"]) {
+            // Single-threaded at this point; children inherit it.
+            env::set_var("CXX", candidate);
+            return Some(format!("{candidate} (exported CXX={candidate})"));
+        }
+    }
+    None
+}
+
+fn is_debian_like() -> bool {
+    Path::new("/etc/debian_version").exists() && in_path("apt-get")
+}
+
+fn in_path(program: &str) -> bool {
+    env::var_os("PATH")
+        .map(|paths| env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    // Real uid from /proc (no libc dependency); `id -u` as the fallback.
+    if let Ok(status) = fs::read_to_string("/proc/self/status") {
+        if let Some(uid) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().next())
+        {
+            return uid == "0";
+        }
+    }
+    Command::new("id")
+        .arg("-u")
+        .stderr(Stdio::null())
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// The subdirectories of `parent` whose names satisfy `keep`, sorted by name
+/// descending (so the newest llvm-N comes first). Unreadable means none.
+fn subdirs(parent: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<(OsString, PathBuf)> = entries
+        .flatten()
+        .filter(|e| keep(&e.file_name().to_string_lossy()))
+        .map(|e| (e.file_name(), e.path()))
+        .filter(|(_, p)| p.is_dir())
+        .collect();
+    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.into_iter().map(|(_, p)| p).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_libclang;
+
+    #[test]
+    fn libclang_names() {
+        for yes in [
+            "libclang.so",
+            "libclang.so.1",
+            "libclang-14.so",
+            "libclang-14.so.13",
+            "libclang-17.0.6.so",
+            "libclang.dylib",
+        ] {
+            assert!(is_libclang(yes), "{yes}");
+        }
+        for no in [
+            "libclang-cpp.so.14",
+            "libclang_rt.asan.a",
+            "libclangBasic.a",
+            "libclang.a",
+            "libclang-14",
+            "clang",
+        ] {
+            assert!(!is_libclang(no), "{no}");
+        }
+    }
+}
