@@ -51,6 +51,10 @@ pub enum Command {
     /// (RheaKV's `getSequence`). Returns [`Outcome::Sequence`]. A sequence
     /// starts at 0 and never goes back; `step` 0 reads the next start.
     NextSequence { key: Vec<u8>, step: u64 },
+    /// A lock-service command: sessions, acquire, release, expiry, fenced
+    /// writes. See [`crate::lock`]. Returns [`Outcome::Lock`] (or
+    /// [`Outcome::Batch`] for a fenced write).
+    Lock(crate::lock::LockCommand),
 }
 
 impl Command {
@@ -71,22 +75,28 @@ impl Command {
             } => key.len() + value.len() + opt(expected),
             Command::Delete { key } | Command::NextSequence { key, .. } => key.len(),
             Command::DeleteRange { start, end } => start.len() + end.len(),
-            Command::Batch { conditions, ops } => {
-                let c: usize = conditions
-                    .iter()
-                    .map(|Condition::ValueIs { key, expected }| key.len() + opt(expected))
-                    .sum();
-                let o: usize = ops
-                    .iter()
-                    .map(|op| match op {
-                        BatchOp::Put { key, value } => key.len() + value.len(),
-                        BatchOp::Delete { key } => key.len(),
-                    })
-                    .sum();
-                c + o
-            }
+            Command::Batch { conditions, ops } => batch_payload_len(conditions, ops),
+            Command::Lock(lock) => lock.payload_len(),
         }
     }
+}
+
+/// Bytes of keys and values in a batch's conditions and ops.
+pub(crate) fn batch_payload_len(conditions: &[Condition], ops: &[BatchOp]) -> usize {
+    let c: usize = conditions
+        .iter()
+        .map(|Condition::ValueIs { key, expected }| {
+            key.len() + expected.as_ref().map_or(0, Vec::len)
+        })
+        .sum();
+    let o: usize = ops
+        .iter()
+        .map(|op| match op {
+            BatchOp::Put { key, value } => key.len() + value.len(),
+            BatchOp::Delete { key } => key.len(),
+        })
+        .sum();
+    c + o
 }
 
 /// A guard on a [`Command::Batch`].
@@ -116,6 +126,8 @@ pub enum Query {
     MultiGet { keys: Vec<Vec<u8>> },
     /// Returns [`Outcome::Entries`] in key order (descending if `reverse`).
     Scan(ScanRange),
+    /// A lock-service read. Returns [`Outcome::Lock`].
+    Lock(crate::lock::LockQuery),
 }
 
 /// Which keys a [`Query::Scan`] visits.
@@ -175,6 +187,8 @@ pub enum Outcome {
         entries: Vec<(Vec<u8>, Vec<u8>)>,
         more: bool,
     },
+    /// The result of a lock-service command or query.
+    Lock(crate::lock::LockOutcome),
 }
 
 /// Outcome of applying one log entry or serving one query: deterministic, so

@@ -2,8 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::lock::{HolderInfo, SessionId, TimerKind, Token};
+
 /// Why a command or query was refused. Deterministic: every replica refuses
 /// the same entry with the same error, and nothing of it was applied.
+///
+/// Each variant names what the caller should do differently. New variants are
+/// only ever appended, so the encoded form of existing ones never changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum CommandError {
     /// The request breaks a documented limit or is malformed; fix the request,
@@ -13,6 +18,134 @@ pub enum CommandError {
     /// A sequence would pass `u64::MAX`.
     #[error("sequence {key:?} is exhausted: cannot allocate {step} more")]
     SequenceExhausted { key: String, step: u64 },
+
+    // ------------------------------------------------------------ locks
+    /// This cluster never issued that session id (0, or above every id issued
+    /// so far): the client is talking to the wrong cluster or has a bug.
+    #[error("unknown session {session}: this cluster never issued it")]
+    UnknownSession { session: SessionId },
+    /// The session was issued but has ended: closed by its client or expired
+    /// by the leader. Its locks were released and its waits cancelled; open a
+    /// new session. (Closed and expired are not told apart: the state machine
+    /// keeps nothing of an ended session.)
+    #[error("session {session} has ended (closed or expired): open a new session")]
+    SessionEnded { session: SessionId },
+    /// A lock name must be non-empty UTF-8 of at most `max` bytes.
+    #[error("invalid lock name: {len} bytes, it must be 1 to {max}")]
+    InvalidLockName { len: usize, max: usize },
+    /// A session TTL outside `[min, max]` milliseconds.
+    #[error("session ttl {ttl_ms} ms is out of range: it must be {min} to {max} ms")]
+    TtlOutOfRange { ttl_ms: u64, min: u64, max: u64 },
+    /// A wait, lock lease or lock-delay outside `[min, max]` milliseconds.
+    /// "None" is spelled `None`, never 0.
+    #[error("{what} {value} ms is out of range: it must be {min} to {max} ms")]
+    DurationOutOfRange {
+        what: TimerKind,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+    /// Release of a lock this (session, owner) does not hold: never acquired,
+    /// already released, force-released (lease or session expiry), or still
+    /// waiting.
+    #[error("lock {name:?} is not held by this session and owner")]
+    NotHolder { name: String },
+    /// This (session, owner) holds the lock, but under a newer grant than
+    /// `token`: the caller is using an old guard or sequencer.
+    #[error("lock {name:?}: token {token} is stale, this holder's current token is {current}")]
+    StaleToken {
+        name: String,
+        token: Token,
+        current: Token,
+    },
+    /// A shared holder asked for the same lock exclusively. Release the
+    /// shared hold first, then acquire exclusively (and wait like anyone else).
+    #[error("lock {name:?} is held shared by this owner: upgrading to exclusive is not allowed")]
+    UpgradeNotAllowed { name: String },
+    /// An exclusive holder asked for the same lock shared. Use the exclusive
+    /// hold, or release it first.
+    #[error("lock {name:?} is held exclusively by this owner: acquiring it shared is not allowed")]
+    DowngradeNotAllowed { name: String },
+    /// A try-once acquire found the lock unavailable: held incompatibly, other
+    /// requests already queued (no overtaking), or in lock-delay. `holder` is
+    /// the oldest current holder, `holders` and `waiters` the counts.
+    #[error("lock {name:?} is busy: {}", busy_detail(.holder, *.holders, *.waiters, *.lock_delay))]
+    Busy {
+        name: String,
+        holder: Option<HolderInfo>,
+        holders: u32,
+        waiters: u32,
+        lock_delay: bool,
+    },
+    /// This (session, owner) is already waiting for the lock under
+    /// `request_id`; one owner waits for one grant at a time. Cancel that
+    /// wait or keep waiting for it.
+    #[error("this owner is already waiting for lock {name:?} (request {request_id})")]
+    AlreadyWaiting { name: String, request_id: u64 },
+    /// The lock's wait queue is full. Retry later or without waiting.
+    #[error("lock {name:?} has {max} waiters already, the limit")]
+    QueueFull { name: String, max: u32 },
+    /// A fenced write whose sequencer is not the lock's current exclusive
+    /// holder (`current` is the holder's token, if the lock is held
+    /// exclusively). Nothing was written: the caller has lost the lock.
+    #[error("stale fence on lock {name:?}: token {token} is not the current exclusive holder{}", current_detail(.current))]
+    StaleFence {
+        name: String,
+        token: Token,
+        current: Option<Token>,
+    },
+    /// The session no longer remembers requests this old (it remembers
+    /// [`crate::limits::MAX_REMEMBERED_REQUESTS`]); ids below `oldest` cannot
+    /// be answered. The client must number requests increasingly and keep
+    /// fewer than that many in flight.
+    #[error(
+        "request {request_id} is too old: this session remembers request ids from {oldest} on"
+    )]
+    RequestTooOld { request_id: u64, oldest: u64 },
+    /// The session already used this request id for a different request.
+    #[error("request id {request_id} was already used for a different request in this session")]
+    RequestIdReused { request_id: u64 },
+    /// The wait of this acquire (this request id) was cancelled (timed out)
+    /// before a grant: the lock was not acquired. Acquire again with a new
+    /// request id.
+    #[error("the wait of request {request_id} for lock {name:?} was cancelled: not acquired")]
+    WaitCancelled { name: String, request_id: u64 },
+    /// A counter of the lock service (fencing tokens, session ids, a hold
+    /// count) would pass `u64::MAX`.
+    #[error("{counter} is exhausted")]
+    CounterExhausted { counter: String },
+}
+
+fn busy_detail(
+    holder: &Option<HolderInfo>,
+    holders: u32,
+    waiters: u32,
+    lock_delay: bool,
+) -> String {
+    let mut out = match holder {
+        Some(h) => format!(
+            "held {} by session {} owner {} (token {})",
+            h.mode, h.session, h.owner, h.token
+        ),
+        None => "not held".to_string(),
+    };
+    if holders > 1 {
+        out.push_str(&format!(" and {} more holders", holders - 1));
+    }
+    if lock_delay {
+        out.push_str(", in lock-delay");
+    }
+    if waiters > 0 {
+        out.push_str(&format!(", {waiters} waiting"));
+    }
+    out
+}
+
+fn current_detail(current: &Option<Token>) -> String {
+    match current {
+        Some(t) => format!(" (current token {t})"),
+        None => String::new(),
+    }
 }
 
 impl CommandError {

@@ -1,8 +1,22 @@
 //! How the core lays out its state in a [`crate::Store`]'s single byte keyspace.
 //!
 //! Every key starts with one tag byte naming its room, so user data can never
-//! collide with sequences or (later) lock state, and a scan of user data never
-//! sees anything else.
+//! collide with sequences or lock state, and a scan of user data never sees
+//! anything else.
+//!
+//! | tag | room | key after the tag | value |
+//! |-----|------|-------------------|-------|
+//! | `D` | user data | user key | user value |
+//! | `Q` | sequences | sequence key | next start, u64 big-endian |
+//! | `M` | core metadata | name | see the `META_*` constants |
+//! | `S` | lock sessions | session id, u64 big-endian | session record (codec) |
+//! | `L` | locks | lock name, UTF-8 | lock record: holders, queue, lock-delay (codec) |
+//! | `H` | a session's locks | session id (8 bytes) + lock name | empty |
+//! | `R` | remembered requests | session id (8 bytes) + request id (8 bytes) | request record (codec) |
+//!
+//! Fixed-width big-endian ids make every room scan in numeric order. An `H`
+//! row exists exactly while the session holds or waits for that lock, so
+//! closing a session visits only its own locks.
 
 /// User key/value data: `D` + user key.
 pub const DATA: u8 = b'D';
@@ -11,8 +25,22 @@ pub const SEQUENCE: u8 = b'Q';
 /// Core metadata: `M` + name.
 pub const META: u8 = b'M';
 
+/// Lock sessions: `S` + session id (u64, big-endian) -> session record.
+pub const SESSION: u8 = b'S';
+/// Locks: `L` + lock name -> lock record. Absent while the lock is free.
+pub const LOCK: u8 = b'L';
+/// Index of each session's locks: `H` + session id + lock name -> empty.
+pub const SESSION_LOCKS: u8 = b'H';
+/// Per-session memory of acquire/release outcomes: `R` + session id +
+/// request id (both u64, big-endian) -> request record.
+pub const REQUEST: u8 = b'R';
+
 /// Meta key holding the largest leader time applied so far (u64, big-endian).
 pub const META_NOW: &[u8] = b"Mnow";
+/// Meta key holding the last session id issued (u64, big-endian; absent = 0).
+pub const META_LAST_SESSION: &[u8] = b"Msession";
+/// Meta key holding the last fencing token issued (u64, big-endian; absent = 0).
+pub const META_LAST_TOKEN: &[u8] = b"Mtoken";
 
 /// `tag` followed by `key`.
 pub fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {
@@ -20,6 +48,40 @@ pub fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {
     out.push(tag);
     out.extend_from_slice(key);
     out
+}
+
+/// `S` + session id.
+pub fn session_key(session: u64) -> Vec<u8> {
+    tagged(SESSION, &session.to_be_bytes())
+}
+
+/// `L` + lock name.
+pub fn lock_key(name: &str) -> Vec<u8> {
+    tagged(LOCK, name.as_bytes())
+}
+
+/// `H` + session id: the prefix of every [`session_lock_key`] of a session.
+pub fn session_locks_prefix(session: u64) -> Vec<u8> {
+    tagged(SESSION_LOCKS, &session.to_be_bytes())
+}
+
+/// `H` + session id + lock name.
+pub fn session_lock_key(session: u64, name: &str) -> Vec<u8> {
+    let mut k = session_locks_prefix(session);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// `R` + session id: the prefix of every [`request_key`] of a session.
+pub fn requests_prefix(session: u64) -> Vec<u8> {
+    tagged(REQUEST, &session.to_be_bytes())
+}
+
+/// `R` + session id + request id.
+pub fn request_key(session: u64, request_id: u64) -> Vec<u8> {
+    let mut k = requests_prefix(session);
+    k.extend_from_slice(&request_id.to_be_bytes());
+    k
 }
 
 /// The smallest byte string greater than every string starting with `prefix`,

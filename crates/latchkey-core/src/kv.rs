@@ -1,10 +1,13 @@
-//! KV semantics: [`apply`] for writes, [`query`] for reads.
+//! KV semantics and the dispatch of every command: [`apply`] /
+//! [`apply_with_events`] for writes, [`query`] for reads. Lock commands and
+//! queries are handed to [`crate::lock`].
 
 use std::ops::Bound;
 
 use crate::command::{BatchOp, Command, Condition, Outcome, Query, Request, ScanRange};
 use crate::keyspace::{self, DATA, META_NOW, SEQUENCE};
 use crate::limits::MAX_SCAN_LIMIT;
+use crate::lock::{self, Event};
 use crate::validate::{validate_command, validate_query};
 use crate::{CommandError, CommandResult, Store, StoreError};
 
@@ -17,21 +20,39 @@ const DELETE_CHUNK: usize = 1024;
 /// applying); the inner [`CommandResult`] is the deterministic answer for the
 /// client. A refused command writes nothing, not even the clock: every check
 /// happens before the first write.
+///
+/// The same as [`apply_with_events`] without the events.
 pub fn apply<S: Store>(store: &mut S, request: &Request) -> Result<CommandResult, StoreError> {
+    apply_with_events(store, request).map(|(result, _)| result)
+}
+
+/// Apply one log entry to `store`, and report what the shell must act on:
+/// waiters to wake, countdowns to start or drop (see [`Event`]). Events come
+/// in the order they happened and are identical on every replica; a refused
+/// command has none, and KV commands have none.
+pub fn apply_with_events<S: Store>(
+    store: &mut S,
+    request: &Request,
+) -> Result<(CommandResult, Vec<Event>), StoreError> {
     if let Err(e) = validate_command(&request.command) {
-        return Ok(Err(e));
+        return Ok((Err(e), Vec::new()));
     }
     let clock = stored_clock(store)?;
     // Commands that depend on time use `max(clock, request.now)`.
-    let result = execute(store, &request.command)?;
+    let mut events = Vec::new();
+    let result = execute(store, &request.command, &mut events)?;
     if result.is_ok() && request.now > clock {
         store.put(META_NOW, &request.now.to_be_bytes())?;
     }
-    Ok(result)
+    Ok((result, events))
 }
 
 /// The effects of one validated command.
-fn execute<S: Store>(store: &mut S, command: &Command) -> Result<CommandResult, StoreError> {
+fn execute<S: Store>(
+    store: &mut S,
+    command: &Command,
+    events: &mut Vec<Event>,
+) -> Result<CommandResult, StoreError> {
     match command {
         Command::Put { key, value } => {
             store.put(&data_key(key), value)?;
@@ -83,27 +104,36 @@ fn execute<S: Store>(store: &mut S, command: &Command) -> Result<CommandResult, 
             let deleted = delete_range(store, start, end)?;
             Ok(Ok(Outcome::Deleted(deleted)))
         }
-        Command::Batch { conditions, ops } => {
-            for (i, Condition::ValueIs { key, expected }) in conditions.iter().enumerate() {
-                if store.get(&data_key(key))? != *expected {
-                    let index = u32::try_from(i).unwrap_or(u32::MAX);
-                    return Ok(Ok(Outcome::Batch {
-                        failed_condition: Some(index),
-                    }));
-                }
-            }
-            for op in ops {
-                match op {
-                    BatchOp::Put { key, value } => store.put(&data_key(key), value)?,
-                    BatchOp::Delete { key } => store.delete(&data_key(key))?,
-                }
-            }
-            Ok(Ok(Outcome::Batch {
-                failed_condition: None,
-            }))
-        }
+        Command::Batch { conditions, ops } => batch(store, conditions, ops),
         Command::NextSequence { key, step } => next_sequence(store, key, *step),
+        Command::Lock(command) => lock::apply(store, command, events),
     }
+}
+
+/// Check every condition, then apply every op: [`Command::Batch`], also used
+/// by fenced writes once their fence holds. A failed condition writes nothing.
+pub(crate) fn batch<S: Store>(
+    store: &mut S,
+    conditions: &[Condition],
+    ops: &[BatchOp],
+) -> Result<CommandResult, StoreError> {
+    for (i, Condition::ValueIs { key, expected }) in conditions.iter().enumerate() {
+        if store.get(&data_key(key))? != *expected {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            return Ok(Ok(Outcome::Batch {
+                failed_condition: Some(index),
+            }));
+        }
+    }
+    for op in ops {
+        match op {
+            BatchOp::Put { key, value } => store.put(&data_key(key), value)?,
+            BatchOp::Delete { key } => store.delete(&data_key(key))?,
+        }
+    }
+    Ok(Ok(Outcome::Batch {
+        failed_condition: None,
+    }))
 }
 
 /// Serve a read query from `store`'s applied state.
@@ -121,6 +151,7 @@ pub fn query<S: Store>(store: &S, query: &Query) -> Result<CommandResult, StoreE
             Ok(Ok(Outcome::Values(values)))
         }
         Query::Scan(range) => scan(store, range),
+        Query::Lock(q) => lock::query(store, q),
     }
 }
 
@@ -137,7 +168,7 @@ fn stored_clock<S: Store>(store: &S) -> Result<u64, StoreError> {
 
 /// A big-endian u64 cell, 0 when absent. A cell of the wrong length means
 /// the store is corrupt: stop rather than restart a counter at 0.
-fn read_counter<S: Store>(store: &S, key: &[u8]) -> Result<u64, StoreError> {
+pub(crate) fn read_counter<S: Store>(store: &S, key: &[u8]) -> Result<u64, StoreError> {
     match store.get(key)? {
         None => Ok(0),
         Some(b) => keyspace::read_u64(&b).ok_or_else(|| {

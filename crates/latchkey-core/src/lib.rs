@@ -6,7 +6,9 @@
 //!
 //! What lives here: command, query and outcome types ([`command`]), their
 //! limits ([`limits`]), the keyspace layout ([`keyspace`]), the one codec
-//! ([`codec`]) and [`apply`] / [`query`] over any [`Store`].
+//! ([`codec`]), the lock service's semantics ([`lock`]: sessions, fencing
+//! tokens, sequencers, FIFO waiting, lock-delay, fenced writes) and
+//! [`apply`] / [`apply_with_events`] / [`query`] over any [`Store`].
 //!
 //! What must never live here: I/O, clocks, randomness, threads, async, or
 //! iteration over a `HashMap`. Time arrives as [`Millis`] stamped by the
@@ -28,6 +30,8 @@ mod error;
 pub mod keyspace;
 mod kv;
 pub mod limits;
+pub mod lock;
+mod staged;
 pub mod store;
 mod validate;
 
@@ -35,6 +39,7 @@ pub use command::{
     BatchOp, Command, CommandResult, Condition, Millis, Outcome, Query, Request, ScanRange,
 };
 pub use error::{CommandError, StoreError};
-pub use kv::{apply, query};
+pub use kv::{apply, apply_with_events, query};
+pub use lock::Event;
 pub use store::{MemStore, Store};
 pub use validate::{validate_command, validate_query};

@@ -15,3 +15,46 @@ pub const MAX_MULTI_GET: usize = 1024;
 pub const MAX_SCAN_LIMIT: u32 = 10_000;
 /// Largest total payload (keys + values) of one command, in bytes.
 pub const MAX_COMMAND_BYTES: usize = 4 * 1024 * 1024;
+
+// ---------------------------------------------------------------- locks
+
+/// Shortest session TTL, in milliseconds: a few election timeouts, so a
+/// leader change alone cannot expire a healthy session.
+pub const MIN_SESSION_TTL_MS: u64 = 3_000;
+/// Longest session TTL, in milliseconds (10 minutes): a dead client must not
+/// hold its locks for longer than this.
+pub const MAX_SESSION_TTL_MS: u64 = 600_000;
+/// Longest lock name, in bytes of UTF-8. Names must also be non-empty.
+pub const MAX_LOCK_NAME_LEN: usize = 256;
+/// Shortest wait an acquire may ask for, in milliseconds. "Do not wait" is
+/// `wait_ms: None`, not 0.
+pub const MIN_LOCK_WAIT_MS: u64 = 1;
+/// Longest wait an acquire may ask for, in milliseconds (one day).
+pub const MAX_LOCK_WAIT_MS: u64 = 86_400_000;
+/// Shortest lock lease (maximum hold time), in milliseconds.
+pub const MIN_LOCK_LEASE_MS: u64 = 1_000;
+/// Longest lock lease, in milliseconds (one day).
+pub const MAX_LOCK_LEASE_MS: u64 = 86_400_000;
+/// Shortest lock-delay, in milliseconds. "No lock-delay" is `None`, not 0.
+pub const MIN_LOCK_DELAY_MS: u64 = 1;
+/// Longest lock-delay, in milliseconds (one minute, Chubby's bound).
+pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+/// Most holders one lock can have at once (shared holders; an exclusive lock
+/// has one).
+pub const MAX_LOCK_HOLDERS: usize = 1_024;
+/// Most requests waiting in one lock's queue.
+pub const MAX_LOCK_WAITERS: usize = 1_024;
+/// How many acquire/release outcomes each session remembers for retries.
+/// When a session goes past it, the outcome with the lowest request id is
+/// forgotten, and from then on a request whose id is at or below a forgotten
+/// one, and is not remembered, is refused as too old (it may have been
+/// applied). A client must therefore number its requests increasingly and
+/// keep fewer than this many in flight.
+pub const MAX_REMEMBERED_REQUESTS: u32 = 256;
+/// Most locks one [`crate::lock::LockQuery::Locks`] returns; also the default
+/// when it asks for 0.
+pub const MAX_LOCK_LIST_LIMIT: u32 = 1_000;
+/// Longest printable [`crate::lock::Sequencer`], in bytes: the prefix, two
+/// u64s, the mode and a name of [`MAX_LOCK_NAME_LEN`] bytes, each escaped as
+/// `%XX`.
+pub const MAX_SEQUENCER_LEN: usize = 4 + 20 + 1 + 20 + 1 + 1 + 1 + 3 * MAX_LOCK_NAME_LEN;

@@ -2,6 +2,7 @@
 
 use crate::command::{BatchOp, Command, Condition, Query, ScanRange};
 use crate::limits::*;
+use crate::lock::{LockCommand, LockMode, LockQuery, Sequencer, TimerKind, Token};
 use crate::CommandError;
 
 fn check_key(what: &str, key: &[u8]) -> Result<usize, CommandError> {
@@ -37,6 +38,175 @@ fn check_bound(what: &str, key: &[u8]) -> Result<usize, CommandError> {
     Ok(key.len())
 }
 
+fn check_batch(conditions: &[Condition], ops: &[BatchOp]) -> Result<usize, CommandError> {
+    if ops.len() > MAX_BATCH_OPS {
+        return Err(CommandError::invalid(format!(
+            "batch has {} operations, the limit is {MAX_BATCH_OPS}",
+            ops.len()
+        )));
+    }
+    if conditions.len() > MAX_BATCH_CONDITIONS {
+        return Err(CommandError::invalid(format!(
+            "batch has {} conditions, the limit is {MAX_BATCH_CONDITIONS}",
+            conditions.len()
+        )));
+    }
+    let mut n = 0;
+    for c in conditions {
+        let Condition::ValueIs { key, expected } = c;
+        n += check_key("condition key", key)?;
+        n += expected
+            .as_deref()
+            .map(check_value)
+            .transpose()?
+            .unwrap_or(0);
+    }
+    for op in ops {
+        n += match op {
+            BatchOp::Put { key, value } => check_key("key", key)? + check_value(value)?,
+            BatchOp::Delete { key } => check_key("key", key)?,
+        };
+    }
+    Ok(n)
+}
+
+/// A lock name: non-empty, at most [`MAX_LOCK_NAME_LEN`] bytes.
+fn check_lock_name(name: &str) -> Result<usize, CommandError> {
+    if name.is_empty() || name.len() > MAX_LOCK_NAME_LEN {
+        return Err(CommandError::InvalidLockName {
+            len: name.len(),
+            max: MAX_LOCK_NAME_LEN,
+        });
+    }
+    Ok(name.len())
+}
+
+/// A fencing token: 0 is never issued.
+fn check_token(token: Token) -> Result<(), CommandError> {
+    if token.0 == 0 {
+        return Err(CommandError::invalid("fencing token 0 is never issued"));
+    }
+    Ok(())
+}
+
+/// An optional duration: `None`, or within `[min, max]`.
+fn check_duration(
+    what: TimerKind,
+    value: Option<u64>,
+    min: u64,
+    max: u64,
+) -> Result<(), CommandError> {
+    match value {
+        Some(value) if value < min || value > max => Err(CommandError::DurationOutOfRange {
+            what,
+            value,
+            min,
+            max,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_sequencer(sequencer: &Sequencer) -> Result<usize, CommandError> {
+    check_token(sequencer.token)?;
+    check_lock_name(&sequencer.name)
+}
+
+fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
+    match command {
+        LockCommand::OpenSession { ttl_ms } => {
+            if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(ttl_ms) {
+                return Err(CommandError::TtlOutOfRange {
+                    ttl_ms: *ttl_ms,
+                    min: MIN_SESSION_TTL_MS,
+                    max: MAX_SESSION_TTL_MS,
+                });
+            }
+            Ok(0)
+        }
+        LockCommand::CloseSession { .. } | LockCommand::ExpireSession { .. } => Ok(0),
+        LockCommand::Acquire {
+            name,
+            wait_ms,
+            lease_ms,
+            lock_delay_ms,
+            ..
+        } => {
+            let n = check_lock_name(name)?;
+            check_duration(
+                TimerKind::Wait,
+                *wait_ms,
+                MIN_LOCK_WAIT_MS,
+                MAX_LOCK_WAIT_MS,
+            )?;
+            check_duration(
+                TimerKind::Lease,
+                *lease_ms,
+                MIN_LOCK_LEASE_MS,
+                MAX_LOCK_LEASE_MS,
+            )?;
+            check_duration(
+                TimerKind::LockDelay,
+                *lock_delay_ms,
+                MIN_LOCK_DELAY_MS,
+                MAX_LOCK_DELAY_MS,
+            )?;
+            Ok(n)
+        }
+        LockCommand::Release { name, token, .. }
+        | LockCommand::ExpireLockLease { name, token }
+        | LockCommand::EndLockDelay { name, token } => {
+            let n = check_lock_name(name)?;
+            check_token(*token)?;
+            Ok(n)
+        }
+        LockCommand::CancelWait { name, .. } => check_lock_name(name),
+        LockCommand::Fenced {
+            sequencer,
+            conditions,
+            ops,
+        } => {
+            let n = check_sequencer(sequencer)?;
+            if sequencer.mode != LockMode::Exclusive {
+                return Err(CommandError::invalid(
+                    "a fenced write needs an exclusive sequencer",
+                ));
+            }
+            Ok(n + check_batch(conditions, ops)?)
+        }
+    }
+}
+
+fn check_lock_query(query: &LockQuery) -> Result<(), CommandError> {
+    match query {
+        LockQuery::CheckSequencer(sequencer) => {
+            check_sequencer(sequencer)?;
+        }
+        LockQuery::Locks {
+            prefix,
+            start_after,
+            limit,
+        } => {
+            if prefix.len() > MAX_LOCK_NAME_LEN {
+                return Err(CommandError::InvalidLockName {
+                    len: prefix.len(),
+                    max: MAX_LOCK_NAME_LEN,
+                });
+            }
+            if let Some(after) = start_after {
+                check_lock_name(after)?;
+            }
+            if *limit > MAX_LOCK_LIST_LIMIT {
+                return Err(CommandError::invalid(format!(
+                    "lock list limit {limit} is above the maximum {MAX_LOCK_LIST_LIMIT}"
+                )));
+            }
+        }
+        LockQuery::Session { .. } | LockQuery::TimerState => {}
+    }
+    Ok(())
+}
+
 /// Check a command against the [`crate::limits`]. Pure and cheap.
 pub fn validate_command(command: &Command) -> Result<(), CommandError> {
     let total = match command {
@@ -64,38 +234,9 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
             }
             n
         }
-        Command::Batch { conditions, ops } => {
-            if ops.len() > MAX_BATCH_OPS {
-                return Err(CommandError::invalid(format!(
-                    "batch has {} operations, the limit is {MAX_BATCH_OPS}",
-                    ops.len()
-                )));
-            }
-            if conditions.len() > MAX_BATCH_CONDITIONS {
-                return Err(CommandError::invalid(format!(
-                    "batch has {} conditions, the limit is {MAX_BATCH_CONDITIONS}",
-                    conditions.len()
-                )));
-            }
-            let mut n = 0;
-            for c in conditions {
-                let Condition::ValueIs { key, expected } = c;
-                n += check_key("condition key", key)?;
-                n += expected
-                    .as_deref()
-                    .map(check_value)
-                    .transpose()?
-                    .unwrap_or(0);
-            }
-            for op in ops {
-                n += match op {
-                    BatchOp::Put { key, value } => check_key("key", key)? + check_value(value)?,
-                    BatchOp::Delete { key } => check_key("key", key)?,
-                };
-            }
-            n
-        }
+        Command::Batch { conditions, ops } => check_batch(conditions, ops)?,
         Command::NextSequence { key, .. } => check_key("sequence key", key)?,
+        Command::Lock(lock) => check_lock_command(lock)?,
     };
     if total > MAX_COMMAND_BYTES {
         return Err(CommandError::invalid(format!(
@@ -140,6 +281,7 @@ pub fn validate_query(query: &Query) -> Result<(), CommandError> {
                 )));
             }
         }
+        Query::Lock(q) => check_lock_query(q)?,
     }
     Ok(())
 }

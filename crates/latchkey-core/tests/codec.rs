@@ -5,6 +5,11 @@ use std::cell::Cell;
 use std::fmt::Debug;
 
 use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
+use latchkey_core::lock::{
+    Event, HoldEnd, HolderInfo, LeaseTimer, LockCommand, LockDelayTimer, LockInfo, LockMode,
+    LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, TimerKind, TimerState,
+    Token, WaitCancel, WaitEnd, WaitTimer,
+};
 use latchkey_core::{
     BatchOp, Command, CommandError, CommandResult, Condition, Outcome, Query, Request, ScanRange,
 };
@@ -137,7 +142,76 @@ fn commands() -> Vec<Command> {
             key: b("s"),
             step: u64::MAX,
         },
+        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        Command::Lock(LockCommand::CloseSession {
+            session: SessionId(1),
+        }),
+        Command::Lock(LockCommand::ExpireSession {
+            session: SessionId(u64::MAX),
+        }),
+        Command::Lock(LockCommand::Acquire {
+            session: SessionId(2),
+            owner: 3,
+            request_id: 4,
+            name: "jobs/é".to_string(),
+            mode: LockMode::Shared,
+            wait_ms: Some(1),
+            lease_ms: None,
+            lock_delay_ms: Some(60_000),
+        }),
+        Command::Lock(LockCommand::Release {
+            session: SessionId(2),
+            owner: 3,
+            request_id: 5,
+            name: "l".to_string(),
+            token: Token(9),
+        }),
+        Command::Lock(LockCommand::CancelWait {
+            session: SessionId(2),
+            owner: 3,
+            name: "l".to_string(),
+            request_id: 4,
+        }),
+        Command::Lock(LockCommand::ExpireLockLease {
+            name: "l".to_string(),
+            token: Token(1),
+        }),
+        Command::Lock(LockCommand::EndLockDelay {
+            name: "l".to_string(),
+            token: Token(1),
+        }),
+        Command::Lock(LockCommand::Fenced {
+            sequencer: sequencer(),
+            conditions: vec![Condition::ValueIs {
+                key: b("a"),
+                expected: None,
+            }],
+            ops: vec![BatchOp::Put {
+                key: b("a"),
+                value: b("1"),
+            }],
+        }),
     ]
+}
+
+fn sequencer() -> Sequencer {
+    Sequencer {
+        name: "l".to_string(),
+        mode: LockMode::Exclusive,
+        token: Token(34),
+        session: SessionId(7),
+    }
+}
+
+fn holder() -> HolderInfo {
+    HolderInfo {
+        session: SessionId(7),
+        owner: 1,
+        mode: LockMode::Exclusive,
+        token: Token(34),
+        hold_count: 2,
+        lease_ms: Some(1_000),
+    }
 }
 
 fn queries() -> Vec<Query> {
@@ -155,6 +229,16 @@ fn queries() -> Vec<Query> {
             limit: u32::MAX,
             reverse: true,
         }),
+        Query::Lock(LockQuery::CheckSequencer(sequencer())),
+        Query::Lock(LockQuery::Locks {
+            prefix: "jobs/".to_string(),
+            start_after: Some("jobs/3".to_string()),
+            limit: 10,
+        }),
+        Query::Lock(LockQuery::Session {
+            session: SessionId(1),
+        }),
+        Query::Lock(LockQuery::TimerState),
     ]
 }
 
@@ -194,6 +278,75 @@ fn outcomes() -> Vec<Outcome> {
             entries: vec![(b("a"), b("1")), (b("b"), vec![])],
             more: true,
         },
+        Outcome::Lock(LockOutcome::SessionOpened {
+            session: SessionId(1),
+            ttl_ms: 3_000,
+        }),
+        Outcome::Lock(LockOutcome::SessionEnded {
+            session: SessionId(1),
+            released: 2,
+            cancelled: 0,
+        }),
+        Outcome::Lock(LockOutcome::Granted {
+            sequencer: sequencer(),
+            hold_count: 1,
+        }),
+        Outcome::Lock(LockOutcome::Queued {
+            name: "l".to_string(),
+            request_id: 4,
+            position: 0,
+        }),
+        Outcome::Lock(LockOutcome::Released {
+            name: "l".to_string(),
+            token: Token(34),
+            remaining: 0,
+        }),
+        Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::Cancelled)),
+        Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(
+            sequencer(),
+        ))),
+        Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::NotWaiting)),
+        Outcome::Lock(LockOutcome::LeaseExpired { released: true }),
+        Outcome::Lock(LockOutcome::LockDelayEnded { ended: false }),
+        Outcome::Lock(LockOutcome::SequencerCheck { current: true }),
+        Outcome::Lock(LockOutcome::Locks {
+            locks: vec![LockInfo {
+                name: "l".to_string(),
+                mode: Some(LockMode::Exclusive),
+                holders: vec![holder()],
+                waiters: 3,
+                lock_delay: None,
+            }],
+            more: true,
+        }),
+        Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+            session: SessionId(1),
+            ttl_ms: 3_000,
+        }))),
+        Outcome::Lock(LockOutcome::Session(None)),
+        Outcome::Lock(LockOutcome::Timers(TimerState {
+            sessions: vec![SessionInfo {
+                session: SessionId(1),
+                ttl_ms: 3_000,
+            }],
+            leases: vec![LeaseTimer {
+                name: "l".to_string(),
+                token: Token(3),
+                lease_ms: 1_000,
+            }],
+            lock_delays: vec![LockDelayTimer {
+                name: "m".to_string(),
+                token: Token(2),
+                delay_ms: 5,
+            }],
+            waits: vec![WaitTimer {
+                session: SessionId(1),
+                owner: 0,
+                name: "l".to_string(),
+                request_id: 9,
+                wait_ms: 50,
+            }],
+        })),
     ]
 }
 
@@ -205,7 +358,132 @@ fn results() -> Vec<CommandResult> {
         key: "s\u{fffd}".to_string(),
         step: 9,
     }));
+    let name = || "l".to_string();
+    all.extend(
+        [
+            CommandError::UnknownSession {
+                session: SessionId(0),
+            },
+            CommandError::SessionEnded {
+                session: SessionId(3),
+            },
+            CommandError::InvalidLockName { len: 0, max: 256 },
+            CommandError::TtlOutOfRange {
+                ttl_ms: 0,
+                min: 3_000,
+                max: 600_000,
+            },
+            CommandError::DurationOutOfRange {
+                what: TimerKind::Lease,
+                value: 5,
+                min: 1_000,
+                max: 86_400_000,
+            },
+            CommandError::NotHolder { name: name() },
+            CommandError::StaleToken {
+                name: name(),
+                token: Token(1),
+                current: Token(2),
+            },
+            CommandError::UpgradeNotAllowed { name: name() },
+            CommandError::DowngradeNotAllowed { name: name() },
+            CommandError::Busy {
+                name: name(),
+                holder: Some(holder()),
+                holders: 1,
+                waiters: 0,
+                lock_delay: false,
+            },
+            CommandError::AlreadyWaiting {
+                name: name(),
+                request_id: 1,
+            },
+            CommandError::QueueFull {
+                name: name(),
+                max: 1_024,
+            },
+            CommandError::StaleFence {
+                name: name(),
+                token: Token(33),
+                current: Some(Token(34)),
+            },
+            CommandError::RequestTooOld {
+                request_id: 1,
+                oldest: 2,
+            },
+            CommandError::RequestIdReused { request_id: 1 },
+            CommandError::WaitCancelled {
+                name: name(),
+                request_id: 1,
+            },
+            CommandError::CounterExhausted {
+                counter: "fencing tokens".to_string(),
+            },
+        ]
+        .map(Err),
+    );
     all
+}
+
+#[test]
+fn events_round_trip() {
+    let events = [
+        Event::SessionOpened {
+            session: SessionId(1),
+            ttl_ms: 3_000,
+        },
+        Event::SessionEnded {
+            session: SessionId(1),
+            how: SessionEnd::Expired,
+        },
+        Event::Granted {
+            session: SessionId(1),
+            owner: 2,
+            request_id: 3,
+            name: "l".to_string(),
+            mode: LockMode::Shared,
+            token: Token(4),
+            lease_ms: Some(1_000),
+            waited: true,
+        },
+        Event::Queued {
+            session: SessionId(1),
+            owner: 2,
+            request_id: 3,
+            name: "l".to_string(),
+            mode: LockMode::Exclusive,
+            wait_ms: 5,
+        },
+        Event::WaitCancelled {
+            session: SessionId(1),
+            owner: 2,
+            request_id: 3,
+            name: "l".to_string(),
+            why: WaitEnd::SessionEnded(SessionEnd::Closed),
+        },
+        Event::Released {
+            session: SessionId(1),
+            owner: 2,
+            name: "l".to_string(),
+            token: Token(4),
+            why: HoldEnd::LeaseExpired,
+        },
+        Event::LockDelayStarted {
+            name: "l".to_string(),
+            token: Token(4),
+            delay_ms: 100,
+        },
+        Event::LockDelayEnded {
+            name: "l".to_string(),
+            token: Token(4),
+        },
+        Event::LockFreed {
+            name: "l".to_string(),
+        },
+    ];
+    for e in &events {
+        round_trip(e);
+    }
 }
 
 fn requests() -> Vec<Request> {
@@ -297,6 +575,21 @@ fn format_is_frozen() {
     .expect("encodes");
     // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
     assert_eq!(bytes, [1, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+    // Lock commands come after every KV command: Command variant 8, then
+    // LockCommand variant 0 (OpenSession), ttl 3000.
+    let bytes = encode(&Request {
+        now: 1,
+        command: Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+    })
+    .expect("encodes");
+    assert_eq!(bytes, [1, 1, 8, 0, 0xfb, 0xb8, 0x0b]);
+    // Lock errors come after the KV errors: CommandError variant 2 is
+    // UnknownSession.
+    let bytes = encode(&Err::<Outcome, _>(CommandError::UnknownSession {
+        session: SessionId(5),
+    }))
+    .expect("encodes");
+    assert_eq!(bytes, [1, 1, 2, 5]);
 }
 
 // ---------------------------------------------------------------- refusals
@@ -354,7 +647,11 @@ fn garbage_is_refused() {
     let cases: &[&[u8]] = &[
         &[FORMAT_VERSION],
         // now = 0, then a Command variant that does not exist.
+        &[FORMAT_VERSION, 0, 9],
+        // now = 0, Command::Lock with no lock command after it.
         &[FORMAT_VERSION, 0, 8],
+        // now = 0, Command::Lock with a lock command that does not exist.
+        &[FORMAT_VERSION, 0, 8, 9],
         &[FORMAT_VERSION, 0, 200],
         // A varint marker with nothing after it.
         &[FORMAT_VERSION, 0xfd],
@@ -480,6 +777,98 @@ fn arb_command() -> impl Strategy<Value = Command> {
         )
             .prop_map(|(conditions, ops)| Command::Batch { conditions, ops }),
         (bytes(), any::<u64>()).prop_map(|(key, step)| Command::NextSequence { key, step }),
+        arb_lock_command().prop_map(Command::Lock),
+    ]
+}
+
+fn arb_mode() -> impl Strategy<Value = LockMode> {
+    prop_oneof![Just(LockMode::Exclusive), Just(LockMode::Shared)]
+}
+
+fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
+    let session = any::<u64>().prop_map(SessionId);
+    let token = any::<u64>().prop_map(Token);
+    let name = ".{0,8}";
+    let opt = || prop::option::of(any::<u64>());
+    prop_oneof![
+        any::<u64>().prop_map(|ttl_ms| LockCommand::OpenSession { ttl_ms }),
+        session
+            .clone()
+            .prop_map(|session| LockCommand::CloseSession { session }),
+        session
+            .clone()
+            .prop_map(|session| LockCommand::ExpireSession { session }),
+        (
+            session.clone(),
+            any::<u64>(),
+            any::<u64>(),
+            name,
+            arb_mode(),
+            opt(),
+            opt(),
+            opt()
+        )
+            .prop_map(
+                |(session, owner, request_id, name, mode, wait_ms, lease_ms, lock_delay_ms)| {
+                    LockCommand::Acquire {
+                        session,
+                        owner,
+                        request_id,
+                        name,
+                        mode,
+                        wait_ms,
+                        lease_ms,
+                        lock_delay_ms,
+                    }
+                }
+            ),
+        (
+            session.clone(),
+            any::<u64>(),
+            any::<u64>(),
+            name,
+            token.clone()
+        )
+            .prop_map(
+                |(session, owner, request_id, name, token)| LockCommand::Release {
+                    session,
+                    owner,
+                    request_id,
+                    name,
+                    token,
+                }
+            ),
+        (session.clone(), any::<u64>(), name, any::<u64>()).prop_map(
+            |(session, owner, name, request_id)| LockCommand::CancelWait {
+                session,
+                owner,
+                name,
+                request_id,
+            }
+        ),
+        (name, token.clone())
+            .prop_map(|(name, token)| LockCommand::ExpireLockLease { name, token }),
+        (name, token.clone()).prop_map(|(name, token)| LockCommand::EndLockDelay { name, token }),
+        (
+            name,
+            arb_mode(),
+            token,
+            session,
+            prop::collection::vec((bytes(), bytes()), 0..3)
+        )
+            .prop_map(|(name, mode, token, session, puts)| LockCommand::Fenced {
+                sequencer: Sequencer {
+                    name,
+                    mode,
+                    token,
+                    session,
+                },
+                conditions: vec![],
+                ops: puts
+                    .into_iter()
+                    .map(|(key, value)| BatchOp::Put { key, value })
+                    .collect(),
+            }),
     ]
 }
 

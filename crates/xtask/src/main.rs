@@ -6,8 +6,10 @@
 mod run;
 mod setup;
 
+use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Instant;
 
@@ -81,9 +83,22 @@ OPTIONS:
 const BENCH_HELP: &str = "\
 cargo xtask bench [kv|lock|all] [ARGS...]
 
-Runs `cargo run -p latchkey-bench --bin latchkey-bench -- WORKLOAD ARGS...`
-(WORKLOAD defaults to kv; ARGS go to the benchmark binary). Exits 2 when the
-workspace has no latchkey-bench package yet.
+For kv and all, first builds the server (`cargo build -p latchkey --bin latchkey`,
+the dev profile like every other command), then runs
+`cargo run -p latchkey-bench --bin latchkey-bench -- WORKLOAD --server-bin <TARGET_DIR>/debug/latchkey ARGS...`
+(WORKLOAD defaults to kv; ARGS go to the benchmark binary, and may override
+--server-bin). TARGET_DIR is CARGO_TARGET_DIR, else cargo metadata's
+target_directory. Exits 2 when the workspace has no latchkey-bench package yet.
+
+ARGS of kv (see `cargo run -p latchkey-bench -- --help`):
+    --duration 5s        length of each (workload, clients) run
+    --clients 1,8,64     concurrent client tasks per run
+    --value-size 128     bytes per value
+    --out bench-results  where kv-<unix time>.json and kv-latest.json go
+    --client-mode shared|per-task
+Example: cargo xtask bench kv --duration 3s
+Prints a table (ops/s, p50/p99/p99.9 latency, errors per workload and client
+count, the disk's fsync/s and put/s over fsync/s). Timing is never asserted.
 ";
 
 const SOAK_HELP: &str = "\
@@ -418,26 +433,110 @@ fn cmd_bench(rest: &[OsString]) -> Result {
         "--",
         workload,
     ]);
+    if workload != "lock" {
+        let server = build_server()?;
+        // First, so that a --server-bin in ARGS (parsed later) wins.
+        cmd.arg("--server-bin").arg(server);
+    }
     cmd.args(rest);
     println!("xtask: {}", display(&cmd));
     run::run(&mut cmd)
+}
+
+/// Build the `latchkey` binary (dev profile) and return its path.
+fn build_server() -> Result<PathBuf> {
+    let mut build = cargo(["build", "-p", "latchkey", "--bin", "latchkey"]);
+    println!("xtask: {}", display(&build));
+    run::run(&mut build).map_err(|e| {
+        Exit::with(
+            e.code,
+            format!(
+                "bench: building the server failed (exit {}): {}",
+                e.code,
+                display(&build)
+            ),
+        )
+    })?;
+    let target_dir = target_dir().ok_or_else(|| {
+        Exit::with(
+            1,
+            "bench: cannot tell the target directory (set CARGO_TARGET_DIR)",
+        )
+    })?;
+    let server = target_dir
+        .join("debug")
+        .join(format!("latchkey{}", std::env::consts::EXE_SUFFIX));
+    if !server.is_file() {
+        return Err(Exit::with(
+            1,
+            format!(
+                "bench: the build succeeded but {} does not exist",
+                server.display()
+            ),
+        ));
+    }
+    Ok(server)
+}
+
+/// The workspace's target directory: CARGO_TARGET_DIR (relative to the
+/// workspace root, where cargo runs), else `target_directory` from `cargo
+/// metadata`, which also knows about `build.target-dir` in cargo's config.
+fn target_dir() -> Option<PathBuf> {
+    if let Some(dir) = env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        return Some(run::workspace_root().join(dir));
+    }
+    let metadata = cargo_metadata()?;
+    json_string_field(&metadata, "target_directory").map(PathBuf::from)
+}
+
+/// `cargo metadata --no-deps --format-version 1` (no resolution, no network),
+/// its stdout if it succeeds.
+fn cargo_metadata() -> Option<String> {
+    let out = cargo(["metadata", "--no-deps", "--format-version", "1"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The string value of the first `"field":"..."` in compact JSON, unescaped.
+fn json_string_field(json: &str, field: &str) -> Option<String> {
+    let needle = format!("\"{field}\":\"");
+    let start = json.find(&needle)? + needle.len();
+    let mut out = String::new();
+    let mut chars = json[start..].chars();
+    loop {
+        match chars.next()? {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'r' => out.push('\r'),
+                'b' => out.push('\u{8}'),
+                'f' => out.push('\u{c}'),
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
 }
 
 /// Whether the workspace has a package called `name`: asks `cargo metadata
 /// --no-deps` (no resolution, no network); if that fails, looks at the
 /// manifests under crates/.
 fn workspace_has_package(name: &str) -> bool {
-    let metadata = cargo(["metadata", "--no-deps", "--format-version", "1"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output();
-    if let Ok(out) = metadata {
-        if out.status.success() {
-            // Package objects start with name then version; dependency and
-            // target objects do not have that pair.
-            let needle = format!("\"name\":\"{name}\",\"version\":");
-            return String::from_utf8_lossy(&out.stdout).contains(&needle);
-        }
+    if let Some(metadata) = cargo_metadata() {
+        // Package objects start with name then version; dependency and
+        // target objects do not have that pair.
+        let needle = format!("\"name\":\"{name}\",\"version\":");
+        return metadata.contains(&needle);
     }
     let needle = format!("name = \"{name}\"");
     fs::read_dir(run::workspace_root().join("crates"))
@@ -458,4 +557,23 @@ fn cmd_soak(rest: &[OsString]) -> Result {
         return Ok(());
     }
     Err(Exit::with(2, "soak: not implemented yet (issue 4)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_string_fields_are_found_and_unescaped() {
+        let json = r#"{"packages":[],"target_directory":"/var/tmp/a \"b\"\\c\u00e9","version":1}"#;
+        assert_eq!(
+            json_string_field(json, "target_directory").as_deref(),
+            Some("/var/tmp/a \"b\"\\c\u{e9}")
+        );
+        assert_eq!(json_string_field(json, "workspace_root"), None);
+        assert_eq!(
+            json_string_field(r#"{"target_directory":"/x"#, "target_directory"),
+            None
+        );
+    }
 }

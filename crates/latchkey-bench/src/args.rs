@@ -1,0 +1,325 @@
+//! Command-line parsing (std only): `latchkey-bench <WORKLOAD> [OPTIONS]`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use latchkey::core::limits::MAX_VALUE_LEN;
+
+pub const USAGE: &str = "\
+latchkey-bench: benchmarks of a real three-replica latchkey cluster on loopback
+
+USAGE:
+    latchkey-bench kv   [OPTIONS]    puts, then linearizable gets, per client count
+    latchkey-bench lock [OPTIONS]    (not yet: comes with the lock service)
+    latchkey-bench all  [OPTIONS]    every workload available (kv for now)
+    cargo xtask bench [kv|lock|all] [OPTIONS]   the usual way: builds the server first
+
+OPTIONS:
+    --duration D       how long each (workload, clients) run lasts (default 5s;
+                       units ms, s or m; at most 10m)
+    --clients LIST     concurrent client tasks, comma-separated (default 1,8,64;
+                       each 1..=1024)
+    --value-size N     bytes per value (default 128; at most 1 MiB)
+    --out DIR          where the JSON results go (default bench-results)
+    --server-bin PATH  the `latchkey` binary to run (default: `latchkey` next to
+                       this binary; `cargo xtask bench` passes it)
+    --client-mode M    shared (default): every task clones one Client, so all
+                       requests multiplex over one HTTP/2 connection per replica;
+                       per-task: each task builds its own Client (own connections)
+    --tmp-dir DIR      parent of the temporary data directory (default: $TMPDIR
+                       or /tmp); put it on the disk you want to measure
+    -h, --help         print this text
+
+Exit codes: 0 done, 1 the benchmark could not run (servers did not start, ...),
+2 bad usage or a workload that does not exist yet, 130 interrupted.
+Results are measurements, never a pass/fail verdict.
+";
+
+/// Which benchmark to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Kv,
+    Lock,
+    All,
+}
+
+/// How client tasks get their `Client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientMode {
+    /// One `Client`, cloned into every task (clones share connections).
+    Shared,
+    /// One `Client` per task, each with its own connections.
+    PerTask,
+}
+
+impl ClientMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientMode::Shared => "shared",
+            ClientMode::PerTask => "per-task",
+        }
+    }
+}
+
+/// Options of the kv benchmark.
+#[derive(Debug, Clone)]
+pub struct KvOptions {
+    pub duration: Duration,
+    pub clients: Vec<usize>,
+    pub value_size: usize,
+    pub out: PathBuf,
+    pub server_bin: Option<PathBuf>,
+    pub client_mode: ClientMode,
+    pub tmp_dir: Option<PathBuf>,
+}
+
+impl Default for KvOptions {
+    fn default() -> Self {
+        KvOptions {
+            duration: Duration::from_secs(5),
+            clients: vec![1, 8, 64],
+            value_size: 128,
+            out: PathBuf::from("bench-results"),
+            server_bin: None,
+            client_mode: ClientMode::Shared,
+            tmp_dir: None,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Parsed {
+    Help,
+    Run(Workload, KvOptions),
+}
+
+const MAX_DURATION: Duration = Duration::from_secs(600);
+const MAX_CLIENTS: usize = 1024;
+
+/// Parse the arguments after the program name.
+pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
+    let mut strings = Vec::with_capacity(args.len());
+    for a in args {
+        match a.to_str() {
+            Some(s) => strings.push(s.to_string()),
+            None => return Err(format!("argument {a:?} is not valid UTF-8")),
+        }
+    }
+    let Some((first, rest)) = strings.split_first() else {
+        return Err("missing workload: kv, lock or all".into());
+    };
+    let workload = match first.as_str() {
+        "-h" | "--help" | "help" => return Ok(Parsed::Help),
+        "kv" => Workload::Kv,
+        "lock" => Workload::Lock,
+        "all" => Workload::All,
+        other => {
+            return Err(format!(
+                "unknown workload `{other}`: choose kv, lock or all"
+            ))
+        }
+    };
+
+    let mut opts = KvOptions::default();
+    let mut i = 0;
+    while i < rest.len() {
+        let arg = &rest[i];
+        i += 1;
+        if arg == "-h" || arg == "--help" {
+            return Ok(Parsed::Help);
+        }
+        if arg == "--" {
+            continue;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        if !flag.starts_with("--") {
+            return Err(format!("unexpected argument `{arg}`"));
+        }
+        let known = [
+            "--duration",
+            "--clients",
+            "--value-size",
+            "--out",
+            "--server-bin",
+            "--client-mode",
+            "--tmp-dir",
+        ];
+        if !known.contains(&flag) {
+            return Err(format!("unknown option `{flag}`"));
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                let Some(v) = rest.get(i) else {
+                    return Err(format!("option {flag} needs a value"));
+                };
+                i += 1;
+                v.clone()
+            }
+        };
+        match flag {
+            "--duration" => opts.duration = parse_duration(&value)?,
+            "--clients" => opts.clients = parse_clients(&value)?,
+            "--value-size" => opts.value_size = parse_value_size(&value)?,
+            "--out" => opts.out = non_empty_path(flag, &value)?,
+            "--server-bin" => opts.server_bin = Some(non_empty_path(flag, &value)?),
+            "--tmp-dir" => opts.tmp_dir = Some(non_empty_path(flag, &value)?),
+            "--client-mode" => {
+                opts.client_mode = match value.as_str() {
+                    "shared" => ClientMode::Shared,
+                    "per-task" | "own" => ClientMode::PerTask,
+                    other => {
+                        return Err(format!(
+                            "--client-mode: `{other}` is neither `shared` nor `per-task`"
+                        ))
+                    }
+                }
+            }
+            _ => return Err(format!("unknown option `{flag}`")),
+        }
+    }
+    Ok(Parsed::Run(workload, opts))
+}
+
+fn non_empty_path(flag: &str, value: &str) -> Result<PathBuf, String> {
+    if value.trim().is_empty() {
+        Err(format!("{flag} needs a non-empty path"))
+    } else {
+        Ok(PathBuf::from(value))
+    }
+}
+
+/// `500ms`, `3s`, `2.5s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("--duration: `{s}` is not a duration like 500ms, 5s or 1m");
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("--duration: `{s}` needs a unit: ms, s or m (e.g. 5s)"))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => {
+            return Err(format!(
+                "--duration: unknown unit `{unit}` in `{s}`: use ms, s or m"
+            ))
+        }
+    };
+    let secs = n * scale;
+    if !secs.is_finite() || secs < 0.1 {
+        return Err(format!("--duration: `{s}` is too short (at least 100ms)"));
+    }
+    let d = Duration::from_secs_f64(secs);
+    if d > MAX_DURATION {
+        return Err(format!("--duration: `{s}` is too long (at most 10m)"));
+    }
+    Ok(d)
+}
+
+/// `1,8,64`.
+pub fn parse_clients(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: usize = part
+            .parse()
+            .map_err(|_| format!("--clients: `{part}` is not a number"))?;
+        if n == 0 || n > MAX_CLIENTS {
+            return Err(format!("--clients: {n} is out of range 1..={MAX_CLIENTS}"));
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    if out.is_empty() {
+        return Err("--clients: give at least one client count, e.g. 1,8,64".into());
+    }
+    Ok(out)
+}
+
+fn parse_value_size(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("--value-size: `{s}` is not a number of bytes"))?;
+    if n > MAX_VALUE_LEN {
+        return Err(format!(
+            "--value-size: {n} is above the largest value latchkey accepts ({MAX_VALUE_LEN} bytes)"
+        ));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let Ok(Parsed::Run(Workload::Kv, o)) = parse(&args(&["kv"])) else {
+            panic!("kv should parse");
+        };
+        assert_eq!(o.clients, vec![1, 8, 64]);
+        assert_eq!(o.duration, Duration::from_secs(5));
+        let parsed = parse(&args(&[
+            "kv",
+            "--duration=3s",
+            "--clients",
+            "2, 4,4",
+            "--value-size",
+            "16",
+            "--client-mode",
+            "per-task",
+            "--server-bin",
+            "/a",
+            "--server-bin",
+            "/b",
+        ]));
+        let Ok(Parsed::Run(_, o)) = parsed else {
+            panic!("should parse: {parsed:?}");
+        };
+        assert_eq!(o.duration, Duration::from_secs(3));
+        assert_eq!(o.clients, vec![2, 4]);
+        assert_eq!(o.value_size, 16);
+        assert_eq!(o.client_mode, ClientMode::PerTask);
+        assert_eq!(o.server_bin, Some(PathBuf::from("/b")));
+    }
+
+    #[test]
+    fn refuses_garbage() {
+        for bad in [
+            &["nope"][..],
+            &["kv", "--duration", "5"],
+            &["kv", "--duration", "0s"],
+            &["kv", "--duration", "11m"],
+            &["kv", "--clients", "0"],
+            &["kv", "--clients", ""],
+            &["kv", "--clients", "a"],
+            &["kv", "--value-size", "-1"],
+            &["kv", "--value-size", "99999999"],
+            &["kv", "--what"],
+            &["kv", "--out"],
+            &["kv", "stray"],
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2.5s"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+    }
+}

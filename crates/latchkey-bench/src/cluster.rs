@@ -1,0 +1,284 @@
+//! A throw-away three-process cluster: a temporary directory, three free
+//! loopback ports, three `latchkey serve` children, and guards that kill the
+//! children and remove the directory however the benchmark ends.
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use latchkey::{Client, ClientOptions};
+
+/// A directory removed (recursively) when dropped.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// A new, empty directory `latchkey-bench-<pid>-<nanos>` under `parent`.
+    pub fn new(parent: &Path) -> Result<TempDir, String> {
+        fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = parent.join(format!("latchkey-bench-{}-{nanos}", std::process::id()));
+        fs::create_dir(&path)
+            .map_err(|e| format!("cannot create the data directory {}: {e}", path.display()))?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            eprintln!(
+                "latchkey-bench: warning: could not remove {}: {e}",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// One `latchkey serve` child.
+struct Server {
+    id: u64,
+    addr: String,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// Three running replicas. Dropping it kills them (SIGKILL by pid) and reaps them.
+pub struct Cluster {
+    servers: Vec<Server>,
+}
+
+/// Three distinct free loopback ports: all three listeners are held open at
+/// once so the kernel cannot hand out the same port twice, then released for
+/// the servers to bind (a tiny race with other programs remains).
+fn free_ports() -> Result<[u16; 3], String> {
+    let mut listeners = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| format!("cannot find a free loopback port: {e}"))?;
+        listeners.push(l);
+    }
+    let mut ports = [0u16; 3];
+    for (slot, l) in ports.iter_mut().zip(&listeners) {
+        *slot = l
+            .local_addr()
+            .map_err(|e| format!("cannot read a listener's port: {e}"))?
+            .port();
+    }
+    Ok(ports)
+}
+
+impl Cluster {
+    /// Start three durable replicas with default settings under `dir`,
+    /// stdout and stderr of each to `dir/node-<id>.log`.
+    pub fn start(server_bin: &Path, dir: &Path) -> Result<Cluster, String> {
+        let ports = free_ports()?;
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let members: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let members = members.join(",");
+
+        let mut cluster = Cluster {
+            servers: Vec::with_capacity(3),
+        };
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = (i + 1) as u64;
+            let data = dir.join(format!("node-{id}"));
+            let log = dir.join(format!("node-{id}.log"));
+            let log_file =
+                File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+            let log_err = log_file
+                .try_clone()
+                .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+            let mut cmd = Command::new(server_bin);
+            cmd.arg("serve")
+                .arg("--id")
+                .arg(id.to_string())
+                .arg("--listen")
+                .arg(addr)
+                .arg("--data-dir")
+                .arg(&data)
+                .arg("--initial-members")
+                .arg(&members)
+                .stdin(Stdio::null())
+                .stdout(log_file)
+                .stderr(log_err);
+            detach(&mut cmd);
+            let child = cmd.spawn().map_err(|e| {
+                format!(
+                    "cannot start server {id} ({} serve): {e}",
+                    server_bin.display()
+                )
+            })?;
+            // Pushed at once: from here on the Drop guard owns the child.
+            cluster.servers.push(Server {
+                id,
+                addr: addr.clone(),
+                log,
+                child: Some(child),
+            });
+        }
+        Ok(cluster)
+    }
+
+    /// The replicas' `host:port`, in id order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.addr.clone()).collect()
+    }
+
+    /// Process ids of the running replicas (for the report).
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// An error if a replica has exited, with the end of its log.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        for s in &mut self.servers {
+            let Some(child) = s.child.as_mut() else {
+                continue;
+            };
+            match child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    s.child = None;
+                    return Err(format!(
+                        "server {} ({}) exited with {status}; end of {}:\n{}",
+                        s.id,
+                        s.addr,
+                        s.log.display(),
+                        log_tail(&s.log, 4096)
+                    ));
+                }
+                Err(e) => return Err(format!("cannot check server {}: {e}", s.id)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The last lines of every replica's log, for error messages.
+    pub fn logs_tail(&self) -> String {
+        let mut text = String::new();
+        for s in &self.servers {
+            text.push_str(&format!(
+                "--- end of {} (server {}, {}):\n{}\n",
+                s.log.display(),
+                s.id,
+                s.addr,
+                log_tail(&s.log, 2048)
+            ));
+        }
+        text
+    }
+
+    /// Poll every replica's status until one says it leads; its address.
+    pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
+        let options = ClientOptions {
+            request_timeout: Duration::from_secs(2),
+            attempt_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(500),
+            ..ClientOptions::default()
+        };
+        let endpoints = self.endpoints();
+        let client = Client::with_options(&endpoints, options)
+            .map_err(|e| format!("cannot build a status client: {e}"))?;
+        let started = Instant::now();
+        let mut last = String::from("no replica answered yet");
+        loop {
+            self.check_alive()?;
+            for addr in &endpoints {
+                match client.status_of(addr).await {
+                    Ok(s) if s.state == "Leader" => return Ok(addr.clone()),
+                    Ok(s) => {
+                        last = format!(
+                            "{addr}: state {}, leader {:?}, term {}",
+                            s.state, s.leader_id, s.term
+                        )
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            if started.elapsed() > within {
+                return Err(format!(
+                    "no leader elected within {within:?} (last: {last})\n{}",
+                    self.logs_tail()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            if let Some(mut child) = s.child.take() {
+                // SIGKILL by pid (never by name); then reap it.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Each server in its own process group (a terminal's Ctrl-C reaches only the
+/// benchmark, whose guard then kills the servers), and killed by the kernel if
+/// the benchmark dies without running its guards (SIGKILL, abort).
+fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl is async-signal-safe and touches no memory of the
+        // parent; it runs in the child between fork and exec. The servers are
+        // spawned from the main thread, which lives as long as the process, so
+        // the "parent died" signal fires only when the benchmark is gone.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// The last `max` bytes of a log file, or a note saying why not.
+fn log_tail(path: &Path, max: u64) -> String {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return format!("(cannot read: {e})"),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > max {
+        let _ = file.seek(SeekFrom::Start(len - max));
+    }
+    let mut buf = Vec::new();
+    if let Err(e) = file.read_to_end(&mut buf) {
+        return format!("(cannot read: {e})");
+    }
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    if text.trim().is_empty() {
+        "(empty)".into()
+    } else {
+        text
+    }
+}

@@ -1,0 +1,217 @@
+//! The results: a table on stdout and JSON files, with what the machine was.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Serialize;
+
+use crate::fsync::FsyncRate;
+use crate::kv::RunResult;
+
+/// What the numbers were measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Cores the benchmark may use (servers and clients share them).
+    pub nproc: usize,
+    pub cpu_model: Option<String>,
+    pub kernel: Option<String>,
+    /// File system of the data directory (from /proc/mounts).
+    pub data_fs: Option<String>,
+    pub git_commit: Option<String>,
+    /// Uncommitted changes in the work tree when measured.
+    pub git_dirty: Option<bool>,
+    /// Whether the benchmark itself was built with debug assertions (the
+    /// workspace's dev profile: our crates opt-level 1, dependencies 3).
+    pub debug_assertions: bool,
+}
+
+impl Machine {
+    pub fn read(data_dir: &Path) -> Machine {
+        Machine {
+            nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model: fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            }),
+            kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            data_fs: filesystem_of(data_dir),
+            git_commit: git(&["rev-parse", "HEAD"]),
+            git_dirty: git(&["status", "--porcelain", "--untracked-files=no"])
+                .map(|s| !s.is_empty()),
+            debug_assertions: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// `git ARGS` in the current directory, trimmed stdout; None if git fails.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The file-system type of the mount holding `path` (longest matching mount
+/// point in /proc/mounts), e.g. "ext4", "xfs", "tmpfs".
+pub fn filesystem_of(path: &Path) -> Option<String> {
+    let path = fs::canonicalize(path).ok()?;
+    let mounts = fs::read_to_string("/proc/mounts").ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_dev), Some(mount), Some(fstype)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let mount = mount.replace("\\040", " ");
+        if path.starts_with(&mount) && best.as_ref().is_none_or(|(len, _)| mount.len() >= *len) {
+            best = Some((mount.len(), fstype.to_string()));
+        }
+    }
+    best.map(|(_, fs)| fs)
+}
+
+/// How put throughput compares with the disk's fsync rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupCommit {
+    /// The client count compared (64 when measured, else the largest).
+    pub clients: usize,
+    pub put_ops_per_s: f64,
+    pub fsync_per_s: f64,
+    /// put/s ÷ fsync/s: above 1 means several writes share one fsync.
+    pub ratio: f64,
+}
+
+impl GroupCommit {
+    pub fn from_results(results: &[RunResult], fsync: &FsyncRate) -> Option<GroupCommit> {
+        let puts = results.iter().filter(|r| r.workload == "put");
+        let chosen = puts
+            .clone()
+            .find(|r| r.clients == 64)
+            .or_else(|| puts.max_by_key(|r| r.clients))?;
+        Some(GroupCommit {
+            clients: chosen.clients,
+            put_ops_per_s: chosen.ops_per_s,
+            fsync_per_s: fsync.per_second,
+            ratio: chosen.ops_per_s / fsync.per_second.max(1e-9),
+        })
+    }
+}
+
+/// How the kv benchmark was configured.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvConfig {
+    pub duration_s: f64,
+    pub clients: Vec<usize>,
+    pub value_size: usize,
+    pub client_mode: &'static str,
+    pub replicas: usize,
+    pub server_bin: String,
+    pub server_settings: &'static str,
+    pub request_timeout_s: f64,
+}
+
+/// Everything one kv run produced; written as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvReport {
+    pub benchmark: &'static str,
+    pub schema_version: u32,
+    pub unix_time: u64,
+    pub config: KvConfig,
+    pub machine: Machine,
+    pub fsync: FsyncRate,
+    pub results: Vec<RunResult>,
+    pub group_commit: Option<GroupCommit>,
+    pub total_seconds: f64,
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2}", us as f64 / 1000.0)
+}
+
+/// The human-readable table.
+pub fn table(report: &KvReport) -> String {
+    let mut t = String::new();
+    let m = &report.machine;
+    let _ = writeln!(
+        t,
+        "latchkey kv benchmark: 3 replicas on loopback, {} cores, {}s per run, {}-byte values, {} client",
+        m.nproc, report.config.duration_s, report.config.value_size, report.config.client_mode
+    );
+    let _ = writeln!(
+        t,
+        "disk: {:.0} fsync/s ({} KiB write + fdatasync; p50 {} ms, p99 {} ms) on {}",
+        report.fsync.per_second,
+        report.fsync.block_bytes / 1024,
+        ms(report.fsync.p50_us),
+        ms(report.fsync.p99_us),
+        m.data_fs.as_deref().unwrap_or("unknown fs"),
+    );
+    let _ = writeln!(t);
+    let _ = writeln!(
+        t,
+        "{:<8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "WORKLOAD", "CLIENTS", "OPS/S", "P50 ms", "P99 ms", "P999 ms", "OPS", "ERRORS"
+    );
+    for r in &report.results {
+        let _ = writeln!(
+            t,
+            "{:<8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            r.workload,
+            r.clients,
+            r.ops_per_s,
+            ms(r.latency_us.p50_us),
+            ms(r.latency_us.p99_us),
+            ms(r.latency_us.p999_us),
+            r.ops,
+            r.errors
+        );
+    }
+    for r in report.results.iter().filter(|r| r.first_error.is_some()) {
+        if let Some(e) = &r.first_error {
+            let _ = writeln!(t, "first error ({} x{}): {e}", r.workload, r.clients);
+        }
+    }
+    if let Some(g) = &report.group_commit {
+        let _ = writeln!(t);
+        let _ = writeln!(
+            t,
+            "group commit: put at {} clients {:.0}/s vs disk {:.0} fsync/s = {:.2}x{}",
+            g.clients,
+            g.put_ops_per_s,
+            g.fsync_per_s,
+            g.ratio,
+            if g.ratio > 1.0 {
+                " (above 1: writes share fsyncs)"
+            } else {
+                " (not above 1: each write may wait for its own fsync, or the CPU is the limit)"
+            }
+        );
+    }
+    t
+}
+
+/// Write `<out>/kv-<unix time>.json` and `<out>/kv-latest.json`; the paths.
+pub fn write_json(report: &KvReport, out: &Path) -> Result<(PathBuf, PathBuf), String> {
+    fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let mut text = serde_json::to_string_pretty(report)
+        .map_err(|e| format!("cannot encode the results as JSON: {e}"))?;
+    text.push('\n');
+    let stamped = out.join(format!("kv-{}.json", report.unix_time));
+    let latest = out.join("kv-latest.json");
+    for path in [&stamped, &latest] {
+        fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok((stamped, latest))
+}

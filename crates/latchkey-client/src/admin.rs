@@ -1,0 +1,208 @@
+//! Cluster status and membership changes.
+
+use std::collections::BTreeSet;
+
+use latchkey_proto::v1::{
+    admin_client::AdminClient, AddLearnerRequest, AdminReply, ChangeVotersRequest, StatusReply,
+    StatusRequest,
+};
+use serde::Serialize;
+use tonic::transport::Channel;
+
+use crate::kv::MAX_MESSAGE_BYTES;
+use crate::router::{classify_status, Attempt, Target};
+use crate::{Client, Error};
+
+/// One member of the cluster as a replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub addr: String,
+    /// A voter (counts toward quorums) or a learner (receives the log only).
+    pub voter: bool,
+}
+
+/// What one replica reports about itself and the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeStatus {
+    pub id: u64,
+    pub leader_id: Option<u64>,
+    pub leader_addr: Option<String>,
+    pub term: u64,
+    pub last_applied: u64,
+    pub last_log_index: u64,
+    pub snapshot_index: u64,
+    /// Leader, Follower, Candidate, Learner or Shutdown.
+    pub state: String,
+    pub members: Vec<MemberInfo>,
+}
+
+impl From<StatusReply> for NodeStatus {
+    fn from(r: StatusReply) -> Self {
+        NodeStatus {
+            id: r.id,
+            leader_id: (r.leader_id != 0).then_some(r.leader_id),
+            leader_addr: (!r.leader_addr.is_empty()).then_some(r.leader_addr),
+            term: r.term,
+            last_applied: r.last_applied,
+            last_log_index: r.last_log_index,
+            snapshot_index: r.snapshot_index,
+            state: r.state,
+            members: r
+                .members
+                .into_iter()
+                .map(|m| MemberInfo {
+                    id: m.id,
+                    addr: m.addr,
+                    voter: m.voter,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn admin_client(channel: Channel) -> AdminClient<Channel> {
+    AdminClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+fn admin_result(reply: AdminReply) -> Result<(), Attempt> {
+    match reply.failure {
+        Some(f) => Err(Attempt::Refused(f.into())),
+        None => Ok(()),
+    }
+}
+
+impl Client {
+    /// Status of the replica at `addr` (which need not be the leader).
+    pub async fn status_of(&self, addr: &str) -> Result<NodeStatus, Error> {
+        let target = self.router().target_for(addr)?;
+        let Target::Remote { channel, .. } = target else {
+            return Err(Error::Protocol("status_of needs a remote endpoint".into()));
+        };
+        let budget = self.router().options().attempt_timeout;
+        match tokio::time::timeout(budget, admin_client(channel).status(StatusRequest {})).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner().into()),
+            Ok(Err(status)) => Err(Error::Unavailable {
+                attempts: 1,
+                elapsed: budget,
+                last: format!("{addr}: {}", status.message()),
+            }),
+            Err(_) => Err(Error::Unavailable {
+                attempts: 1,
+                elapsed: budget,
+                last: format!("{addr}: no answer"),
+            }),
+        }
+    }
+
+    /// Status of the cluster as the first answering replica sees it; if that
+    /// replica knows a leader, the leader's own status.
+    pub async fn status(&self) -> Result<NodeStatus, Error> {
+        let mut last = None;
+        for addr in self.router().endpoints() {
+            match self.status_of(&addr).await {
+                Ok(s) => {
+                    if let Some(leader) = s.leader_addr.clone() {
+                        if leader != addr {
+                            if let Ok(ls) = self.status_of(&leader).await {
+                                return Ok(ls);
+                            }
+                        }
+                    }
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(Error::BadEndpoint {
+            endpoint: String::new(),
+            reason: "no endpoints".into(),
+        }))
+    }
+
+    /// Add node `id` at `addr` as a learner; returns once it has caught up.
+    pub async fn add_learner(&self, id: u64, addr: &str) -> Result<(), Error> {
+        crate::router::channel(addr, self.router().options())?;
+        let addr = addr.to_string();
+        self.router()
+            .call(true, |target, _| {
+                let addr = addr.clone();
+                async move {
+                    let Target::Remote { channel, .. } = target else {
+                        return Err(Attempt::NotSent("admin calls go over gRPC".into()));
+                    };
+                    match admin_client(channel)
+                        .add_learner(AddLearnerRequest { id, addr })
+                        .await
+                    {
+                        Ok(r) => admin_result(r.into_inner()),
+                        Err(s) => Err(classify_status(&s)),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Make exactly `voters` the voting members (joint consensus). Every id
+    /// must already be a member (add new nodes with [`Client::add_learner`]).
+    pub async fn change_voters(&self, voters: impl IntoIterator<Item = u64>) -> Result<(), Error> {
+        let voters: Vec<u64> = voters
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if voters.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the voter set must not be empty".into(),
+            ));
+        }
+        self.router()
+            .call(true, |target, _| {
+                let voters = voters.clone();
+                async move {
+                    let Target::Remote { channel, .. } = target else {
+                        return Err(Attempt::NotSent("admin calls go over gRPC".into()));
+                    };
+                    match admin_client(channel)
+                        .change_voters(ChangeVotersRequest { voters })
+                        .await
+                    {
+                        Ok(r) => admin_result(r.into_inner()),
+                        Err(s) => Err(classify_status(&s)),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Add node `id` at `addr` as a voter: learner first, then promoted.
+    pub async fn add_voter(&self, id: u64, addr: &str) -> Result<(), Error> {
+        self.add_learner(id, addr).await?;
+        let status = self.status().await?;
+        let mut voters: BTreeSet<u64> = status
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.id)
+            .collect();
+        voters.insert(id);
+        self.change_voters(voters).await
+    }
+
+    /// Remove node `id` from the voters (and from the cluster).
+    pub async fn remove_voter(&self, id: u64) -> Result<(), Error> {
+        let status = self.status().await?;
+        let voters: BTreeSet<u64> = status
+            .members
+            .iter()
+            .filter(|m| m.voter && m.id != id)
+            .map(|m| m.id)
+            .collect();
+        if !status.members.iter().any(|m| m.id == id) {
+            return Err(Error::InvalidArgument(format!("node {id} is not a member")));
+        }
+        self.change_voters(voters).await
+    }
+}

@@ -1,0 +1,48 @@
+//! The client's error type: one variant per thing a caller should do differently.
+
+use std::time::Duration;
+
+use latchkey_core::CommandError;
+
+/// What went wrong with a client call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed or breaks a limit (empty or oversized key,
+    /// oversized value, ...). Fix the request; retrying will not help.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The state machine refused the command deterministically (for example
+    /// an exhausted sequence). Nothing was written.
+    #[error("refused: {0}")]
+    Refused(CommandError),
+    /// No replica answered successfully before the request deadline. Nothing
+    /// is known to have been written (for writes: nothing was sent to a
+    /// leader, or every attempt was refused before proposing).
+    #[error("cluster unavailable after {attempts} attempts in {elapsed:?}: {last}")]
+    Unavailable {
+        attempts: u32,
+        elapsed: Duration,
+        last: String,
+    },
+    /// A write reached a leader but its fate is unknown: it may or may not
+    /// have been applied. Read the key to find out before retrying a
+    /// non-idempotent write.
+    #[error("outcome unknown: {0}")]
+    UnknownOutcome(String),
+    /// An endpoint string could not be parsed.
+    #[error("bad endpoint {endpoint:?}: {reason}")]
+    BadEndpoint { endpoint: String, reason: String },
+    /// The server answered with something this client cannot decode: client
+    /// and server versions probably differ.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl From<CommandError> for Error {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::InvalidArgument(msg) => Error::InvalidArgument(msg),
+            other => Error::Refused(other),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! # latchkey-client
+//!
+//! The client of a latchkey cluster: finds the leader, follows its hints,
+//! retries across leader changes with bounded backoff, and ends with a clear
+//! [`Error`] when the cluster cannot answer in time. The same [`Client`]
+//! serves remote programs (over gRPC, [`Client::connect`]) and the
+//! application that embeds a replica (in-process, [`Client::with_local`]).
+//!
+//! It must not decide semantics (that is `latchkey-core`'s job) and must
+//! never retry a write whose outcome is unknown: such a call ends with
+//! [`Error::UnknownOutcome`] so nothing is applied twice behind the caller's
+//! back.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), latchkey_client::Error> {
+//! use latchkey_client::{Batch, Client, ScanRange};
+//! let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
+//! client.put("user/1", "ada").await?;
+//! client.batch(Batch::new().put("user/2", "grace").put("user/3", "barbara")).await?;
+//! let page = client.scan(ScanRange::prefix("user/", 100)).await?;
+//! assert_eq!(page.entries.len(), 3);
+//! # Ok(()) }
+//! ```
+
+mod admin;
+mod error;
+mod failure;
+mod fence;
+mod kv;
+mod router;
+
+pub use admin::{MemberInfo, NodeStatus};
+pub use error::Error;
+pub use failure::ReplicaFailure;
+pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
+pub use kv::{Batch, Client, Consistency, ScanPage, MAX_MESSAGE_BYTES};
+pub use latchkey_core::{Command, CommandResult, Outcome, Query, ScanRange};
+pub use router::{channel, BoxFuture, ClientOptions, LocalReplica};

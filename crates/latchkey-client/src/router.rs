@@ -1,0 +1,497 @@
+//! Finding the leader and retrying: the one loop every client call goes through.
+//!
+//! A call is a closure that makes one attempt against a [`Target`]. The router
+//! picks the target (the last known leader first), follows `NotLeader` hints,
+//! rotates through endpoints on transport errors, backs off, and gives up with
+//! [`Error::Unavailable`] at the request deadline. Writes are never retried
+//! once they may have reached a leader (see [`Attempt::Sent`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use latchkey_core::{Command, CommandResult, Query};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, ReplicaFailure};
+
+/// A boxed future, for the object-safe [`LocalReplica`] trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A replica in this process, called directly instead of over gRPC.
+///
+/// Implemented by the server crate's embedding `Node`; a client built with
+/// [`crate::Client::with_local`] sends requests here first while this replica
+/// is (or may be) the leader, and over gRPC to the leader otherwise.
+pub trait LocalReplica: Send + Sync + 'static {
+    /// Propose a write; answers `NotLeader` without proposing if not leader.
+    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+    /// Serve a read, linearizable unless `stale`.
+    fn read(
+        &self,
+        query: Query,
+        stale: bool,
+    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+}
+
+/// Timeouts and backoff of a client.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Give up on a call after this long in total (default 10 s).
+    pub request_timeout: Duration,
+    /// Give up on one attempt after this long (default 3 s).
+    pub attempt_timeout: Duration,
+    /// TCP connect timeout per endpoint (default 1 s).
+    pub connect_timeout: Duration,
+    /// First pause between attempts; doubles up to `max_backoff` (default 20 ms).
+    pub initial_backoff: Duration,
+    /// Longest pause between attempts (default 500 ms).
+    pub max_backoff: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            request_timeout: Duration::from_secs(10),
+            attempt_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Where one attempt goes.
+#[derive(Clone)]
+pub enum Target {
+    /// The replica in this process.
+    Local(Arc<dyn LocalReplica>),
+    /// A replica over gRPC; the channel is shared and reconnects by itself.
+    Remote { addr: String, channel: Channel },
+}
+
+/// How one attempt failed.
+#[derive(Debug)]
+pub enum Attempt {
+    /// The replica refused before or instead of executing.
+    Refused(ReplicaFailure),
+    /// The request never reached a replica (connect failed): safe to retry.
+    NotSent(String),
+    /// The request may have reached the replica and then the connection or
+    /// the attempt timed out: a write's fate is unknown, a read can retry.
+    Sent(String),
+    /// The reply could not be decoded.
+    Protocol(String),
+}
+
+struct Peer {
+    addr: String,
+    channel: Channel,
+}
+
+struct State {
+    peers: Vec<Peer>,
+    /// Index into `peers` of the believed leader.
+    leader: Option<usize>,
+    /// The local replica said it is not the leader: go remote.
+    local_is_follower: bool,
+    /// Next peer to try when the leader is unknown.
+    cursor: usize,
+}
+
+/// Leader discovery and retries over a set of endpoints.
+pub struct Router {
+    state: Mutex<State>,
+    local: Option<Arc<dyn LocalReplica>>,
+    options: ClientOptions,
+}
+
+/// Parse `host:port` (an optional `http://` prefix is accepted) into a lazy channel.
+pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
+    let bad = |reason: String| Error::BadEndpoint {
+        endpoint: addr.to_string(),
+        reason,
+    };
+    let trimmed = addr.trim();
+    let host_port = trimmed.strip_prefix("http://").unwrap_or(trimmed);
+    if host_port.is_empty() {
+        return Err(bad("empty address".into()));
+    }
+    let Some((host, port)) = host_port.rsplit_once(':') else {
+        return Err(bad("expected host:port".into()));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(bad("expected host:port with a port from 1 to 65535".into()));
+    }
+    let endpoint = Endpoint::from_shared(format!("http://{host_port}"))
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(options.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true);
+    Ok(endpoint.connect_lazy())
+}
+
+impl Router {
+    /// A router over `endpoints` (`host:port`), with an optional in-process replica.
+    pub fn new<I, S>(
+        endpoints: I,
+        local: Option<Arc<dyn LocalReplica>>,
+        options: ClientOptions,
+    ) -> Result<Router, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut peers: Vec<Peer> = Vec::new();
+        for e in endpoints {
+            let addr = normalise(e.as_ref());
+            if peers.iter().any(|p| p.addr == addr) {
+                continue;
+            }
+            let channel = channel(&addr, &options)?;
+            peers.push(Peer { addr, channel });
+        }
+        if peers.is_empty() && local.is_none() {
+            return Err(Error::BadEndpoint {
+                endpoint: String::new(),
+                reason: "no endpoints given".into(),
+            });
+        }
+        Ok(Router {
+            state: Mutex::new(State {
+                peers,
+                leader: None,
+                local_is_follower: false,
+                cursor: 0,
+            }),
+            local,
+            options,
+        })
+    }
+
+    /// The options this router runs with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// Addresses of every endpoint known, including ones learnt from leader hints.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.lock().peers.iter().map(|p| p.addr.clone()).collect()
+    }
+
+    /// A target for one specific endpoint (for per-node admin calls).
+    pub fn target_for(&self, addr: &str) -> Result<Target, Error> {
+        let addr = normalise(addr);
+        let mut st = self.lock();
+        let idx = self.peer_index(&mut st, &addr)?;
+        Ok(Target::Remote {
+            addr,
+            channel: st.peers[idx].channel.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave State inconsistent
+        // (every update is a single assignment), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn peer_index(&self, st: &mut State, addr: &str) -> Result<usize, Error> {
+        if let Some(i) = st.peers.iter().position(|p| p.addr == addr) {
+            return Ok(i);
+        }
+        let channel = channel(addr, &self.options)?;
+        st.peers.push(Peer {
+            addr: addr.to_string(),
+            channel,
+        });
+        Ok(st.peers.len() - 1)
+    }
+
+    fn pick(&self) -> Option<Target> {
+        let mut st = self.lock();
+        if let Some(local) = &self.local {
+            if !st.local_is_follower {
+                return Some(Target::Local(local.clone()));
+            }
+        }
+        if st.peers.is_empty() {
+            // Only a local replica, which says it is not the leader and gave
+            // no usable hint: ask it again after the backoff.
+            st.local_is_follower = false;
+            return self.local.clone().map(Target::Local);
+        }
+        let idx = match st.leader {
+            Some(i) if i < st.peers.len() => i,
+            _ => {
+                let i = st.cursor % st.peers.len();
+                st.cursor = st.cursor.wrapping_add(1);
+                i
+            }
+        };
+        let peer = &st.peers[idx];
+        Some(Target::Remote {
+            addr: peer.addr.clone(),
+            channel: peer.channel.clone(),
+        })
+    }
+
+    fn note_not_leader(&self, target: &Target, leader: Option<(u64, String)>) -> bool {
+        let mut st = self.lock();
+        if matches!(target, Target::Local(_)) {
+            st.local_is_follower = true;
+        }
+        match leader {
+            Some((_, addr)) => {
+                let addr = normalise(&addr);
+                match self.peer_index(&mut st, &addr) {
+                    Ok(i) => {
+                        let moved = st.leader != Some(i);
+                        st.leader = Some(i);
+                        moved
+                    }
+                    Err(_) => {
+                        st.leader = None;
+                        false
+                    }
+                }
+            }
+            None => {
+                st.leader = None;
+                false
+            }
+        }
+    }
+
+    fn note_unreachable(&self, target: &Target) {
+        let mut st = self.lock();
+        match target {
+            Target::Local(_) => st.local_is_follower = true,
+            Target::Remote { addr, .. } => {
+                if let Some(i) = st.leader {
+                    if st.peers.get(i).map(|p| &p.addr) == Some(addr) {
+                        st.leader = None;
+                    }
+                }
+                // Let the local replica answer again: it may know the new leader.
+                st.local_is_follower = false;
+            }
+        }
+    }
+
+    fn note_success(&self, target: &Target) {
+        let mut st = self.lock();
+        match target {
+            Target::Local(_) => st.local_is_follower = false,
+            Target::Remote { addr, .. } => {
+                st.leader = st.peers.iter().position(|p| &p.addr == addr);
+                if self.local.is_some() {
+                    st.local_is_follower = true;
+                }
+            }
+        }
+    }
+
+    /// Run `attempt` until it succeeds, fails for good, or the deadline passes.
+    ///
+    /// `is_write`: after an attempt that may have reached a leader
+    /// ([`Attempt::Sent`]) a write ends with [`Error::UnknownOutcome`] instead
+    /// of retrying, so it is never applied twice.
+    pub async fn call<T, F, Fut>(&self, is_write: bool, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Target, Duration) -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
+        let started = Instant::now();
+        let deadline = started + self.options.request_timeout;
+        let mut backoff = self.options.initial_backoff;
+        let mut attempts = 0u32;
+        let mut last = String::from("no attempt made");
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Unavailable {
+                    attempts,
+                    elapsed: started.elapsed(),
+                    last,
+                });
+            }
+            let Some(target) = self.pick() else {
+                return Err(Error::BadEndpoint {
+                    endpoint: String::new(),
+                    reason: "no endpoints".into(),
+                });
+            };
+            attempts += 1;
+            let budget = self.options.attempt_timeout.min(deadline - now);
+            let result = match tokio::time::timeout(budget, attempt(target.clone(), budget)).await {
+                Ok(r) => r,
+                Err(_) => Err(Attempt::Sent(format!("attempt timed out after {budget:?}"))),
+            };
+            let retry_now = match result {
+                Ok(value) => {
+                    self.note_success(&target);
+                    return Ok(value);
+                }
+                Err(Attempt::Refused(ReplicaFailure::NotLeader { leader })) => {
+                    last = format!("{} is not the leader", describe(&target));
+                    self.note_not_leader(&target, leader)
+                }
+                Err(Attempt::Refused(ReplicaFailure::Unavailable(msg))) => {
+                    last = format!("{}: {msg}", describe(&target));
+                    self.note_unreachable(&target);
+                    false
+                }
+                Err(Attempt::Refused(ReplicaFailure::InvalidArgument(msg))) => {
+                    return Err(Error::InvalidArgument(msg));
+                }
+                Err(Attempt::Refused(ReplicaFailure::UnknownOutcome(msg))) => {
+                    if is_write {
+                        return Err(Error::UnknownOutcome(msg));
+                    }
+                    last = msg;
+                    self.note_unreachable(&target);
+                    false
+                }
+                Err(Attempt::NotSent(msg)) => {
+                    last = format!("{}: {msg}", describe(&target));
+                    self.note_unreachable(&target);
+                    false
+                }
+                Err(Attempt::Sent(msg)) => {
+                    let msg = format!("{}: {msg}", describe(&target));
+                    if is_write {
+                        return Err(Error::UnknownOutcome(msg));
+                    }
+                    last = msg;
+                    self.note_unreachable(&target);
+                    false
+                }
+                Err(Attempt::Protocol(msg)) => return Err(Error::Protocol(msg)),
+            };
+            tracing::debug!(attempts, %last, "retrying");
+            if !retry_now {
+                let pause = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                tokio::time::sleep(pause).await;
+                backoff = (backoff * 2).min(self.options.max_backoff);
+            }
+        }
+    }
+}
+
+fn describe(target: &Target) -> String {
+    match target {
+        Target::Local(_) => "local replica".to_string(),
+        Target::Remote { addr, .. } => addr.clone(),
+    }
+}
+
+fn normalise(addr: &str) -> String {
+    let t = addr.trim();
+    t.strip_prefix("http://").unwrap_or(t).to_string()
+}
+
+/// Classify a gRPC status from one attempt.
+pub fn classify_status(status: &tonic::Status) -> Attempt {
+    let text = format!("{}: {}", status.code(), status.message());
+    if never_sent(status) {
+        Attempt::NotSent(text)
+    } else {
+        Attempt::Sent(text)
+    }
+}
+
+/// True when the error chain shows the connection was never established, so
+/// the request cannot have reached the server.
+fn never_sent(status: &tonic::Status) -> bool {
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut chain = status.message().to_ascii_lowercase();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::NotFound
+            ) {
+                return true;
+            }
+        }
+        chain.push_str(&e.to_string().to_ascii_lowercase());
+        source = e.source();
+    }
+    chain.contains("connect error") || chain.contains("connection refused")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_validated() {
+        let o = ClientOptions::default();
+        assert!(matches!(channel("", &o), Err(Error::BadEndpoint { .. })));
+        assert!(matches!(
+            channel("localhost", &o),
+            Err(Error::BadEndpoint { .. })
+        ));
+        assert!(matches!(
+            channel("localhost:99999", &o),
+            Err(Error::BadEndpoint { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn valid_endpoints_make_lazy_channels() {
+        let o = ClientOptions::default();
+        assert!(channel("127.0.0.1:7101", &o).is_ok());
+        assert!(channel("http://localhost:7101", &o).is_ok());
+        let r = Router::new(["127.0.0.1:1", "http://127.0.0.1:1"], None, o);
+        assert_eq!(r.map(|r| r.endpoints().len()).ok(), Some(1));
+    }
+
+    #[tokio::test]
+    async fn unreachable_cluster_ends_with_unavailable() {
+        let o = ClientOptions {
+            request_timeout: Duration::from_millis(300),
+            ..ClientOptions::default()
+        };
+        // Port 1 on loopback: connection refused at once.
+        let r = match Router::new(["127.0.0.1:1"], None, o) {
+            Ok(r) => r,
+            Err(e) => panic!("router: {e}"),
+        };
+        let res: Result<(), Error> = r
+            .call(true, |_t, _b| async {
+                Err(Attempt::NotSent("connection refused".into()))
+            })
+            .await;
+        match res {
+            Err(Error::Unavailable { attempts, .. }) => assert!(attempts >= 2),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_that_may_have_been_sent_is_not_retried() {
+        let r = match Router::new(["127.0.0.1:1"], None, ClientOptions::default()) {
+            Ok(r) => r,
+            Err(e) => panic!("router: {e}"),
+        };
+        let mut calls = 0;
+        let res: Result<(), Error> = r
+            .call(true, |_t, _b| {
+                calls += 1;
+                async { Err(Attempt::Sent("connection reset".into())) }
+            })
+            .await;
+        assert!(matches!(res, Err(Error::UnknownOutcome(_))));
+        assert_eq!(calls, 1);
+    }
+}

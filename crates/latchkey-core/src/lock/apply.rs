@@ -1,0 +1,92 @@
+//! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
+
+use super::event::{Event, SessionEnd};
+use super::{fence, lock_table, session, LockCommand};
+use crate::staged::{self, Staged};
+use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
+
+/// Why applying a lock command stopped: the store failed (fatal for the
+/// replica) or the command was refused (the client's answer).
+#[derive(Debug)]
+pub(crate) enum ApplyError {
+    Store(StoreError),
+    Refused(CommandError),
+}
+
+impl From<StoreError> for ApplyError {
+    fn from(e: StoreError) -> Self {
+        ApplyError::Store(e)
+    }
+}
+
+impl From<CommandError> for ApplyError {
+    fn from(e: CommandError) -> Self {
+        ApplyError::Refused(e)
+    }
+}
+
+/// The result of a step of a lock command.
+pub(crate) type Applied<T> = Result<T, ApplyError>;
+
+/// Apply a validated lock command to `store`. Every write is staged and
+/// reaches `store` only if the command succeeds, and only then are its
+/// events appended to `events`.
+pub(crate) fn apply<S: Store>(
+    store: &mut S,
+    command: &LockCommand,
+    events: &mut Vec<Event>,
+) -> Result<CommandResult, StoreError> {
+    let mut staged = Staged::new(&*store);
+    let mut new_events = Vec::new();
+    match execute(&mut staged, command, &mut new_events) {
+        Ok(result) => {
+            let writes = staged.into_writes();
+            staged::commit(store, writes)?;
+            events.append(&mut new_events);
+            Ok(Ok(result))
+        }
+        Err(ApplyError::Refused(e)) => Ok(Err(e)),
+        Err(ApplyError::Store(e)) => Err(e),
+    }
+}
+
+fn execute<S: Store>(
+    store: &mut S,
+    command: &LockCommand,
+    events: &mut Vec<Event>,
+) -> Applied<Outcome> {
+    let outcome = match command {
+        LockCommand::OpenSession { ttl_ms } => session::open(store, *ttl_ms, events)?,
+        LockCommand::CloseSession { session } => {
+            session::end(store, *session, SessionEnd::Closed, events)?
+        }
+        LockCommand::ExpireSession { session } => {
+            session::end(store, *session, SessionEnd::Expired, events)?
+        }
+        LockCommand::Acquire { .. } => lock_table::acquire(store, command, events)?,
+        LockCommand::Release { .. } => lock_table::release(store, command, events)?,
+        LockCommand::CancelWait {
+            session,
+            owner,
+            name,
+            request_id,
+        } => lock_table::cancel_wait(store, *session, *owner, name, *request_id, events)?,
+        LockCommand::ExpireLockLease { name, token } => {
+            lock_table::expire_lease(store, name, *token, events)?
+        }
+        LockCommand::EndLockDelay { name, token } => {
+            lock_table::end_lock_delay(store, name, *token, events)?
+        }
+        LockCommand::Fenced {
+            sequencer,
+            conditions,
+            ops,
+        } => {
+            return match fence::fenced_write(store, sequencer, conditions, ops)? {
+                Ok(outcome) => Ok(outcome),
+                Err(e) => Err(e.into()),
+            }
+        }
+    };
+    Ok(Outcome::Lock(outcome))
+}

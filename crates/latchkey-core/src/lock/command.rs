@@ -1,0 +1,240 @@
+//! The lock service's commands, queries and outcomes, carried inside
+//! [`crate::Command::Lock`], [`crate::Query::Lock`] and
+//! [`crate::Outcome::Lock`].
+//!
+//! Every rule they follow is listed in the [module docs](crate::lock).
+
+use serde::{Deserialize, Serialize};
+
+use super::{LockInfo, LockMode, Sequencer, SessionId, SessionInfo, TimerState, Token};
+use crate::command::{BatchOp, Condition};
+
+/// A lock-service write, applied through the log like any [`crate::Command`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockCommand {
+    /// Open a session with a TTL in
+    /// [`MIN_SESSION_TTL_MS`](crate::limits::MIN_SESSION_TTL_MS)..=
+    /// [`MAX_SESSION_TTL_MS`](crate::limits::MAX_SESSION_TTL_MS).
+    /// Returns [`LockOutcome::SessionOpened`].
+    OpenSession { ttl_ms: u64 },
+    /// End a session by its client's wish: every hold ends at once without
+    /// lock-delay and every wait is cancelled. Returns
+    /// [`LockOutcome::SessionEnded`].
+    CloseSession { session: SessionId },
+    /// Leader only: the session's TTL ran out on the leader's clock. Like
+    /// `CloseSession`, but holds acquired with a lock-delay leave their lock
+    /// in lock-delay. Returns [`LockOutcome::SessionEnded`].
+    ExpireSession { session: SessionId },
+    /// Acquire `name` in `mode` for (`session`, `owner`). `owner` tells apart
+    /// the parties sharing one session (threads, tasks). `wait_ms`: `None`
+    /// tries once; otherwise the request may queue, and the shell cancels it
+    /// after `wait_ms`. `lease_ms`: maximum hold time of this grant.
+    /// `lock_delay_ms`: how long the lock stays unavailable after a forced
+    /// release of this grant. Returns [`LockOutcome::Granted`] or
+    /// [`LockOutcome::Queued`].
+    Acquire {
+        session: SessionId,
+        owner: u64,
+        request_id: u64,
+        name: String,
+        mode: LockMode,
+        wait_ms: Option<u64>,
+        lease_ms: Option<u64>,
+        lock_delay_ms: Option<u64>,
+    },
+    /// Release one hold of `name`, granted under `token`, by (`session`,
+    /// `owner`). Returns [`LockOutcome::Released`].
+    Release {
+        session: SessionId,
+        owner: u64,
+        request_id: u64,
+        name: String,
+        token: Token,
+    },
+    /// Withdraw the queued acquire `request_id` of (`session`, `owner`) from
+    /// `name`'s queue: its wait timed out or its client gave up. Proposed by
+    /// the leader's wait timer or by the client. Returns
+    /// [`LockOutcome::WaitCancel`].
+    CancelWait {
+        session: SessionId,
+        owner: u64,
+        name: String,
+        request_id: u64,
+    },
+    /// Leader only: the lease of the grant `token` of `name` ran out. A no-op
+    /// if that grant no longer holds or had no lease. Returns
+    /// [`LockOutcome::LeaseExpired`].
+    ExpireLockLease { name: String, token: Token },
+    /// Leader only: the lock-delay of `name` guarded by `token` (from
+    /// [`crate::lock::Event::LockDelayStarted`]) is over; the queue moves on.
+    /// A no-op if that delay is not the current one. Returns
+    /// [`LockOutcome::LockDelayEnded`].
+    EndLockDelay { name: String, token: Token },
+    /// A batch (same conditions and ops as [`crate::Command::Batch`]) that
+    /// applies only while `sequencer` is the current exclusive holder of its
+    /// lock; otherwise [`crate::CommandError::StaleFence`] and nothing is
+    /// written. Returns [`crate::Outcome::Batch`], as a batch does.
+    Fenced {
+        sequencer: Sequencer,
+        conditions: Vec<Condition>,
+        ops: Vec<BatchOp>,
+    },
+}
+
+/// Who may propose a [`LockCommand`]. The core applies whatever is in the
+/// log; the replica uses this to refuse leader-only commands from clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proposer {
+    /// Sent by clients (through the leader).
+    Client,
+    /// Only the leader's own timers propose it.
+    Leader,
+    /// The leader's timers or the client.
+    ClientOrLeader,
+}
+
+impl LockCommand {
+    /// Who may propose this command.
+    pub fn proposer(&self) -> Proposer {
+        match self {
+            LockCommand::OpenSession { .. }
+            | LockCommand::CloseSession { .. }
+            | LockCommand::Acquire { .. }
+            | LockCommand::Release { .. }
+            | LockCommand::Fenced { .. } => Proposer::Client,
+            LockCommand::ExpireSession { .. }
+            | LockCommand::ExpireLockLease { .. }
+            | LockCommand::EndLockDelay { .. } => Proposer::Leader,
+            LockCommand::CancelWait { .. } => Proposer::ClientOrLeader,
+        }
+    }
+
+    /// Bytes of names, keys and values this command carries.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            LockCommand::OpenSession { .. }
+            | LockCommand::CloseSession { .. }
+            | LockCommand::ExpireSession { .. } => 0,
+            LockCommand::Acquire { name, .. }
+            | LockCommand::Release { name, .. }
+            | LockCommand::CancelWait { name, .. }
+            | LockCommand::ExpireLockLease { name, .. }
+            | LockCommand::EndLockDelay { name, .. } => name.len(),
+            LockCommand::Fenced {
+                sequencer,
+                conditions,
+                ops,
+            } => sequencer.name.len() + crate::command::batch_payload_len(conditions, ops),
+        }
+    }
+}
+
+/// A lock-service read, served like any [`crate::Query`] (linearizable after
+/// ReadIndex unless the caller opts out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockQuery {
+    /// Is this grant still the current holder of its lock (same name, token,
+    /// session and mode)? Returns [`LockOutcome::SequencerCheck`]. A
+    /// sequencer of an ended session is simply not current (never an error).
+    CheckSequencer(Sequencer),
+    /// Locks in use whose names start with `prefix`, in name order, after
+    /// `start_after` if given, at most `limit` (0 means
+    /// [`MAX_LOCK_LIST_LIMIT`](crate::limits::MAX_LOCK_LIST_LIMIT)).
+    /// Returns [`LockOutcome::Locks`].
+    Locks {
+        prefix: String,
+        start_after: Option<String>,
+        limit: u32,
+    },
+    /// Whether the session is live, and its TTL. Returns
+    /// [`LockOutcome::Session`] (`None` for an unknown or ended session).
+    Session { session: SessionId },
+    /// Everything a newly elected leader needs to restart every countdown at
+    /// full length. Returns [`LockOutcome::Timers`].
+    TimerState,
+}
+
+/// The successful result of a [`LockCommand`] or [`LockQuery`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockOutcome {
+    /// A new session.
+    SessionOpened { session: SessionId, ttl_ms: u64 },
+    /// A session was closed or expired: `released` holds ended, `cancelled`
+    /// waits were withdrawn.
+    SessionEnded {
+        session: SessionId,
+        released: u32,
+        cancelled: u32,
+    },
+    /// The acquire holds the lock: `hold_count` is 1 for a new grant, more
+    /// for a re-entrant one (same token).
+    Granted {
+        sequencer: Sequencer,
+        hold_count: u32,
+    },
+    /// The acquire waits in the queue at `position` (0 = next in line). The
+    /// replica tells the client of its grant by [`crate::lock::Event::Granted`];
+    /// a retry of the acquire returns the grant once it happened.
+    Queued {
+        name: String,
+        request_id: u64,
+        position: u32,
+    },
+    /// One hold of the grant `token` was released; `remaining` holds are
+    /// left (0: the grant is over and the lock moved on).
+    Released {
+        name: String,
+        token: Token,
+        remaining: u32,
+    },
+    /// What a [`LockCommand::CancelWait`] found.
+    WaitCancel(WaitCancel),
+    /// Whether [`LockCommand::ExpireLockLease`] released a grant.
+    LeaseExpired { released: bool },
+    /// Whether [`LockCommand::EndLockDelay`] ended the current lock-delay.
+    LockDelayEnded { ended: bool },
+    /// Whether a sequencer is the current holder.
+    SequencerCheck { current: bool },
+    /// Locks in use, and whether more matched beyond the limit.
+    Locks { locks: Vec<LockInfo>, more: bool },
+    /// A live session, or `None`.
+    Session(Option<SessionInfo>),
+    /// The countdowns a new leader must restart.
+    Timers(TimerState),
+}
+
+/// What a [`LockCommand::CancelWait`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitCancel {
+    /// The wait was withdrawn (now, or by an earlier cancel of the same wait).
+    Cancelled,
+    /// The acquire had already been granted, before the cancel was applied:
+    /// the client holds (or held) the lock under this sequencer, and must use
+    /// or release it. A cancel never releases a grant, because the grant may
+    /// already have been reported to the waiting client.
+    AlreadyGranted(Sequencer),
+    /// No such wait: wrong ids, or too old to be remembered.
+    NotWaiting,
+}
+
+/// Which duration of an acquire is out of range, in
+/// [`crate::CommandError::DurationOutOfRange`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimerKind {
+    /// `wait_ms`.
+    Wait,
+    /// `lease_ms`.
+    Lease,
+    /// `lock_delay_ms`.
+    LockDelay,
+}
+
+impl std::fmt::Display for TimerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimerKind::Wait => "wait",
+            TimerKind::Lease => "lock lease",
+            TimerKind::LockDelay => "lock-delay",
+        })
+    }
+}

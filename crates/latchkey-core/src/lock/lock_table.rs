@@ -1,0 +1,670 @@
+//! The lock table: one record per lock in use, holding its holders, its FIFO
+//! queue and its lock-delay, and every change a command makes to them.
+//!
+//! Rules (see also the [module docs](crate::lock)):
+//!
+//! - A lock's record exists only while the lock has a holder, a waiter or a
+//!   lock-delay; a free lock has no record (no creation step, no garbage).
+//! - Holders are all exclusive (then exactly one) or all shared (at most
+//!   [`MAX_LOCK_HOLDERS`]). A (session, owner) appears at most once per lock,
+//!   as a holder or as a waiter.
+//! - A request can be granted at once only if nobody is queued (no
+//!   overtaking), there is no lock-delay, and it is compatible: the lock is
+//!   free, or it is shared, shared is asked, and there is room for another
+//!   holder.
+//! - Whenever something leaves the lock (a release, a forced release, a
+//!   cancelled wait, a lock-delay ending) the queue moves on in the same
+//!   entry: while the head is compatible it is granted, so one exclusive
+//!   waiter, or the run of shared waiters at the head, gets the lock.
+//! - A lock-delay starts only when a forced release leaves the lock with no
+//!   holder and one of the released grants asked for a delay; it lasts the
+//!   longest such delay, is guarded by the newest such token, and no grant
+//!   happens until [`crate::lock::LockCommand::EndLockDelay`] with that token.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::apply::Applied;
+use super::dedup::{self, Answer};
+use super::event::{Event, HoldEnd, SessionEnd, WaitEnd};
+use super::{
+    fence, record, session, HolderInfo, LockCommand, LockMode, LockOutcome, Sequencer, SessionId,
+    Token, WaitCancel,
+};
+use crate::keyspace;
+use crate::limits::{MAX_LOCK_HOLDERS, MAX_LOCK_WAITERS};
+use crate::{CommandError, Store, StoreError};
+
+/// One grant currently holding a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    pub session: SessionId,
+    pub owner: u64,
+    pub mode: LockMode,
+    pub token: Token,
+    /// Re-entrant holds: at least 1.
+    pub count: u32,
+    /// The acquire that made the grant.
+    pub request_id: u64,
+    pub lease_ms: Option<u64>,
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// One queued acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Waiter {
+    pub session: SessionId,
+    pub owner: u64,
+    pub request_id: u64,
+    pub mode: LockMode,
+    pub wait_ms: u64,
+    pub lease_ms: Option<u64>,
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// A lock-delay in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LockDelay {
+    /// Guard: the token of the force-released grant that started it.
+    pub token: Token,
+    pub delay_ms: u64,
+}
+
+/// The stored state of one lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LockRecord {
+    /// In grant order.
+    pub holders: Vec<Holder>,
+    /// In arrival order; the head is next.
+    pub queue: Vec<Waiter>,
+    pub delay: Option<LockDelay>,
+}
+
+impl LockRecord {
+    /// The mode of the current holders, if any.
+    pub(crate) fn mode(&self) -> Option<LockMode> {
+        self.holders.first().map(|h| h.mode)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty() && self.delay.is_none()
+    }
+
+    /// Held or in lock-delay: unavailable to an exclusive request.
+    fn is_taken(&self) -> bool {
+        !self.holders.is_empty() || self.delay.is_some()
+    }
+
+    /// Could a request in `mode` join the current holders now (ignoring the
+    /// queue)?
+    fn compatible(&self, mode: LockMode) -> bool {
+        if self.delay.is_some() {
+            return false;
+        }
+        match self.mode() {
+            None => true,
+            Some(LockMode::Shared) => {
+                mode == LockMode::Shared && self.holders.len() < MAX_LOCK_HOLDERS
+            }
+            Some(LockMode::Exclusive) => false,
+        }
+    }
+
+    fn sessions(&self) -> BTreeSet<SessionId> {
+        self.holders
+            .iter()
+            .map(|h| h.session)
+            .chain(self.queue.iter().map(|w| w.session))
+            .collect()
+    }
+
+    /// The first broken invariant, if any. Checked before every save in
+    /// debug builds; the property tests check the same through queries.
+    pub(crate) fn broken_invariant(&self) -> Option<&'static str> {
+        let mut parties = BTreeSet::new();
+        let all_parties = self
+            .holders
+            .iter()
+            .map(|h| (h.session, h.owner))
+            .chain(self.queue.iter().map(|w| (w.session, w.owner)));
+        for p in all_parties {
+            if !parties.insert(p) {
+                return Some("a (session, owner) appears twice");
+            }
+        }
+        if self.holders.iter().any(|h| h.count == 0) {
+            return Some("a holder with hold count 0");
+        }
+        match self.mode() {
+            Some(LockMode::Exclusive) if self.holders.len() > 1 => {
+                return Some("more than one holder of an exclusive lock")
+            }
+            Some(m) if self.holders.iter().any(|h| h.mode != m) => {
+                return Some("holders in different modes")
+            }
+            _ => {}
+        }
+        if self.holders.len() > MAX_LOCK_HOLDERS || self.queue.len() > MAX_LOCK_WAITERS {
+            return Some("too many holders or waiters");
+        }
+        if self.delay.is_some() && !self.holders.is_empty() {
+            return Some("holders during a lock-delay");
+        }
+        if let Some(head) = self.queue.first() {
+            if self.compatible(head.mode) {
+                return Some("the queue's head could be granted but waits");
+            }
+        }
+        None
+    }
+}
+
+impl Holder {
+    fn sequencer(&self, name: &str) -> Sequencer {
+        Sequencer {
+            name: name.to_string(),
+            mode: self.mode,
+            token: self.token,
+            session: self.session,
+        }
+    }
+
+    pub(crate) fn info(&self) -> HolderInfo {
+        HolderInfo {
+            session: self.session,
+            owner: self.owner,
+            mode: self.mode,
+            token: self.token,
+            hold_count: self.count,
+            lease_ms: self.lease_ms,
+        }
+    }
+}
+
+/// A lock record as loaded, with what [`save`] needs to keep the session
+/// index and the [`Event::LockFreed`] event right.
+pub(crate) struct LockState {
+    pub name: String,
+    pub rec: LockRecord,
+    sessions_before: BTreeSet<SessionId>,
+    taken_before: bool,
+}
+
+/// Load `name`'s record (empty if the lock is free).
+pub(crate) fn load<S: Store>(store: &S, name: &str) -> Result<LockState, StoreError> {
+    let rec: LockRecord = record::load(store, &keyspace::lock_key(name))?.unwrap_or_default();
+    Ok(LockState {
+        name: name.to_string(),
+        sessions_before: rec.sessions(),
+        taken_before: rec.is_taken(),
+        rec,
+    })
+}
+
+/// Write `lock` back: its record (deleted when empty), the session index
+/// rows that changed, and [`Event::LockFreed`] if it became free.
+pub(crate) fn save<S: Store>(
+    store: &mut S,
+    lock: LockState,
+    events: &mut Vec<Event>,
+) -> Result<(), StoreError> {
+    debug_assert_eq!(
+        lock.rec.broken_invariant(),
+        None,
+        "lock {:?}: {:?}",
+        lock.name,
+        lock.rec
+    );
+    let key = keyspace::lock_key(&lock.name);
+    if lock.rec.is_empty() {
+        store.delete(&key)?;
+    } else {
+        record::save(store, &key, &lock.rec)?;
+    }
+    let after = lock.rec.sessions();
+    for gone in lock.sessions_before.difference(&after) {
+        store.delete(&keyspace::session_lock_key(gone.0, &lock.name))?;
+    }
+    for new in after.difference(&lock.sessions_before) {
+        store.put(&keyspace::session_lock_key(new.0, &lock.name), &[])?;
+    }
+    if lock.taken_before && !lock.rec.is_taken() {
+        events.push(Event::LockFreed { name: lock.name });
+    }
+    Ok(())
+}
+
+/// What a new grant is made of.
+struct NewHold {
+    session: SessionId,
+    owner: u64,
+    request_id: u64,
+    mode: LockMode,
+    lease_ms: Option<u64>,
+    lock_delay_ms: Option<u64>,
+}
+
+impl From<&Waiter> for NewHold {
+    fn from(w: &Waiter) -> Self {
+        NewHold {
+            session: w.session,
+            owner: w.owner,
+            request_id: w.request_id,
+            mode: w.mode,
+            lease_ms: w.lease_ms,
+            lock_delay_ms: w.lock_delay_ms,
+        }
+    }
+}
+
+/// Make a new grant with the next token.
+fn grant<S: Store>(
+    store: &mut S,
+    lock: &mut LockState,
+    hold: NewHold,
+    waited: bool,
+    events: &mut Vec<Event>,
+) -> Applied<Sequencer> {
+    let token = fence::next_token(store)?;
+    let holder = Holder {
+        session: hold.session,
+        owner: hold.owner,
+        mode: hold.mode,
+        token,
+        count: 1,
+        request_id: hold.request_id,
+        lease_ms: hold.lease_ms,
+        lock_delay_ms: hold.lock_delay_ms,
+    };
+    events.push(Event::Granted {
+        session: hold.session,
+        owner: hold.owner,
+        request_id: hold.request_id,
+        name: lock.name.clone(),
+        mode: hold.mode,
+        token,
+        lease_ms: hold.lease_ms,
+        waited,
+    });
+    let sequencer = holder.sequencer(&lock.name);
+    lock.rec.holders.push(holder);
+    Ok(sequencer)
+}
+
+/// Move the queue on: grant the head while it is compatible.
+fn advance<S: Store>(store: &mut S, lock: &mut LockState, events: &mut Vec<Event>) -> Applied<()> {
+    while let Some(head) = lock.rec.queue.first() {
+        if !lock.rec.compatible(head.mode) {
+            break;
+        }
+        let waiter = lock.rec.queue.remove(0);
+        let sequencer = grant(store, lock, NewHold::from(&waiter), true, events)?;
+        dedup::update(
+            store,
+            waiter.session,
+            waiter.request_id,
+            Answer::Outcome(LockOutcome::Granted {
+                sequencer,
+                hold_count: 1,
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// After holders were removed by force: start a lock-delay if the lock is
+/// now without holders and a removed grant asked for one, else move on.
+fn after_forced_release<S: Store>(
+    store: &mut S,
+    lock: &mut LockState,
+    removed: &[Holder],
+    events: &mut Vec<Event>,
+) -> Applied<()> {
+    if lock.rec.holders.is_empty() {
+        let token = removed
+            .iter()
+            .filter(|h| h.lock_delay_ms.is_some())
+            .map(|h| h.token)
+            .max();
+        let delay_ms = removed.iter().filter_map(|h| h.lock_delay_ms).max();
+        if let (Some(token), Some(delay_ms)) = (token, delay_ms) {
+            lock.rec.delay = Some(LockDelay { token, delay_ms });
+            events.push(Event::LockDelayStarted {
+                name: lock.name.clone(),
+                token,
+                delay_ms,
+            });
+        }
+    }
+    advance(store, lock, events)
+}
+
+/// The [`CommandError::Busy`] for a try-once acquire of `lock`.
+fn busy(lock: &LockState) -> CommandError {
+    CommandError::Busy {
+        name: lock.name.clone(),
+        holder: lock.rec.holders.first().map(Holder::info),
+        holders: u32::try_from(lock.rec.holders.len()).unwrap_or(u32::MAX),
+        waiters: u32::try_from(lock.rec.queue.len()).unwrap_or(u32::MAX),
+        lock_delay: lock.rec.delay.is_some(),
+    }
+}
+
+/// [`LockCommand::Acquire`], validated already.
+pub(crate) fn acquire<S: Store>(
+    store: &mut S,
+    command: &LockCommand,
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    let LockCommand::Acquire {
+        session,
+        owner,
+        request_id,
+        name,
+        mode,
+        wait_ms,
+        lease_ms,
+        lock_delay_ms,
+    } = command
+    else {
+        return Err(CommandError::invalid("not an acquire").into());
+    };
+    let (session, owner, request_id, mode) = (*session, *owner, *request_id, *mode);
+    let session_rec = session::load_live(store, session)?;
+    if let Some(first) = dedup::recall(store, session, &session_rec, request_id, command)? {
+        return Ok(first);
+    }
+    let mut lock = load(store, name)?;
+    let party = |s: SessionId, o: u64| s == session && o == owner;
+    let outcome = if let Some(h) = lock
+        .rec
+        .holders
+        .iter_mut()
+        .find(|h| party(h.session, h.owner))
+    {
+        match (h.mode, mode) {
+            (LockMode::Shared, LockMode::Exclusive) => {
+                return Err(CommandError::UpgradeNotAllowed { name: name.clone() }.into())
+            }
+            (LockMode::Exclusive, LockMode::Shared) => {
+                return Err(CommandError::DowngradeNotAllowed { name: name.clone() }.into())
+            }
+            _ => {}
+        }
+        h.count = h
+            .count
+            .checked_add(1)
+            .ok_or_else(|| CommandError::CounterExhausted {
+                counter: format!("hold count of lock {name:?}"),
+            })?;
+        LockOutcome::Granted {
+            sequencer: h.sequencer(name),
+            hold_count: h.count,
+        }
+    } else if let Some(w) = lock.rec.queue.iter().find(|w| party(w.session, w.owner)) {
+        return Err(CommandError::AlreadyWaiting {
+            name: name.clone(),
+            request_id: w.request_id,
+        }
+        .into());
+    } else if lock.rec.queue.is_empty() && lock.rec.compatible(mode) {
+        let hold = NewHold {
+            session,
+            owner,
+            request_id,
+            mode,
+            lease_ms: *lease_ms,
+            lock_delay_ms: *lock_delay_ms,
+        };
+        let sequencer = grant(store, &mut lock, hold, false, events)?;
+        LockOutcome::Granted {
+            sequencer,
+            hold_count: 1,
+        }
+    } else if let Some(wait_ms) = *wait_ms {
+        if lock.rec.queue.len() >= MAX_LOCK_WAITERS {
+            return Err(CommandError::QueueFull {
+                name: name.clone(),
+                max: u32::try_from(MAX_LOCK_WAITERS).unwrap_or(u32::MAX),
+            }
+            .into());
+        }
+        let position = u32::try_from(lock.rec.queue.len()).unwrap_or(u32::MAX);
+        lock.rec.queue.push(Waiter {
+            session,
+            owner,
+            request_id,
+            mode,
+            wait_ms,
+            lease_ms: *lease_ms,
+            lock_delay_ms: *lock_delay_ms,
+        });
+        events.push(Event::Queued {
+            session,
+            owner,
+            request_id,
+            name: name.clone(),
+            mode,
+            wait_ms,
+        });
+        LockOutcome::Queued {
+            name: name.clone(),
+            request_id,
+            position,
+        }
+    } else {
+        return Err(busy(&lock).into());
+    };
+    dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
+    save(store, lock, events)?;
+    Ok(outcome)
+}
+
+/// [`LockCommand::Release`], validated already.
+pub(crate) fn release<S: Store>(
+    store: &mut S,
+    command: &LockCommand,
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    let LockCommand::Release {
+        session,
+        owner,
+        request_id,
+        name,
+        token,
+    } = command
+    else {
+        return Err(CommandError::invalid("not a release").into());
+    };
+    let (session, owner, request_id, token) = (*session, *owner, *request_id, *token);
+    let session_rec = session::load_live(store, session)?;
+    if let Some(first) = dedup::recall(store, session, &session_rec, request_id, command)? {
+        return Ok(first);
+    }
+    let mut lock = load(store, name)?;
+    let Some(i) = lock
+        .rec
+        .holders
+        .iter()
+        .position(|h| h.session == session && h.owner == owner)
+    else {
+        return Err(CommandError::NotHolder { name: name.clone() }.into());
+    };
+    let holder = &mut lock.rec.holders[i];
+    if holder.token != token {
+        return Err(CommandError::StaleToken {
+            name: name.clone(),
+            token,
+            current: holder.token,
+        }
+        .into());
+    }
+    holder.count = holder.count.saturating_sub(1);
+    let remaining = holder.count;
+    if remaining == 0 {
+        let gone = lock.rec.holders.remove(i);
+        events.push(Event::Released {
+            session,
+            owner,
+            name: name.clone(),
+            token: gone.token,
+            why: HoldEnd::Released,
+        });
+        advance(store, &mut lock, events)?;
+    }
+    let outcome = LockOutcome::Released {
+        name: name.clone(),
+        token,
+        remaining,
+    };
+    dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
+    save(store, lock, events)?;
+    Ok(outcome)
+}
+
+/// [`LockCommand::CancelWait`], validated already.
+pub(crate) fn cancel_wait<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    owner: u64,
+    name: &str,
+    request_id: u64,
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    session::load_live(store, session)?;
+    let mut lock = load(store, name)?;
+    let queued = lock
+        .rec
+        .queue
+        .iter()
+        .position(|w| w.session == session && w.owner == owner && w.request_id == request_id);
+    if let Some(i) = queued {
+        lock.rec.queue.remove(i);
+        events.push(Event::WaitCancelled {
+            session,
+            owner,
+            request_id,
+            name: name.to_string(),
+            why: WaitEnd::Cancelled,
+        });
+        dedup::update(store, session, request_id, Answer::WaitCancelled)?;
+        advance(store, &mut lock, events)?;
+        save(store, lock, events)?;
+        return Ok(LockOutcome::WaitCancel(WaitCancel::Cancelled));
+    }
+    let found = match dedup::lookup(store, session, request_id)? {
+        Some(first) => match (&first.request, first.answer) {
+            (
+                LockCommand::Acquire {
+                    owner: o, name: n, ..
+                },
+                answer,
+            ) if *o == owner && n == name => match answer {
+                Answer::Outcome(LockOutcome::Granted { sequencer, .. }) => {
+                    WaitCancel::AlreadyGranted(sequencer)
+                }
+                Answer::WaitCancelled => WaitCancel::Cancelled,
+                Answer::Outcome(_) => WaitCancel::NotWaiting,
+            },
+            _ => WaitCancel::NotWaiting,
+        },
+        None => WaitCancel::NotWaiting,
+    };
+    Ok(LockOutcome::WaitCancel(found))
+}
+
+/// [`LockCommand::ExpireLockLease`], validated already.
+pub(crate) fn expire_lease<S: Store>(
+    store: &mut S,
+    name: &str,
+    token: Token,
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    let mut lock = load(store, name)?;
+    let Some(i) = lock
+        .rec
+        .holders
+        .iter()
+        .position(|h| h.token == token && h.lease_ms.is_some())
+    else {
+        return Ok(LockOutcome::LeaseExpired { released: false });
+    };
+    let gone = lock.rec.holders.remove(i);
+    events.push(Event::Released {
+        session: gone.session,
+        owner: gone.owner,
+        name: name.to_string(),
+        token,
+        why: HoldEnd::LeaseExpired,
+    });
+    after_forced_release(store, &mut lock, &[gone], events)?;
+    save(store, lock, events)?;
+    Ok(LockOutcome::LeaseExpired { released: true })
+}
+
+/// [`LockCommand::EndLockDelay`], validated already.
+pub(crate) fn end_lock_delay<S: Store>(
+    store: &mut S,
+    name: &str,
+    token: Token,
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    let mut lock = load(store, name)?;
+    if lock.rec.delay.map(|d| d.token) != Some(token) {
+        return Ok(LockOutcome::LockDelayEnded { ended: false });
+    }
+    lock.rec.delay = None;
+    events.push(Event::LockDelayEnded {
+        name: name.to_string(),
+        token,
+    });
+    advance(store, &mut lock, events)?;
+    save(store, lock, events)?;
+    Ok(LockOutcome::LockDelayEnded { ended: true })
+}
+
+/// Remove every hold and wait of an ending `session` from lock `name`.
+/// Returns (holds released, waits cancelled).
+pub(crate) fn drop_session<S: Store>(
+    store: &mut S,
+    name: &str,
+    session: SessionId,
+    how: SessionEnd,
+    events: &mut Vec<Event>,
+) -> Applied<(u32, u32)> {
+    let mut lock = load(store, name)?;
+    let (gone, kept): (Vec<Holder>, Vec<Holder>) = std::mem::take(&mut lock.rec.holders)
+        .into_iter()
+        .partition(|h| h.session == session);
+    lock.rec.holders = kept;
+    let (cancelled, waiting): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut lock.rec.queue)
+        .into_iter()
+        .partition(|w| w.session == session);
+    lock.rec.queue = waiting;
+    for h in &gone {
+        events.push(Event::Released {
+            session,
+            owner: h.owner,
+            name: name.to_string(),
+            token: h.token,
+            why: HoldEnd::SessionEnded(how),
+        });
+    }
+    for w in &cancelled {
+        events.push(Event::WaitCancelled {
+            session,
+            owner: w.owner,
+            request_id: w.request_id,
+            name: name.to_string(),
+            why: WaitEnd::SessionEnded(how),
+        });
+    }
+    match how {
+        SessionEnd::Expired => after_forced_release(store, &mut lock, &gone, events)?,
+        SessionEnd::Closed => advance(store, &mut lock, events)?,
+    }
+    save(store, lock, events)?;
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    Ok((count(gone.len()), count(cancelled.len())))
+}

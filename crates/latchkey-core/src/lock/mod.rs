@@ -1,0 +1,240 @@
+//! The lock service's semantics: sessions, locks, fencing tokens,
+//! sequencers, fenced writes, and retries. Pure: no clock, no timers, no
+//! I/O. The leader's timers live in the shell and reach the core only as
+//! explicit commands ([`LockCommand::ExpireSession`],
+//! [`LockCommand::ExpireLockLease`], [`LockCommand::EndLockDelay`],
+//! [`LockCommand::CancelWait`]).
+//!
+//! This page is the lock contract (`LOCKS.md` of the design notes) made
+//! precise: every rule the contract leaves open is settled here, and the
+//! tests (`tests/lock_semantics.rs`, `tests/lock_properties.rs`) assert each
+//! one.
+//!
+//! # Rooms
+//!
+//! | file | holds |
+//! |------|-------|
+//! | `command.rs` | [`LockCommand`], [`LockQuery`], [`LockOutcome`] |
+//! | `session.rs` | [`SessionId`], opening and ending sessions |
+//! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry |
+//! | `fence.rs` | [`Token`], the token counter, fenced writes |
+//! | `sequencer.rs` | [`Sequencer`] and its printable form |
+//! | `dedup.rs` | per-session memory of request outcomes |
+//! | `event.rs` | [`Event`]: what the shell must act on |
+//! | `query.rs` | answers to [`LockQuery`], [`TimerState`] |
+//!
+//! State lives in the store under the tags of [`crate::keyspace`] (`S`,
+//! `L`, `H`, `R`, and two counters in `M`), encoded with [`crate::codec`],
+//! so it travels in snapshots like everything else.
+//!
+//! # Rules
+//!
+//! ## Commands are all or nothing
+//!
+//! - Every stateless check (names, durations, tokens, batch limits) runs in
+//!   [`crate::validate_command`] before the store is touched; every stateful
+//!   one runs against a staged view. A refused command writes nothing, not
+//!   even the clock, and reports no events.
+//! - A lock command that succeeds may still be a no-op:
+//!   [`LockCommand::ExpireLockLease`] for a grant that no longer holds (or has
+//!   no lease), [`LockCommand::EndLockDelay`] for a delay that is not the
+//!   current one, [`LockCommand::CancelWait`] for a wait that is gone. They
+//!   answer which, so a late timer is harmless.
+//!
+//! ## Sessions
+//!
+//! - [`LockCommand::OpenSession`] takes a TTL in
+//!   [`MIN_SESSION_TTL_MS`](crate::limits::MIN_SESSION_TTL_MS)`..=`[`MAX_SESSION_TTL_MS`](crate::limits::MAX_SESSION_TTL_MS),
+//!   else [`CommandError::TtlOutOfRange`](crate::CommandError::TtlOutOfRange).
+//!   Ids count up from 1 and are never reused.
+//! - Every command naming a session that is not live is refused:
+//!   [`UnknownSession`](crate::CommandError::UnknownSession) if the id was
+//!   never issued, [`SessionEnded`](crate::CommandError::SessionEnded) if it
+//!   was closed or expired (the two are not told apart; nothing of an ended
+//!   session is kept). This includes `CloseSession` and `ExpireSession` of an
+//!   ended session. Queries are not refused: `Session` answers `None` and
+//!   `CheckSequencer` answers "not current".
+//! - `CloseSession` ends every hold at once without lock-delay; `ExpireSession`
+//!   ends them as forced releases (lock-delay applies). Both cancel every
+//!   wait of the session and forget its request memory. Locks are visited in
+//!   name order; within a lock holds end before waits are cancelled, then
+//!   the queue moves on.
+//!
+//! ## Acquire
+//!
+//! In this order:
+//!
+//! 1. The session must be live; a retried request id answers from the
+//!    request memory (see *Retries*).
+//! 2. Re-entrant: if (session, owner) holds the lock in the same mode, the
+//!    hold count goes up, the token stays, and the grant's lease and
+//!    lock-delay stay those of the first acquire (a re-entrant acquire never
+//!    waits, even behind a queue). Holding shared and asking exclusive is
+//!    [`UpgradeNotAllowed`](crate::CommandError::UpgradeNotAllowed); holding
+//!    exclusive and asking shared is
+//!    [`DowngradeNotAllowed`](crate::CommandError::DowngradeNotAllowed).
+//! 3. If (session, owner) is already queued for this lock:
+//!    [`AlreadyWaiting`](crate::CommandError::AlreadyWaiting). An owner waits
+//!    for one grant of a lock at a time.
+//! 4. Granted at once only if nobody is queued, there is no lock-delay, and
+//!    the lock is free or held shared with a shared request and fewer than
+//!    [`MAX_LOCK_HOLDERS`](crate::limits::MAX_LOCK_HOLDERS) holders.
+//! 5. Otherwise, with `wait_ms`: queued at the tail (strict FIFO, an
+//!    exclusive waiter blocks every later shared request), unless the queue
+//!    has [`MAX_LOCK_WAITERS`](crate::limits::MAX_LOCK_WAITERS) already
+//!    ([`QueueFull`](crate::CommandError::QueueFull)). Without `wait_ms`:
+//!    [`Busy`](crate::CommandError::Busy), with the oldest holder, the
+//!    counts, and whether the lock is in lock-delay.
+//!
+//! `wait_ms`, `lease_ms` and `lock_delay_ms` must be within their bounds in
+//! [`crate::limits`] when given; "none" is `None`, never 0
+//! ([`DurationOutOfRange`](crate::CommandError::DurationOutOfRange)). A
+//! lease starts at the grant, not at the acquire.
+//!
+//! ## Fencing tokens
+//!
+//! - Every new grant, shared or exclusive, takes the next token of one
+//!   cluster-wide counter. Tokens therefore strictly increase in grant
+//!   order, over exclusive grants in particular, are never 0 and never
+//!   reused; and each shared holder has its own token, so a shared sequencer
+//!   names exactly one grant. A token is a `u64`; running out is
+//!   [`CounterExhausted`](crate::CommandError::CounterExhausted).
+//!
+//! ## Release
+//!
+//! - By (session, owner) with the token of its grant: the hold count goes
+//!   down; at 0 the grant ends and the queue moves on in the same entry.
+//!   No lock-delay: a voluntary release is not a failure.
+//! - If (session, owner) does not hold the lock (never did, released, lost
+//!   it to a lease or still waiting):
+//!   [`NotHolder`](crate::CommandError::NotHolder). If it holds it under a
+//!   different token: [`StaleToken`](crate::CommandError::StaleToken), with
+//!   the current one.
+//!
+//! ## The queue moves on
+//!
+//! - Whenever a lock loses a holder or a waiter or its lock-delay ends, the
+//!   head of its queue is granted while it is compatible: one exclusive
+//!   waiter, or the run of shared waiters at the head (up to the holder
+//!   limit). Each such grant is reported as [`Event::Granted`] with
+//!   `waited: true`, so the replica wakes the waiter with no polling.
+//!
+//! ## Waits
+//!
+//! - A queued acquire answers [`LockOutcome::Queued`]; the shell cancels it
+//!   after `wait_ms` with [`LockCommand::CancelWait`], which removes it from
+//!   the queue (and may let the waiters behind it through). A cancel that
+//!   finds the acquire already granted answers
+//!   [`WaitCancel::AlreadyGranted`] and never releases the grant: the client
+//!   may already have been told of it; it must use or release it.
+//!
+//! ## Lock-delay and leases
+//!
+//! - A forced release (session expiry, lease expiry) that leaves the lock
+//!   with no holder puts it in lock-delay if a released grant was acquired
+//!   with `lock_delay_ms`: the longest such delay, guarded by the newest such
+//!   token ([`Event::LockDelayStarted`]). Nothing is granted during the delay
+//!   (acquires queue or get `Busy`); `EndLockDelay` with that token ends it
+//!   and the queue moves on. A forced release that leaves other (shared)
+//!   holders starts no delay.
+//! - [`LockCommand::ExpireLockLease`] ends the whole grant (every re-entrant
+//!   hold) if that token still holds and was granted with a lease.
+//!
+//! ## Fenced writes
+//!
+//! - [`LockCommand::Fenced`] needs an exclusive sequencer (checked by
+//!   validation). It applies its batch only if the sequencer is the lock's
+//!   current exclusive holder (name, token and session), in the same entry
+//!   as the check; else [`StaleFence`](crate::CommandError::StaleFence) with
+//!   the current exclusive token if any, and nothing is written. A sequencer
+//!   of an ended session is stale, not an unknown session. Once the fence
+//!   holds, the batch behaves exactly like [`crate::Command::Batch`]
+//!   (conditions, then ops) and answers [`crate::Outcome::Batch`].
+//!
+//! ## Retries
+//!
+//! - Acquire and release carry a request id; each session remembers the
+//!   first successful outcome of each (see `dedup.rs`): a retry returns it,
+//!   with no new effect, so nothing is ever granted or released twice. A
+//!   queued acquire's memory follows it: a retry after its grant returns the
+//!   grant; after its cancel,
+//!   [`WaitCancelled`](crate::CommandError::WaitCancelled). The same id with
+//!   a different command is
+//!   [`RequestIdReused`](crate::CommandError::RequestIdReused). A session
+//!   remembers [`MAX_REMEMBERED_REQUESTS`](crate::limits::MAX_REMEMBERED_REQUESTS)
+//!   outcomes; beyond that the lowest ids are forgotten and refused as
+//!   [`RequestTooOld`](crate::CommandError::RequestTooOld).
+//! - Refusals are not remembered (a refused command writes nothing): a
+//!   retried refused request is judged afresh, which is safe because the
+//!   refusal granted nothing.
+//!
+//! ## Names
+//!
+//! - Non-empty UTF-8 of at most
+//!   [`MAX_LOCK_NAME_LEN`](crate::limits::MAX_LOCK_NAME_LEN) bytes, else
+//!   [`InvalidLockName`](crate::CommandError::InvalidLockName). Any
+//!   characters; names are compared byte for byte and listed in byte order.
+//!
+//! # Example
+//!
+//! ```
+//! use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, SessionId, Token};
+//! use latchkey_core::{apply_with_events, Command, MemStore, Outcome, Request};
+//!
+//! let mut store = MemStore::default();
+//! let mut run = |command| {
+//!     let request = Request { now: 1, command: Command::Lock(command) };
+//!     apply_with_events(&mut store, &request).unwrap()
+//! };
+//! let (opened, _) = run(LockCommand::OpenSession { ttl_ms: 10_000 });
+//! assert_eq!(
+//!     opened,
+//!     Ok(Outcome::Lock(LockOutcome::SessionOpened { session: SessionId(1), ttl_ms: 10_000 }))
+//! );
+//! let acquire = |request_id| LockCommand::Acquire {
+//!     session: SessionId(1),
+//!     owner: 7,
+//!     request_id,
+//!     name: "jobs".to_string(),
+//!     mode: LockMode::Exclusive,
+//!     wait_ms: None,
+//!     lease_ms: None,
+//!     lock_delay_ms: None,
+//! };
+//! let (granted, events) = run(acquire(1));
+//! let Ok(Outcome::Lock(LockOutcome::Granted { sequencer, hold_count: 1 })) = granted else {
+//!     panic!("{granted:?}")
+//! };
+//! assert_eq!(sequencer.token, Token(1));
+//! assert_eq!(sequencer.to_string(), "lk1.1.1.x.jobs");
+//! assert_eq!(events.len(), 1);
+//! // A retry of the same request returns the first outcome and grants nothing.
+//! let (again, events) = run(acquire(1));
+//! assert_eq!(again, Ok(Outcome::Lock(LockOutcome::Granted { sequencer, hold_count: 1 })));
+//! assert!(events.is_empty());
+//! ```
+
+mod apply;
+mod command;
+mod dedup;
+mod event;
+mod fence;
+mod lock_table;
+mod mode;
+mod query;
+mod record;
+mod sequencer;
+mod session;
+
+pub use command::{LockCommand, LockOutcome, LockQuery, Proposer, TimerKind, WaitCancel};
+pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
+pub use fence::Token;
+pub use mode::LockMode;
+pub use query::{
+    HolderInfo, LeaseTimer, LockDelayTimer, LockInfo, SessionInfo, TimerState, WaitTimer,
+};
+pub use sequencer::{Sequencer, SequencerParseError};
+pub use session::SessionId;
+
+pub(crate) use apply::apply;
+pub(crate) use query::query;

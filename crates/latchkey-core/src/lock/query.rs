@@ -1,0 +1,239 @@
+//! The answers to [`LockQuery`]: sequencer checks, lock listings, session
+//! lookups and the timer state a new leader restarts its countdowns from.
+
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use super::lock_table::{self, LockRecord};
+use super::session::{self, SessionRecord};
+use super::{record, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, Token};
+use crate::keyspace::{self, LOCK, SESSION};
+use crate::limits::MAX_LOCK_LIST_LIMIT;
+use crate::{CommandResult, Store, StoreError};
+
+/// One current holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    /// The session the grant belongs to.
+    pub session: SessionId,
+    /// The owner within that session.
+    pub owner: u64,
+    /// The grant's mode.
+    pub mode: LockMode,
+    /// The grant's fencing token.
+    pub token: Token,
+    /// Re-entrant holds of this grant.
+    pub hold_count: u32,
+    /// The grant's maximum hold time, if it has one.
+    pub lease_ms: Option<u64>,
+}
+
+/// A lock in use, as [`LockQuery::Locks`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The holders' mode; `None` while nobody holds it (in lock-delay).
+    pub mode: Option<LockMode>,
+    /// In grant order.
+    pub holders: Vec<HolderInfo>,
+    /// How many requests wait in the queue.
+    pub waiters: u32,
+    /// The lock-delay in force, if any.
+    pub lock_delay: Option<LockDelayTimer>,
+}
+
+/// A live session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session.
+    pub session: SessionId,
+    /// Its TTL, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// Everything a newly elected leader needs to restart every countdown at
+/// full length (failover can lengthen a lease, never shorten it). Every list
+/// is in a deterministic order: sessions by id, the rest by lock name, then
+/// grant or queue order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimerState {
+    /// Every live session: expire it after `ttl_ms` without a keep-alive.
+    pub sessions: Vec<SessionInfo>,
+    /// Every grant with a lease: propose `ExpireLockLease` after `lease_ms`.
+    pub leases: Vec<LeaseTimer>,
+    /// Every lock in lock-delay: propose `EndLockDelay` after `delay_ms`.
+    pub lock_delays: Vec<LockDelayTimer>,
+    /// Every queued acquire: propose `CancelWait` after `wait_ms`.
+    pub waits: Vec<WaitTimer>,
+}
+
+/// A grant with a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseTimer {
+    /// The lock.
+    pub name: String,
+    /// The grant, for `ExpireLockLease`.
+    pub token: Token,
+    /// The lease, in milliseconds.
+    pub lease_ms: u64,
+}
+
+/// A lock-delay in force, guarded by `token`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockDelayTimer {
+    /// The lock.
+    pub name: String,
+    /// The delay's guard, for `EndLockDelay`.
+    pub token: Token,
+    /// The delay, in milliseconds.
+    pub delay_ms: u64,
+}
+
+/// A queued acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitTimer {
+    /// The waiting session.
+    pub session: SessionId,
+    /// The waiting owner.
+    pub owner: u64,
+    /// The lock waited for.
+    pub name: String,
+    /// The queued acquire, for `CancelWait`.
+    pub request_id: u64,
+    /// The wait, in milliseconds.
+    pub wait_ms: u64,
+}
+
+/// Serve a validated lock query.
+pub(crate) fn query<S: Store>(store: &S, q: &LockQuery) -> Result<CommandResult, StoreError> {
+    let outcome = match q {
+        LockQuery::CheckSequencer(sequencer) => LockOutcome::SequencerCheck {
+            current: is_current(store, sequencer)?,
+        },
+        LockQuery::Locks {
+            prefix,
+            start_after,
+            limit,
+        } => locks(store, prefix, start_after.as_deref(), *limit)?,
+        LockQuery::Session { session } => {
+            LockOutcome::Session(session::load(store, *session)?.map(|r| SessionInfo {
+                session: *session,
+                ttl_ms: r.ttl_ms,
+            }))
+        }
+        LockQuery::TimerState => LockOutcome::Timers(timer_state(store)?),
+    };
+    Ok(Ok(crate::Outcome::Lock(outcome)))
+}
+
+/// Is `sequencer` a current holder of its lock?
+fn is_current<S: Store>(store: &S, sequencer: &Sequencer) -> Result<bool, StoreError> {
+    let lock = lock_table::load(store, &sequencer.name)?;
+    Ok(lock.rec.holders.iter().any(|h| {
+        h.token == sequencer.token && h.session == sequencer.session && h.mode == sequencer.mode
+    }))
+}
+
+/// The lock name in a `L` key.
+fn lock_name(key: &[u8]) -> Result<String, StoreError> {
+    key.get(1..)
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .map(str::to_string)
+        .ok_or_else(|| record::corrupt(key, "lock name is not UTF-8"))
+}
+
+fn decode_lock(key: &[u8], value: &[u8]) -> Result<LockRecord, StoreError> {
+    crate::codec::decode(value).map_err(|e| record::corrupt(key, e))
+}
+
+fn lock_info(name: String, rec: &LockRecord) -> LockInfo {
+    LockInfo {
+        mode: rec.mode(),
+        holders: rec.holders.iter().map(|h| h.info()).collect(),
+        waiters: u32::try_from(rec.queue.len()).unwrap_or(u32::MAX),
+        lock_delay: rec.delay.map(|d| LockDelayTimer {
+            name: name.clone(),
+            token: d.token,
+            delay_ms: d.delay_ms,
+        }),
+        name,
+    }
+}
+
+fn locks<S: Store>(
+    store: &S,
+    prefix: &str,
+    start_after: Option<&str>,
+    limit: u32,
+) -> Result<LockOutcome, StoreError> {
+    let limit = if limit == 0 {
+        MAX_LOCK_LIST_LIMIT
+    } else {
+        limit
+    } as usize;
+    let from = keyspace::lock_key(prefix);
+    let after = start_after.map(keyspace::lock_key);
+    let lower = match &after {
+        Some(a) if *a >= from => Bound::Excluded(a.as_slice()),
+        _ => Bound::Included(from.as_slice()),
+    };
+    // `L` + prefix always has an end: the tag byte is below 0xff.
+    let upper = keyspace::prefix_end(&from).unwrap_or_else(|| vec![LOCK + 1]);
+    let mut rows = store.scan(lower, Bound::Excluded(&upper), false, limit + 1)?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let mut out = Vec::with_capacity(rows.len());
+    for (key, value) in rows {
+        let rec = decode_lock(&key, &value)?;
+        out.push(lock_info(lock_name(&key)?, &rec));
+    }
+    Ok(LockOutcome::Locks { locks: out, more })
+}
+
+fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
+    let mut state = TimerState::default();
+    for (key, value) in record::scan_prefix(store, &[SESSION])? {
+        let session = key
+            .get(1..)
+            .and_then(keyspace::read_u64)
+            .ok_or_else(|| record::corrupt(&key, "session key has no id"))?;
+        let rec: SessionRecord =
+            crate::codec::decode(&value).map_err(|e| record::corrupt(&key, e))?;
+        state.sessions.push(SessionInfo {
+            session: SessionId(session),
+            ttl_ms: rec.ttl_ms,
+        });
+    }
+    for (key, value) in record::scan_prefix(store, &[LOCK])? {
+        let name = lock_name(&key)?;
+        let rec = decode_lock(&key, &value)?;
+        for h in &rec.holders {
+            if let Some(lease_ms) = h.lease_ms {
+                state.leases.push(LeaseTimer {
+                    name: name.clone(),
+                    token: h.token,
+                    lease_ms,
+                });
+            }
+        }
+        if let Some(d) = rec.delay {
+            state.lock_delays.push(LockDelayTimer {
+                name: name.clone(),
+                token: d.token,
+                delay_ms: d.delay_ms,
+            });
+        }
+        for w in &rec.queue {
+            state.waits.push(WaitTimer {
+                session: w.session,
+                owner: w.owner,
+                name: name.clone(),
+                request_id: w.request_id,
+                wait_ms: w.wait_ms,
+            });
+        }
+    }
+    Ok(state)
+}

@@ -1,0 +1,12 @@
+//! Generates the gRPC code from `proto/latchkey.proto` with a vendored
+//! `protoc`, so a fresh machine needs no system protobuf compiler.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let proto = proto_dir.join("latchkey.proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure().compile_with_config(config, &[proto], &[proto_dir])?;
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! # latchkey-server
+//!
+//! The replica: openraft wired to latchkey's RocksDB stores, the gRPC
+//! services (Raft transport, KV, admin), and [`Node`], the handle an
+//! application embeds to run one replica in its own process.
+//!
+//! This crate performs I/O and reads clocks so that `latchkey-core` does not:
+//! the leader stamps each entry with its clock, proposes it through Raft and
+//! answers once it is applied. It must not decide what a command does.
+//!
+//! Reads are linearizable by default: the leader confirms its leadership with
+//! a quorum (openraft's ReadIndex, `ensure_linearizable`) and waits until that
+//! index is applied before reading. Writes are answered once applied on the
+//! leader, which implies fsynced on a majority.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use latchkey_server::Node;
+//! let members = [(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")];
+//! let node = Node::builder(1)
+//!     .data_dir("/tmp/latchkey-1")
+//!     .initial_members(members)
+//!     .start()
+//!     .await?;
+//! node.client().put("config/mode", "blue").await?;
+//! # Ok(()) }
+//! ```
+
+mod network;
+mod node;
+mod replica;
+mod services;
+mod settings;
+
+pub use latchkey_client::{Client, ClientOptions, NodeStatus};
+pub use node::{Node, NodeBuilder};
+pub use replica::Replica;
+pub use settings::RaftSettings;
+
+/// Largest gRPC message a replica accepts or sends.
+pub const MAX_MESSAGE_BYTES: usize = latchkey_client::MAX_MESSAGE_BYTES;
+
+/// Why a [`Node`] could not start or answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// The node's configuration is wrong; fix it and start again.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Opening or using the data directory failed.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// A socket or file operation failed.
+    #[error("I/O: {0}")]
+    Io(String),
+    /// Raft refused or stopped.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// Something did not happen in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A client call through the node failed.
+    #[error(transparent)]
+    Client(#[from] latchkey_client::Error),
+}

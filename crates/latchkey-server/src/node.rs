@@ -1,0 +1,365 @@
+//! [`Node`]: one replica embedded in an application process.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_client::{Client, ClientOptions, NodeStatus};
+use latchkey_proto::v1::{admin_server::AdminServer, kv_server::KvServer, raft_server::RaftServer};
+use latchkey_storage::{StorageOptions, TypeConfig};
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, Raft};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::network::PeerNetwork;
+use crate::replica::Replica;
+use crate::services::{AdminService, KvService, RaftService};
+use crate::{NodeError, RaftSettings, MAX_MESSAGE_BYTES};
+
+/// Configures and starts a [`Node`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), latchkey_server::NodeError> {
+/// use latchkey_server::Node;
+/// let node = Node::builder(1)
+///     .listen("127.0.0.1:7101".parse().expect("literal address"))
+///     .data_dir("/var/lib/myapp/latchkey")
+///     .initial_members([(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")])
+///     .start()
+///     .await?;
+/// let kv = node.client();
+/// kv.put("hello", "world").await?;
+/// node.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct NodeBuilder {
+    id: u64,
+    listen: Option<SocketAddr>,
+    listener: Option<std::net::TcpListener>,
+    advertise: Option<String>,
+    data_dir: Option<PathBuf>,
+    initial_members: BTreeMap<u64, String>,
+    raft: RaftSettings,
+    client: ClientOptions,
+    storage: StorageOptions,
+}
+
+impl NodeBuilder {
+    /// Listen for peers and clients on `addr`.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
+    }
+
+    /// Serve on an already bound listener (handy with port 0 in tests).
+    pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// The address peers and clients use to reach this node, if it differs
+    /// from the listen address (default: this node's entry in the initial
+    /// members, else the listen address).
+    pub fn advertise(mut self, addr: impl Into<String>) -> Self {
+        self.advertise = Some(addr.into());
+        self
+    }
+
+    /// Where this replica keeps its RocksDB data. Required.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// The cluster's first voters, `(id, "host:port")`. Every initial member
+    /// must be started with the same list; a node that already has data
+    /// ignores it. Leave empty for a node that will be added later.
+    pub fn initial_members<I, S>(mut self, members: I) -> Self
+    where
+        I: IntoIterator<Item = (u64, S)>,
+        S: Into<String>,
+    {
+        self.initial_members = members.into_iter().map(|(i, a)| (i, a.into())).collect();
+        self
+    }
+
+    /// Raft timing and log retention.
+    pub fn raft_settings(mut self, settings: RaftSettings) -> Self {
+        self.raft = settings;
+        self
+    }
+
+    /// Timeouts of the in-process client returned by [`Node::client`].
+    pub fn client_options(mut self, options: ClientOptions) -> Self {
+        self.client = options;
+        self
+    }
+
+    /// RocksDB tuning.
+    pub fn storage_options(mut self, options: StorageOptions) -> Self {
+        self.storage = options;
+        self
+    }
+
+    /// Open the data, start Raft and the gRPC server, and join (or form) the
+    /// cluster.
+    pub async fn start(self) -> Result<Node, NodeError> {
+        let id = self.id;
+        if id == 0 {
+            return Err(NodeError::Config(
+                "node id 0 is reserved; use 1 or more".into(),
+            ));
+        }
+        let data_dir = self
+            .data_dir
+            .ok_or_else(|| NodeError::Config("a data directory is required".into()))?;
+        if !self.initial_members.is_empty() && !self.initial_members.contains_key(&id) {
+            return Err(NodeError::Config(format!(
+                "node {id} is not in the initial members {:?}",
+                self.initial_members.keys().collect::<Vec<_>>()
+            )));
+        }
+        for addr in self.initial_members.values() {
+            latchkey_client::channel(addr, &self.client)
+                .map_err(|e| NodeError::Config(e.to_string()))?;
+        }
+        let listener = match (self.listener, self.listen) {
+            (Some(l), _) => l,
+            (None, Some(addr)) => std::net::TcpListener::bind(addr)
+                .map_err(|e| NodeError::Io(format!("cannot listen on {addr}: {e}")))?,
+            (None, None) => match self.initial_members.get(&id) {
+                Some(a) => std::net::TcpListener::bind(a.as_str())
+                    .map_err(|e| NodeError::Io(format!("cannot listen on {a}: {e}")))?,
+                None => return Err(NodeError::Config("a listen address is required".into())),
+            },
+        };
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let advertise = self
+            .advertise
+            .or_else(|| self.initial_members.get(&id).cloned())
+            .unwrap_or_else(|| local_addr.to_string());
+
+        let (log_store, state_machine) = latchkey_storage::open(&data_dir, self.storage)
+            .map_err(|e| NodeError::Storage(e.to_string()))?;
+        let reader = state_machine.reader();
+        let config = self.raft.to_config()?;
+        let raft = Raft::new(id, config, PeerNetwork::default(), log_store, state_machine)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let replica = Arc::new(Replica::new(
+            id,
+            raft.clone(),
+            reader,
+            self.raft.write_timeout,
+            self.raft.read_timeout,
+        ));
+
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .add_service(
+                RaftServer::new(RaftService {
+                    replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                KvServer::new(KvService {
+                    replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(AdminServer::new(AdminService {
+                replica: replica.clone(),
+            }))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = stop_rx.await;
+            });
+        let server = tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+        });
+
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if initialized {
+            tracing::info!(node = id, "restarted with existing data; not initialising");
+        } else if !self.initial_members.is_empty() {
+            let members: BTreeMap<u64, BasicNode> = self
+                .initial_members
+                .iter()
+                .map(|(i, a)| (*i, BasicNode::new(a.clone())))
+                .collect();
+            match raft.initialize(members).await {
+                Ok(()) => tracing::info!(node = id, "initialised the cluster membership"),
+                Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {
+                    tracing::info!(node = id, reason = %e, "already initialised by a peer")
+                }
+                Err(e) => return Err(NodeError::Raft(e.to_string())),
+            }
+        } else {
+            tracing::info!(
+                node = id,
+                "no initial members: waiting to be added to a cluster"
+            );
+        }
+
+        let peers: Vec<String> = self
+            .initial_members
+            .iter()
+            .filter(|(i, _)| **i != id)
+            .map(|(_, a)| a.clone())
+            .collect();
+        let client = Client::with_local(replica.clone(), peers, self.client)
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+        Ok(Node {
+            id,
+            advertise,
+            local_addr,
+            replica,
+            client,
+            stop: Some(stop_tx),
+            server: Some(server),
+        })
+    }
+}
+
+/// One running replica, embedded in this process.
+///
+/// Create with [`Node::builder`]; talk to the cluster with [`Node::client`];
+/// stop with [`Node::shutdown`].
+pub struct Node {
+    id: u64,
+    advertise: String,
+    local_addr: SocketAddr,
+    replica: Arc<Replica>,
+    client: Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Node {
+    /// Start configuring node `id` (a cluster-unique number, 1 or more).
+    pub fn builder(id: u64) -> NodeBuilder {
+        NodeBuilder {
+            id,
+            listen: None,
+            listener: None,
+            advertise: None,
+            data_dir: None,
+            initial_members: BTreeMap::new(),
+            raft: RaftSettings::default(),
+            client: ClientOptions::default(),
+            storage: StorageOptions::default(),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The address peers and clients reach this node at.
+    pub fn advertise_addr(&self) -> &str {
+        &self.advertise
+    }
+
+    /// The socket address the gRPC server is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A client that uses this replica directly while it leads and forwards
+    /// to the leader otherwise. Cheap to clone.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// This replica's view of itself and the cluster: leader, term, last
+    /// applied index, members.
+    pub fn status(&self) -> NodeStatus {
+        self.replica.status()
+    }
+
+    /// True while this replica is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.status().leader_id == Some(self.id)
+    }
+
+    /// Wait until this replica knows a leader; returns its id.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, NodeError> {
+        let deadline = Instant::now() + timeout;
+        let mut metrics = self.replica.raft().metrics();
+        loop {
+            if let Some(l) = metrics.borrow().current_leader {
+                return Ok(l);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(NodeError::Raft("raft stopped".into())),
+                Err(_) => {
+                    return Err(NodeError::Timeout(format!(
+                        "no leader known after {timeout:?}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The openraft handle, for advanced use (metrics stream, triggers).
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        self.replica.raft()
+    }
+
+    /// Stop serving and stop Raft. Data stays on disk; a node started again
+    /// on the same data directory rejoins without re-initialising.
+    pub async fn shutdown(mut self) {
+        self.stop_now().await;
+    }
+
+    async fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Err(e) = self.replica.raft().shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        self.replica.close();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+        tracing::info!(node = self.id, "stopped");
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            let raft = self.replica.raft().clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let _ = raft.shutdown().await;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The gRPC services a replica serves: Raft transport, KV, admin.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use latchkey_client::ReplicaFailure;
+use latchkey_core::codec;
+use latchkey_proto::v1::{
+    admin_server::Admin, kv_server::Kv, raft_server::Raft as RaftRpc, AddLearnerRequest,
+    AdminReply, ChangeVotersRequest, Member, RaftMessage, ReadRequest, Reply, StatusReply,
+    StatusRequest, WriteRequest,
+};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::BasicNode;
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::replica::Replica;
+
+fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
+    codec::encode(value).map_err(|e| Status::internal(e.to_string()))
+}
+
+fn bad_payload(e: codec::CodecError) -> Status {
+    Status::invalid_argument(format!("malformed payload: {e}"))
+}
+
+/// Replica-to-replica Raft RPCs.
+pub struct RaftService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+#[tonic::async_trait]
+impl RaftRpc for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
+        let result = self.replica.raft().append_entries(rpc).await;
+        Ok(Response::new(RaftMessage {
+            payload: encode_or_status(&result)?,
+        }))
+    }
+
+    async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
+        let result = self.replica.raft().vote(rpc).await;
+        Ok(Response::new(RaftMessage {
+            payload: encode_or_status(&result)?,
+        }))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
+        let result = self.replica.raft().install_snapshot(rpc).await;
+        Ok(Response::new(RaftMessage {
+            payload: encode_or_status(&result)?,
+        }))
+    }
+}
+
+/// Client-facing key-value service.
+pub struct KvService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+fn reply(result: Result<latchkey_core::CommandResult, ReplicaFailure>) -> Result<Reply, Status> {
+    Ok(match result {
+        Ok(r) => Reply {
+            payload: encode_or_status(&r)?,
+            failure: None,
+        },
+        Err(f) => Reply {
+            payload: Vec::new(),
+            failure: Some(f.into()),
+        },
+    })
+}
+
+fn invalid(e: codec::CodecError) -> Reply {
+    Reply {
+        payload: Vec::new(),
+        failure: Some(ReplicaFailure::InvalidArgument(format!("malformed request: {e}")).into()),
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
+        let command = match codec::decode(&request.into_inner().command) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(invalid(e))),
+        };
+        Ok(Response::new(reply(self.replica.write(command).await)?))
+    }
+
+    async fn read(&self, request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
+        let ReadRequest { query, stale } = request.into_inner();
+        let query = match codec::decode(&query) {
+            Ok(q) => q,
+            Err(e) => return Ok(Response::new(invalid(e))),
+        };
+        Ok(Response::new(reply(self.replica.read(query, stale).await)?))
+    }
+}
+
+/// Cluster status and membership changes.
+pub struct AdminService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
+    Response::new(AdminReply {
+        failure: result.err().map(Into::into),
+    })
+}
+
+fn membership_failure(
+    replica: &Replica,
+    e: RaftError<u64, ClientWriteError<u64, BasicNode>>,
+) -> ReplicaFailure {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
+            leader: match (f.leader_id, f.leader_node) {
+                (Some(id), Some(n)) => Some((id, n.addr)),
+                _ => replica.leader(),
+            },
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::InProgress(e),
+        )) => ReplicaFailure::Unavailable(format!("another membership change is in progress: {e}")),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            ReplicaFailure::InvalidArgument(e.to_string())
+        }
+        RaftError::Fatal(e) => ReplicaFailure::Unavailable(format!("replica stopped: {e}")),
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let s = self.replica.status();
+        Ok(Response::new(StatusReply {
+            id: s.id,
+            leader_id: s.leader_id.unwrap_or(0),
+            leader_addr: s.leader_addr.unwrap_or_default(),
+            term: s.term,
+            last_applied: s.last_applied,
+            last_log_index: s.last_log_index,
+            state: s.state,
+            members: s
+                .members
+                .into_iter()
+                .map(|m| Member {
+                    id: m.id,
+                    addr: m.addr,
+                    voter: m.voter,
+                })
+                .collect(),
+            snapshot_index: s.snapshot_index,
+        }))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<AddLearnerRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let AddLearnerRequest { id, addr } = request.into_inner();
+        if id == 0 {
+            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
+                "node id 0 is reserved".into(),
+            ))));
+        }
+        if let Err(e) = latchkey_client::channel(&addr, &Default::default()) {
+            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
+                e.to_string(),
+            ))));
+        }
+        let result = self
+            .replica
+            .raft()
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map(|_| ())
+            .map_err(|e| membership_failure(&self.replica, e));
+        Ok(admin_reply(result))
+    }
+
+    async fn change_voters(
+        &self,
+        request: Request<ChangeVotersRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
+        if voters.is_empty() {
+            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
+                "the voter set must not be empty".into(),
+            ))));
+        }
+        let result = self
+            .replica
+            .raft()
+            .change_membership(voters, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| membership_failure(&self.replica, e));
+        Ok(admin_reply(result))
+    }
+}

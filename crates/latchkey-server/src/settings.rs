@@ -1,0 +1,71 @@
+//! Raft timing and log-retention settings of a replica.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{Config, SnapshotPolicy};
+
+use crate::NodeError;
+
+/// How a replica runs Raft. The defaults suit three replicas on one LAN or
+/// one machine; all replicas of a cluster should use the same values.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    /// Leader heartbeat period (default 100 ms).
+    pub heartbeat: Duration,
+    /// A follower that hears nothing from a leader for a random time in
+    /// `[election_min, election_max)` starts an election (default 500–1000 ms).
+    pub election_min: Duration,
+    /// See `election_min`.
+    pub election_max: Duration,
+    /// Build a snapshot after this many applied entries (default 10 000).
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind the last snapshot, for followers that
+    /// lag only a little (default 1 000).
+    pub keep_after_snapshot: u64,
+    /// Longest a write waits to commit before the caller is told its outcome
+    /// is unknown (default 5 s).
+    pub write_timeout: Duration,
+    /// Longest a linearizable read waits to confirm leadership (default 3 s).
+    pub read_timeout: Duration,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        RaftSettings {
+            heartbeat: Duration::from_millis(100),
+            election_min: Duration::from_millis(500),
+            election_max: Duration::from_millis(1000),
+            snapshot_every: 10_000,
+            keep_after_snapshot: 1_000,
+            write_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RaftSettings {
+    /// The openraft configuration for these settings.
+    pub fn to_config(&self) -> Result<Arc<Config>, NodeError> {
+        let config = Config {
+            cluster_name: "latchkey".to_string(),
+            heartbeat_interval: millis(self.heartbeat),
+            election_timeout_min: millis(self.election_min),
+            election_timeout_max: millis(self.election_max),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every.max(1)),
+            max_in_snapshot_log_to_keep: self.keep_after_snapshot,
+            // Bound one AppendEntries message: entries carry up to 4 MiB each.
+            max_payload_entries: 64,
+            install_snapshot_timeout: 10_000,
+            ..Config::default()
+        };
+        let config = config
+            .validate()
+            .map_err(|e| NodeError::Config(format!("raft settings: {e}")))?;
+        Ok(Arc::new(config))
+    }
+}

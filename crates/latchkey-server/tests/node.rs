@@ -1,0 +1,236 @@
+//! In-process cluster tests of the embedding `Node`: formation, forwarding,
+//! membership changes and restart on existing data. Multi-process kill tests
+//! live in the top-level `tests/` folder.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use latchkey_client::{Client, ClientOptions, Consistency, Error};
+use latchkey_server::{Node, RaftSettings};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
+    (1..=n)
+        .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
+        .collect()
+}
+
+fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64, String)>> {
+    listeners
+        .iter()
+        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
+        .collect()
+}
+
+fn settings() -> RaftSettings {
+    RaftSettings {
+        snapshot_every: 50,
+        keep_after_snapshot: 5,
+        ..RaftSettings::default()
+    }
+}
+
+async fn start(
+    id: u64,
+    listener: TcpListener,
+    dir: &Path,
+    members: &[(u64, String)],
+) -> Result<Node, Box<dyn std::error::Error>> {
+    Ok(Node::builder(id)
+        .listener(listener)
+        .data_dir(dir.join(format!("node-{id}")))
+        .initial_members(members.iter().cloned())
+        .raft_settings(settings())
+        .start()
+        .await?)
+}
+
+async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, l) in listeners {
+            nodes.insert(id, start(id, l, dir.path(), &members).await?);
+        }
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        // Every node's in-process client works, leader or not.
+        for (id, node) in &nodes {
+            node.client().put(format!("from/{id}"), "x").await?;
+        }
+        let follower = nodes
+            .keys()
+            .copied()
+            .find(|i| *i != leader)
+            .ok_or("no follower")?;
+        let page = nodes[&follower]
+            .client()
+            .scan(latchkey_core::ScanRange::prefix("from/", 0))
+            .await?;
+        assert_eq!(page.entries.len(), 3);
+        // A remote client given only a follower's address finds the leader.
+        let remote = Client::connect([members[(follower - 1) as usize].1.clone()])?;
+        assert_eq!(remote.get("from/1").await?, Some(b"x".to_vec()));
+        let status = nodes[&leader].status();
+        assert_eq!(status.members.len(), 3);
+        assert!(status.members.iter().all(|m| m.voter));
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_node_keeps_data_and_does_not_reinitialise() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, l) in listeners {
+            nodes.insert(id, start(id, l, dir.path(), &members).await?);
+        }
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&1].client();
+        for i in 0..120 {
+            kv.put(format!("k{i:03}"), format!("v{i}")).await?;
+        }
+        let seq = kv.next_sequence("ids", 5).await?;
+        let term_before = nodes[&1].status().term;
+        for node in std::mem::take(&mut nodes).into_values() {
+            node.shutdown().await;
+        }
+        // Restart all three on the same data and ports.
+        for (id, addr) in &members {
+            let l = TcpListener::bind(addr.as_str())?;
+            nodes.insert(*id, start(*id, l, dir.path(), &members).await?);
+        }
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&2].client();
+        assert_eq!(kv.get("k119").await?, Some(b"v119".to_vec()));
+        let page = kv.scan(latchkey_core::ScanRange::prefix("k", 0)).await?;
+        assert_eq!(page.entries.len(), 120);
+        let next = kv.next_sequence("ids", 5).await?;
+        assert!(
+            next.start >= seq.end,
+            "sequence went back: {seq:?} then {next:?}"
+        );
+        assert!(nodes[&1].status().term >= term_before);
+        // Snapshots were taken along the way (snapshot_every = 50).
+        wait_until("a snapshot", || {
+            nodes.values().any(|n| n.status().snapshot_index > 0)
+        })
+        .await?;
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learner_is_added_promoted_and_removed() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let mut listeners = reserve(4)?;
+        let fourth = listeners.remove(&4).ok_or("no 4th listener")?;
+        let fourth_addr = fourth.local_addr()?.to_string();
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, l) in listeners {
+            nodes.insert(id, start(id, l, dir.path(), &members).await?);
+        }
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&1].client();
+        for i in 0..80 {
+            kv.put(format!("k{i}"), "v").await?;
+        }
+        // Node 4 starts empty, without initial members, and waits to be added.
+        let n4 = start(4, fourth, dir.path(), &[]).await?;
+        let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
+        let admin = Client::connect(&endpoints)?;
+        admin.add_learner(4, &fourth_addr).await?;
+        wait_until("learner catch-up", || n4.status().last_applied >= 80).await?;
+        admin.change_voters([1, 2, 3, 4]).await?;
+        wait_until("4 voters", || {
+            n4.status().members.iter().filter(|m| m.voter).count() == 4
+        })
+        .await?;
+        // The new voter serves stale reads from its own state.
+        let direct = Client::connect([fourth_addr.clone()])?;
+        assert_eq!(
+            direct.get_with("k79", Consistency::Stale).await?,
+            Some(b"v".to_vec())
+        );
+        admin.remove_voter(4).await?;
+        wait_until("node 4 removed", || {
+            nodes[&1].status().members.iter().all(|m| m.id != 4)
+        })
+        .await?;
+        // Bad membership requests are refused with a clear error.
+        match admin.change_voters([1, 2, 9]).await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+        }
+        n4.shutdown().await;
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configuration_is_a_clear_error() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let err = Node::builder(5)
+        .listener(l)
+        .data_dir(dir.path())
+        .initial_members([(1, "127.0.0.1:1")])
+        .start()
+        .await
+        .err()
+        .ok_or("node 5 started although it is not an initial member")?;
+    assert!(
+        err.to_string().contains("not in the initial members"),
+        "{err}"
+    );
+    let err = Node::builder(0)
+        .data_dir(dir.path())
+        .start()
+        .await
+        .err()
+        .ok_or("id 0 accepted")?;
+    assert!(err.to_string().contains("reserved"), "{err}");
+    let err = Node::builder(1)
+        .start()
+        .await
+        .err()
+        .ok_or("no data dir accepted")?;
+    assert!(err.to_string().contains("data directory"), "{err}");
+    let _ = ClientOptions::default();
+    Ok(())
+}

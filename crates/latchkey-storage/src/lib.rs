@@ -1,0 +1,84 @@
+//! # latchkey-storage
+//!
+//! Where a latchkey replica keeps its Raft state: one RocksDB instance
+//! holding the Raft log with its metadata ([`LogStore`], an openraft
+//! `RaftLogStorage`), and the state machine that applies committed entries
+//! through `latchkey-core` ([`StateMachine`], an openraft
+//! `RaftStateMachine`), with durable snapshots.
+//!
+//! What it guarantees:
+//! - **Durability.** A vote is fsynced before `save_vote` returns; an
+//!   appended entry is acknowledged (its callback fired) only after a WAL
+//!   sync covering it; truncations and purges are synced before they return.
+//! - **Group commit.** Appends are readable at once and share fsyncs: one
+//!   flusher syncs once for every append queued meanwhile
+//!   ([`LogStore::fsync_count`] tells how many syncs were needed).
+//! - **Atomic applies.** Each `apply()` call is one RocksDB write batch
+//!   holding the data, the last applied log id and the membership.
+//! - **Consistent reads.** A [`StateReader`] answers queries from whole apply
+//!   batches, concurrently with applying.
+//! - **Change notification.** [`StateMachine::subscribe`] streams the core's
+//!   events (lock grants, queued waiters, ...) after they are committed.
+//!
+//! What it must not do: decide what a command means (that is
+//! `latchkey-core`'s job: this crate only stores bytes the core writes),
+//! encode anything except through `latchkey_core::codec`, acknowledge an
+//! unsynced log write, iterate a `HashMap` where it affects state, or panic
+//! on bytes read from disk or the network.
+//!
+//! Layout of a data directory: `db/` is the RocksDB instance (column
+//! families are described in the `columns` module), `snapshots/current.snap`
+//! the current snapshot blob.
+//!
+//! ```
+//! use latchkey_core::{Command, Outcome, Query, Request};
+//! use latchkey_storage::{open, StorageOptions};
+//! use openraft::storage::RaftStateMachine;
+//! use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let (_log, mut sm) = open(dir.path(), StorageOptions::default())?;
+//! let reader = sm.reader();
+//!
+//! let put = Request { now: 1, command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() } };
+//! let entry = Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: EntryPayload::Normal(put) };
+//! let replies = tokio::runtime::Runtime::new()?.block_on(sm.apply([entry]))?;
+//! assert_eq!(replies, vec![Ok(Outcome::Done)]);
+//!
+//! assert_eq!(reader.last_applied_index(), Some(1));
+//! let got = reader.query(&Query::Get { key: b"k".to_vec() })?;
+//! assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
+//! # Ok(())
+//! # }
+//! ```
+
+// openraft's `StorageError` is the error type its storage traits demand; the
+// helpers behind those traits return it as is so `?` works end to end.
+#![allow(clippy::result_large_err)]
+
+mod applied_state;
+mod blocking;
+mod columns;
+mod data_view;
+mod error;
+mod group_commit;
+mod log_store;
+mod open;
+mod overlay;
+mod snapshot_builder;
+mod snapshot_file;
+mod snapshot_format;
+mod state_change;
+mod state_machine;
+mod state_reader;
+pub mod types;
+
+pub use error::StorageError;
+pub use log_store::{LogReader, LogStore};
+pub use open::{open, StorageOptions};
+pub use snapshot_builder::SnapshotBuilder;
+pub use state_change::StateChange;
+pub use state_machine::StateMachine;
+pub use state_reader::StateReader;
+pub use types::{NodeId, TypeConfig};

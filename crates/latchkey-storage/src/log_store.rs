@@ -1,0 +1,299 @@
+//! [`LogStore`]: the Raft log and its metadata (vote, committed, last purged)
+//! in RocksDB, with group commit for appends.
+//!
+//! Durability, per operation:
+//! - `save_vote`: a synced write; returns only once the vote is on disk.
+//! - `append`: an unsynced write (readable at once), then the durability
+//!   callback goes to the [`GroupCommit`] flusher, which fires it after the
+//!   next WAL sync.
+//! - `truncate`, `purge`: synced writes, durable before they return. A synced
+//!   write also syncs every earlier write (one WAL), so once a purge returns,
+//!   the state machine applies it depended on are durable too.
+//! - `save_committed`: unsynced; losing it only means re-applying less on
+//!   restart.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use latchkey_core::codec;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
+use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
+
+use crate::columns::{self, LAST_PURGED, LOG_END};
+use crate::error::{any, msg, to_raft, RaftStorageError, StorageError};
+use crate::group_commit::GroupCommit;
+use crate::types::{Entry, LogId, TypeConfig, Vote};
+use crate::{blocking, columns::COMMITTED, columns::VOTE};
+
+/// The Raft log store. Cheap to clone; every clone shares the database and
+/// the one group-commit flusher.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<DB>,
+    flusher: Arc<GroupCommit>,
+}
+
+/// A reader of the Raft log, handed to openraft's replication tasks.
+#[derive(Clone)]
+pub struct LogReader {
+    db: Arc<DB>,
+}
+
+impl LogStore {
+    pub(crate) fn new(db: Arc<DB>) -> Result<Self, StorageError> {
+        let flusher = GroupCommit::start(Arc::clone(&db)).map_err(StorageError::Flusher)?;
+        Ok(LogStore {
+            db,
+            flusher: Arc::new(flusher),
+        })
+    }
+
+    /// How many WAL syncs the group-commit flusher has done for appends.
+    /// At most one per `append`, and fewer when appends arrive together.
+    pub fn fsync_count(&self) -> u64 {
+        self.flusher.fsync_count()
+    }
+}
+
+fn synced() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    opts
+}
+
+fn unsynced() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(false);
+    opts
+}
+
+fn cf<'a>(
+    db: &'a DB,
+    name: &'static str,
+    verb: ErrorVerb,
+) -> Result<&'a rocksdb::ColumnFamily, RaftStorageError> {
+    columns::handle(db, name).map_err(|e| to_raft(e, verb))
+}
+
+/// Read a `log_meta` record and decode it.
+fn read_meta<T: serde::de::DeserializeOwned>(
+    db: &DB,
+    key: &[u8],
+    subject: ErrorSubject<u64>,
+) -> Result<Option<T>, RaftStorageError> {
+    let read_err = |e: openraft::AnyError| -> RaftStorageError {
+        StorageIOError::new(subject.clone(), ErrorVerb::Read, e).into()
+    };
+    let bytes = db
+        .get_cf(cf(db, columns::LOG_META, ErrorVerb::Read)?, key)
+        .map_err(|e| read_err(any(&e)))?;
+    bytes
+        .map(|b| codec::decode(&b).map_err(|e| read_err(any(&e))))
+        .transpose()
+}
+
+/// Entries with index in `range`, in index order.
+fn read_entries<RB: RangeBounds<u64>>(db: &DB, range: &RB) -> Result<Vec<Entry>, RaftStorageError> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => match s.checked_add(1) {
+            Some(s) => s,
+            None => return Ok(Vec::new()),
+        },
+        Bound::Unbounded => 0,
+    };
+    let end: Option<Vec<u8>> = match range.end_bound() {
+        Bound::Included(&e) => Some(columns::log_key_after(e)),
+        Bound::Excluded(&e) => Some(columns::log_key(e).to_vec()),
+        Bound::Unbounded => None,
+    };
+    let start_key = columns::log_key(start);
+    if end.as_deref().is_some_and(|e| e <= start_key.as_slice()) {
+        return Ok(Vec::new());
+    }
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_lower_bound(start_key.to_vec());
+    if let Some(end) = end {
+        opts.set_iterate_upper_bound(end);
+    }
+    let mut it = db.raw_iterator_cf_opt(cf(db, columns::LOG, ErrorVerb::Read)?, opts);
+    it.seek_to_first();
+    let mut entries = Vec::new();
+    while let Some((key, value)) = it.item() {
+        entries.push(decode_entry(key, value)?);
+        it.next();
+    }
+    it.status().map_err(|e| StorageIOError::read_logs(&e))?;
+    Ok(entries)
+}
+
+/// Decode one stored entry, checking it sits under its own index.
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, RaftStorageError> {
+    let index = columns::log_index(key)
+        .ok_or_else(|| StorageIOError::read_logs(msg(format!("malformed log key {key:?}"))))?;
+    let entry: Entry =
+        codec::decode(value).map_err(|e| StorageIOError::read_log_at_index(index, &e))?;
+    if entry.log_id.index != index {
+        return Err(StorageIOError::read_log_at_index(
+            index,
+            msg(format!("entry {} is stored at index {index}", entry.log_id)),
+        )
+        .into());
+    }
+    Ok(entry)
+}
+
+/// The id of the last entry in the log, if any.
+fn last_entry_id(db: &DB) -> Result<Option<LogId>, RaftStorageError> {
+    let mut it = db.raw_iterator_cf(cf(db, columns::LOG, ErrorVerb::Read)?);
+    it.seek_to_last();
+    let last = match it.item() {
+        Some((key, value)) => Some(decode_entry(key, value)?.log_id),
+        None => None,
+    };
+    it.status().map_err(|e| StorageIOError::read_logs(&e))?;
+    Ok(last)
+}
+
+impl RaftLogReader<TypeConfig> for LogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, RaftStorageError> {
+        read_entries(&self.db, &range)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, RaftStorageError> {
+        read_entries(&self.db, &range)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogReader;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, RaftStorageError> {
+        let last_purged_log_id: Option<LogId> =
+            read_meta(&self.db, LAST_PURGED, ErrorSubject::Logs)?;
+        let last_log_id = match last_entry_id(&self.db)? {
+            Some(last) => Some(last),
+            None => last_purged_log_id,
+        };
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        LogReader {
+            db: Arc::clone(&self.db),
+        }
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), RaftStorageError> {
+        let bytes = codec::encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
+        let db = Arc::clone(&self.db);
+        blocking::run(ErrorSubject::Vote, move || {
+            db.put_cf_opt(
+                cf(&db, columns::LOG_META, ErrorVerb::Write)?,
+                VOTE,
+                bytes,
+                &synced(),
+            )
+            .map_err(|e| StorageIOError::write_vote(&e).into())
+        })
+        .await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, RaftStorageError> {
+        read_meta(&self.db, VOTE, ErrorSubject::Vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), RaftStorageError> {
+        let bytes = codec::encode(&committed).map_err(|e| StorageIOError::write(&e))?;
+        self.db
+            .put_cf_opt(
+                cf(&self.db, columns::LOG_META, ErrorVerb::Write)?,
+                COMMITTED,
+                bytes,
+                &unsynced(),
+            )
+            .map_err(|e| StorageIOError::write(&e).into())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, RaftStorageError> {
+        let committed: Option<Option<LogId>> = read_meta(&self.db, COMMITTED, ErrorSubject::Store)?;
+        Ok(committed.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), RaftStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let log = cf(&self.db, columns::LOG, ErrorVerb::Write)?;
+        let mut batch = WriteBatch::default();
+        for entry in entries {
+            let bytes = codec::encode(&entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            batch.put_cf(log, columns::log_key(entry.log_id.index), bytes);
+        }
+        // Unsynced: readable now, durable when the flusher's next sync fires
+        // the callback.
+        self.db
+            .write_opt(batch, &unsynced())
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flusher
+            .submit(callback)
+            .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
+        tracing::debug!(%log_id, "truncate log");
+        let db = Arc::clone(&self.db);
+        blocking::run(ErrorSubject::Logs, move || {
+            let mut batch = WriteBatch::default();
+            batch.delete_range_cf(
+                cf(&db, columns::LOG, ErrorVerb::Delete)?,
+                columns::log_key(log_id.index).as_slice(),
+                LOG_END.as_slice(),
+            );
+            db.write_opt(batch, &synced())
+                .map_err(|e| StorageIOError::write_logs(&e).into())
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
+        tracing::debug!(%log_id, "purge log");
+        let bytes = codec::encode(&log_id).map_err(|e| StorageIOError::write_logs(&e))?;
+        let db = Arc::clone(&self.db);
+        blocking::run(ErrorSubject::Logs, move || {
+            let mut batch = WriteBatch::default();
+            batch.put_cf(
+                cf(&db, columns::LOG_META, ErrorVerb::Write)?,
+                LAST_PURGED,
+                bytes,
+            );
+            batch.delete_range_cf(
+                cf(&db, columns::LOG, ErrorVerb::Delete)?,
+                columns::log_key(0).to_vec(),
+                columns::log_key_after(log_id.index),
+            );
+            db.write_opt(batch, &synced())
+                .map_err(|e| StorageIOError::write_logs(&e).into())
+        })
+        .await
+    }
+}

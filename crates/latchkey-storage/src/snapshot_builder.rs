@@ -1,0 +1,88 @@
+//! [`SnapshotBuilder`]: builds a snapshot of the state machine from a
+//! RocksDB snapshot, so applies may continue while it runs.
+
+use std::io::Cursor;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::{ErrorSubject, RaftSnapshotBuilder, Snapshot, StorageIOError};
+use rocksdb::DB;
+
+use crate::applied_state::AppliedState;
+use crate::blocking;
+use crate::columns::Handles;
+use crate::error::{any, to_raft, RaftStorageError};
+use crate::snapshot_file::SnapshotFile;
+use crate::snapshot_format::BlobWriter;
+use crate::types::{SnapshotMeta, TypeConfig};
+
+/// Builds a snapshot of the applied state and saves it as the current one.
+pub struct SnapshotBuilder {
+    pub(crate) db: Arc<DB>,
+    pub(crate) file: Arc<SnapshotFile>,
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> RaftStorageError {
+    StorageIOError::write_snapshot(None, &e).into()
+}
+
+/// A snapshot id unique enough to tell two builds of the same state apart.
+fn snapshot_id(state: &AppliedState) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    match state.last_applied {
+        Some(id) => format!(
+            "{}-{}-{}-{nanos}",
+            id.leader_id.term, id.leader_id.node_id, id.index
+        ),
+        None => format!("none-{nanos}"),
+    }
+}
+
+/// Build the snapshot blob of everything applied, as of one RocksDB snapshot.
+pub(crate) fn build(
+    db: &DB,
+    file: &SnapshotFile,
+) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+    let cfs = Handles::of(db).map_err(|e| to_raft(e, openraft::ErrorVerb::Read))?;
+    let view = db.snapshot();
+    // Applies are not synced one by one. Make everything this view holds
+    // durable before the snapshot file claims it: otherwise a crash could
+    // leave a snapshot newer than the state machine on disk.
+    db.flush_wal(true)
+        .map_err(|e| StorageIOError::write_state_machine(&e))?;
+    let state = AppliedState::read(|k| view.get_cf(cfs.sm_meta, k))
+        .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let meta = SnapshotMeta {
+        last_log_id: state.last_applied,
+        last_membership: state.membership.clone(),
+        snapshot_id: snapshot_id(&state),
+    };
+    let mut writer = BlobWriter::new(&meta).map_err(write_err)?;
+    let mut it = view.raw_iterator_cf(cfs.sm_data);
+    it.seek_to_first();
+    while let Some((key, value)) = it.item() {
+        writer.push(key, value).map_err(write_err)?;
+        it.next();
+    }
+    it.status()
+        .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let blob = writer.finish().map_err(write_err)?;
+    file.save(&blob, &meta, true)
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
+    tracing::info!(%meta, bytes = blob.len(), "built snapshot");
+    Ok(Snapshot {
+        meta,
+        snapshot: Box::new(Cursor::new(blob)),
+    })
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+        let db = Arc::clone(&self.db);
+        let file = Arc::clone(&self.file);
+        blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await
+    }
+}

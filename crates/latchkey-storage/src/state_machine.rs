@@ -1,0 +1,280 @@
+//! [`StateMachine`]: applies committed entries through `latchkey_core` and
+//! keeps the result in RocksDB; installs and serves snapshots.
+//!
+//! One `apply()` call is one RocksDB write batch: every entry runs through
+//! [`latchkey_core::apply_with_events`] against an [`Overlay`] over the data,
+//! then the overlay's writes, the last applied log id and the membership are
+//! written together. A crash therefore never leaves data and "last applied"
+//! out of step, and a store failure in the core aborts the whole call with
+//! nothing written.
+//!
+//! The batch is not synced by default ([`crate::StorageOptions::sync_apply`]):
+//! the entries are already durable in the log, all column families share one
+//! write-ahead log that RocksDB recovers as a prefix, the log store syncs
+//! before purging and a snapshot build syncs before saving its file; so
+//! whatever a crash loses is still in the log and is applied again.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use latchkey_core::Outcome;
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, Snapshot, StorageIOError};
+use rocksdb::{WriteBatch, WriteOptions, DB};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+use crate::applied_state::AppliedState;
+use crate::blocking;
+use crate::columns::Handles;
+use crate::data_view::DataView;
+use crate::error::{any, msg, to_raft, RaftStorageError};
+use crate::overlay::Overlay;
+use crate::snapshot_builder::SnapshotBuilder;
+use crate::snapshot_file::SnapshotFile;
+use crate::snapshot_format;
+use crate::state_change::StateChange;
+use crate::state_reader::{AppliedIndex, StateReader};
+use crate::types::{Entry, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// The replicated state machine over RocksDB.
+pub struct StateMachine {
+    db: Arc<DB>,
+    file: Arc<SnapshotFile>,
+    state: AppliedState,
+    applied: Arc<AppliedIndex>,
+    sync_apply: bool,
+    changes: Option<UnboundedSender<StateChange>>,
+}
+
+impl StateMachine {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        file: SnapshotFile,
+        state: AppliedState,
+        sync_apply: bool,
+    ) -> Self {
+        let applied = Arc::new(AppliedIndex::default());
+        applied.set(state.last_index());
+        StateMachine {
+            db,
+            file: Arc::new(file),
+            state,
+            applied,
+            sync_apply,
+            changes: None,
+        }
+    }
+
+    /// Receive every [`StateChange`] committed from now on, in log order.
+    /// Replaces an earlier subscriber. Call it before handing the state
+    /// machine to openraft.
+    ///
+    /// The channel is unbounded so applying never waits for the subscriber;
+    /// a subscriber must keep up. Dropping the receiver unsubscribes.
+    pub fn subscribe(&mut self) -> UnboundedReceiver<StateChange> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.changes = Some(tx);
+        rx
+    }
+
+    /// Hand committed changes to the subscriber, if there is one.
+    fn publish(&mut self, changes: Vec<StateChange>) {
+        let Some(tx) = &self.changes else { return };
+        for change in changes {
+            if tx.send(change).is_err() {
+                tracing::debug!("state change subscriber is gone");
+                self.changes = None;
+                return;
+            }
+        }
+    }
+
+    /// A handle serving reads of the applied state, usable from any thread
+    /// while this state machine keeps applying.
+    pub fn reader(&self) -> StateReader {
+        StateReader {
+            db: Arc::clone(&self.db),
+            applied: Arc::clone(&self.applied),
+        }
+    }
+
+    /// Commit `writes` and `state` in one write batch.
+    fn commit(
+        &self,
+        writes: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        state: &AppliedState,
+    ) -> Result<(), RaftStorageError> {
+        let cfs = Handles::of(&self.db).map_err(|e| to_raft(e, ErrorVerb::Write))?;
+        let mut batch = WriteBatch::default();
+        for (key, value) in writes {
+            match value {
+                Some(value) => batch.put_cf(cfs.sm_data, key, value),
+                None => batch.delete_cf(cfs.sm_data, key),
+            }
+        }
+        state
+            .write_into(&mut batch, cfs.sm_meta)
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        let mut opts = WriteOptions::default();
+        opts.set_sync(self.sync_apply);
+        self.db
+            .write_opt(batch, &opts)
+            .map_err(|e| StorageIOError::write_state_machine(&e).into())
+    }
+}
+
+/// Replace the whole state machine with the snapshot `blob`, described by
+/// `meta`, in one synced write batch; then make it the current snapshot.
+fn install(
+    db: &DB,
+    file: &SnapshotFile,
+    meta: &SnapshotMeta,
+    blob: &[u8],
+) -> Result<AppliedState, RaftStorageError> {
+    let read_err = |e: &dyn std::fmt::Display| -> RaftStorageError {
+        StorageIOError::read_snapshot(Some(meta.signature()), msg(e.to_string())).into()
+    };
+    let cfs = Handles::of(db).map_err(|e| to_raft(e, ErrorVerb::Write))?;
+    let mut batch = WriteBatch::default();
+    // Clear the old data: one range delete covers every key below 0xff (all
+    // of the core's keyspace); anything at or above it is deleted one by one.
+    let high: &[u8] = &[0xff];
+    batch.delete_range_cf(cfs.sm_data, &[][..], high);
+    let mut it = db.raw_iterator_cf(cfs.sm_data);
+    it.seek(high);
+    while let Some(key) = it.key() {
+        batch.delete_cf(cfs.sm_data, key);
+        it.next();
+    }
+    it.status().map_err(|e| read_err(&e))?;
+    drop(it);
+    // Then the snapshot's rows, checked in full before anything is written.
+    let blob_meta = snapshot_format::read_rows(blob, |k, v| batch.put_cf(cfs.sm_data, k, v))
+        .map_err(|e| read_err(&e))?;
+    if blob_meta != *meta {
+        return Err(read_err(&format!(
+            "snapshot blob describes {blob_meta}, but {meta} was being installed"
+        )));
+    }
+    let state = AppliedState {
+        last_applied: meta.last_log_id,
+        membership: meta.last_membership.clone(),
+    };
+    state
+        .write_into(&mut batch, cfs.sm_meta)
+        .map_err(|e| StorageIOError::write_state_machine(&e))?;
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    db.write_opt(batch, &opts)
+        .map_err(|e| StorageIOError::write_state_machine(&e))?;
+    file.save(blob, meta, false)
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
+    Ok(state)
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<crate::types::LogId>, StoredMembership), RaftStorageError> {
+        Ok((self.state.last_applied, self.state.membership.clone()))
+    }
+
+    async fn apply<I>(
+        &mut self,
+        entries: I,
+    ) -> Result<Vec<latchkey_core::CommandResult>, RaftStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut next = self.state.clone();
+        let mut replies = Vec::new();
+        let mut changes = Vec::new();
+        let listening = self.changes.is_some();
+        let writes = {
+            let base =
+                DataView::live(&self.db).map_err(|e| StorageIOError::read_state_machine(&e))?;
+            let mut overlay = Overlay::new(&base);
+            for entry in entries {
+                let log_id = entry.log_id;
+                let reply = match entry.payload {
+                    EntryPayload::Blank => Ok(Outcome::Done),
+                    EntryPayload::Normal(request) => {
+                        let (reply, events) =
+                            latchkey_core::apply_with_events(&mut overlay, &request)
+                                .map_err(|e| StorageIOError::apply(log_id, &e))?;
+                        if listening && !events.is_empty() {
+                            changes.push(StateChange::Applied { log_id, events });
+                        }
+                        reply
+                    }
+                    EntryPayload::Membership(membership) => {
+                        next.membership = StoredMembership::new(Some(log_id), membership);
+                        Ok(Outcome::Done)
+                    }
+                };
+                next.last_applied = Some(log_id);
+                replies.push(reply);
+            }
+            overlay.into_writes()
+        };
+        if replies.is_empty() {
+            return Ok(replies);
+        }
+        self.commit(writes, &next)?;
+        self.state = next;
+        self.applied.set(self.state.last_index());
+        self.publish(changes);
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            db: Arc::clone(&self.db),
+            file: Arc::clone(&self.file),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), RaftStorageError> {
+        tracing::info!(%meta, "installing snapshot");
+        let blob = snapshot.into_inner();
+        let db = Arc::clone(&self.db);
+        let file = Arc::clone(&self.file);
+        let owned_meta = meta.clone();
+        let state = blocking::run(ErrorSubject::Snapshot(Some(meta.signature())), move || {
+            install(&db, &file, &owned_meta, &blob)
+        })
+        .await?;
+        self.state = state;
+        self.applied.set(self.state.last_index());
+        self.publish(vec![StateChange::SnapshotInstalled {
+            last_log_id: self.state.last_applied,
+        }]);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+        let file = Arc::clone(&self.file);
+        let loaded = blocking::run(ErrorSubject::Snapshot(None), move || {
+            file.load()
+                .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+        })
+        .await?;
+        Ok(loaded.map(|(meta, blob)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(blob)),
+        }))
+    }
+}

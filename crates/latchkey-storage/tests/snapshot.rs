@@ -1,0 +1,272 @@
+//! Snapshots: build on one replica, install on another, both answer alike;
+//! damaged blobs are refused; the current snapshot survives restarts.
+
+mod common;
+
+use std::io::Cursor;
+use std::ops::Bound;
+
+use common::*;
+use latchkey_core::{BatchOp, Command, Condition, Outcome, Query, ScanRange, Store};
+use latchkey_storage::{open, StateMachine, StateReader, StorageOptions};
+use openraft::storage::RaftStateMachine;
+use openraft::{RaftSnapshotBuilder, Snapshot};
+
+fn everything(reader: &StateReader) -> Vec<(Vec<u8>, Vec<u8>)> {
+    reader
+        .scan(Bound::Unbounded, Bound::Unbounded, false, usize::MAX)
+        .unwrap()
+}
+
+fn queries() -> Vec<Query> {
+    let keys: Vec<Vec<u8>> = ["a", "b", "c", "k1", "k2", "k3", "zz"]
+        .iter()
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    let mut qs: Vec<Query> = keys.iter().map(|k| Query::Get { key: k.clone() }).collect();
+    qs.push(Query::MultiGet { keys });
+    qs.push(Query::Scan(ScanRange::prefix("k", 0)));
+    qs.push(Query::Scan(ScanRange::prefix("", 2)));
+    qs.push(Query::Scan(ScanRange {
+        start: b"b".to_vec(),
+        end: Some(b"k3".to_vec()),
+        prefix: Vec::new(),
+        limit: 0,
+        reverse: true,
+    }));
+    qs
+}
+
+/// A state machine with some history: membership, puts, deletes, a batch,
+/// a sequence.
+async fn populated(sm: &mut StateMachine) {
+    let mut entries = vec![membership(1, 1, &[1, 2])];
+    let commands = vec![
+        put("a", "1"),
+        put("b", "2"),
+        put("c", "3"),
+        put("k1", "x"),
+        put("k2", "y"),
+        put("k3", "z"),
+        Command::Delete { key: b"b".to_vec() },
+        Command::Batch {
+            conditions: vec![Condition::ValueIs {
+                key: b"a".to_vec(),
+                expected: Some(b"1".to_vec()),
+            }],
+            ops: vec![
+                BatchOp::Put {
+                    key: b"zz".to_vec(),
+                    value: b"last".to_vec(),
+                },
+                BatchOp::Delete {
+                    key: b"k2".to_vec(),
+                },
+            ],
+        },
+        Command::NextSequence {
+            key: b"ids".to_vec(),
+            step: 100,
+        },
+    ];
+    for (i, c) in commands.into_iter().enumerate() {
+        let index = i as u64 + 2;
+        entries.push(command(1, index, 100 + index, c));
+    }
+    entries.push(blank(2, 20));
+    // Two apply calls, so more than one batch is involved.
+    let rest = entries.split_off(5);
+    sm.apply(entries).await.unwrap();
+    sm.apply(rest).await.unwrap();
+}
+
+async fn install(
+    sm: &mut StateMachine,
+    snap: &Snapshot<latchkey_storage::TypeConfig>,
+    blob: Vec<u8>,
+) -> Result<(), openraft::StorageError<u64>> {
+    let mut data = sm.begin_receiving_snapshot().await?;
+    *data = Cursor::new(blob);
+    sm.install_snapshot(&snap.meta, data).await
+}
+
+#[test]
+fn build_install_and_compare() {
+    let rt = runtime();
+    let dir_l = tempfile::tempdir().unwrap();
+    let dir_f = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (_log_l, mut sm_l) = open(dir_l.path(), StorageOptions::default()).unwrap();
+        let (_log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        populated(&mut sm_l).await;
+        // The follower starts with unrelated state that the install must wipe.
+        sm_f.apply(vec![
+            command(1, 1, 5, put("junk", "j")),
+            command(1, 2, 6, put("a", "old")),
+        ])
+        .await
+        .unwrap();
+
+        let snap = sm_l
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snap.meta.last_log_id, Some(log_id(2, 20)));
+        assert_eq!(snap.meta.last_membership.log_id(), &Some(log_id(1, 1)));
+        let blob = snap.snapshot.get_ref().clone();
+        install(&mut sm_f, &snap, blob).await.unwrap();
+
+        let (reader_l, reader_f) = (sm_l.reader(), sm_f.reader());
+        for q in queries() {
+            assert_eq!(
+                reader_l.query(&q).unwrap(),
+                reader_f.query(&q).unwrap(),
+                "{q:?}"
+            );
+        }
+        assert_eq!(everything(&reader_l), everything(&reader_f));
+        assert_eq!(
+            reader_f
+                .query(&Query::Get {
+                    key: b"junk".to_vec()
+                })
+                .unwrap(),
+            Ok(Outcome::Value(None))
+        );
+        assert_eq!(reader_f.last_applied_index(), Some(20));
+        assert_eq!(
+            sm_l.applied_state().await.unwrap(),
+            sm_f.applied_state().await.unwrap()
+        );
+        let current = sm_f
+            .get_current_snapshot()
+            .await
+            .unwrap()
+            .expect("installed snapshot");
+        assert_eq!(current.meta, snap.meta);
+
+        // Both keep applying identically after the install.
+        let next = vec![command(
+            2,
+            21,
+            500,
+            Command::NextSequence {
+                key: b"ids".to_vec(),
+                step: 1,
+            },
+        )];
+        let l = sm_l.apply(next.clone()).await.unwrap();
+        let f = sm_f.apply(next).await.unwrap();
+        assert_eq!(l, f);
+        assert_eq!(
+            l,
+            vec![Ok(Outcome::Sequence {
+                start: 100,
+                end: 101
+            })]
+        );
+        assert_eq!(everything(&reader_l), everything(&reader_f));
+    });
+}
+
+#[test]
+fn damaged_snapshots_are_refused() {
+    let rt = runtime();
+    let dir_l = tempfile::tempdir().unwrap();
+    let dir_f = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (_log_l, mut sm_l) = open(dir_l.path(), StorageOptions::default()).unwrap();
+        let (_log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        populated(&mut sm_l).await;
+        sm_f.apply(vec![command(1, 1, 5, put("mine", "kept"))])
+            .await
+            .unwrap();
+        let before = everything(&sm_f.reader());
+
+        let snap = sm_l
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let good = snap.snapshot.get_ref().clone();
+        let mut flipped = good.clone();
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0x01;
+        let bad_blobs = vec![
+            ("empty", Vec::new()),
+            ("garbage", b"definitely not a snapshot".to_vec()),
+            ("truncated", good[..good.len() - 9].to_vec()),
+            ("flipped byte", flipped),
+        ];
+        for (what, blob) in bad_blobs {
+            let res = install(&mut sm_f, &snap, blob).await;
+            assert!(res.is_err(), "{what} blob was installed");
+            assert_eq!(
+                everything(&sm_f.reader()),
+                before,
+                "{what} blob changed the state"
+            );
+        }
+        assert!(sm_f.get_current_snapshot().await.unwrap().is_none());
+
+        // A good blob under the wrong meta is refused too.
+        let mut wrong = snap.clone();
+        wrong.meta.last_log_id = Some(log_id(9, 99));
+        assert!(install(&mut sm_f, &wrong, good.clone()).await.is_err());
+        assert_eq!(everything(&sm_f.reader()), before);
+
+        // And the good one installs.
+        install(&mut sm_f, &snap, good).await.unwrap();
+        assert_eq!(everything(&sm_f.reader()), everything(&sm_l.reader()));
+    });
+}
+
+#[test]
+fn current_snapshot_survives_restart() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let built = rt.block_on(async {
+        let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        assert!(sm.get_current_snapshot().await.unwrap().is_none());
+        populated(&mut sm).await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap()
+    });
+    rt.block_on(async {
+        let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        let current = sm
+            .get_current_snapshot()
+            .await
+            .unwrap()
+            .expect("snapshot after restart");
+        assert_eq!(current.meta, built.meta);
+        assert_eq!(current.snapshot.get_ref(), built.snapshot.get_ref());
+    });
+}
+
+#[test]
+fn a_damaged_snapshot_file_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        populated(&mut sm).await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+    });
+    let path = dir.path().join("snapshots").join("current.snap");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    assert!(open(dir.path(), StorageOptions::default()).is_err());
+}

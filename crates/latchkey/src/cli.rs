@@ -1,0 +1,448 @@
+//! Argument parsing and the subcommands of the `latchkey` tool.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use latchkey::{Client, ClientOptions, Consistency, Error, Node, RaftSettings, ScanRange};
+
+/// latchkey: an embedded replicated KV store with a lock service.
+#[derive(Debug, Parser)]
+#[command(name = "latchkey", version, about)]
+pub struct Args {
+    /// Cluster endpoints, host:port separated by commas.
+    #[arg(long, env = "LATCHKEY_ENDPOINTS", global = true, value_delimiter = ',')]
+    endpoints: Vec<String>,
+    /// Give up on a request after this long (e.g. 500ms, 10s, 1m).
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run one replica in the foreground until SIGINT or SIGTERM.
+    Serve(Serve),
+    /// Set KEY to VALUE.
+    Put { key: String, value: String },
+    /// Print the value of KEY (exit code 1 if absent).
+    Get {
+        key: String,
+        /// Read this replica's local state without confirming leadership.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Delete KEY.
+    Del { key: String },
+    /// Print keys and values, one `key<TAB>value` a line.
+    Scan {
+        /// Only keys starting with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Only keys at or above this one.
+        #[arg(long, default_value = "")]
+        start: String,
+        /// Only keys below this one.
+        #[arg(long)]
+        end: Option<String>,
+        /// At most this many entries (0: the server's maximum).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+        /// Highest key first.
+        #[arg(long)]
+        reverse: bool,
+    },
+    /// Allocate STEP numbers from the sequence KEY; prints the first.
+    Seq {
+        key: String,
+        #[arg(long, default_value_t = 1)]
+        step: u64,
+    },
+    /// Show leader, term, applied index and members of each endpoint.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change cluster membership.
+    #[command(subcommand)]
+    Members(Members),
+}
+
+#[derive(Debug, Subcommand)]
+enum Members {
+    /// Add node ID (already running, started without --initial-members).
+    Add {
+        id: u64,
+        addr: String,
+        /// Add as a non-voting learner only.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove node ID from the cluster.
+    Remove { id: u64 },
+}
+
+#[derive(Debug, clap::Args)]
+struct Serve {
+    /// This replica's id (1 or more, unique in the cluster).
+    #[arg(long)]
+    id: u64,
+    /// Address to listen on for peers and clients.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Directory for this replica's RocksDB data.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The cluster's first voters: ID=HOST:PORT separated by commas. The
+    /// same list on every initial member; omit on a node to be added later.
+    #[arg(long, value_delimiter = ',', value_parser = parse_member)]
+    initial_members: Vec<(u64, String)>,
+    /// Address peers and clients use to reach this node (default: its entry
+    /// in --initial-members, else --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Build a snapshot (and purge the log) after this many entries.
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot.
+    #[arg(long, default_value_t = 1_000)]
+    keep_after_snapshot: u64,
+    /// Leader heartbeat period.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    heartbeat: Duration,
+    /// Shortest election timeout; the longest is twice this.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    election_timeout: Duration,
+}
+
+/// Why a command failed, with its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Unknown(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::NotFound(_) => 1,
+            Failure::Usage(_) => 2,
+            Failure::Unavailable(_) => 3,
+            Failure::Unknown(_) => 4,
+            Failure::Other(_) => 3,
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidArgument(_) | Error::BadEndpoint { .. } | Error::Refused(_) => {
+                Failure::Usage(e.to_string())
+            }
+            Error::Unavailable { .. } => Failure::Unavailable(e.to_string()),
+            Error::UnknownOutcome(_) => Failure::Unknown(e.to_string()),
+            Error::Protocol(_) => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m or h (e.g. 10s)"))?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s, m or h")),
+    };
+    if d.is_zero() {
+        return Err("a duration must be above zero".into());
+    }
+    Ok(d)
+}
+
+fn parse_member(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{id:?} in {s:?} is not a node id"))?;
+    if id == 0 {
+        return Err("node id 0 is reserved".into());
+    }
+    let addr = addr.trim();
+    if !addr.contains(':') {
+        return Err(format!("{addr:?} is not HOST:PORT"));
+    }
+    Ok((id, addr.to_string()))
+}
+
+fn client(args: &Args) -> Result<Client, Failure> {
+    if args.endpoints.iter().all(|e| e.trim().is_empty()) {
+        return Err(Failure::Usage(
+            "no endpoints: pass --endpoints host:port,... or set LATCHKEY_ENDPOINTS".into(),
+        ));
+    }
+    let options = ClientOptions {
+        request_timeout: args.timeout,
+        attempt_timeout: args.timeout.min(Duration::from_secs(3)),
+        ..ClientOptions::default()
+    };
+    let endpoints = args.endpoints.iter().filter(|e| !e.trim().is_empty());
+    Ok(Client::with_options(endpoints, options)?)
+}
+
+fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    for b in bytes {
+        stdout
+            .write_all(b)
+            .map_err(|e| Failure::Other(format!("cannot write output: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Run one parsed command.
+pub async fn run(args: Args) -> Result<ExitCode, Failure> {
+    match &args.command {
+        Cmd::Serve(s) => serve(s).await,
+        Cmd::Put { key, value } => {
+            client(&args)?.put(key, value).await?;
+            out(&[b"OK\n"])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Get { key, stale } => {
+            let consistency = if *stale {
+                Consistency::Stale
+            } else {
+                Consistency::Linearizable
+            };
+            match client(&args)?.get_with(key, consistency).await? {
+                Some(v) => {
+                    out(&[&v, b"\n"])?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => Err(Failure::NotFound(format!("key {key:?} not found"))),
+            }
+        }
+        Cmd::Del { key } => {
+            let existed = client(&args)?.delete(key).await?;
+            out(&[if existed { b"1\n" } else { b"0\n" }])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Scan {
+            prefix,
+            start,
+            end,
+            limit,
+            reverse,
+        } => {
+            let range = ScanRange {
+                start: start.as_bytes().to_vec(),
+                end: end.as_ref().map(|e| e.as_bytes().to_vec()),
+                prefix: prefix.as_bytes().to_vec(),
+                limit: *limit,
+                reverse: *reverse,
+            };
+            let page = client(&args)?.scan(range).await?;
+            for (k, v) in &page.entries {
+                out(&[k, b"\t", v, b"\n"])?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Seq { key, step } => {
+            let range = client(&args)?.next_sequence(key, *step).await?;
+            out(&[format!("{}\n", range.start).as_bytes()])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status { json } => status(&args, *json).await,
+        Cmd::Members(m) => {
+            let c = client(&args)?;
+            match m {
+                Members::Add { id, addr, learner } => {
+                    if *learner {
+                        c.add_learner(*id, addr).await?;
+                    } else {
+                        c.add_voter(*id, addr).await?;
+                    }
+                }
+                Members::Remove { id } => c.remove_voter(*id).await?,
+            }
+            out(&[b"OK\n"])?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
+    let c = client(args)?;
+    let mut rows = BTreeMap::new();
+    let mut errors = Vec::new();
+    for addr in c_endpoints(args) {
+        match c.status_of(&addr).await {
+            Ok(s) => {
+                rows.insert(addr, s);
+            }
+            Err(e) => errors.push((addr, e.to_string())),
+        }
+    }
+    if json {
+        let value = serde_json::json!({
+            "nodes": rows,
+            "unreachable": errors.iter().map(|(a, e)| serde_json::json!({"endpoint": a, "error": e})).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&value)
+            .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?;
+        out(&[text.as_bytes(), b"\n"])?;
+    } else {
+        let mut text = format!(
+            "{:<22} {:>4} {:<10} {:>6} {:>6} {:>10}\n",
+            "ENDPOINT", "ID", "STATE", "LEADER", "TERM", "APPLIED"
+        );
+        for (addr, s) in &rows {
+            text.push_str(&format!(
+                "{:<22} {:>4} {:<10} {:>6} {:>6} {:>10}\n",
+                addr,
+                s.id,
+                s.state,
+                s.leader_id.map_or("-".to_string(), |l| l.to_string()),
+                s.term,
+                s.last_applied
+            ));
+        }
+        for (addr, e) in &errors {
+            text.push_str(&format!("{addr:<22} unreachable: {e}\n"));
+        }
+        if let Some(s) = rows.values().next() {
+            let members: Vec<String> = s
+                .members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}={}{}",
+                        m.id,
+                        m.addr,
+                        if m.voter { "" } else { " (learner)" }
+                    )
+                })
+                .collect();
+            text.push_str(&format!("members: {}\n", members.join(", ")));
+        }
+        out(&[text.as_bytes()])?;
+    }
+    if rows.is_empty() {
+        return Err(Failure::Unavailable("no endpoint answered".into()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn c_endpoints(args: &Args) -> Vec<String> {
+    args.endpoints
+        .iter()
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
+async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let settings = RaftSettings {
+        heartbeat: s.heartbeat,
+        election_min: s.election_timeout,
+        election_max: s.election_timeout * 2,
+        snapshot_every: s.snapshot_every,
+        keep_after_snapshot: s.keep_after_snapshot,
+        ..RaftSettings::default()
+    };
+    let mut builder = Node::builder(s.id)
+        .listen(s.listen)
+        .data_dir(&s.data_dir)
+        .initial_members(s.initial_members.iter().cloned())
+        .raft_settings(settings);
+    if let Some(a) = &s.advertise {
+        builder = builder.advertise(a.clone());
+    }
+    let node = builder
+        .start()
+        .await
+        .map_err(|e| Failure::Other(format!("cannot start node {}: {e}", s.id)))?;
+    tracing::info!(id = s.id, listen = %node.local_addr(), "serving");
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_garbage() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("5days").is_err());
+    }
+
+    #[test]
+    fn members_parse_and_refuse_garbage() {
+        assert_eq!(
+            parse_member("1=127.0.0.1:7101"),
+            Ok((1, "127.0.0.1:7101".into()))
+        );
+        assert!(parse_member("127.0.0.1:7101").is_err());
+        assert!(parse_member("0=127.0.0.1:7101").is_err());
+        assert!(parse_member("a=127.0.0.1:7101").is_err());
+        assert!(parse_member("1=localhost").is_err());
+    }
+}

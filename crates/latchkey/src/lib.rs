@@ -1,0 +1,45 @@
+//! # latchkey
+//!
+//! An embedded, replicated key-value store with a lock service. Each process
+//! of a clustered application runs one Raft replica (openraft) whose log and
+//! state live in RocksDB; three such processes form a cluster.
+//!
+//! This crate is the one to depend on: it re-exports the embedding [`Node`],
+//! the remote [`Client`], and the core types. It adds nothing of its own but
+//! the `latchkey` command-line tool (`src/main.rs`).
+//!
+//! Embedding a replica in your application:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use latchkey::Node;
+//! let members = [(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")];
+//! let node = Node::builder(1)                    // this process is replica 1
+//!     .data_dir("/var/lib/myapp/latchkey")
+//!     .initial_members(members)                  // same list on every replica
+//!     .start()
+//!     .await?;
+//! let kv = node.client();                        // forwards to the leader when needed
+//! kv.put("jobs/42", "queued").await?;
+//! let seq = kv.next_sequence("job-ids", 100).await?; // a durable block of ids
+//! # let _ = seq;
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Talking to a cluster from another program:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), latchkey::Error> {
+//! let client = latchkey::Client::connect(["10.0.0.1:7101", "10.0.0.2:7101", "10.0.0.3:7101"])?;
+//! if let Some(v) = client.get("jobs/42").await? {
+//!     println!("{}", String::from_utf8_lossy(&v));
+//! }
+//! # Ok(()) }
+//! ```
+
+pub use latchkey_client::{
+    Batch, Client, ClientOptions, Consistency, Error, MemberInfo, NodeStatus, ScanPage,
+};
+pub use latchkey_core::{self as core, ScanRange};
+pub use latchkey_server::{Node, NodeBuilder, NodeError, RaftSettings};

@@ -1,0 +1,35 @@
+//! The `latchkey` command-line tool: run a replica (`serve`) or talk to a
+//! cluster, etcdctl-style. Every failure ends with one line on stderr and a
+//! non-zero exit code: 1 for "not found", 2 for bad usage or input, 3 when the
+//! cluster could not answer, 4 when a write's outcome is unknown.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return fail(cli::Failure::Other(format!(
+                "cannot start the runtime: {e}"
+            )))
+        }
+    };
+    match runtime.block_on(cli::run(args)) {
+        Ok(code) => code,
+        Err(f) => fail(f),
+    }
+}
+
+fn fail(f: cli::Failure) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "latchkey: {f}");
+    ExitCode::from(f.exit_code())
+}

@@ -1,0 +1,337 @@
+//! The `latchkey` command-line tool against a real three-process cluster,
+//! and the cluster's refusal of bad input (CLI, client API and raw gRPC).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use latchkey::core::{codec, limits, Command, Query};
+use latchkey::Error;
+use latchkey_proto::v1::kv_client::KvClient;
+use latchkey_proto::v1::raft_client::RaftClient;
+use latchkey_proto::v1::{FailureKind, RaftMessage, ReadRequest, Reply, WriteRequest};
+use support::{eventually, run_cli, Cluster, LEADER_WAIT, TEST_LIMIT};
+use tonic::transport::Channel;
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_and_node_keeps_serving() {
+    let mut c = Cluster::start("bad-input", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, bad_input(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+fn expect_invalid(what: &str, result: Result<impl std::fmt::Debug, Error>) -> Result<()> {
+    match result {
+        Err(Error::InvalidArgument(msg)) => {
+            ensure!(!msg.is_empty(), "{what}: InvalidArgument without a message");
+            Ok(())
+        }
+        other => bail!("{what}: expected Error::InvalidArgument, got {other:?}"),
+    }
+}
+
+fn expect_invalid_reply(
+    what: &str,
+    reply: Result<tonic::Response<Reply>, tonic::Status>,
+) -> Result<()> {
+    let reply = reply
+        .map_err(|s| anyhow::anyhow!("{what}: expected a Reply with a failure, got status {s:?}"))?
+        .into_inner();
+    let failure = reply.failure.with_context(|| {
+        format!(
+            "{what}: the reply carries no failure (payload {} bytes)",
+            reply.payload.len()
+        )
+    })?;
+    ensure!(
+        failure.kind == FailureKind::InvalidArgument as i32,
+        "{what}: expected INVALID_ARGUMENT, got kind {} ({:?})",
+        failure.kind,
+        failure.message
+    );
+    ensure!(
+        !failure.message.is_empty(),
+        "{what}: failure without a message"
+    );
+    Ok(())
+}
+
+async fn channel(addr: &str) -> Result<Channel> {
+    Channel::from_shared(format!("http://{addr}"))
+        .context("endpoint")?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .with_context(|| format!("connect to {addr}"))
+}
+
+async fn bad_input(c: &mut Cluster) -> Result<()> {
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let follower = c.follower_of(leader)?;
+
+    // CLI: an empty key.
+    let out = c.cli(&["put", "", "x"]).await?;
+    ensure!(
+        out.code != Some(0),
+        "put of an empty key succeeded: {out:?}"
+    );
+    out.one_line_error()?;
+
+    // CLI: a malformed endpoint is a usage error.
+    let out = run_cli(&["--endpoints", "not-an-endpoint", "get", "k"]).await?;
+    out.refused_with(2)?;
+
+    // Client API: limits.
+    let client = c.client()?;
+    let big_value = vec![b'v'; limits::MAX_VALUE_LEN + 1];
+    expect_invalid("oversized value", client.put("big", &big_value).await)?;
+    let big_key = vec![b'k'; limits::MAX_KEY_LEN + 1];
+    expect_invalid("oversized key", client.put(&big_key, "v").await)?;
+    expect_invalid("oversized key get", client.get(&big_key).await)?;
+    expect_invalid("empty key", client.put("", "v").await)?;
+
+    // Raw gRPC, bypassing the client's own checks, to the leader and to a
+    // follower: the replica validates before proposing or forwarding.
+    for id in [leader, follower] {
+        let addr = c.addr(id);
+        let mut kv = KvClient::new(channel(&addr).await?)
+            .max_encoding_message_size(64 << 20)
+            .max_decoding_message_size(64 << 20);
+        let garbage = vec![1u8, 2, 3, 255];
+        expect_invalid_reply(
+            &format!("garbage write to node {id}"),
+            kv.write(WriteRequest {
+                command: garbage.clone(),
+            })
+            .await,
+        )?;
+        expect_invalid_reply(
+            &format!("empty write to node {id}"),
+            kv.write(WriteRequest {
+                command: Vec::new(),
+            })
+            .await,
+        )?;
+        for stale in [false, true] {
+            expect_invalid_reply(
+                &format!("garbage read (stale {stale}) to node {id}"),
+                kv.read(ReadRequest {
+                    query: garbage.clone(),
+                    stale,
+                })
+                .await,
+            )?;
+        }
+        let oversized = codec::encode(&Command::Put {
+            key: b"big".to_vec(),
+            value: big_value.clone(),
+        })?;
+        expect_invalid_reply(
+            &format!("oversized value to node {id}"),
+            kv.write(WriteRequest { command: oversized }).await,
+        )?;
+        let long_key = codec::encode(&Command::Put {
+            key: big_key.clone(),
+            value: b"v".to_vec(),
+        })?;
+        expect_invalid_reply(
+            &format!("oversized key to node {id}"),
+            kv.write(WriteRequest { command: long_key }).await,
+        )?;
+        let empty_key = codec::encode(&Command::Put {
+            key: Vec::new(),
+            value: b"v".to_vec(),
+        })?;
+        expect_invalid_reply(
+            &format!("empty key to node {id}"),
+            kv.write(WriteRequest { command: empty_key }).await,
+        )?;
+        let long_get = codec::encode(&Query::Get {
+            key: big_key.clone(),
+        })?;
+        expect_invalid_reply(
+            &format!("oversized key read to node {id}"),
+            kv.read(ReadRequest {
+                query: long_get,
+                stale: true,
+            })
+            .await,
+        )?;
+
+        // Raft transport garbage: an error status, never a crash.
+        let mut raft = RaftClient::new(channel(&addr).await?);
+        let payloads: [Vec<u8>; 3] = [
+            Vec::new(),
+            vec![1, 255, 255, 255, 255],
+            b"definitely not a raft message".to_vec(),
+        ];
+        for payload in payloads {
+            let msg = || RaftMessage {
+                payload: payload.clone(),
+            };
+            let r = raft.append_entries(msg()).await;
+            ensure!(
+                r.is_err(),
+                "node {id} accepted garbage AppendEntries {payload:?}: {r:?}"
+            );
+            let r = raft.vote(msg()).await;
+            ensure!(
+                r.is_err(),
+                "node {id} accepted garbage Vote {payload:?}: {r:?}"
+            );
+            let r = raft.install_snapshot(msg()).await;
+            ensure!(
+                r.is_err(),
+                "node {id} accepted garbage InstallSnapshot {payload:?}: {r:?}"
+            );
+        }
+    }
+
+    // CLI: nothing listens there; a bounded wait, then exit code 3.
+    let out = run_cli(&["--endpoints", "127.0.0.1:1", "--timeout", "2s", "get", "k"]).await?;
+    out.refused_with(3)?;
+
+    // The cluster still serves, and no process died.
+    c.assert_all_alive()?;
+    client
+        .put("still", "serving")
+        .await
+        .context("put after the bad input")?;
+    let got = client.get("still").await?;
+    ensure!(got.as_deref() == Some(&b"serving"[..]), "read back {got:?}");
+    let out = c.cli(&["get", "still"]).await?;
+    ensure!(out.ok()? == "serving\n", "CLI get printed {:?}", out.stdout);
+    for id in c.ids() {
+        ensure!(c.is_alive(id), "node {id} is no longer running");
+    }
+    c.assert_all_alive()
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_round_trip() {
+    let mut c = Cluster::start("cli", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, cli_body(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn cli_body(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+
+    // put / get
+    let out = c.cli(&["put", "greeting", "hello world"]).await?;
+    ensure!(out.ok()? == "OK\n", "put printed {:?}", out.stdout);
+    let out = c.cli(&["get", "greeting"]).await?;
+    ensure!(out.ok()? == "hello world\n", "get printed {:?}", out.stdout);
+    let out = c.cli(&["get", "--stale", "greeting"]).await?;
+    // A stale read may lag, but this one was acknowledged by a majority and
+    // the first endpoint answers; accept only the value or "not found".
+    ensure!(
+        (out.code == Some(0) && out.stdout == "hello world\n") || out.code == Some(1),
+        "stale get: {out:?}"
+    );
+
+    // get of an absent key: exit code 1, a message on stderr.
+    let out = c.cli(&["get", "no-such-key"]).await?;
+    out.refused_with(1)?;
+    ensure!(out.stdout.is_empty(), "absent get printed {:?}", out.stdout);
+    ensure!(
+        out.stderr.contains("no-such-key"),
+        "the message does not name the key: {:?}",
+        out.stderr
+    );
+
+    // del: present, then absent.
+    let out = c.cli(&["del", "greeting"]).await?;
+    ensure!(out.ok()? == "1\n", "del printed {:?}", out.stdout);
+    c.cli(&["get", "greeting"]).await?.refused_with(1)?;
+    let out = c.cli(&["del", "greeting"]).await?;
+    ensure!(out.ok()? == "0\n", "second del printed {:?}", out.stdout);
+
+    // scan --prefix: key<TAB>value lines, in key order, nothing else.
+    for (k, v) in [
+        ("p/2", "two"),
+        ("p/1", "one"),
+        ("q/1", "other"),
+        ("p/3", "three"),
+    ] {
+        c.cli(&["put", k, v]).await?.ok()?;
+    }
+    let out = c.cli(&["scan", "--prefix", "p/"]).await?;
+    ensure!(
+        out.ok()? == "p/1\tone\np/2\ttwo\np/3\tthree\n",
+        "scan printed {:?}",
+        out.stdout
+    );
+    let out = c
+        .cli(&["scan", "--prefix", "p/", "--limit", "2", "--reverse"])
+        .await?;
+    ensure!(
+        out.ok()? == "p/3\tthree\np/2\ttwo\n",
+        "reverse scan printed {:?}",
+        out.stdout
+    );
+
+    // seq --step 10: the first number, then one at least 10 further.
+    let first: u64 = c
+        .cli(&["seq", "ids", "--step", "10"])
+        .await?
+        .ok()?
+        .trim()
+        .parse()
+        .context("seq did not print a number")?;
+    let next: u64 = c
+        .cli(&["seq", "ids", "--step", "10"])
+        .await?
+        .ok()?
+        .trim()
+        .parse()
+        .context("seq did not print a number")?;
+    ensure!(next >= first + 10, "seq printed {first} then {next}");
+
+    // status --json names a leader that the nodes agree on.
+    eventually(
+        Duration::from_secs(30),
+        "status --json names a leader",
+        async || {
+            let out = c.cli(&["status", "--json"]).await?;
+            let json: serde_json::Value =
+                serde_json::from_str(out.ok()?).context("status --json is not JSON")?;
+            let nodes = json
+                .get("nodes")
+                .and_then(|n| n.as_object())
+                .with_context(|| format!("no \"nodes\" object in {json}"))?;
+            ensure!(nodes.len() == 3, "expected 3 nodes in {json}");
+            let leader = nodes
+                .values()
+                .find(|n| n["state"] == "Leader")
+                .with_context(|| format!("no node is Leader in {json}"))?;
+            let leader_id = leader["id"].as_u64().context("leader without an id")?;
+            let agreeing = nodes
+                .values()
+                .filter(|n| n["leader_id"].as_u64() == Some(leader_id))
+                .count();
+            ensure!(
+                agreeing >= 2,
+                "only {agreeing} nodes name leader {leader_id}: {json}"
+            );
+            ensure!(
+                leader["members"].as_array().map(Vec::len) == Some(3),
+                "the leader does not list 3 members: {json}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(())
+}

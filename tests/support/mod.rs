@@ -1,0 +1,584 @@
+//! Harness for the multi-process tests: a cluster of real `latchkey serve`
+//! processes on loopback, each with its own data directory and log file in a
+//! per-test temporary directory.
+//!
+//! The harness never asserts on timing: every wait is a poll with a generous
+//! deadline, and every test bounds its total time with [`Cluster::finish`].
+//! On failure it prints the tail of every node's log and keeps the temporary
+//! directory for inspection.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use latchkey::{Client, ClientOptions, NodeStatus};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// Default bound on one test's body.
+pub const TEST_LIMIT: Duration = Duration::from_secs(120);
+/// How long to wait for an election (generous: a noisy 2-core machine).
+pub const LEADER_WAIT: Duration = Duration::from_secs(45);
+/// How long to wait for a replica to converge.
+pub const CONVERGE_WAIT: Duration = Duration::from_secs(60);
+
+/// Lines of each node's log printed when a test fails.
+const TAIL_LINES: usize = 60;
+
+/// One cluster at a time per test binary: three RocksDB replicas per test on
+/// a 2-core machine is plenty; several at once would only cause spurious
+/// elections and make failures harder to read.
+static ONE_CLUSTER_AT_A_TIME: Semaphore = Semaphore::const_new(1);
+
+/// The `latchkey` binary built by cargo for this test run.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_latchkey")
+}
+
+/// Client options for the tests: long enough to ride out an election on a
+/// slow machine; an attempt outlives the server's 5 s write timeout.
+pub fn client_options() -> ClientOptions {
+    ClientOptions {
+        request_timeout: Duration::from_secs(30),
+        attempt_timeout: Duration::from_secs(8),
+        connect_timeout: Duration::from_secs(1),
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(500),
+    }
+}
+
+struct NodeSpec {
+    addr: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+/// Free loopback ports, all held at once so they are distinct, then released.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0"))
+        .collect::<Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr().context("local_addr")?.port()))
+        .collect()
+}
+
+fn signal(pid: u32, sig: libc::c_int) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| std::io::Error::other(format!("pid {pid} out of range")))?;
+    // SAFETY: kill(2) with a pid of a child this harness spawned and still owns.
+    let rc = unsafe { libc::kill(pid, sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The last `n` lines of a file, or a note why it cannot be read.
+pub fn tail(path: &std::path::Path, n: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// A cluster of `latchkey serve` processes.
+pub struct Cluster {
+    name: String,
+    dir: Option<tempfile::TempDir>,
+    specs: BTreeMap<u64, NodeSpec>,
+    members_arg: String,
+    extra_args: Vec<String>,
+    children: BTreeMap<u64, Child>,
+    stopped: BTreeSet<u64>,
+    admin: Client,
+    passed: bool,
+    _permit: SemaphorePermit<'static>,
+}
+
+impl Cluster {
+    /// Start `n` replicas (ids 1..=n) forming one cluster; `extra_args` are
+    /// appended to every `latchkey serve` command line.
+    pub async fn start(name: &str, n: u64, extra_args: &[&str]) -> Result<Cluster> {
+        let permit = ONE_CLUSTER_AT_A_TIME
+            .acquire()
+            .await
+            .context("the cluster semaphore was closed")?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("latchkey-{name}-"))
+            .tempdir()
+            .context("create the test's temporary directory")?;
+        let ports = free_ports(usize::try_from(n).context("node count")?)?;
+        let mut specs = BTreeMap::new();
+        for (id, port) in (1..=n).zip(ports) {
+            specs.insert(
+                id,
+                NodeSpec {
+                    addr: format!("127.0.0.1:{port}"),
+                    data_dir: dir.path().join(format!("node-{id}")),
+                    log: dir.path().join(format!("node-{id}.log")),
+                },
+            );
+        }
+        let members_arg = specs
+            .iter()
+            .map(|(id, s)| format!("{id}={}", s.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        let admin = Client::with_options(
+            specs.values().map(|s| s.addr.clone()),
+            ClientOptions {
+                request_timeout: Duration::from_secs(5),
+                attempt_timeout: Duration::from_secs(2),
+                ..client_options()
+            },
+        )
+        .context("build the status client")?;
+        let mut cluster = Cluster {
+            name: name.to_string(),
+            dir: Some(dir),
+            specs,
+            members_arg,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            children: BTreeMap::new(),
+            stopped: BTreeSet::new(),
+            admin,
+            passed: false,
+            _permit: permit,
+        };
+        let ids: Vec<u64> = cluster.ids();
+        for id in ids {
+            cluster.spawn(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Run the test body under `limit`, then report: on failure (error,
+    /// panic or time-out) print every node's log tail and panic.
+    pub fn finish(
+        mut self,
+        outcome: Result<Result<()>, tokio::time::error::Elapsed>,
+        limit: Duration,
+    ) {
+        let verdict = match outcome {
+            Ok(Ok(())) => self.check_no_panics(),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(anyhow!("the test did not finish within {limit:?}")),
+        };
+        match verdict {
+            Ok(()) => self.passed = true,
+            Err(e) => {
+                let name = self.name.clone();
+                drop(self); // kills the nodes and prints the log tails
+                panic!("test {name} failed: {e:#}");
+            }
+        }
+    }
+
+    /// Every node id, running or not.
+    pub fn ids(&self) -> Vec<u64> {
+        self.specs.keys().copied().collect()
+    }
+
+    /// Votes needed for a majority of the configured members.
+    pub fn majority(&self) -> usize {
+        self.specs.len() / 2 + 1
+    }
+
+    /// `127.0.0.1:PORT` of node `id`.
+    pub fn addr(&self, id: u64) -> String {
+        self.specs
+            .get(&id)
+            .map(|s| s.addr.clone())
+            .unwrap_or_else(|| panic!("no node {id} in this cluster"))
+    }
+
+    /// Every node's address.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.specs.values().map(|s| s.addr.clone()).collect()
+    }
+
+    /// Nodes started and neither killed nor stopped.
+    pub fn live_ids(&self) -> Vec<u64> {
+        self.children
+            .keys()
+            .copied()
+            .filter(|id| !self.stopped.contains(id))
+            .collect()
+    }
+
+    /// Addresses of the live nodes.
+    pub fn live_endpoints(&self) -> Vec<String> {
+        self.live_ids()
+            .into_iter()
+            .map(|id| self.addr(id))
+            .collect()
+    }
+
+    /// The `--endpoints` value naming every node.
+    pub fn endpoints_arg(&self) -> String {
+        self.endpoints().join(",")
+    }
+
+    /// A client over every node's endpoint.
+    pub fn client(&self) -> Result<Client> {
+        Client::with_options(self.endpoints(), client_options()).context("build a client")
+    }
+
+    /// A client over the given nodes only, in that order.
+    pub fn client_for(&self, ids: &[u64]) -> Result<Client> {
+        Client::with_options(ids.iter().map(|id| self.addr(*id)), client_options())
+            .context("build a client")
+    }
+
+    /// Process id of node `id`, when running.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.children.get(&id).map(Child::id)
+    }
+
+    fn note(&self, id: u64, text: &str) {
+        if let Some(spec) = self.specs.get(&id) {
+            if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(&spec.log) {
+                let _ = writeln!(f, "==== harness: {text} ====");
+            }
+        }
+    }
+
+    fn spawn(&mut self, id: u64) -> Result<()> {
+        ensure!(
+            !self.children.contains_key(&id),
+            "node {id} is already running"
+        );
+        let spec = self
+            .specs
+            .get(&id)
+            .with_context(|| format!("no node {id}"))?;
+        self.note(id, &format!("starting node {id} on {}", spec.addr));
+        let stdout = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .with_context(|| format!("open {}", spec.log.display()))?;
+        let stderr = stdout.try_clone().context("clone the log file handle")?;
+        let child = Command::new(bin())
+            .arg("serve")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--listen")
+            .arg(&spec.addr)
+            .arg("--data-dir")
+            .arg(&spec.data_dir)
+            .arg("--initial-members")
+            .arg(&self.members_arg)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .env("RUST_BACKTRACE", "1")
+            .spawn()
+            .with_context(|| format!("spawn {} serve for node {id}", bin()))?;
+        self.children.insert(id, child);
+        Ok(())
+    }
+
+    /// SIGKILL node `id` and reap it. Fails if it had already exited on its
+    /// own (a crash is a bug, not something to paper over).
+    pub fn kill(&mut self, id: u64) -> Result<()> {
+        let mut child = self
+            .children
+            .remove(&id)
+            .with_context(|| format!("node {id} is not running"))?;
+        self.stopped.remove(&id);
+        let early = child.try_wait().context("try_wait")?;
+        if early.is_none() {
+            signal(child.id(), libc::SIGKILL).with_context(|| format!("SIGKILL node {id}"))?;
+        }
+        let status = child.wait().with_context(|| format!("reap node {id}"))?;
+        self.note(id, &format!("node {id} killed by the harness ({status})"));
+        match early {
+            Some(s) => bail!("node {id} had already exited on its own before being killed: {s}"),
+            None => Ok(()),
+        }
+    }
+
+    /// Freeze node `id` (SIGSTOP): it stays a member but answers nothing.
+    pub fn stop(&mut self, id: u64) -> Result<()> {
+        let pid = self
+            .pid(id)
+            .with_context(|| format!("node {id} is not running"))?;
+        signal(pid, libc::SIGSTOP).with_context(|| format!("SIGSTOP node {id}"))?;
+        self.stopped.insert(id);
+        self.note(id, &format!("node {id} SIGSTOPped"));
+        Ok(())
+    }
+
+    /// Resume node `id` (SIGCONT).
+    pub fn cont(&mut self, id: u64) -> Result<()> {
+        let pid = self
+            .pid(id)
+            .with_context(|| format!("node {id} is not running"))?;
+        signal(pid, libc::SIGCONT).with_context(|| format!("SIGCONT node {id}"))?;
+        self.stopped.remove(&id);
+        self.note(id, &format!("node {id} SIGCONTinued"));
+        Ok(())
+    }
+
+    /// Start node `id` again on its data directory.
+    pub fn restart(&mut self, id: u64) -> Result<()> {
+        self.spawn(id)
+    }
+
+    /// True when node `id` runs: not reaped, and signal 0 reaches it.
+    pub fn is_alive(&mut self, id: u64) -> bool {
+        let Some(child) = self.children.get_mut(&id) else {
+            return false;
+        };
+        matches!(child.try_wait(), Ok(None)) && signal(child.id(), 0).is_ok()
+    }
+
+    /// Fail unless every node the harness started (and did not kill) runs.
+    pub fn assert_all_alive(&mut self) -> Result<()> {
+        for (id, child) in &mut self.children {
+            if let Some(status) = child.try_wait().context("try_wait")? {
+                bail!("node {id} exited on its own: {status}");
+            }
+            signal(child.id(), 0).with_context(|| format!("node {id} does not answer signal 0"))?;
+        }
+        Ok(())
+    }
+
+    /// Status of node `id`.
+    pub async fn status(&self, id: u64) -> Result<NodeStatus> {
+        self.admin
+            .status_of(&self.addr(id))
+            .await
+            .with_context(|| format!("status of node {id}"))
+    }
+
+    /// Statuses of every live node that answers.
+    pub async fn statuses(&self) -> BTreeMap<u64, NodeStatus> {
+        let mut out = BTreeMap::new();
+        for id in self.live_ids() {
+            if let Ok(s) = self.admin.status_of(&self.addr(id)).await {
+                out.insert(id, s);
+            }
+        }
+        out
+    }
+
+    /// The leader a majority agrees on right now: a live node that reports
+    /// itself leader, and enough nodes naming it in the same term.
+    pub async fn leader_id(&self) -> Option<u64> {
+        agreed_leader(&self.statuses().await, self.majority())
+    }
+
+    /// Poll every live node until a majority agrees on a live leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let statuses = self.statuses().await;
+            if let Some(leader) = agreed_leader(&statuses, self.majority()) {
+                return Ok(leader);
+            }
+            if Instant::now() >= deadline {
+                let seen: Vec<String> = statuses
+                    .values()
+                    .map(|s| {
+                        format!(
+                            "node {} {} term {} leader {:?}",
+                            s.id, s.state, s.term, s.leader_id
+                        )
+                    })
+                    .collect();
+                bail!(
+                    "no leader agreed by a majority within {timeout:?} (live: {:?}; seen: {})",
+                    self.live_ids(),
+                    seen.join("; ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A live node other than `leader`.
+    pub fn follower_of(&self, leader: u64) -> Result<u64> {
+        self.live_ids()
+            .into_iter()
+            .find(|id| *id != leader)
+            .context("no live follower")
+    }
+
+    /// Run the CLI with `--endpoints` naming every node, then `args`.
+    pub async fn cli(&self, args: &[&str]) -> Result<CliOutput> {
+        let endpoints = self.endpoints_arg();
+        let mut all = vec!["--endpoints", endpoints.as_str()];
+        all.extend_from_slice(args);
+        run_cli(&all).await
+    }
+
+    fn check_no_panics(&self) -> Result<()> {
+        for (id, spec) in &self.specs {
+            let text = std::fs::read(&spec.log)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            if let Some(at) = text.find("panicked") {
+                let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+                let excerpt: String = text[start..]
+                    .lines()
+                    .take(15)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                bail!("node {id} panicked:\n{excerpt}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let ids: Vec<u64> = self.children.keys().copied().collect();
+        for id in ids {
+            if let Some(mut child) = self.children.remove(&id) {
+                let _ = signal(child.id(), libc::SIGKILL);
+                let _ = child.wait();
+            }
+        }
+        if self.passed {
+            return;
+        }
+        for (id, spec) in &self.specs {
+            eprintln!(
+                "----- {}: last {TAIL_LINES} lines of node {id}'s log ({}) -----\n{}",
+                self.name,
+                spec.log.display(),
+                tail(&spec.log, TAIL_LINES)
+            );
+        }
+        if let Some(mut dir) = self.dir.take() {
+            dir.disable_cleanup(true);
+            eprintln!(
+                "----- {}: data and logs kept in {} -----",
+                self.name,
+                dir.path().display()
+            );
+        }
+    }
+}
+
+/// The leader a majority of `statuses` agrees on, if any.
+pub fn agreed_leader(statuses: &BTreeMap<u64, NodeStatus>, majority: usize) -> Option<u64> {
+    statuses.values().find_map(|s| {
+        let leads = s.state == "Leader" && s.leader_id == Some(s.id);
+        let agreeing = statuses
+            .values()
+            .filter(|t| t.leader_id == Some(s.id) && t.term == s.term)
+            .count();
+        (leads && agreeing >= majority).then_some(s.id)
+    })
+}
+
+/// Poll `probe` until it returns `Ok`, or fail after `timeout` with the last
+/// reason it gave.
+pub async fn eventually<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> Result<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e.context(format!("{what}: still not true after {timeout:?}")))
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// What one CLI run printed and how it exited.
+#[derive(Debug)]
+pub struct CliOutput {
+    /// Exit code; `None` if killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOutput {
+    /// Fail unless the command exited 0; returns its stdout.
+    pub fn ok(&self) -> Result<&str> {
+        ensure!(
+            self.code == Some(0),
+            "CLI failed with {:?}: stdout {:?}, stderr {:?}",
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        Ok(&self.stdout)
+    }
+
+    /// Fail unless the command exited with `code` and printed exactly one
+    /// non-empty line on stderr and no panic anywhere.
+    pub fn refused_with(&self, code: i32) -> Result<()> {
+        ensure!(
+            self.code == Some(code),
+            "expected exit code {code}, got {:?}: stdout {:?}, stderr {:?}",
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        self.one_line_error()
+    }
+
+    /// Fail unless stderr is exactly one non-empty line and nothing panicked.
+    pub fn one_line_error(&self) -> Result<()> {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        ensure!(
+            lines.len() == 1 && !lines[0].trim().is_empty(),
+            "expected one line on stderr, got {:?}",
+            self.stderr
+        );
+        ensure!(
+            !self.stderr.contains("panicked") && !self.stdout.contains("panicked"),
+            "the CLI panicked: stdout {:?}, stderr {:?}",
+            self.stdout,
+            self.stderr
+        );
+        Ok(())
+    }
+}
+
+/// Run the `latchkey` binary with `args` (bounded by 60 s).
+pub async fn run_cli(args: &[&str]) -> Result<CliOutput> {
+    let run = tokio::process::Command::new(bin())
+        .args(args)
+        .env_remove("LATCHKEY_ENDPOINTS")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .map_err(|_| anyhow!("`latchkey {}` did not finish within 60 s", args.join(" ")))?
+        .with_context(|| format!("run `latchkey {}`", args.join(" ")))?;
+    Ok(CliOutput {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
