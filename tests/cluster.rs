@@ -349,10 +349,10 @@ async fn snapshot_catch_up(c: &mut Cluster) -> Result<()> {
         tally.acked > 0,
         "no write acknowledged while the follower was down: {tally:?}"
     );
-    client
-        .put("s/zz-last", "last")
-        .await
-        .context("put the last key")?;
+    retrying("put the last key", async || {
+        client.put("s/zz-last", "last").await
+    })
+    .await?;
     lock(&acked).insert("s/zz-last".into(), "last".into());
 
     // The log the follower needs must be gone from the leader: its snapshot
@@ -390,6 +390,12 @@ async fn snapshot_catch_up(c: &mut Cluster) -> Result<()> {
     eprintln!(
         "follower {follower}: before kill applied {} snapshot {}; after restart applied {} snapshot {}; leader snapshot {leader_snapshot}",
         before.last_applied, before.snapshot_index, after.last_applied, after.snapshot_index
+    );
+    // Diagnostic only (log wording is not an interface): did the storage
+    // layer log a snapshot installation on the follower?
+    eprintln!(
+        "follower {follower}'s log mentions installing a snapshot: {}",
+        c.log_text(follower).contains("installing snapshot")
     );
     ensure!(
         after.snapshot_index > 0 && after.snapshot_index > before.snapshot_index,
@@ -557,9 +563,26 @@ async fn read_after_failover(c: &mut Cluster) -> Result<()> {
     );
     let live_client = Client::with_options(c.live_endpoints(), support::client_options())?;
     retrying("put k", async || live_client.put("k", "after-freeze").await).await?;
+    // Reads aimed only at the frozen (soon deposed) leader, sent while it is
+    // still frozen so they wait in its sockets: when it wakes up it must
+    // confirm leadership before answering, find out it lost it, and send
+    // the reads on to the new leader. Several connections, so that a replica
+    // answering from its own view of leadership would be caught.
+    let mut early_reads = Vec::new();
+    for _ in 0..8 {
+        let client = c.client_for(&[frozen])?;
+        early_reads.push(tokio::spawn(async move { get_text(&client, "k").await }));
+    }
+    // Not a timing assertion: only lets the requests reach the frozen node.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     c.cont(frozen)?;
-    // Ask only the deposed leader: it must confirm leadership before
-    // answering, find out it lost it, and send us to the new leader.
+    for read in early_reads {
+        let seen = read.await.context("a read task panicked")??;
+        ensure!(
+            seen.as_deref() == Some("after-freeze"),
+            "the deposed leader {frozen} served {seen:?} after \"after-freeze\" was acknowledged by leader {third}"
+        );
+    }
     let deposed_client = c.client_for(&[frozen])?;
     let seen = get_text(&deposed_client, "k").await?;
     ensure!(

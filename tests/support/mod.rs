@@ -5,7 +5,8 @@
 //! The harness never asserts on timing: every wait is a poll with a generous
 //! deadline, and every test bounds its total time with [`Cluster::finish`].
 //! On failure it prints the tail of every node's log and keeps the temporary
-//! directory for inspection.
+//! directory for inspection; set `LATCHKEY_KEEP_TEST_DIRS=1` to keep it on
+//! success too.
 
 #![allow(dead_code)]
 
@@ -242,6 +243,15 @@ impl Cluster {
             .context("build a client")
     }
 
+    /// Everything node `id` has logged so far (all its runs).
+    pub fn log_text(&self, id: u64) -> String {
+        self.specs
+            .get(&id)
+            .and_then(|s| std::fs::read(&s.log).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
     /// Process id of node `id`, when running.
     pub fn pid(&self, id: u64) -> Option<u32> {
         self.children.get(&id).map(Child::id)
@@ -286,6 +296,7 @@ impl Cluster {
             .stdout(stdout)
             .stderr(stderr)
             .env("RUST_BACKTRACE", "1")
+            .env("NO_COLOR", "1")
             .spawn()
             .with_context(|| format!("spawn {} serve for node {id}", bin()))?;
         self.children.insert(id, child);
@@ -456,6 +467,12 @@ impl Drop for Cluster {
             }
         }
         if self.passed {
+            if std::env::var_os("LATCHKEY_KEEP_TEST_DIRS").is_some() {
+                if let Some(mut dir) = self.dir.take() {
+                    dir.disable_cleanup(true);
+                    eprintln!("----- {}: kept {} -----", self.name, dir.path().display());
+                }
+            }
             return;
         }
         for (id, spec) in &self.specs {

@@ -373,6 +373,7 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let settings = RaftSettings {
         heartbeat: s.heartbeat,
