@@ -31,6 +31,7 @@ pub mod keyspace;
 mod kv;
 pub mod limits;
 pub mod lock;
+pub mod overlay;
 mod staged;
 pub mod store;
 mod validate;

@@ -10,7 +10,7 @@ use rocksdb::{ColumnFamily, DBRawIteratorWithThreadMode, ReadOptions, SnapshotWi
 use crate::columns;
 
 /// A read-only view of the committed state machine data. Writes are refused:
-/// the state machine writes through an [`crate::overlay::Overlay`] and one
+/// the state machine writes through an [`latchkey_core::overlay::Overlay`] and one
 /// write batch.
 pub(crate) struct DataView<'a> {
     db: &'a DB,

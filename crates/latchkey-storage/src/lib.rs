@@ -65,7 +65,6 @@ mod error;
 mod group_commit;
 mod log_store;
 mod open;
-mod overlay;
 mod snapshot_builder;
 mod snapshot_file;
 mod snapshot_format;

@@ -28,13 +28,13 @@ use crate::blocking;
 use crate::columns::Handles;
 use crate::data_view::DataView;
 use crate::error::{any, msg, to_raft, RaftStorageError};
-use crate::overlay::Overlay;
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
 use crate::snapshot_format;
 use crate::state_change::StateChange;
 use crate::state_reader::{AppliedIndex, StateReader};
 use crate::types::{Entry, SnapshotMeta, StoredMembership, TypeConfig};
+use latchkey_core::overlay::Overlay;
 
 /// The replicated state machine over RocksDB.
 pub struct StateMachine {

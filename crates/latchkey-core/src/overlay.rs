@@ -1,16 +1,16 @@
-//! [`Overlay`]: the buffered writes of one apply batch, layered over the
-//! committed state.
+//! [`Overlay`]: buffered writes layered over a read-only [`Store`].
 //!
-//! The state machine applies every entry of one `apply()` call through the
-//! core against an overlay, then commits the overlay's writes in a single
-//! RocksDB write batch. Reads through the overlay see the batch's own earlier
-//! writes (including deletes) exactly as if they had been committed.
+//! Two users, one implementation: the storage shell applies every entry of
+//! one `apply()` call against an overlay and commits its writes in a single
+//! RocksDB write batch; the lock commands run against an overlay of their own
+//! so a refused command writes nothing. Reads through an overlay see its own
+//! earlier writes (including deletes) exactly as if they had been committed.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use latchkey_core::store::bounds_empty;
-use latchkey_core::{Store, StoreError};
+use crate::store::bounds_empty;
+use crate::{Store, StoreError};
 
 /// Base rows fetched per round once a scan has run into rows the overlay
 /// hides; bounds both the rounds and the memory of one scan.
@@ -21,7 +21,7 @@ type Row = (Vec<u8>, Vec<u8>);
 
 /// Writes buffered over a read-only `base`: `Some(value)` is a put, `None` a
 /// delete that hides whatever the base holds at that key.
-pub(crate) struct Overlay<'b, B: Store + ?Sized> {
+pub struct Overlay<'b, B: Store + ?Sized> {
     base: &'b B,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     chunk: usize,
@@ -29,7 +29,7 @@ pub(crate) struct Overlay<'b, B: Store + ?Sized> {
 
 impl<'b, B: Store + ?Sized> Overlay<'b, B> {
     /// An empty overlay over `base`. The base is only read.
-    pub(crate) fn new(base: &'b B) -> Self {
+    pub fn new(base: &'b B) -> Self {
         Overlay {
             base,
             writes: BTreeMap::new(),
@@ -38,7 +38,7 @@ impl<'b, B: Store + ?Sized> Overlay<'b, B> {
     }
 
     /// The buffered writes in key order, ready for one atomic commit.
-    pub(crate) fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         self.writes
     }
 
@@ -167,7 +167,7 @@ impl<B: Store + ?Sized> Store for Overlay<'_, B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latchkey_core::MemStore;
+    use crate::MemStore;
     use proptest::prelude::*;
 
     fn store(pairs: &[(&[u8], &[u8])]) -> MemStore {
