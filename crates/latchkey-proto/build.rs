@@ -2,7 +2,10 @@
 //! `protoc`, so a fresh machine needs no system protobuf compiler.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read at run time, not with env!(): cargo shares one build-script
+    // binary between checkouts at different paths (CI clones, worktrees).
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
+    let proto_dir = std::path::Path::new(&manifest_dir).join("../../proto");
     let proto = proto_dir.join("latchkey.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let mut config = prost_build::Config::new();

@@ -32,10 +32,23 @@ pub enum Error {
     /// An endpoint string could not be parsed.
     #[error("bad endpoint {endpoint:?}: {reason}")]
     BadEndpoint { endpoint: String, reason: String },
+    /// The session has ended or its lease can no longer be vouched for: its
+    /// keep-alives were not acknowledged in time, or the cluster expired or
+    /// closed it. Its locks must be treated as lost; open a new session.
+    #[error("session {session} is lost: {reason}")]
+    SessionLost { session: u64, reason: String },
     /// The server answered with something this client cannot decode: client
     /// and server versions probably differ.
     #[error("protocol error: {0}")]
     Protocol(String),
+}
+
+impl Error {
+    /// True when a fenced write was refused because its sequencer is no
+    /// longer the lock's current exclusive holder (nothing was written).
+    pub fn is_stale_fence(&self) -> bool {
+        matches!(self, Error::Refused(CommandError::StaleFence { .. }))
+    }
 }
 
 impl From<CommandError> for Error {

@@ -167,11 +167,22 @@ impl Client {
 
     /// Propose any write command and return its outcome.
     pub async fn execute(&self, command: Command) -> Result<Outcome, Error> {
+        self.execute_with(command, false).await
+    }
+
+    /// Propose `command`; `idempotent` commands (lock commands deduplicated
+    /// by request id, or harmless to repeat) are retried even after an
+    /// attempt that may have reached a leader.
+    pub(crate) async fn execute_with(
+        &self,
+        command: Command,
+        idempotent: bool,
+    ) -> Result<Outcome, Error> {
         latchkey_core::validate_command(&command)?;
         let encoded = codec::encode(&command).map_err(|e| Error::Protocol(e.to_string()))?;
         let result: CommandResult = self
             .router
-            .call(true, |target, _| {
+            .call(!idempotent, |target, _| {
                 let command = command.clone();
                 let encoded = encoded.clone();
                 async move {
@@ -397,7 +408,10 @@ pub(crate) fn kv_client(channel: Channel) -> KvClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-async fn remote_write(channel: Channel, command: Vec<u8>) -> Result<CommandResult, Attempt> {
+pub(crate) async fn remote_write(
+    channel: Channel,
+    command: Vec<u8>,
+) -> Result<CommandResult, Attempt> {
     match kv_client(channel).write(WriteRequest { command }).await {
         Ok(reply) => decode_reply(reply.into_inner()),
         Err(status) => Err(classify_status(&status)),
@@ -415,7 +429,7 @@ async fn remote_read(
     }
 }
 
-fn decode_reply(reply: Reply) -> Result<CommandResult, Attempt> {
+pub(crate) fn decode_reply(reply: Reply) -> Result<CommandResult, Attempt> {
     if let Some(failure) = reply.failure {
         return Err(Attempt::Refused(failure.into()));
     }

@@ -27,6 +27,7 @@ mod error;
 mod failure;
 mod fence;
 mod kv;
+mod lock;
 mod router;
 
 pub use admin::{MemberInfo, NodeStatus};
@@ -34,5 +35,7 @@ pub use error::Error;
 pub use failure::ReplicaFailure;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, ScanPage, MAX_MESSAGE_BYTES};
-pub use latchkey_core::{Command, CommandResult, Outcome, Query, ScanRange};
+pub use latchkey_core::lock::{HolderInfo, LockInfo, LockMode, Sequencer, SessionId, Token};
+pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
+pub use lock::{Lock, LockGuard, Session};
 pub use router::{channel, BoxFuture, ClientOptions, LocalReplica};

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use latchkey_core::lock::SessionId;
 use latchkey_core::{Command, CommandResult, Query};
 use tonic::transport::{Channel, Endpoint};
 
@@ -32,6 +33,18 @@ pub trait LocalReplica: Send + Sync + 'static {
         &self,
         query: Query,
         stale: bool,
+    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+    /// Propose an acquire and, if it queues, wait up to `hold` for its grant
+    /// or cancel (see the `Lock.Acquire` RPC).
+    fn acquire(
+        &self,
+        command: Command,
+        hold: Duration,
+    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+    /// Extend a session's lease (see the `Lock.KeepAlive` RPC).
+    fn keep_alive(
+        &self,
+        session: SessionId,
     ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
 }
 
@@ -300,13 +313,36 @@ impl Router {
     /// `is_write`: after an attempt that may have reached a leader
     /// ([`Attempt::Sent`]) a write ends with [`Error::UnknownOutcome`] instead
     /// of retrying, so it is never applied twice.
-    pub async fn call<T, F, Fut>(&self, is_write: bool, mut attempt: F) -> Result<T, Error>
+    pub async fn call<T, F, Fut>(&self, is_write: bool, attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Target, Duration) -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
+        self.call_with(
+            is_write,
+            self.options.request_timeout,
+            self.options.attempt_timeout,
+            attempt,
+        )
+        .await
+    }
+
+    /// [`Router::call`] with an explicit total and per-attempt budget (for
+    /// calls that wait on purpose, like an acquire, or that must end by a
+    /// deadline, like a keep-alive).
+    pub async fn call_with<T, F, Fut>(
+        &self,
+        is_write: bool,
+        request_timeout: Duration,
+        attempt_timeout: Duration,
+        mut attempt: F,
+    ) -> Result<T, Error>
     where
         F: FnMut(Target, Duration) -> Fut,
         Fut: Future<Output = Result<T, Attempt>>,
     {
         let started = Instant::now();
-        let deadline = started + self.options.request_timeout;
+        let deadline = started + request_timeout;
         let mut backoff = self.options.initial_backoff;
         let mut attempts = 0u32;
         let mut last = String::from("no attempt made");
@@ -326,7 +362,7 @@ impl Router {
                 });
             };
             attempts += 1;
-            let budget = self.options.attempt_timeout.min(deadline - now);
+            let budget = attempt_timeout.min(deadline - now);
             let result = match tokio::time::timeout(budget, attempt(target.clone(), budget)).await {
                 Ok(r) => r,
                 Err(_) => Err(Attempt::Sent(format!("attempt timed out after {budget:?}"))),

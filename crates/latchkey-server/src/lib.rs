@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod locks;
 mod network;
 mod node;
 mod replica;

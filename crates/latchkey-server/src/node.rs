@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey_client::{Client, ClientOptions, NodeStatus};
-use latchkey_proto::v1::{admin_server::AdminServer, kv_server::KvServer, raft_server::RaftServer};
+use latchkey_proto::v1::{
+    admin_server::AdminServer, kv_server::KvServer, lock_server::LockServer,
+    raft_server::RaftServer,
+};
 use latchkey_storage::{StorageOptions, TypeConfig};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, Raft};
@@ -15,9 +18,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::locks::LockShared;
 use crate::network::PeerNetwork;
 use crate::replica::Replica;
-use crate::services::{AdminService, KvService, RaftService};
+use crate::services::{AdminService, KvService, LockService, RaftService};
 use crate::{NodeError, RaftSettings, MAX_MESSAGE_BYTES};
 
 /// Configures and starts a [`Node`].
@@ -148,9 +152,11 @@ impl NodeBuilder {
             .or_else(|| self.initial_members.get(&id).cloned())
             .unwrap_or_else(|| local_addr.to_string());
 
-        let (log_store, state_machine) = latchkey_storage::open(&data_dir, self.storage)
+        let (log_store, mut state_machine) = latchkey_storage::open(&data_dir, self.storage)
             .map_err(|e| NodeError::Storage(e.to_string()))?;
         let reader = state_machine.reader();
+        let changes = state_machine.subscribe();
+        let (locks, keep_alives) = LockShared::new();
         let config = self.raft.to_config()?;
         let raft = Raft::new(id, config, PeerNetwork::default(), log_store, state_machine)
             .await
@@ -161,6 +167,14 @@ impl NodeBuilder {
             reader,
             self.raft.write_timeout,
             self.raft.read_timeout,
+            locks,
+        ));
+        let (lock_stop, lock_stop_rx) = oneshot::channel::<()>();
+        let lock_task = tokio::spawn(crate::locks::run(
+            replica.clone(),
+            changes,
+            keep_alives,
+            lock_stop_rx,
         ));
 
         let listener = tokio::net::TcpListener::from_std(listener)
@@ -178,6 +192,13 @@ impl NodeBuilder {
             )
             .add_service(
                 KvServer::new(KvService {
+                    replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                LockServer::new(LockService {
                     replica: replica.clone(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -237,6 +258,8 @@ impl NodeBuilder {
             client,
             stop: Some(stop_tx),
             server: Some(server),
+            lock_stop: Some(lock_stop),
+            lock_task: Some(lock_task),
         })
     }
 }
@@ -253,6 +276,8 @@ pub struct Node {
     client: Client,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
+    lock_stop: Option<oneshot::Sender<()>>,
+    lock_task: Option<JoinHandle<()>>,
 }
 
 impl Node {
@@ -339,8 +364,14 @@ impl Node {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if let Some(stop) = self.lock_stop.take() {
+            let _ = stop.send(());
+        }
         if let Err(e) = self.replica.raft().shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
+        }
+        if let Some(task) = self.lock_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
         self.replica.close();
         if let Some(server) = self.server.take() {
@@ -352,6 +383,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if let Some(stop) = self.lock_stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
             let raft = self.replica.raft().clone();

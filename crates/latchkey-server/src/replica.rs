@@ -7,10 +7,15 @@ use std::sync::RwLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use latchkey_client::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
-use latchkey_core::{validate_command, validate_query, Command, CommandResult, Query, Request};
+use latchkey_core::lock::{LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState};
+use latchkey_core::{
+    validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query, Request,
+};
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, Raft, ServerState};
+
+use crate::locks::{KeepAlive, LockShared, WaitOutcome};
 
 /// A running replica's request path.
 pub struct Replica {
@@ -21,6 +26,7 @@ pub struct Replica {
     reader: RwLock<Option<StateReader>>,
     write_timeout: Duration,
     read_timeout: Duration,
+    locks: LockShared,
 }
 
 /// Wall-clock milliseconds: the `now` a leader stamps on each entry. The core
@@ -46,6 +52,7 @@ impl Replica {
         reader: StateReader,
         write_timeout: Duration,
         read_timeout: Duration,
+        locks: LockShared,
     ) -> Self {
         Replica {
             id,
@@ -53,7 +60,12 @@ impl Replica {
             reader: RwLock::new(Some(reader)),
             write_timeout,
             read_timeout,
+            locks,
         }
+    }
+
+    pub(crate) fn locks(&self) -> &LockShared {
+        &self.locks
     }
 
     /// The openraft handle.
@@ -79,9 +91,30 @@ impl Replica {
         }
     }
 
-    /// Propose `command` if this replica leads; otherwise refuse without
-    /// proposing. Answers once the entry is applied here.
+    /// Propose a client's `command` if this replica leads; otherwise refuse
+    /// without proposing. Answers once the entry is applied here. The
+    /// leader's own lock commands (expiries) are refused: only its timers
+    /// propose them.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+        if let Command::Lock(lock) = &command {
+            if lock.proposer() == Proposer::Leader {
+                return Err(ReplicaFailure::InvalidArgument(
+                    "expiry commands are proposed by the leader's timers only".into(),
+                ));
+            }
+        }
+        self.propose(command).await
+    }
+
+    /// Propose one of the leader's expiry commands.
+    pub(crate) async fn propose_expiry(
+        &self,
+        command: LockCommand,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        self.propose(Command::Lock(command)).await
+    }
+
+    async fn propose(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
         validate_command(&command).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
         if !self.is_leader() {
             return Err(self.not_leader());
@@ -115,36 +148,163 @@ impl Replica {
     pub async fn read(&self, query: Query, stale: bool) -> Result<CommandResult, ReplicaFailure> {
         validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
         if !stale {
-            if !self.is_leader() {
-                return Err(self.not_leader());
-            }
-            match tokio::time::timeout(self.read_timeout, self.raft.ensure_linearizable()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                    return Err(ReplicaFailure::NotLeader { leader: hint(&f) })
-                }
-                Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => {
-                    return Err(ReplicaFailure::Unavailable(e.to_string()))
-                }
-                Ok(Err(RaftError::Fatal(e))) => {
-                    return Err(ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
-                }
-                Err(_) => {
-                    return Err(ReplicaFailure::Unavailable(format!(
-                        "could not confirm leadership within {:?}",
-                        self.read_timeout
-                    )))
-                }
-            }
+            self.confirm(true).await?;
         }
+        self.local_query(&query)
+    }
+
+    /// Confirm leadership with a quorum round begun now; with `wait_applied`,
+    /// also wait until everything committed so far is applied here
+    /// (ReadIndex).
+    async fn confirm(&self, wait_applied: bool) -> Result<(), ReplicaFailure> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let result = if wait_applied {
+            tokio::time::timeout(self.read_timeout, async {
+                self.raft.ensure_linearizable().await.map(|_| ())
+            })
+            .await
+        } else {
+            tokio::time::timeout(self.read_timeout, async {
+                self.raft.get_read_log_id().await.map(|_| ())
+            })
+            .await
+        };
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(ReplicaFailure::NotLeader { leader: hint(&f) })
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => {
+                Err(ReplicaFailure::Unavailable(e.to_string()))
+            }
+            Ok(Err(RaftError::Fatal(e))) => {
+                Err(ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
+            }
+            Err(_) => Err(ReplicaFailure::Unavailable(format!(
+                "could not confirm leadership within {:?}",
+                self.read_timeout
+            ))),
+        }
+    }
+
+    /// One leadership confirmation round (for keep-alives).
+    pub(crate) async fn confirm_leadership(&self) -> Result<(), ReplicaFailure> {
+        self.confirm(false).await
+    }
+
+    /// The countdowns a new leader restarts, read once everything committed
+    /// before now is applied here.
+    pub(crate) async fn timer_state(&self) -> Result<TimerState, String> {
+        self.confirm(true).await.map_err(|f| f.to_string())?;
+        match self.local_query(&crate::locks::timer_query()) {
+            Ok(Ok(Outcome::Lock(LockOutcome::Timers(state)))) => Ok(state),
+            other => Err(format!("unexpected timer state answer: {other:?}")),
+        }
+    }
+
+    /// A session's TTL from this replica's applied state, `None` if it is
+    /// not live.
+    pub(crate) fn local_session(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<Duration>, ReplicaFailure> {
+        match self.local_query(&Query::Lock(LockQuery::Session { session }))? {
+            Ok(Outcome::Lock(LockOutcome::Session(info))) => {
+                Ok(info.map(|i| Duration::from_millis(i.ttl_ms)))
+            }
+            other => Err(ReplicaFailure::Unavailable(format!(
+                "unexpected session answer: {other:?}"
+            ))),
+        }
+    }
+
+    fn local_query(&self, query: &Query) -> Result<CommandResult, ReplicaFailure> {
         let reader = self.reader.read().unwrap_or_else(|p| p.into_inner());
         match reader.as_ref() {
             Some(r) => r
-                .query(&query)
+                .query(query)
                 .map_err(|e| ReplicaFailure::Unavailable(e.to_string())),
             None => Err(ReplicaFailure::Unavailable(
                 "this replica has shut down".into(),
             )),
+        }
+    }
+
+    /// Propose a client's acquire; if it queues, wait here until its grant
+    /// or cancel is applied on this replica, or `hold` passes (then answer
+    /// the `Queued` outcome: the client asks again with the same request id,
+    /// which the session's memory answers without a second grant).
+    ///
+    /// The waiter is registered before the acquire is proposed, so a grant
+    /// applied at any moment after the proposal is seen.
+    pub async fn acquire(
+        &self,
+        command: Command,
+        hold: Duration,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        let Command::Lock(LockCommand::Acquire {
+            session,
+            owner,
+            request_id,
+            wait_ms: Some(_),
+            ..
+        }) = &command
+        else {
+            return self.write(command).await;
+        };
+        let waiting = self.locks.waiters.register(*session, *owner, *request_id);
+        let result = self.write(command.clone()).await?;
+        let Ok(Outcome::Lock(LockOutcome::Queued {
+            name, request_id, ..
+        })) = &result
+        else {
+            return Ok(result);
+        };
+        match tokio::time::timeout(hold, waiting).await {
+            Ok(Ok(WaitOutcome::Granted(sequencer))) => {
+                Ok(Ok(Outcome::Lock(LockOutcome::Granted {
+                    sequencer,
+                    hold_count: 1,
+                })))
+            }
+            Ok(Ok(WaitOutcome::Cancelled(_))) => Ok(Err(CommandError::WaitCancelled {
+                name: name.clone(),
+                request_id: *request_id,
+            })),
+            // Timed out, lost track (snapshot), or shutting down: still
+            // queued as far as this call knows.
+            Ok(Ok(WaitOutcome::Unknown)) | Ok(Err(_)) | Err(_) => Ok(result),
+        }
+    }
+
+    /// Extend `session`'s lease (leader only). Acknowledged after a
+    /// leadership confirmation round begun after this call; writes nothing.
+    pub async fn keep_alive(&self, session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let ka = KeepAlive {
+            session,
+            received: std::time::Instant::now(),
+            reply,
+        };
+        if !self.locks.keep_alive(ka) {
+            return Err(ReplicaFailure::Unavailable(
+                "this replica is shutting down".into(),
+            ));
+        }
+        match tokio::time::timeout(self.read_timeout * 2, answer).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ReplicaFailure::Unavailable(
+                "this replica is shutting down".into(),
+            )),
+            Err(_) => Err(ReplicaFailure::Unavailable(format!(
+                "keep-alive not confirmed within {:?}",
+                self.read_timeout * 2
+            ))),
         }
     }
 
@@ -205,5 +365,20 @@ impl LocalReplica for Replica {
         stale: bool,
     ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
         Box::pin(Replica::read(self, query, stale))
+    }
+
+    fn acquire(
+        &self,
+        command: Command,
+        hold: Duration,
+    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
+        Box::pin(Replica::acquire(self, command, hold))
+    }
+
+    fn keep_alive(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
+        Box::pin(Replica::keep_alive(self, session))
     }
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use latchkey_client::ReplicaFailure;
 use latchkey_core::codec;
+use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
-    admin_server::Admin, kv_server::Kv, raft_server::Raft as RaftRpc, AddLearnerRequest,
-    AdminReply, ChangeVotersRequest, Member, RaftMessage, ReadRequest, Reply, StatusReply,
-    StatusRequest, WriteRequest,
+    admin_server::Admin, kv_server::Kv, lock_server::Lock, raft_server::Raft as RaftRpc,
+    AcquireRequest, AddLearnerRequest, AdminReply, ChangeVotersRequest, KeepAliveRequest, Member,
+    RaftMessage, ReadRequest, Reply, StatusReply, StatusRequest, WriteRequest,
 };
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::BasicNode;
@@ -105,6 +106,39 @@ impl Kv for KvService {
             Err(e) => return Ok(Response::new(invalid(e))),
         };
         Ok(Response::new(reply(self.replica.read(query, stale).await)?))
+    }
+}
+
+/// Longest time a replica holds an `Acquire` call while it waits.
+pub const MAX_ACQUIRE_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Client-facing lock calls that are not plain writes.
+pub struct LockService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
+        let AcquireRequest { command, hold_ms } = request.into_inner();
+        let command = match codec::decode(&command) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(invalid(e))),
+        };
+        let hold = std::time::Duration::from_millis(hold_ms).min(MAX_ACQUIRE_HOLD);
+        Ok(Response::new(reply(
+            self.replica.acquire(command, hold).await,
+        )?))
+    }
+
+    async fn keep_alive(
+        &self,
+        request: Request<KeepAliveRequest>,
+    ) -> Result<Response<Reply>, Status> {
+        let session = SessionId(request.into_inner().session);
+        Ok(Response::new(reply(
+            self.replica.keep_alive(session).await,
+        )?))
     }
 }
 

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use latchkey::{Client, ClientOptions, Consistency, Error, Node, RaftSettings, ScanRange};
+use latchkey::{
+    Client, ClientOptions, Consistency, Error, LockMode, Node, RaftSettings, ScanRange, Sequencer,
+};
 
 /// latchkey: an embedded replicated KV store with a lock service.
 #[derive(Debug, Parser)]
@@ -28,7 +30,13 @@ enum Cmd {
     /// Run one replica in the foreground until SIGINT or SIGTERM.
     Serve(Serve),
     /// Set KEY to VALUE.
-    Put { key: String, value: String },
+    Put {
+        key: String,
+        value: String,
+        /// Write only while this sequencer holds its lock (exit 7 if stale).
+        #[arg(long, value_name = "SEQUENCER")]
+        fence: Option<String>,
+    },
     /// Print the value of KEY (exit code 1 if absent).
     Get {
         key: String,
@@ -37,7 +45,12 @@ enum Cmd {
         stale: bool,
     },
     /// Delete KEY.
-    Del { key: String },
+    Del {
+        key: String,
+        /// Delete only while this sequencer holds its lock (exit 7 if stale).
+        #[arg(long, value_name = "SEQUENCER")]
+        fence: Option<String>,
+    },
     /// Print keys and values, one `key<TAB>value` a line.
     Scan {
         /// Only keys starting with this prefix.
@@ -71,6 +84,48 @@ enum Cmd {
     /// Change cluster membership.
     #[command(subcommand)]
     Members(Members),
+    /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN and
+    /// LATCHKEY_SEQUENCER. Exits with CMD's code, 5 if the lock was not
+    /// acquired in time, 6 if the lock was lost while CMD ran (CMD is killed).
+    Lock(LockArgs),
+    /// Exit 0 if SEQUENCER still holds its lock, 1 if it is stale.
+    CheckSequencer { sequencer: String },
+    /// List locks in use: holders with their tokens, and queue lengths.
+    Locks {
+        /// Only locks whose names start with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct LockArgs {
+    /// The lock's name.
+    name: String,
+    /// Session TTL: how long the lock outlives this process if it dies.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Wait at most this long for the lock (default: as long as it takes).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Do not wait: exit 5 at once if the lock is busy.
+    #[arg(long)]
+    no_wait: bool,
+    /// Take the lock shared (with other shared holders).
+    #[arg(long)]
+    shared: bool,
+    /// Maximum hold time: the cluster releases the lock after this.
+    #[arg(long, value_parser = parse_duration)]
+    lease: Option<Duration>,
+    /// Keep the lock unavailable this long after a forced release.
+    #[arg(long, value_parser = parse_duration)]
+    lock_delay: Option<Duration>,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -133,6 +188,12 @@ pub enum Failure {
     Unknown(String),
     #[error("{0}")]
     Other(String),
+    #[error("{0}")]
+    NotAcquired(String),
+    #[error("{0}")]
+    LockLost(String),
+    #[error("{0}")]
+    StaleFence(String),
 }
 
 impl Failure {
@@ -143,19 +204,40 @@ impl Failure {
             Failure::Unavailable(_) => 3,
             Failure::Unknown(_) => 4,
             Failure::Other(_) => 3,
+            Failure::NotAcquired(_) => 5,
+            Failure::LockLost(_) => 6,
+            Failure::StaleFence(_) => 7,
         }
     }
 }
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
+        if e.is_stale_fence() {
+            return Failure::StaleFence(e.to_string());
+        }
         match e {
+            Error::SessionLost { .. } => Failure::LockLost(e.to_string()),
             Error::InvalidArgument(_) | Error::BadEndpoint { .. } | Error::Refused(_) => {
                 Failure::Usage(e.to_string())
             }
             Error::Unavailable { .. } => Failure::Unavailable(e.to_string()),
             Error::UnknownOutcome(_) => Failure::Unknown(e.to_string()),
             Error::Protocol(_) => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<&LockArgs> for crate::lock_cmd::LockRequest {
+    fn from(l: &LockArgs) -> Self {
+        crate::lock_cmd::LockRequest {
+            name: l.name.clone(),
+            ttl: l.ttl,
+            wait: if l.no_wait { None } else { Some(l.wait) },
+            shared: l.shared,
+            lease: l.lease,
+            lock_delay: l.lock_delay,
+            command: l.command.clone(),
         }
     }
 }
@@ -229,8 +311,12 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
         Cmd::Serve(s) => serve(s).await,
-        Cmd::Put { key, value } => {
-            client(&args)?.put(key, value).await?;
+        Cmd::Put { key, value, fence } => {
+            let c = client(&args)?;
+            match fence {
+                Some(seq) => c.put_fenced(&parse_sequencer(seq)?, key, value).await?,
+                None => c.put(key, value).await?,
+            }
             out(&[b"OK\n"])?;
             Ok(ExitCode::SUCCESS)
         }
@@ -248,9 +334,18 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 None => Err(Failure::NotFound(format!("key {key:?} not found"))),
             }
         }
-        Cmd::Del { key } => {
-            let existed = client(&args)?.delete(key).await?;
-            out(&[if existed { b"1\n" } else { b"0\n" }])?;
+        Cmd::Del { key, fence } => {
+            let c = client(&args)?;
+            match fence {
+                Some(seq) => {
+                    c.delete_fenced(&parse_sequencer(seq)?, key).await?;
+                    out(&[b"OK\n"])?;
+                }
+                None => {
+                    let existed = c.delete(key).await?;
+                    out(&[if existed { b"1\n" } else { b"0\n" }])?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Scan {
@@ -279,6 +374,20 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Status { json } => status(&args, *json).await,
+        Cmd::Lock(l) => crate::lock_cmd::run(client(&args)?, l.into()).await,
+        Cmd::CheckSequencer { sequencer } => {
+            let seq = parse_sequencer(sequencer)?;
+            if client(&args)?.check_sequencer(&seq).await? {
+                out(&[b"current\n"])?;
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Err(Failure::NotFound(format!(
+                    "stale: {seq} no longer holds lock {:?}",
+                    seq.name
+                )))
+            }
+        }
+        Cmd::Locks { prefix, json } => locks(&args, prefix, *json).await,
         Cmd::Members(m) => {
             let c = client(&args)?;
             match m {
@@ -356,6 +465,71 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
     if rows.is_empty() {
         return Err(Failure::Unavailable("no endpoint answered".into()));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_sequencer(s: &str) -> Result<Sequencer, Failure> {
+    s.trim()
+        .parse()
+        .map_err(|e| Failure::Usage(format!("bad sequencer {s:?}: {e}")))
+}
+
+async fn locks(args: &Args, prefix: &str, json: bool) -> Result<ExitCode, Failure> {
+    let locks = client(args)?.locks(prefix).await?;
+    if json {
+        let rows: Vec<serde_json::Value> = locks
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "name": l.name,
+                    "mode": l.mode.map(|m| m.to_string()),
+                    "holders": l.holders.iter().map(|h| serde_json::json!({
+                        "session": h.session.0,
+                        "owner": h.owner,
+                        "token": h.token.0,
+                        "hold_count": h.hold_count,
+                        "lease_ms": h.lease_ms,
+                    })).collect::<Vec<_>>(),
+                    "waiters": l.waiters,
+                    "lock_delay_ms": l.lock_delay.as_ref().map(|d| d.delay_ms),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&rows)
+            .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?;
+        out(&[text.as_bytes(), b"\n"])?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = format!(
+        "{:<32} {:<9} {:>8} {:<16} {:>7}\n",
+        "NAME", "MODE", "TOKEN", "HOLDER", "WAITING"
+    );
+    for l in &locks {
+        let mode = match (l.mode, &l.lock_delay) {
+            (Some(LockMode::Exclusive), _) => "exclusive",
+            (Some(LockMode::Shared), _) => "shared",
+            (None, Some(_)) => "delay",
+            (None, None) => "-",
+        };
+        let (token, holder) = match l.holders.first() {
+            Some(h) => (h.token.to_string(), format!("{}/{}", h.session, h.owner)),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        let more = if l.holders.len() > 1 {
+            format!(" +{}", l.holders.len() - 1)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "{:<32} {:<9} {:>8} {:<16} {:>7}\n",
+            l.name,
+            mode,
+            token,
+            format!("{holder}{more}"),
+            l.waiters
+        ));
+    }
+    out(&[text.as_bytes()])?;
     Ok(ExitCode::SUCCESS)
 }
 

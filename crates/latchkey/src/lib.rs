@@ -39,7 +39,9 @@
 //! ```
 
 pub use latchkey_client::{
-    Batch, Client, ClientOptions, Consistency, Error, MemberInfo, NodeStatus, ScanPage,
+    Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
+    FenceGate, FileFenceGate, HolderInfo, Lock, LockGuard, LockInfo, LockMode, MemberInfo,
+    MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{Node, NodeBuilder, NodeError, RaftSettings};

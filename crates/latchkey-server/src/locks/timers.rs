@@ -1,0 +1,453 @@
+//! The leader's countdowns: one deadline per live session, lock lease,
+//! lock-delay and queued acquire, on the leader's monotonic clock.
+//!
+//! The table only decides *when* to propose an expiry; the state machine
+//! decides what the expiry does, and refuses or ignores an expiry whose
+//! target is gone. A spurious deadline is therefore harmless, a missing one
+//! is not: every rule below errs towards keeping a countdown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use latchkey_core::lock::{LockCommand, SessionId, TimerState, Token};
+use latchkey_core::Event;
+
+/// What a countdown expires.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimerKey {
+    /// A session's TTL: no keep-alive arrived in time.
+    Session(SessionId),
+    /// The lease (maximum hold time) of one grant.
+    Lease { name: String, token: Token },
+    /// A lock-delay, guarded by the token of the grant that caused it.
+    Delay { name: String, token: Token },
+    /// A queued acquire's wait.
+    Wait {
+        session: SessionId,
+        owner: u64,
+        name: String,
+        request_id: u64,
+    },
+}
+
+impl TimerKey {
+    /// The leader's command that ends what this countdown guards.
+    pub(crate) fn expiry(&self) -> LockCommand {
+        match self {
+            TimerKey::Session(session) => LockCommand::ExpireSession { session: *session },
+            TimerKey::Lease { name, token } => LockCommand::ExpireLockLease {
+                name: name.clone(),
+                token: *token,
+            },
+            TimerKey::Delay { name, token } => LockCommand::EndLockDelay {
+                name: name.clone(),
+                token: *token,
+            },
+            TimerKey::Wait {
+                session,
+                owner,
+                name,
+                request_id,
+            } => LockCommand::CancelWait {
+                session: *session,
+                owner: *owner,
+                name: name.clone(),
+                request_id: *request_id,
+            },
+        }
+    }
+}
+
+/// Deadlines by key, and the same deadlines in time order.
+#[derive(Debug, Default)]
+pub(crate) struct Timers {
+    at: BTreeMap<TimerKey, Instant>,
+    queue: BTreeSet<(Instant, TimerKey)>,
+    /// The TTL of every live session, for keep-alives.
+    ttl: BTreeMap<SessionId, Duration>,
+}
+
+impl Timers {
+    /// Set `key` to fire at `deadline`, replacing an earlier setting.
+    pub(crate) fn set(&mut self, key: TimerKey, deadline: Instant) {
+        if let Some(old) = self.at.insert(key.clone(), deadline) {
+            self.queue.remove(&(old, key.clone()));
+        }
+        self.queue.insert((deadline, key));
+    }
+
+    /// Stop the countdown of `key`, if any.
+    pub(crate) fn remove(&mut self, key: &TimerKey) {
+        if let Some(old) = self.at.remove(key) {
+            self.queue.remove(&(old, key.clone()));
+        }
+    }
+
+    /// When `key` fires, if it is counting down.
+    pub(crate) fn deadline(&self, key: &TimerKey) -> Option<Instant> {
+        self.at.get(key).copied()
+    }
+
+    /// The TTL of a session this table counts down.
+    pub(crate) fn session_ttl(&self, session: SessionId) -> Option<Duration> {
+        self.ttl.get(&session).copied()
+    }
+
+    /// Start counting down `session` with `ttl` from `now`.
+    pub(crate) fn open_session(&mut self, session: SessionId, ttl: Duration, now: Instant) {
+        self.ttl.insert(session, ttl);
+        self.set(TimerKey::Session(session), now + ttl);
+    }
+
+    /// A keep-alive for `session` received at `received`: its deadline
+    /// becomes `received + ttl` unless it is already later. Returns the TTL,
+    /// or `None` if the session is not counted down here.
+    pub(crate) fn keep_alive(&mut self, session: SessionId, received: Instant) -> Option<Duration> {
+        let ttl = self.session_ttl(session)?;
+        let key = TimerKey::Session(session);
+        let deadline = received + ttl;
+        match self.deadline(&key) {
+            Some(d) if d >= deadline => {}
+            _ => self.set(key, deadline),
+        }
+        Some(ttl)
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.queue.first().map(|(at, _)| *at)
+    }
+
+    /// Take every countdown due at `now`, earliest first.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<TimerKey> {
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.queue.first() {
+            if *at > now {
+                break;
+            }
+            if let Some((_, key)) = self.queue.pop_first() {
+                self.at.remove(&key);
+                due.push(key);
+            }
+        }
+        due
+    }
+
+    /// Forget everything (leadership lost).
+    pub(crate) fn clear(&mut self) {
+        self.at.clear();
+        self.queue.clear();
+        self.ttl.clear();
+    }
+
+    /// How many countdowns run.
+    pub(crate) fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    /// A new leader's table: every countdown of `state` at full length from
+    /// `now` (failover lengthens leases, never shortens them).
+    pub(crate) fn restart(&mut self, state: &TimerState, now: Instant) {
+        self.clear();
+        for s in &state.sessions {
+            self.open_session(s.session, Duration::from_millis(s.ttl_ms), now);
+        }
+        for l in &state.leases {
+            self.set(
+                TimerKey::Lease {
+                    name: l.name.clone(),
+                    token: l.token,
+                },
+                now + Duration::from_millis(l.lease_ms),
+            );
+        }
+        for d in &state.lock_delays {
+            self.set(
+                TimerKey::Delay {
+                    name: d.name.clone(),
+                    token: d.token,
+                },
+                now + Duration::from_millis(d.delay_ms),
+            );
+        }
+        for w in &state.waits {
+            self.set(
+                TimerKey::Wait {
+                    session: w.session,
+                    owner: w.owner,
+                    name: w.name.clone(),
+                    request_id: w.request_id,
+                },
+                now + Duration::from_millis(w.wait_ms),
+            );
+        }
+    }
+
+    /// Follow one applied event. Replaying events the table already
+    /// reflects converges to the same set of countdowns (each key ends
+    /// where its last event puts it), which is what lets a new leader replay
+    /// the events that raced with its [`Timers::restart`].
+    pub(crate) fn apply(&mut self, event: &Event, now: Instant) {
+        match event {
+            Event::SessionOpened { session, ttl_ms } => {
+                self.open_session(*session, Duration::from_millis(*ttl_ms), now)
+            }
+            Event::SessionEnded { session, .. } => {
+                self.ttl.remove(session);
+                self.remove(&TimerKey::Session(*session));
+            }
+            Event::Granted {
+                session,
+                owner,
+                request_id,
+                name,
+                token,
+                lease_ms,
+                waited,
+                ..
+            } => {
+                if *waited {
+                    self.remove(&TimerKey::Wait {
+                        session: *session,
+                        owner: *owner,
+                        name: name.clone(),
+                        request_id: *request_id,
+                    });
+                }
+                if let Some(lease) = lease_ms {
+                    self.set(
+                        TimerKey::Lease {
+                            name: name.clone(),
+                            token: *token,
+                        },
+                        now + Duration::from_millis(*lease),
+                    );
+                }
+            }
+            Event::Queued {
+                session,
+                owner,
+                request_id,
+                name,
+                wait_ms,
+                ..
+            } => self.set(
+                TimerKey::Wait {
+                    session: *session,
+                    owner: *owner,
+                    name: name.clone(),
+                    request_id: *request_id,
+                },
+                now + Duration::from_millis(*wait_ms),
+            ),
+            Event::WaitCancelled {
+                session,
+                owner,
+                request_id,
+                name,
+                ..
+            } => self.remove(&TimerKey::Wait {
+                session: *session,
+                owner: *owner,
+                name: name.clone(),
+                request_id: *request_id,
+            }),
+            Event::Released { name, token, .. } => self.remove(&TimerKey::Lease {
+                name: name.clone(),
+                token: *token,
+            }),
+            Event::LockDelayStarted {
+                name,
+                token,
+                delay_ms,
+            } => self.set(
+                TimerKey::Delay {
+                    name: name.clone(),
+                    token: *token,
+                },
+                now + Duration::from_millis(*delay_ms),
+            ),
+            Event::LockDelayEnded { name, token } => self.remove(&TimerKey::Delay {
+                name: name.clone(),
+                token: *token,
+            }),
+            Event::LockFreed { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::lock::{HoldEnd, LockMode, SessionEnd, SessionInfo, WaitTimer};
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn due_countdowns_come_out_in_time_order_once() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        t.open_session(SessionId(2), ms(300), t0);
+        t.open_session(SessionId(1), ms(100), t0);
+        assert_eq!(t.next_deadline(), Some(t0 + ms(100)));
+        assert!(t.take_due(t0 + ms(50)).is_empty());
+        assert_eq!(
+            t.take_due(t0 + ms(300)),
+            vec![
+                TimerKey::Session(SessionId(1)),
+                TimerKey::Session(SessionId(2))
+            ]
+        );
+        assert!(t.take_due(t0 + ms(1000)).is_empty());
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn keep_alive_extends_never_shortens() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        assert_eq!(t.keep_alive(SessionId(1), t0), None);
+        t.open_session(SessionId(1), ms(100), t0 + ms(50));
+        assert_eq!(t.keep_alive(SessionId(1), t0), Some(ms(100)));
+        assert_eq!(
+            t.deadline(&TimerKey::Session(SessionId(1))),
+            Some(t0 + ms(150))
+        );
+        t.keep_alive(SessionId(1), t0 + ms(80));
+        assert_eq!(
+            t.deadline(&TimerKey::Session(SessionId(1))),
+            Some(t0 + ms(180))
+        );
+    }
+
+    #[test]
+    fn events_start_and_stop_countdowns() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        let s = SessionId(4);
+        t.apply(
+            &Event::SessionOpened {
+                session: s,
+                ttl_ms: 5000,
+            },
+            t0,
+        );
+        t.apply(
+            &Event::Queued {
+                session: s,
+                owner: 1,
+                request_id: 9,
+                name: "a".into(),
+                mode: LockMode::Exclusive,
+                wait_ms: 700,
+            },
+            t0,
+        );
+        t.apply(
+            &Event::Granted {
+                session: s,
+                owner: 1,
+                request_id: 9,
+                name: "a".into(),
+                mode: LockMode::Exclusive,
+                token: Token(3),
+                lease_ms: Some(2000),
+                waited: true,
+            },
+            t0,
+        );
+        let lease = TimerKey::Lease {
+            name: "a".into(),
+            token: Token(3),
+        };
+        assert_eq!(t.deadline(&lease), Some(t0 + ms(2000)));
+        assert_eq!(t.len(), 2, "the wait ended with the grant");
+        t.apply(
+            &Event::Released {
+                session: s,
+                owner: 1,
+                name: "a".into(),
+                token: Token(3),
+                why: HoldEnd::Released,
+            },
+            t0,
+        );
+        t.apply(
+            &Event::LockDelayStarted {
+                name: "a".into(),
+                token: Token(3),
+                delay_ms: 10,
+            },
+            t0,
+        );
+        t.apply(
+            &Event::SessionEnded {
+                session: s,
+                how: SessionEnd::Closed,
+            },
+            t0,
+        );
+        assert_eq!(t.session_ttl(s), None);
+        assert_eq!(
+            t.take_due(t0 + ms(10)),
+            vec![TimerKey::Delay {
+                name: "a".into(),
+                token: Token(3)
+            }]
+        );
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn restart_counts_everything_at_full_length() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        t.open_session(SessionId(99), ms(1), t0);
+        let state = TimerState {
+            sessions: vec![SessionInfo {
+                session: SessionId(1),
+                ttl_ms: 3000,
+            }],
+            waits: vec![WaitTimer {
+                session: SessionId(1),
+                owner: 2,
+                name: "q".into(),
+                request_id: 5,
+                wait_ms: 400,
+            }],
+            ..TimerState::default()
+        };
+        t.restart(&state, t0);
+        assert_eq!(t.session_ttl(SessionId(99)), None, "old table dropped");
+        assert_eq!(
+            t.take_due(t0 + ms(3000)).len(),
+            2,
+            "session and wait restarted from now"
+        );
+    }
+
+    #[test]
+    fn expiry_commands_name_their_target() {
+        let key = TimerKey::Wait {
+            session: SessionId(1),
+            owner: 2,
+            name: "n".into(),
+            request_id: 3,
+        };
+        assert_eq!(
+            key.expiry(),
+            LockCommand::CancelWait {
+                session: SessionId(1),
+                owner: 2,
+                name: "n".into(),
+                request_id: 3
+            }
+        );
+        assert_eq!(
+            TimerKey::Session(SessionId(7)).expiry().proposer(),
+            latchkey_core::lock::Proposer::Leader
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! Clients waiting on this replica for a queued acquire to end.
+//!
+//! Every replica keeps one, fed by the events of the entries it applies, so
+//! a waiting client is woken by the replica it waits on when its grant (or
+//! the cancel of its wait) is applied there: no polling, and only that
+//! client is woken. A caller registers *before* proposing its acquire, so
+//! the grant cannot be applied in between unseen.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use latchkey_core::lock::{Sequencer, SessionId, WaitEnd};
+use latchkey_core::Event;
+use tokio::sync::oneshot;
+
+/// How a wait ended, as this replica saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WaitOutcome {
+    /// The acquire was granted under this sequencer.
+    Granted(Sequencer),
+    /// The acquire left the queue without a grant.
+    Cancelled(WaitEnd),
+    /// This replica's state was replaced by a snapshot, so it cannot tell:
+    /// ask again (a retried acquire answers from the session's memory).
+    Unknown,
+}
+
+type Key = (SessionId, u64, u64);
+
+/// Registered waits by (session, owner, request id).
+#[derive(Default)]
+pub(crate) struct Waiters {
+    waiting: Mutex<BTreeMap<Key, Vec<oneshot::Sender<WaitOutcome>>>>,
+}
+
+impl Waiters {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Vec<oneshot::Sender<WaitOutcome>>>> {
+        // Every update is a single insert or remove: a poisoned map is intact.
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait for the end of the acquire `request_id` of (`session`, `owner`).
+    /// Dropping the receiver withdraws interest; its slot is reclaimed when
+    /// the wait ends or the next registration for the same key.
+    pub(crate) fn register(
+        &self,
+        session: SessionId,
+        owner: u64,
+        request_id: u64,
+    ) -> oneshot::Receiver<WaitOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let mut map = self.lock();
+        let slot = map.entry((session, owner, request_id)).or_default();
+        slot.retain(|s| !s.is_closed());
+        slot.push(tx);
+        rx
+    }
+
+    fn wake(&self, key: Key, outcome: WaitOutcome) {
+        if let Some(senders) = self.lock().remove(&key) {
+            for s in senders {
+                let _ = s.send(outcome.clone());
+            }
+        }
+    }
+
+    /// Wake whoever waits for what `event` ends.
+    pub(crate) fn on_event(&self, event: &Event) {
+        match event {
+            Event::Granted {
+                session,
+                owner,
+                request_id,
+                name,
+                mode,
+                token,
+                ..
+            } => self.wake(
+                (*session, *owner, *request_id),
+                WaitOutcome::Granted(Sequencer {
+                    name: name.clone(),
+                    mode: *mode,
+                    token: *token,
+                    session: *session,
+                }),
+            ),
+            Event::WaitCancelled {
+                session,
+                owner,
+                request_id,
+                why,
+                ..
+            } => self.wake(
+                (*session, *owner, *request_id),
+                WaitOutcome::Cancelled(*why),
+            ),
+            _ => {}
+        }
+    }
+
+    /// The state was replaced wholesale: wake everyone to ask again.
+    pub(crate) fn wake_all_unknown(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        for (_, senders) in all {
+            for s in senders {
+                let _ = s.send(WaitOutcome::Unknown);
+            }
+        }
+    }
+
+    /// Registered waits.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::lock::{LockMode, Token};
+
+    #[test]
+    fn a_grant_wakes_exactly_its_waiter() {
+        let w = Waiters::default();
+        let mut mine = w.register(SessionId(1), 1, 5);
+        let mut other = w.register(SessionId(1), 2, 5);
+        w.on_event(&Event::Granted {
+            session: SessionId(1),
+            owner: 1,
+            request_id: 5,
+            name: "l".into(),
+            mode: LockMode::Exclusive,
+            token: Token(8),
+            lease_ms: None,
+            waited: true,
+        });
+        match mine.try_recv() {
+            Ok(WaitOutcome::Granted(s)) => assert_eq!(s.to_string(), "lk1.8.1.x.l"),
+            other => panic!("{other:?}"),
+        }
+        assert!(other.try_recv().is_err());
+        assert_eq!(w.len(), 1);
+        w.wake_all_unknown();
+        assert_eq!(other.try_recv(), Ok(WaitOutcome::Unknown));
+        assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn dropped_receivers_are_reclaimed() {
+        let w = Waiters::default();
+        drop(w.register(SessionId(1), 1, 1));
+        let _kept = w.register(SessionId(1), 1, 1);
+        assert_eq!(w.len(), 1);
+    }
+}
