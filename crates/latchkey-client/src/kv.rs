@@ -178,11 +178,25 @@ impl Client {
         command: Command,
         idempotent: bool,
     ) -> Result<Outcome, Error> {
+        self.execute_timed(command, idempotent)
+            .await
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`Client::execute_with`], also answering when the attempt that
+    /// succeeded was sent: the command was applied after that instant.
+    pub(crate) async fn execute_timed(
+        &self,
+        command: Command,
+        idempotent: bool,
+    ) -> Result<(Outcome, std::time::Instant), Error> {
         latchkey_core::validate_command(&command)?;
         let encoded = codec::encode(&command).map_err(|e| Error::Protocol(e.to_string()))?;
+        let mut sent = std::time::Instant::now();
         let result: CommandResult = self
             .router
             .call(!idempotent, |target, _| {
+                sent = std::time::Instant::now();
                 let command = command.clone();
                 let encoded = encoded.clone();
                 async move {
@@ -195,7 +209,7 @@ impl Client {
                 }
             })
             .await?;
-        Ok(result?)
+        Ok((result?, sent))
     }
 
     /// Serve any query with the given consistency.

@@ -75,9 +75,10 @@ impl Client {
     /// A retried open after a lost reply may leave an unused session
     /// behind; it holds nothing and expires after its TTL.
     pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
-        let sent = Instant::now();
-        let outcome = self
-            .execute_with(
+        // The leader starts the countdown when it applies the open, after
+        // the successful attempt was sent: count the lease from that send.
+        let (outcome, sent) = self
+            .execute_timed(
                 Command::Lock(LockCommand::OpenSession {
                     ttl_ms: millis(ttl),
                 }),
@@ -242,29 +243,36 @@ impl Client {
             .await
     }
 
-    /// One keep-alive, retried across replicas until `within` has passed.
+    /// One keep-alive, retried across replicas until `within` has passed;
+    /// also answers when the acknowledged attempt was sent.
     async fn keep_alive_call(
         &self,
         session: SessionId,
         within: Duration,
-    ) -> Result<CommandResult, Error> {
+    ) -> Result<(CommandResult, Instant), Error> {
         let attempt = self.router().options().attempt_timeout.min(within);
-        self.router()
-            .call_with(false, within, attempt, |target, _| async move {
-                match target {
-                    Target::Local(local) => {
-                        local.keep_alive(session).await.map_err(Attempt::Refused)
-                    }
-                    Target::Remote { channel, .. } => {
-                        let request = KeepAliveRequest { session: session.0 };
-                        match lock_client(channel).keep_alive(request).await {
-                            Ok(reply) => decode_reply(reply.into_inner()),
-                            Err(status) => Err(classify_status(&status)),
+        let mut sent = Instant::now();
+        let result = self
+            .router()
+            .call_with(false, within, attempt, |target, _| {
+                sent = Instant::now();
+                async move {
+                    match target {
+                        Target::Local(local) => {
+                            local.keep_alive(session).await.map_err(Attempt::Refused)
+                        }
+                        Target::Remote { channel, .. } => {
+                            let request = KeepAliveRequest { session: session.0 };
+                            match lock_client(channel).keep_alive(request).await {
+                                Ok(reply) => decode_reply(reply.into_inner()),
+                                Err(status) => Err(classify_status(&status)),
+                            }
                         }
                     }
                 }
             })
-            .await
+            .await?;
+        Ok((result, sent))
     }
 }
 
@@ -295,8 +303,8 @@ async fn watchdog(
     loop {
         tokio::time::sleep_until(next.into()).await;
         let valid_until = lease.borrow().valid_until;
-        let sent = Instant::now();
-        if sent >= valid_until {
+        let now = Instant::now();
+        if now >= valid_until {
             mark_lost(
                 &lease,
                 id,
@@ -304,8 +312,8 @@ async fn watchdog(
             );
             return;
         }
-        match client.keep_alive_call(id, valid_until - sent).await {
-            Ok(Ok(_)) => {
+        match client.keep_alive_call(id, valid_until - now).await {
+            Ok((Ok(_), sent)) => {
                 let acked = Instant::now();
                 if acked >= valid_until {
                     // Guards may already have reported the lock lost: stay lost.
@@ -321,7 +329,7 @@ async fn watchdog(
                 });
                 next = sent + interval;
             }
-            Ok(Err(e)) => {
+            Ok((Err(e), _)) => {
                 mark_lost(&lease, id, format!("the cluster ended it: {e}"));
                 return;
             }
@@ -630,7 +638,11 @@ impl Lock {
                     .min(MAX_HOLD);
                 client.acquire_call(&command, hold).await
             } else {
-                client.execute_with(command.clone(), true).await.map(Ok)
+                match client.execute_with(command.clone(), true).await {
+                    Ok(outcome) => Ok(Ok(outcome)),
+                    Err(Error::Refused(e)) => Ok(Err(e)),
+                    Err(e) => Err(e),
+                }
             };
             let outcome = match result {
                 Ok(r) => r,

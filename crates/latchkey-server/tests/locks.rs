@@ -1,0 +1,365 @@
+//! In-process tests of the lock service on a real three-node cluster:
+//! sessions, keep-alives, expiry by the leader's countdowns, waiting without
+//! polling, FIFO hand-off, fenced writes, sequencer checks, and the refusal
+//! of leader-only commands from clients. Multi-process kill tests live in the
+//! top-level `tests/locks.rs`.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_client::{Client, CommandError, Error, LockInfo, Outcome, SessionId};
+use latchkey_core::lock::{LockCommand, LockOutcome, Token};
+use latchkey_core::Command;
+use latchkey_server::{Node, RaftSettings};
+use tokio::sync::Mutex;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const TTL: Duration = Duration::from_secs(3);
+
+struct Cluster {
+    nodes: BTreeMap<u64, Node>,
+    addrs: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Result<Cluster, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let listeners: BTreeMap<u64, TcpListener> = (1..=3)
+            .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
+            .collect::<std::io::Result<_>>()?;
+        let members: Vec<(u64, String)> = listeners
+            .iter()
+            .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
+            .collect::<std::io::Result<_>>()?;
+        let mut nodes = BTreeMap::new();
+        for (id, l) in listeners {
+            nodes.insert(id, start(id, l, dir.path(), &members).await?);
+        }
+        nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        Ok(Cluster {
+            nodes,
+            addrs: members.into_iter().map(|(_, a)| a).collect(),
+            _dir: dir,
+        })
+    }
+
+    /// A remote client of the whole cluster.
+    fn client(&self) -> Result<Client, Error> {
+        Client::connect(&self.addrs)
+    }
+
+    async fn leader(&self) -> Result<u64, Box<dyn std::error::Error>> {
+        Ok(self.nodes[&1]
+            .wait_for_leader(Duration::from_secs(30))
+            .await?)
+    }
+
+    async fn lock_info(&self, name: &str) -> Result<Option<LockInfo>, Error> {
+        let locks = self.client()?.locks(name).await?;
+        Ok(locks.into_iter().find(|l| l.name == name))
+    }
+}
+
+async fn start(
+    id: u64,
+    listener: TcpListener,
+    dir: &Path,
+    members: &[(u64, String)],
+) -> Result<Node, Box<dyn std::error::Error>> {
+    Ok(Node::builder(id)
+        .listener(listener)
+        .data_dir(dir.join(format!("node-{id}")))
+        .initial_members(members.iter().cloned())
+        .raft_settings(RaftSettings::default())
+        .start()
+        .await?)
+}
+
+/// A session opened by hand: nothing keeps it alive.
+async fn bare_session(client: &Client) -> Result<SessionId, Box<dyn std::error::Error>> {
+    match client
+        .execute(Command::Lock(LockCommand::OpenSession {
+            ttl_ms: TTL.as_millis() as u64,
+        }))
+        .await?
+    {
+        Outcome::Lock(LockOutcome::SessionOpened { session, .. }) => Ok(session),
+        other => Err(format!("unexpected {other:?}").into()),
+    }
+}
+
+async fn bare_acquire(
+    client: &Client,
+    session: SessionId,
+    name: &str,
+) -> Result<Token, Box<dyn std::error::Error>> {
+    match client
+        .execute(Command::Lock(LockCommand::Acquire {
+            session,
+            owner: 1,
+            request_id: 1,
+            name: name.into(),
+            mode: latchkey_client::LockMode::Exclusive,
+            wait_ms: None,
+            lease_ms: None,
+            lock_delay_ms: None,
+        }))
+        .await?
+    {
+        Outcome::Lock(LockOutcome::Granted { sequencer, .. }) => Ok(sequencer.token),
+        other => Err(format!("unexpected {other:?}").into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_tokens_sequencers_and_fenced_writes() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let a = cluster.client()?.session(TTL).await?;
+        let b = cluster.client()?.session(TTL).await?;
+        assert_ne!(a.id(), b.id());
+
+        let first = a.lock("orders").acquire().await?;
+        assert!(first.is_held());
+        assert!(first.token().0 >= 1);
+        assert_eq!(
+            first
+                .sequencer()
+                .to_string()
+                .parse::<latchkey_client::Sequencer>()?,
+            *first.sequencer()
+        );
+        // Another session is refused at once without waiting.
+        assert!(b.lock("orders").try_acquire().await?.is_none());
+        // Fenced writes go through while the grant holds.
+        first.put("orders/1", "paid").await?;
+        let client = cluster.client()?;
+        assert!(client.check_sequencer(first.sequencer()).await?);
+        let old = first.sequencer().clone();
+        first.release().await?;
+        assert!(!client.check_sequencer(&old).await?);
+
+        let second = b
+            .lock("orders")
+            .try_acquire()
+            .await?
+            .ok_or("free lock refused")?;
+        assert!(second.token() > old.token, "tokens strictly increase");
+        // The old holder's fenced write is refused and writes nothing.
+        let stale = client.put_fenced(&old, "orders/1", "refunded").await;
+        assert!(
+            matches!(&stale, Err(e) if e.is_stale_fence()),
+            "stale write answered {stale:?}"
+        );
+        assert_eq!(client.get("orders/1").await?, Some(b"paid".to_vec()));
+        second.put("orders/1", "shipped").await?;
+        assert_eq!(client.get("orders/1").await?, Some(b"shipped".to_vec()));
+
+        // Re-entrant through the same handle: same token.
+        let handle = a.lock("reentrant");
+        let g1 = handle.acquire().await?;
+        let g2 = handle.acquire().await?;
+        assert_eq!(g1.token(), g2.token());
+        let info = cluster
+            .lock_info("reentrant")
+            .await?
+            .ok_or("lock not listed")?;
+        assert_eq!(info.holders[0].hold_count, 2);
+        g2.release().await?;
+        g1.release().await?;
+        assert!(cluster.lock_info("reentrant").await?.is_none());
+
+        // Shared holders together; an exclusive request is then busy.
+        let s1 = a.lock("cfg").shared().acquire().await?;
+        let s2 = b.lock("cfg").shared().acquire().await?;
+        assert_ne!(s1.token(), s2.token());
+        assert!(b.lock("cfg").try_acquire().await?.is_none());
+        drop(s1);
+        drop(s2);
+        // Dropped guards are released in the background.
+        let c = cluster.client()?;
+        let start = Instant::now();
+        while cluster.lock_info("cfg").await?.is_some() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "drop did not release"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(c);
+        a.close().await?;
+        assert!(!a.is_live());
+        assert!(matches!(
+            a.lock("x").try_acquire().await,
+            Err(Error::SessionLost { .. })
+        ));
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_in_fifo_order_and_time_out() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let holder = cluster.client()?.session(TTL).await?;
+        let guard = holder.lock("queue").acquire().await?;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..4u32 {
+            let session = cluster.client()?.session(TTL).await?;
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let g = session.lock("queue").acquire().await?;
+                order.lock().await.push((i, g.token()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await?;
+                Ok::<_, Error>(())
+            }));
+            // Queue them one after another.
+            let start = Instant::now();
+            loop {
+                let waiting = cluster.lock_info("queue").await?.map_or(0, |l| l.waiters);
+                if waiting == i + 1 {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "waiter {i} not queued"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        // A timed wait behind them gives up and leaves the queue.
+        let late = cluster.client()?.session(TTL).await?;
+        let timed = late
+            .lock("queue")
+            .acquire_timeout(Duration::from_millis(300))
+            .await?;
+        assert!(timed.is_none());
+        assert_eq!(
+            cluster.lock_info("queue").await?.map(|l| l.waiters),
+            Some(4)
+        );
+
+        let first_token = guard.token();
+        guard.release().await?;
+        for t in tasks {
+            t.await??;
+        }
+        let order = order.lock().await.clone();
+        assert_eq!(
+            order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3],
+            "grants in FIFO order"
+        );
+        let mut last = first_token;
+        for (_, t) in order {
+            assert!(t > last, "tokens increase over hand-offs");
+            last = t;
+        }
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alives_hold_a_session_and_the_leader_expires_a_silent_one() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let client = cluster.client()?;
+        // A session with a watchdog outlives its TTL several times over.
+        let kept = client.session(TTL).await?;
+        let kept_guard = kept.lock("kept").acquire().await?;
+        // A session nobody keeps alive, holding a lock someone waits for.
+        let silent = bare_session(&client).await?;
+        let silent_token = bare_acquire(&client, silent, "silent").await?;
+        let waiter = client.session(TTL).await?;
+        let started = Instant::now();
+        let granted = waiter
+            .lock("silent")
+            .acquire_timeout(Duration::from_secs(30))
+            .await?
+            .ok_or("waiter never granted after the silent session expired")?;
+        // Never sooner than the TTL: the countdown started at the open.
+        assert!(
+            started.elapsed() >= TTL - Duration::from_millis(500),
+            "granted after {:?}, before the TTL",
+            started.elapsed()
+        );
+        assert!(granted.token() > silent_token);
+        // The silent session is gone.
+        let refused = client
+            .execute(Command::Lock(LockCommand::CloseSession { session: silent }))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::Refused(CommandError::SessionEnded { .. }))
+            ),
+            "{refused:?}"
+        );
+        tokio::time::sleep(TTL).await;
+        assert!(kept.is_live(), "watchdog let a live session lapse");
+        assert!(kept_guard.is_held());
+        assert!(client.check_sequencer(kept_guard.sequencer()).await?);
+        Ok(())
+    })
+    .await?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_propose_expiries_and_new_leader_restarts_countdowns() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let mut cluster = Cluster::start().await?;
+        let client = cluster.client()?;
+        let session = client.session(TTL).await?;
+        let refused = client
+            .execute(Command::Lock(LockCommand::ExpireSession {
+                session: session.id(),
+            }))
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        assert!(session.is_live());
+
+        // A silent holder's session must still expire after the leader is
+        // replaced: the new leader restarts its countdown.
+        let silent = bare_session(&client).await?;
+        bare_acquire(&client, silent, "failover").await?;
+        let leader = cluster.leader().await?;
+        let node = cluster.nodes.remove(&leader).ok_or("no leader node")?;
+        node.shutdown().await;
+        let survivor = *cluster.nodes.keys().next().ok_or("no survivor")?;
+        cluster.nodes[&survivor]
+            .wait_for_leader(Duration::from_secs(30))
+            .await?;
+        let survivors: Vec<String> = cluster
+            .nodes
+            .values()
+            .map(|n| n.advertise_addr().to_string())
+            .collect();
+        let client = Client::connect(&survivors)?;
+        let waiter = client.session(TTL).await?;
+        let got = waiter
+            .lock("failover")
+            .acquire_timeout(Duration::from_secs(40))
+            .await?;
+        assert!(
+            got.is_some(),
+            "the new leader never expired the silent session"
+        );
+        // The kept session survived the failover.
+        assert!(session.is_live(), "failover shortened a kept-alive lease");
+        Ok(())
+    })
+    .await?
+}
