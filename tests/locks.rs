@@ -1,0 +1,474 @@
+//! Multi-process tests of the lock service: three real `latchkey serve`
+//! processes, lock holders in their own processes (the `latchkey lock` CLI,
+//! or this test binary re-run in a holder role), killed with SIGKILL or
+//! paused with SIGSTOP.
+//!
+//! Timing appears only as lower bounds ("never sooner than"), which a slow
+//! machine cannot break.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use latchkey::{Client, LockInfo, Sequencer, Token};
+use support::{bin, client_options, eventually, Cluster, LEADER_WAIT, TEST_LIMIT};
+
+/// A process group this test started; killed (by group) when dropped.
+struct Group {
+    child: Child,
+}
+
+impl Group {
+    fn spawn(mut command: Command) -> Result<Group> {
+        use std::os::unix::process::CommandExt;
+        let child = command
+            .process_group(0)
+            .spawn()
+            .context("spawn a test process")?;
+        Ok(Group { child })
+    }
+
+    fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
+    fn signal(&self, sig: libc::c_int) -> Result<()> {
+        // SAFETY: kill(2) on the process group this test created.
+        let rc = unsafe { libc::kill(-self.pid(), sig) };
+        ensure!(rc == 0, "kill({}, {sig}) failed", -self.pid());
+        Ok(())
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = self.signal(libc::SIGCONT);
+        let _ = self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+async fn lock_info(client: &Client, name: &str) -> Result<Option<LockInfo>> {
+    Ok(client
+        .locks(name)
+        .await?
+        .into_iter()
+        .find(|l| l.name == name))
+}
+
+async fn wait_for_waiters(client: &Client, name: &str, n: u32) -> Result<()> {
+    eventually(Duration::from_secs(30), "waiters queued", async || {
+        let waiting = lock_info(client, name).await?.map_or(0, |l| l.waiters);
+        ensure!(waiting == n, "{waiting} waiting, want {n}");
+        Ok(())
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_passes_the_lock_after_ttl_and_lock_delay() {
+    let mut c = Cluster::start("lock-sigkill", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, killed_holder(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn killed_holder(c: &mut Cluster) -> Result<()> {
+    const TTL: Duration = Duration::from_secs(3);
+    const DELAY: Duration = Duration::from_secs(2);
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "--endpoints",
+        &c.endpoints_arg(),
+        "lock",
+        "jobs",
+        "--ttl",
+        "3s",
+        "--lock-delay",
+        "2s",
+        "--",
+        "sleep",
+        "600",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let holder = Group::spawn(cmd)?;
+    let held = eventually(
+        Duration::from_secs(30),
+        "the CLI holds the lock",
+        async || {
+            let info = lock_info(&client, "jobs").await?.context("not held yet")?;
+            info.holders.first().map(|h| h.token).context("no holder")
+        },
+    )
+    .await?;
+
+    let session = client.session(Duration::from_secs(10)).await?;
+    let waiter = tokio::spawn(async move {
+        let guard = session
+            .lock("jobs")
+            .acquire_timeout(Duration::from_secs(60))
+            .await?;
+        Ok::<_, latchkey::Error>((Instant::now(), guard))
+    });
+    wait_for_waiters(&client, "jobs", 1).await?;
+    // Let the holder's watchdog run for a while: the lock must stay put.
+    tokio::time::sleep(TTL * 2).await;
+    let info = lock_info(&client, "jobs").await?.context("lock vanished")?;
+    ensure!(
+        info.holders.first().map(|h| h.token) == Some(held),
+        "a kept-alive holder lost the lock: {info:?}"
+    );
+
+    holder.signal(libc::SIGKILL)?;
+    let killed = Instant::now();
+    let (granted_at, guard) = waiter.await??;
+    let guard = guard.context("the waiter was never granted")?;
+    // The last keep-alive reached the leader at most ttl/3 before the kill;
+    // the session then lives a full TTL, and the lock-delay follows.
+    let floor = TTL - TTL / 3 + DELAY;
+    let waited = granted_at.duration_since(killed);
+    ensure!(
+        waited >= floor - Duration::from_millis(200),
+        "granted {waited:?} after the kill, sooner than TTL - ttl/3 + lock-delay = {floor:?}"
+    );
+    ensure!(guard.token() > held, "token did not increase");
+    guard.release().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_while_clients_wait() {
+    let mut c = Cluster::start("lock-leader-killed", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, waiters_survive_failover(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn waiters_survive_failover(c: &mut Cluster) -> Result<()> {
+    const TTL: Duration = Duration::from_secs(8);
+    const WAITERS: u32 = 4;
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let holder = client.session(TTL).await?;
+    let first = holder.lock("failover").acquire().await?;
+
+    let inside = Arc::new(AtomicBool::new(false));
+    let grants: Arc<Mutex<Vec<(u32, Token)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let own = Client::with_options(c.endpoints(), client_options())?;
+        let session = own.session(TTL).await?;
+        let inside = inside.clone();
+        let grants = grants.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = session
+                .lock("failover")
+                .acquire_timeout(Duration::from_secs(90))
+                .await?
+                .ok_or_else(|| anyhow!("waiter {i} timed out"))?;
+            ensure!(
+                !inside.swap(true, Ordering::SeqCst),
+                "waiter {i} was granted while another held the lock"
+            );
+            grants
+                .lock()
+                .map_err(|_| anyhow!("poisoned"))?
+                .push((i, guard.token()));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            inside.store(false, Ordering::SeqCst);
+            guard.release().await?;
+            Ok(())
+        }));
+        wait_for_waiters(&client, "failover", i + 1).await?;
+    }
+
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    c.kill(leader)?;
+    let new_leader = c.wait_for_leader(LEADER_WAIT).await?;
+    ensure!(new_leader != leader, "no new leader");
+    // The queue survived the failover.
+    wait_for_waiters(&client, "failover", WAITERS).await?;
+    ensure!(
+        holder.is_live(),
+        "the holder's session lapsed over the failover"
+    );
+    let first_token = first.token();
+    first.release().await?;
+    for t in tasks {
+        t.await.context("waiter task")??;
+    }
+    let grants = grants.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    let order: Vec<u32> = grants.iter().map(|(i, _)| *i).collect();
+    ensure!(
+        order == (0..WAITERS).collect::<Vec<_>>(),
+        "grants out of FIFO order: {order:?}"
+    );
+    let mut last = first_token;
+    for (i, t) in &grants {
+        ensure!(*t > last, "waiter {i} got token {t}, not above {last}");
+        last = *t;
+    }
+    c.restart(leader)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+/// Environment variables of the holder role.
+const ROLE: &str = "LATCHKEY_TEST_ROLE";
+const ROLE_ENDPOINTS: &str = "LATCHKEY_TEST_ENDPOINTS";
+const ROLE_GO: &str = "LATCHKEY_TEST_GO";
+
+/// Not a test of its own: when this binary is re-run with
+/// `LATCHKEY_TEST_ROLE=holder`, this is the holder process of
+/// `paused_holder_write_is_fenced`. It takes the lock, prints its sequencer,
+/// waits for the go file, then tries a fenced write and prints the result.
+#[test]
+fn holder_role() -> Result<()> {
+    if std::env::var(ROLE).ok().as_deref() != Some("holder") {
+        return Ok(());
+    }
+    let endpoints = std::env::var(ROLE_ENDPOINTS)?;
+    let go = std::path::PathBuf::from(std::env::var(ROLE_GO)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = Client::with_options(endpoints.split(','), client_options())?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        let guard = session.lock("storage").acquire().await?;
+        println!("SEQ {}", guard.sequencer());
+        while !go.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!("HELD {}", guard.is_held());
+        match guard.put("storage/owner", "paused-holder").await {
+            Ok(()) => println!("WRITE accepted"),
+            Err(e) if e.is_stale_fence() => println!("WRITE stale"),
+            Err(e) => println!("WRITE error {e}"),
+        }
+        Ok(())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_write_is_fenced() {
+    let mut c = Cluster::start("lock-sigstop", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, paused_holder(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn paused_holder(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let dir = tempfile::tempdir()?;
+    let go = dir.path().join("go");
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["holder_role", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "holder")
+        .env(ROLE_ENDPOINTS, c.endpoints_arg())
+        .env(ROLE_GO, &go)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("holder.err"))?);
+    let mut holder = Group::spawn(cmd)?;
+    let holder_err = dir.path().join("holder.err");
+    let stdout = holder.child.stdout.take().context("holder stdout")?;
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_line = async |prefix: &str| -> Result<String> {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(60), lines.recv())
+                .await
+                .map_err(|_| anyhow!("the holder printed no {prefix} line"))?
+                .ok_or_else(|| anyhow!("the holder exited before a {prefix} line"))?;
+            // The test harness prints "test holder_role ... " without a
+            // newline before the role's first line.
+            if let Some(at) = line.find(prefix) {
+                return Ok(line[at + prefix.len()..].trim().to_string());
+            }
+        }
+    };
+    let seq: Sequencer = match next_line("SEQ ").await {
+        Ok(s) => s.parse()?,
+        Err(e) => bail!(
+            "{e}; its stderr: {}",
+            std::fs::read_to_string(&holder_err).unwrap_or_default()
+        ),
+    };
+    ensure!(
+        client.check_sequencer(&seq).await?,
+        "holder's grant not current"
+    );
+
+    // The pause: the holder's watchdog cannot renew.
+    holder.signal(libc::SIGSTOP)?;
+    let session = client.session(Duration::from_secs(10)).await?;
+    let second = session
+        .lock("storage")
+        .acquire_timeout(Duration::from_secs(60))
+        .await?
+        .context("nobody got the lock from the paused holder")?;
+    ensure!(second.token() > seq.token, "token did not increase");
+    second.put("storage/owner", "second").await?;
+    ensure!(
+        !client.check_sequencer(&seq).await?,
+        "paused grant still current"
+    );
+
+    std::fs::write(&go, b"go")?;
+    holder.signal(libc::SIGCONT)?;
+    let held = next_line("HELD ").await?;
+    ensure!(
+        held == "false",
+        "the paused holder believes it still holds the lock"
+    );
+    let write = next_line("WRITE ").await?;
+    ensure!(
+        write == "stale",
+        "the paused holder's write answered {write:?}"
+    );
+    ensure!(
+        client.get("storage/owner").await? == Some(b"second".to_vec()),
+        "the stale write changed the data"
+    );
+    second.release().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_lock_never_overlaps() {
+    let mut c = Cluster::start("lock-cli", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, cli_lock(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn cli_lock(c: &mut Cluster) -> Result<()> {
+    const RUNS: usize = 5;
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let dir = tempfile::tempdir()?;
+    let shared = dir.path().display().to_string();
+    // Each command takes a directory as its "I hold it" mark: mkdir fails if
+    // another holder's mark is there.
+    let script = r#"mkdir "$D/held" || echo OVERLAP >> "$D/log"
+echo "$LATCHKEY_TOKEN $LATCHKEY_SEQUENCER" >> "$D/tokens"
+sleep 0.2
+rmdir "$D/held""#;
+    let endpoints = c.endpoints_arg();
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let run = tokio::process::Command::new(bin())
+            .args([
+                "--endpoints",
+                &endpoints,
+                "--timeout",
+                "30s",
+                "lock",
+                "cli",
+                "--ttl",
+                "5s",
+                "--wait",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .env("D", &shared)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        runs.push(tokio::spawn(run));
+    }
+    for r in runs {
+        let out = r.await??;
+        ensure!(
+            out.status.code() == Some(0),
+            "`latchkey lock` exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    ensure!(
+        !dir.path().join("log").exists(),
+        "two `latchkey lock` commands held the lock at once"
+    );
+    let tokens = std::fs::read_to_string(dir.path().join("tokens"))?;
+    let tokens: Vec<u64> = tokens
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .parse::<u64>()
+                .map_err(|e| anyhow!("bad token line {l:?}: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    ensure!(
+        tokens.len() == RUNS,
+        "{} of {RUNS} commands ran",
+        tokens.len()
+    );
+    ensure!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not increasing in grant order: {tokens:?}"
+    );
+
+    // The command's exit code comes back; a busy lock exits 5.
+    let out = c.cli(&["lock", "cli", "--", "sh", "-c", "exit 3"]).await?;
+    ensure!(out.code == Some(3), "exit code not passed on: {out:?}");
+    let session = Client::with_options(c.endpoints(), client_options())?
+        .session(Duration::from_secs(10))
+        .await?;
+    let guard = session.lock("cli").acquire().await?;
+    c.cli(&["lock", "cli", "--no-wait", "--", "true"])
+        .await?
+        .refused_with(5)?;
+    let seq = guard.sequencer().to_string();
+    ensure!(c.cli(&["check-sequencer", &seq]).await?.ok()?.trim() == "current");
+    let listed = c.cli(&["locks", "--prefix", "cl"]).await?;
+    ensure!(
+        listed.ok()?.contains(&guard.token().to_string()),
+        "`latchkey locks` does not show the holder's token: {listed:?}"
+    );
+    c.cli(&["put", "--fence", &seq, "k", "v"]).await?.ok()?;
+    guard.release().await?;
+    c.cli(&["check-sequencer", &seq]).await?.refused_with(1)?;
+    c.cli(&["put", "--fence", &seq, "k", "w"])
+        .await?
+        .refused_with(7)?;
+    c.cli(&["check-sequencer", "not-a-sequencer"])
+        .await?
+        .refused_with(2)?;
+    if c.cli(&["get", "k"]).await?.ok()?.trim() != "v" {
+        bail!("a refused fenced put wrote");
+    }
+    Ok(())
+}
