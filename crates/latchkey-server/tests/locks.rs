@@ -5,16 +5,18 @@
 //! top-level `tests/locks.rs`.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey_client::{Client, CommandError, Error, LockInfo, Outcome, SessionId};
 use latchkey_core::lock::{LockCommand, LockOutcome, Token};
 use latchkey_core::Command;
-use latchkey_server::{Node, RaftSettings};
+use latchkey_server::Node;
 use tokio::sync::Mutex;
+
+mod common;
+
+use common::{addrs, reserve, start};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -30,13 +32,8 @@ struct Cluster {
 impl Cluster {
     async fn start() -> Result<Cluster, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let listeners: BTreeMap<u64, TcpListener> = (1..=3)
-            .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
-            .collect::<std::io::Result<_>>()?;
-        let members: Vec<(u64, String)> = listeners
-            .iter()
-            .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
-            .collect::<std::io::Result<_>>()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
         let mut nodes = BTreeMap::new();
         for (id, l) in listeners {
             nodes.insert(id, start(id, l, dir.path(), &members).await?);
@@ -64,21 +61,6 @@ impl Cluster {
         let locks = self.client()?.locks(name).await?;
         Ok(locks.into_iter().find(|l| l.name == name))
     }
-}
-
-async fn start(
-    id: u64,
-    listener: TcpListener,
-    dir: &Path,
-    members: &[(u64, String)],
-) -> Result<Node, Box<dyn std::error::Error>> {
-    Ok(Node::builder(id)
-        .listener(listener)
-        .data_dir(dir.join(format!("node-{id}")))
-        .initial_members(members.iter().cloned())
-        .raft_settings(RaftSettings::default())
-        .start()
-        .await?)
 }
 
 /// A session opened by hand: nothing keeps it alive.

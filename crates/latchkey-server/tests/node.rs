@@ -4,51 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use latchkey_client::{Client, ClientOptions, Consistency, Error};
-use latchkey_server::{Node, RaftSettings};
+use latchkey_server::Node;
+
+mod common;
+
+use common::{addrs, reserve, start};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
-    (1..=n)
-        .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
-        .collect()
-}
-
-fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64, String)>> {
-    listeners
-        .iter()
-        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
-        .collect()
-}
-
-fn settings() -> RaftSettings {
-    RaftSettings {
-        snapshot_every: 50,
-        keep_after_snapshot: 5,
-        ..RaftSettings::default()
-    }
-}
-
-async fn start(
-    id: u64,
-    listener: TcpListener,
-    dir: &Path,
-    members: &[(u64, String)],
-) -> Result<Node, Box<dyn std::error::Error>> {
-    Ok(Node::builder(id)
-        .listener(listener)
-        .data_dir(dir.join(format!("node-{id}")))
-        .initial_members(members.iter().cloned())
-        .raft_settings(settings())
-        .start()
-        .await?)
-}
 
 async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
     let start = Instant::now();

@@ -1,0 +1,47 @@
+//! Helpers shared by the in-process cluster tests: loopback listeners and
+//! node start-up with test Raft settings (small snapshot interval, so
+//! snapshots happen during the tests).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+
+use latchkey_server::{Node, RaftSettings};
+
+pub fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
+    (1..=n)
+        .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
+        .collect()
+}
+
+pub fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64, String)>> {
+    listeners
+        .iter()
+        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
+        .collect()
+}
+
+pub fn settings() -> RaftSettings {
+    RaftSettings {
+        snapshot_every: 50,
+        keep_after_snapshot: 5,
+        ..RaftSettings::default()
+    }
+}
+
+pub async fn start(
+    id: u64,
+    listener: TcpListener,
+    dir: &Path,
+    members: &[(u64, String)],
+) -> Result<Node, Box<dyn std::error::Error>> {
+    Ok(Node::builder(id)
+        .listener(listener)
+        .data_dir(dir.join(format!("node-{id}")))
+        .initial_members(members.iter().cloned())
+        .raft_settings(settings())
+        .start()
+        .await?)
+}
