@@ -147,7 +147,9 @@ pub(crate) async fn run(
     mut stop: oneshot::Receiver<()>,
 ) {
     let (internal, mut internal_rx) = mpsc::unbounded_channel();
-    let mut metrics = replica.raft().metrics();
+    // Server metrics change with the vote, state and leader only, not with
+    // every applied entry.
+    let mut metrics = replica.raft().server_metrics();
     let mut task = Task {
         replica,
         role: Role::Follower,
@@ -229,12 +231,12 @@ impl Task {
         }
     }
 
-    fn on_metrics(&mut self, m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+    fn on_metrics(&mut self, m: &openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>) {
         let leading = m.state == ServerState::Leader && m.current_leader == Some(m.id);
+        let current = m.vote.leader_id().get_term();
         match (&self.role, leading) {
-            (Role::Leader { term } | Role::Building { term, .. }, true)
-                if *term == m.current_term => {}
-            (_, true) => self.start_building(m.current_term),
+            (Role::Leader { term } | Role::Building { term, .. }, true) if *term == current => {}
+            (_, true) => self.start_building(current),
             (Role::Follower, false) => {}
             (_, false) => self.step_down(),
         }
