@@ -72,6 +72,13 @@ fn unexpected(what: &str, outcome: &Outcome) -> Error {
 impl Client {
     /// Open a session with `ttl` (3 s to 10 min) and start its watchdog.
     ///
+    /// Choose the TTL as "how long may my locks outlive a crash of this
+    /// process". It must also cover a leader failover: after a missed
+    /// keep-alive the watchdog has `ttl - ttl/3 - ttl/10` to reach the new
+    /// leader, and an election plus the new leader's start-up takes about
+    /// 1–4 s here. 10 s (the CLI's default) is a sound choice; 3 s sessions
+    /// can be lost across a failover on a loaded machine.
+    ///
     /// A retried open after a lost reply may leave an unused session
     /// behind; it holds nothing and expires after its TTL.
     pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {

@@ -254,15 +254,24 @@ impl Replica {
         else {
             return self.write(command).await;
         };
-        let waiting = self.locks.waiters.register(*session, *owner, *request_id);
-        let result = self.write(command.clone()).await?;
-        let Ok(Outcome::Lock(LockOutcome::Queued {
+        let (session, owner, id) = (*session, *owner, *request_id);
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let waiting = self.locks.waiters.register(session, owner, id);
+        let result = self.write(command.clone()).await;
+        let Ok(Ok(Outcome::Lock(LockOutcome::Queued {
             name, request_id, ..
-        })) = &result
+        }))) = &result
         else {
-            return Ok(result);
+            // Not queued (granted, refused, not leader): nobody waits.
+            drop(waiting);
+            self.locks.waiters.forget(session, owner, id);
+            return result;
         };
-        match tokio::time::timeout(hold, waiting).await {
+        let waited = tokio::time::timeout(hold, waiting).await;
+        self.locks.waiters.forget(session, owner, id);
+        match waited {
             Ok(Ok(WaitOutcome::Granted(sequencer))) => {
                 Ok(Ok(Outcome::Lock(LockOutcome::Granted {
                     sequencer,
@@ -275,7 +284,7 @@ impl Replica {
             })),
             // Timed out, lost track (snapshot), or shutting down: still
             // queued as far as this call knows.
-            Ok(Ok(WaitOutcome::Unknown)) | Ok(Err(_)) | Err(_) => Ok(result),
+            Ok(Ok(WaitOutcome::Unknown)) | Ok(Err(_)) | Err(_) => result,
         }
     }
 

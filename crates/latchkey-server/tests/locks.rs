@@ -301,7 +301,9 @@ async fn clients_cannot_propose_expiries_and_new_leader_restarts_countdowns() ->
     tokio::time::timeout(LIMIT, async {
         let mut cluster = Cluster::start().await?;
         let client = cluster.client()?;
-        let session = client.session(TTL).await?;
+        // Long enough to ride out the failover below on a loaded machine:
+        // the watchdog must reach the new leader within ttl - ttl/3 - margin.
+        let session = client.session(Duration::from_secs(10)).await?;
         let refused = client
             .execute(Command::Lock(LockCommand::ExpireSession {
                 session: session.id(),
@@ -339,8 +341,23 @@ async fn clients_cannot_propose_expiries_and_new_leader_restarts_countdowns() ->
             got.is_some(),
             "the new leader never expired the silent session"
         );
-        // The kept session survived the failover.
-        assert!(session.is_live(), "failover shortened a kept-alive lease");
+        // The kept session survived the failover, on the cluster's side too.
+        assert!(
+            session.is_live(),
+            "the watchdog lost its session over the failover"
+        );
+        match client
+            .query(
+                latchkey_client::Query::Lock(latchkey_core::lock::LockQuery::Session {
+                    session: session.id(),
+                }),
+                latchkey_client::Consistency::Linearizable,
+            )
+            .await?
+        {
+            Outcome::Lock(LockOutcome::Session(Some(_))) => {}
+            other => panic!("the new leader expired a kept-alive session: {other:?}"),
+        }
         Ok(())
     })
     .await?

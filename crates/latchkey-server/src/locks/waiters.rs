@@ -56,6 +56,20 @@ impl Waiters {
         rx
     }
 
+    /// Drop the slots of callers that stopped waiting for this acquire
+    /// (their receivers are gone), so a wait that never queued, or whose
+    /// caller left, leaves nothing behind.
+    pub(crate) fn forget(&self, session: SessionId, owner: u64, request_id: u64) {
+        let mut map = self.lock();
+        let key = (session, owner, request_id);
+        if let Some(slot) = map.get_mut(&key) {
+            slot.retain(|s| !s.is_closed());
+            if slot.is_empty() {
+                map.remove(&key);
+            }
+        }
+    }
+
     fn wake(&self, key: Key, outcome: WaitOutcome) {
         if let Some(senders) = self.lock().remove(&key) {
             for s in senders {
@@ -150,7 +164,12 @@ mod tests {
     fn dropped_receivers_are_reclaimed() {
         let w = Waiters::default();
         drop(w.register(SessionId(1), 1, 1));
-        let _kept = w.register(SessionId(1), 1, 1);
+        let kept = w.register(SessionId(1), 1, 1);
         assert_eq!(w.len(), 1);
+        w.forget(SessionId(1), 1, 1);
+        assert_eq!(w.len(), 1, "a live waiter is kept");
+        drop(kept);
+        w.forget(SessionId(1), 1, 1);
+        assert_eq!(w.len(), 0);
     }
 }
