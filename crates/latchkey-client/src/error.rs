@@ -37,6 +37,10 @@ pub enum Error {
     /// closed it. Its locks must be treated as lost; open a new session.
     #[error("session {session} is lost: {reason}")]
     SessionLost { session: u64, reason: String },
+    /// A client was created outside a Tokio runtime: its connections need
+    /// one. Create clients inside the runtime that will use them.
+    #[error("no Tokio runtime: create the client inside a Tokio runtime (e.g. in #[tokio::main] or after Runtime::enter)")]
+    NoRuntime,
     /// The server answered with something this client cannot decode: client
     /// and server versions probably differ.
     #[error("protocol error: {0}")]

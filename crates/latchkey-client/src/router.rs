@@ -126,6 +126,10 @@ pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
         endpoint: addr.to_string(),
         reason,
     };
+    if tokio::runtime::Handle::try_current().is_err() {
+        // tonic spawns the connection task at once and would panic.
+        return Err(Error::NoRuntime);
+    }
     let trimmed = addr.trim();
     let host_port = trimmed.strip_prefix("http://").unwrap_or(trimmed);
     if host_port.is_empty() {
@@ -470,7 +474,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_are_validated() {
+    fn a_client_outside_a_runtime_is_an_error_not_a_panic() {
+        assert!(matches!(
+            channel("127.0.0.1:7101", &ClientOptions::default()),
+            Err(Error::NoRuntime)
+        ));
+    }
+
+    #[tokio::test]
+    async fn endpoints_are_validated() {
         let o = ClientOptions::default();
         assert!(matches!(channel("", &o), Err(Error::BadEndpoint { .. })));
         assert!(matches!(

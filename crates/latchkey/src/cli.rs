@@ -223,7 +223,7 @@ impl From<Error> for Failure {
             }
             Error::Unavailable { .. } => Failure::Unavailable(e.to_string()),
             Error::UnknownOutcome(_) => Failure::Unknown(e.to_string()),
-            Error::Protocol(_) => Failure::Other(e.to_string()),
+            Error::Protocol(_) | Error::NoRuntime => Failure::Other(e.to_string()),
         }
     }
 }
