@@ -362,3 +362,48 @@ async fn clients_cannot_propose_expiries_and_new_leader_restarts_countdowns() ->
     })
     .await?
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_lock_api_works_through_embedded_nodes() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let leader = cluster.leader().await?;
+        let follower = *cluster
+            .nodes
+            .keys()
+            .find(|id| **id != leader)
+            .ok_or("no follower")?;
+        // One session through the leader's own replica (the local fast path),
+        // one through a follower's in-process client (forwarded).
+        let on_leader = cluster.nodes[&leader].client().session(TTL).await?;
+        let on_follower = cluster.nodes[&follower].client().session(TTL).await?;
+        let held = on_leader.lock("embedded").acquire().await?;
+        let waiting = tokio::spawn(async move {
+            let g = on_follower
+                .lock("embedded")
+                .acquire_timeout(Duration::from_secs(30))
+                .await?;
+            Ok::<_, Error>((g.map(|g| g.token()), on_follower))
+        });
+        let start = Instant::now();
+        while cluster
+            .lock_info("embedded")
+            .await?
+            .map_or(0, |l| l.waiters)
+            == 0
+        {
+            assert!(start.elapsed() < Duration::from_secs(20), "never queued");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Keep-alives through the local path hold the session past its TTL.
+        tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+        assert!(on_leader.is_live() && held.is_held());
+        let first = held.token();
+        held.release().await?;
+        let (granted, on_follower) = waiting.await??;
+        assert!(granted.ok_or("not granted")? > first);
+        assert!(on_follower.is_live());
+        Ok(())
+    })
+    .await?
+}
