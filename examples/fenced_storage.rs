@@ -20,9 +20,9 @@
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use latchkey::{Client, FenceGate, FileFenceGate, Node};
+use latchkey::{Client, FenceError, FenceGate, FileFenceGate, Node, Sequencer};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -34,29 +34,29 @@ fn say(who: &str, msg: impl AsRef<str>) {
 }
 
 /// A toy storage service: a map of records, each write admitted by a fence
-/// gate first. A real one would be a database or an object store doing the
-/// same check in the same transaction as the write.
+/// gate first. Admission and write happen under one lock, so no newer
+/// writer can slip in between (a real store would do the check in the same
+/// transaction as the write).
 struct Storage {
     gate: FileFenceGate,
     records: Mutex<BTreeMap<String, String>>,
 }
 
 impl Storage {
-    fn write(&self, resource: &str, token: u64, value: &str) -> Result<()> {
-        match self.gate.admit(resource, token) {
-            Ok(_) => {
-                self.records
-                    .lock()
-                    .map_err(|_| "storage lock poisoned")?
-                    .insert(resource.to_string(), value.to_string());
-                say("storage", format!("accepted {value:?} with token {token}"));
-                Ok(())
-            }
-            Err(e) => {
-                say("storage", format!("REFUSED {value:?}: {e}"));
-                Err(e.into())
-            }
+    fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &str,
+    ) -> std::result::Result<(), FenceError> {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = self.gate.admit(resource, token) {
+            say("storage", format!("REFUSED {value:?}: {e}"));
+            return Err(e);
         }
+        records.insert(resource.to_string(), value.to_string());
+        say("storage", format!("accepted {value:?} with token {token}"));
+        Ok(())
     }
 }
 
@@ -93,7 +93,7 @@ async fn main() -> Result<()> {
     // Worker 1 runs on its own single-threaded runtime in its own thread:
     // between two `block_on` calls nothing on that runtime runs, not even
     // the session's watchdog. That is our GC pause.
-    let (took_lock, worker1_has_lock) = mpsc::channel::<u64>();
+    let (took_lock, worker1_has_lock) = mpsc::channel::<Sequencer>();
     let (wake, pause_ends) = mpsc::channel::<()>();
     let worker1 = {
         let endpoints = endpoints.clone();
@@ -114,19 +114,21 @@ async fn main() -> Result<()> {
             let token = guard.token().0;
             say("worker 1", format!("holds {LOCK:?} with token {token}"));
             storage.write("orders", token, "worker 1: first batch")?;
-            took_lock.send(token)?;
+            took_lock.send(guard.sequencer().clone())?;
 
             say(
                 "worker 1",
                 format!("pauses (GC) for longer than its {TTL:?} session TTL..."),
             );
+            let paused = Instant::now();
             pause_ends.recv()?;
 
             rt.block_on(async {
                 say(
                     "worker 1",
                     format!(
-                        "wakes up; guard.is_held() = {}, session live = {}",
+                        "wakes up after {:.1} s; guard.is_held() = {}, session live = {}",
+                        paused.elapsed().as_secs_f64(),
                         guard.is_held(),
                         session.is_live()
                     ),
@@ -138,11 +140,10 @@ async fn main() -> Result<()> {
                     "worker 1",
                     format!("writes anyway with its old token {token}"),
                 );
-                if storage
-                    .write("orders", token, "worker 1: second batch")
-                    .is_ok()
-                {
-                    return Err("the storage accepted a stale token".into());
+                match storage.write("orders", token, "worker 1: second batch") {
+                    Err(FenceError::Stale { .. }) => {}
+                    Ok(()) => return Err("the storage accepted a stale token".into()),
+                    Err(e) => return Err(e.into()),
                 }
                 match guard.put("orders/last-writer", "worker 1").await {
                     Err(e) if e.is_stale_fence() => {
@@ -156,7 +157,12 @@ async fn main() -> Result<()> {
         })
     };
 
-    let first_token = tokio::task::spawn_blocking(move || worker1_has_lock.recv()).await??;
+    let Ok(first) = tokio::task::spawn_blocking(move || worker1_has_lock.recv()).await? else {
+        // Worker 1 stopped before taking the lock: report why.
+        worker1.join().map_err(|_| "worker 1 panicked")??;
+        return Err("worker 1 ended without taking the lock".into());
+    };
+    let first_token = first.token.0;
     let client = Client::connect(&endpoints)?;
     let session = client.session(Duration::from_secs(10)).await?;
     say(
@@ -179,6 +185,20 @@ async fn main() -> Result<()> {
     storage.write("orders", token, "worker 2: batch")?;
     guard.put("orders/last-writer", "worker 2").await?;
     say("worker 2", "fenced KV write accepted");
+    let (old, new) = (
+        client.check_sequencer(&first).await?,
+        client.check_sequencer(guard.sequencer()).await?,
+    );
+    say(
+        "worker 2",
+        format!(
+            "check_sequencer: {first} current = {old}; {} current = {new}",
+            guard.sequencer()
+        ),
+    );
+    if old || !new {
+        return Err("check_sequencer does not name worker 2 as the holder".into());
+    }
 
     wake.send(())?;
     worker1.join().map_err(|_| "worker 1 panicked")??;
