@@ -111,7 +111,7 @@ async fn main() -> Result<()> {
                 let guard = session.lock(LOCK).acquire().await?;
                 Ok::<_, latchkey::Error>((session, guard))
             })?;
-            let token = guard.token().0;
+            let token: u64 = guard.token().into();
             say("worker 1", format!("holds {LOCK:?} with token {token}"));
             storage.write("orders", token, "worker 1: first batch")?;
             took_lock.send(guard.sequencer().clone())?;
@@ -174,7 +174,7 @@ async fn main() -> Result<()> {
         .acquire_timeout(Duration::from_secs(60))
         .await?
         .ok_or("worker 2 was never granted the lock")?;
-    let token = guard.token().0;
+    let token: u64 = guard.token().into();
     say(
         "worker 2",
         format!("granted with token {token}: worker 1's session expired on the leader"),

@@ -365,7 +365,10 @@ fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {
 ///
 /// Cheap to clone; the session closes (releasing its locks at once) when
 /// [`Session::close`] is called or the last clone and the last guard are
-/// dropped. See the [module docs](self) for how the lease is judged.
+/// dropped inside a Tokio runtime (the close is sent in the background).
+/// Dropped outside any runtime, nothing can be sent: the cluster expires the
+/// session after its TTL instead. See the [module docs](self) for how the
+/// lease is judged.
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<SessionInner>,
@@ -762,8 +765,9 @@ async fn release(session: &Session, owner: u64, sequencer: &Sequencer) -> Result
 /// One hold of a lock. Its [`token`](LockGuard::token) is the fencing token
 /// to hand to any storage the holder writes to.
 ///
-/// Dropping a guard releases it in the background; [`LockGuard::release`]
-/// releases it and reports the outcome.
+/// Dropping a guard inside a Tokio runtime releases it in the background
+/// (outside one, the lock is freed when its session ends);
+/// [`LockGuard::release`] releases it and reports the outcome.
 pub struct LockGuard {
     session: Session,
     owner: u64,

@@ -31,6 +31,14 @@ use crate::{CommandError, CommandResult, Store};
 )]
 pub struct Token(pub u64);
 
+impl From<Token> for u64 {
+    /// The number to hand to a storage service or a
+    /// `FenceGate::admit(resource, token.into())`.
+    fn from(t: Token) -> u64 {
+        t.0
+    }
+}
+
 impl std::fmt::Display for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)
