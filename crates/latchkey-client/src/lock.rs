@@ -18,7 +18,15 @@
 //!
 //! Each [`Lock`] handle (from [`Session::lock`]) is one owner: acquiring the
 //! same lock again through the same handle is re-entrant (same token, hold
-//! count up); two handles, even on one session, contend like two clients.
+//! count up, and the first grant's lease); two handles, even on one session,
+//! contend like two clients. Cloning a handle makes a new owner, so handles
+//! passed to different tasks exclude each other.
+//!
+//! # Cancellation
+//!
+//! Dropping an `acquire` future (a `select!`, a `timeout`) withdraws the
+//! request in the background: its wait is cancelled, and if it was granted
+//! meanwhile, the grant is released. No lock is left held by nobody.
 //!
 //! # Example
 //!
@@ -37,11 +45,14 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latchkey_core::limits::{MAX_LOCK_LIST_LIMIT, MAX_LOCK_WAIT_MS, MIN_LOCK_WAIT_MS};
+use latchkey_core::limits::{
+    MAX_LOCK_LIST_LIMIT, MAX_LOCK_WAIT_MS, MAX_SESSION_TTL_MS, MIN_LOCK_WAIT_MS, MIN_SESSION_TTL_MS,
+};
 use latchkey_core::lock::{
     LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, Token,
     WaitCancel,
@@ -58,8 +69,10 @@ use crate::{Batch, Client, Consistency, Error};
 /// Extra time, past an acquire's wait, that the client gives the leader to
 /// cancel the wait itself before the client cancels it.
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
-/// Longest time one `Acquire` call is held by a replica.
-const MAX_HOLD: Duration = Duration::from_secs(300);
+/// Longest time one `Acquire` call is held by a replica before the client
+/// asks again (bounds how long a grant can go unnoticed if the replica it
+/// waits on is cut off from the cluster).
+const MAX_HOLD: Duration = Duration::from_secs(30);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -96,6 +109,11 @@ impl Client {
             Outcome::Lock(LockOutcome::SessionOpened { session, ttl_ms }) => (session, ttl_ms),
             other => return Err(unexpected("SessionOpened", &other)),
         };
+        if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(&ttl_ms) {
+            return Err(Error::Protocol(format!(
+                "the server opened a session with an impossible ttl of {ttl_ms} ms"
+            )));
+        }
         let ttl = Duration::from_millis(ttl_ms);
         let margin = ttl / 10;
         let (tx, rx) = watch::channel(LeaseState {
@@ -488,6 +506,7 @@ impl Session {
             mode: LockMode::Exclusive,
             lease: None,
             lock_delay: None,
+            grants: Arc::default(),
         }
     }
 
@@ -546,7 +565,7 @@ impl std::fmt::Debug for Session {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Lock {
     session: Session,
     name: String,
@@ -554,6 +573,44 @@ pub struct Lock {
     mode: LockMode,
     lease: Option<Duration>,
     lock_delay: Option<Duration>,
+    /// Local lease deadline of each live grant of this owner, by token, so
+    /// a re-entrant acquire inherits the first grant's deadline (the cluster
+    /// keeps the first grant's lease).
+    grants: Arc<Mutex<BTreeMap<Token, Option<Instant>>>>,
+}
+
+impl Clone for Lock {
+    /// A clone is a **new owner** of the same lock: it contends with the
+    /// original like another client would (no shared re-entrancy).
+    fn clone(&self) -> Self {
+        Lock {
+            session: self.session.clone(),
+            name: self.name.clone(),
+            owner: self.session.inner.next_owner.fetch_add(1, Ordering::SeqCst),
+            mode: self.mode,
+            lease: self.lease,
+            lock_delay: self.lock_delay,
+            grants: Arc::default(),
+        }
+    }
+}
+
+/// Withdraws an acquire whose caller stopped waiting (its future was
+/// dropped, or it failed without a definite answer): the wait is cancelled
+/// and a grant that happened anyway is released, so no lock stays held by
+/// nobody.
+struct PendingAcquire<'a> {
+    lock: &'a Lock,
+    request_id: u64,
+    armed: bool,
+}
+
+impl Drop for PendingAcquire<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lock.abandon(self.request_id);
+        }
+    }
 }
 
 enum Wait {
@@ -588,17 +645,14 @@ impl Lock {
         &self.name
     }
 
-    /// Wait as long as it takes (up to one day, the longest wait).
+    /// Wait as long as it takes (queueing again each day, the longest wait).
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
-        match self
-            .acquire_inner(Wait::For(Duration::from_millis(MAX_LOCK_WAIT_MS)))
-            .await?
-        {
-            Some(g) => Ok(g),
-            None => Err(Error::Refused(CommandError::WaitCancelled {
-                name: self.name.clone(),
-                request_id: 0,
-            })),
+        loop {
+            let wait = Wait::For(Duration::from_millis(MAX_LOCK_WAIT_MS));
+            if let Some(g) = self.acquire_inner(wait).await? {
+                return Ok(g);
+            }
+            // The longest wait (a day) passed: queue again, at the tail.
         }
     }
 
@@ -638,13 +692,23 @@ impl Lock {
             lock_delay_ms: self.lock_delay.map(millis),
         });
         latchkey_core::validate_command(&command)?;
-        let sent = Instant::now();
+        let mut pending = PendingAcquire {
+            lock: self,
+            request_id,
+            armed: true,
+        };
+        let first_sent = Instant::now();
+        // A lower bound of the grant time: the send of the latest attempt
+        // whose proposal was answered "still queued" (the grant came after
+        // it), else the first send.
+        let mut lease_base = first_sent;
         let client = session.client();
-        let give_up = sent + Duration::from_millis(wait_ms.unwrap_or(0)) + CANCEL_GRACE;
+        let give_up = first_sent + Duration::from_millis(wait_ms.unwrap_or(0)) + CANCEL_GRACE;
         loop {
+            let attempt_sent = Instant::now();
             let result = if wait_ms.is_some() {
                 let hold = give_up
-                    .saturating_duration_since(Instant::now())
+                    .saturating_duration_since(attempt_sent)
                     .min(MAX_HOLD);
                 client.acquire_call(&command, hold).await
             } else {
@@ -654,35 +718,38 @@ impl Lock {
                     Err(e) => Err(e),
                 }
             };
-            let outcome = match result {
-                Ok(r) => r,
-                Err(e) => {
-                    // It may be queued or even granted: withdraw it so no
-                    // grant is left behind that nobody knows about.
-                    self.abandon(request_id);
-                    return Err(e);
-                }
-            };
+            // On an error the acquire may be queued or even granted: the
+            // armed `pending` withdraws it.
+            let outcome = result?;
             match outcome {
-                Ok(Outcome::Lock(LockOutcome::Granted { sequencer, .. })) => {
-                    return Ok(Some(self.guard(sequencer, sent)))
+                Ok(Outcome::Lock(LockOutcome::Granted {
+                    sequencer,
+                    hold_count,
+                })) => {
+                    pending.armed = false;
+                    return Ok(Some(self.guard(sequencer, lease_base, hold_count)));
                 }
                 Ok(Outcome::Lock(LockOutcome::Queued { .. })) => {
+                    lease_base = attempt_sent;
                     if Instant::now() < give_up {
                         continue;
                     }
-                    return self.cancel(request_id, sent).await;
+                    let answer = self.cancel(request_id, lease_base).await;
+                    pending.armed = answer.is_err();
+                    return answer;
                 }
                 Ok(other) => return Err(unexpected("Granted or Queued", &other)),
                 Err(CommandError::Busy { .. }) | Err(CommandError::WaitCancelled { .. }) => {
-                    return Ok(None)
+                    pending.armed = false;
+                    return Ok(None);
                 }
                 Err(CommandError::SessionEnded { .. })
                 | Err(CommandError::UnknownSession { .. }) => {
+                    pending.armed = false;
                     return Err(Error::SessionLost {
                         session: session.id().0,
                         reason: "the cluster says it has ended".into(),
-                    })
+                    });
                 }
                 Err(e) => return Err(Error::Refused(e)),
             }
@@ -699,14 +766,18 @@ impl Lock {
     }
 
     /// Withdraw a wait the leader has not cancelled in time.
-    async fn cancel(&self, request_id: u64, sent: Instant) -> Result<Option<LockGuard>, Error> {
+    async fn cancel(
+        &self,
+        request_id: u64,
+        granted_after: Instant,
+    ) -> Result<Option<LockGuard>, Error> {
         let client = self.session.client();
         match client
             .execute_with(self.cancel_command(request_id), true)
             .await?
         {
             Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(sequencer))) => {
-                Ok(Some(self.guard(sequencer, sent)))
+                Ok(Some(self.guard(sequencer, granted_after, 1)))
             }
             Outcome::Lock(LockOutcome::WaitCancel(_)) => Ok(None),
             other => Err(unexpected("WaitCancel", &other)),
@@ -719,29 +790,51 @@ impl Lock {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let lock = self.clone();
+        let session = self.session.clone();
+        let owner = self.owner;
+        let cancel = self.cancel_command(request_id);
         handle.spawn(async move {
-            let client = lock.session.client().clone();
-            if let Ok(Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(s)))) =
-                client
-                    .execute_with(lock.cancel_command(request_id), true)
-                    .await
-            {
-                let _ = release(&lock.session, lock.owner, &s).await;
+            // Until a definite answer, or the session is gone (which ends
+            // every wait and hold of it anyway).
+            let mut pause = Duration::from_millis(100);
+            while session.is_live() {
+                match session.client().execute_with(cancel.clone(), true).await {
+                    Ok(Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(s)))) => {
+                        let _ = release(&session, owner, &s).await;
+                        return;
+                    }
+                    Ok(_) | Err(Error::Refused(_)) | Err(Error::InvalidArgument(_)) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "withdrawing an abandoned acquire; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
             }
         });
     }
 
-    fn guard(&self, sequencer: Sequencer, sent: Instant) -> LockGuard {
-        let margin = self.session.ttl() / 10;
+    /// A guard for a grant that happened after `granted_after`.
+    fn guard(&self, sequencer: Sequencer, granted_after: Instant, hold_count: u32) -> LockGuard {
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        let lease_until = match grants.get(&sequencer.token) {
+            // Re-entrant: the cluster keeps the first grant's lease.
+            Some(first) if hold_count > 1 => *first,
+            // Re-entrant into a grant this handle does not know: if it may
+            // have a lease, its deadline is unknown, so vouch for nothing.
+            None if hold_count > 1 => self.lease.map(|_| granted_after),
+            // The cluster counts a lease from the grant, which came after
+            // `granted_after`: counting from there ends it here no later.
+            _ => self.lease.map(|l| granted_after + l.saturating_sub(l / 10)),
+        };
+        grants.insert(sequencer.token, lease_until);
         LockGuard {
             session: self.session.clone(),
             owner: self.owner,
-            // The cluster counts a lease from the grant, which came after
-            // `sent`: counting from `sent` ends it here no later than there.
-            lease_until: self.lease.map(|l| sent + l.saturating_sub(margin)),
+            lease_until,
             sequencer,
             released: AtomicBool::new(false),
+            grants: self.grants.clone(),
         }
     }
 }
@@ -774,11 +867,24 @@ pub struct LockGuard {
     sequencer: Sequencer,
     lease_until: Option<Instant>,
     released: AtomicBool,
+    /// The handle's grant table, emptied of this grant once fully released.
+    grants: Arc<Mutex<BTreeMap<Token, Option<Instant>>>>,
+}
+
+fn forget_grant(grants: &Mutex<BTreeMap<Token, Option<Instant>>>, token: Token, remaining: u32) {
+    if remaining == 0 {
+        grants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&token);
+    }
 }
 
 impl LockGuard {
     /// The fencing token of this grant: strictly greater than every token
-    /// granted before it, cluster-wide.
+    /// of every grant made before it, cluster-wide. A re-entrant acquire
+    /// (same handle, lock already held) shares the token of the grant it
+    /// re-enters.
     pub fn token(&self) -> Token {
         self.sequencer.token
     }
@@ -822,9 +928,9 @@ impl LockGuard {
         if self.released.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        release(&self.session, self.owner, &self.sequencer)
-            .await
-            .map(|_| ())
+        let remaining = release(&self.session, self.owner, &self.sequencer).await?;
+        forget_grant(&self.grants, self.sequencer.token, remaining);
+        Ok(())
     }
 
     /// [`Client::put_fenced`] with this guard's sequencer.
@@ -863,9 +969,13 @@ impl Drop for LockGuard {
         let session = self.session.clone();
         let owner = self.owner;
         let sequencer = self.sequencer.clone();
+        let grants = self.grants.clone();
         handle.spawn(async move {
-            if let Err(e) = release(&session, owner, &sequencer).await {
-                tracing::warn!(lock = %sequencer.name, error = %e, "background release failed");
+            match release(&session, owner, &sequencer).await {
+                Ok(remaining) => forget_grant(&grants, sequencer.token, remaining),
+                Err(e) => {
+                    tracing::warn!(lock = %sequencer.name, error = %e, "background release failed")
+                }
             }
         });
     }

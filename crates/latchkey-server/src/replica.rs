@@ -7,7 +7,9 @@ use std::sync::RwLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use latchkey_client::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
-use latchkey_core::lock::{LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState};
+use latchkey_core::lock::{
+    LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState, WaitEnd,
+};
 use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query, Request,
 };
@@ -277,6 +279,9 @@ impl Replica {
                     sequencer,
                     hold_count: 1,
                 })))
+            }
+            Ok(Ok(WaitOutcome::Cancelled(WaitEnd::SessionEnded(_)))) => {
+                Ok(Err(CommandError::SessionEnded { session }))
             }
             Ok(Ok(WaitOutcome::Cancelled(_))) => Ok(Err(CommandError::WaitCancelled {
                 name: name.clone(),

@@ -407,3 +407,50 @@ async fn the_same_lock_api_works_through_embedded_nodes() -> TestResult {
     })
     .await?
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_cancellation_and_reentrant_leases_leave_nothing_behind() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let a = cluster.client()?.session(Duration::from_secs(10)).await?;
+        let b = cluster.client()?.session(Duration::from_secs(10)).await?;
+
+        // A cloned handle is another owner: it does not re-enter.
+        let handle = a.lock("clone");
+        let held = handle.acquire().await?;
+        assert!(handle.clone().try_acquire().await?.is_none());
+        held.release().await?;
+
+        // A dropped acquire future withdraws its wait: when the holder
+        // releases, the lock is not granted to nobody.
+        let holder = a.lock("dropped").acquire().await?;
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(500), b.lock("dropped").acquire()).await;
+        assert!(gave_up.is_err(), "acquire should still be waiting");
+        holder.release().await?;
+        let start = Instant::now();
+        while let Some(info) = cluster.lock_info("dropped").await? {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "an abandoned acquire kept the lock: {info:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // A re-entrant guard keeps the first grant's lease deadline.
+        let leased = a.lock("leased").lease(Duration::from_millis(1500));
+        let first = leased.acquire().await?;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let second = leased.acquire().await?;
+        assert_eq!(first.token(), second.token());
+        while first.is_held() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            !second.is_held(),
+            "a re-entrant guard outlived the grant's lease on the client"
+        );
+        Ok(())
+    })
+    .await?
+}

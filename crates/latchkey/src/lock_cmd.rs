@@ -4,9 +4,12 @@
 //! `LATCHKEY_SEQUENCER` in its environment, so it can fence its own writes
 //! (`latchkey put --fence "$LATCHKEY_SEQUENCER" ...`, or pass the token to
 //! its storage). If the session is lost while the command runs (this process
-//! was paused, or cut off from the cluster past the TTL), the command is
-//! killed at once and `latchkey` exits 6: past that point another process
-//! may hold the lock. SIGINT and SIGTERM are passed on to the command.
+//! was paused, or cut off from the cluster past the TTL), the command's
+//! whole process group is killed at once and `latchkey` exits 6: past that
+//! point another process may hold the lock. If `latchkey` itself dies, the
+//! kernel kills the command (`PR_SET_PDEATHSIG`). SIGINT and SIGTERM are
+//! passed on to the command (and, while waiting for the lock, give up the
+//! wait).
 
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
@@ -33,6 +36,14 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
     let Some((program, args)) = req.command.split_first() else {
         return Err(Failure::Usage("no command given after --".into()));
     };
+    use tokio::signal::unix::{signal, SignalKind};
+    // Watch the signals before waiting for the lock: a Ctrl-C while queued
+    // closes the session (withdrawing the wait) instead of leaving it queued.
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
+
     let session = client.session(req.ttl).await?;
     let mut lock = session.lock(req.name.clone());
     if req.shared {
@@ -44,51 +55,74 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
     if let Some(d) = req.lock_delay {
         lock = lock.lock_delay(d);
     }
-    let guard = match req.wait {
-        None => lock.try_acquire().await?,
-        Some(None) => Some(lock.acquire().await?),
-        Some(Some(w)) => lock.acquire_timeout(w).await?,
+    let acquire = async {
+        match req.wait {
+            None => lock.try_acquire().await,
+            Some(None) => lock.acquire().await.map(Some),
+            Some(Some(w)) => lock.acquire_timeout(w).await,
+        }
     };
-    let Some(guard) = guard else {
+    let guard = tokio::select! {
+        g = acquire => g?,
+        _ = term.recv() => None,
+        _ = int.recv() => None,
+    };
+    let Some(guard) = guard.filter(|g| g.is_held()) else {
         let _ = session.close().await;
         return Err(Failure::NotAcquired(match req.wait {
             None => format!("lock {:?} is busy", req.name),
-            Some(_) => format!("lock {:?} was not acquired in time", req.name),
+            Some(_) => format!("lock {:?} was not acquired", req.name),
         }));
     };
     tracing::debug!(sequencer = %guard.sequencer(), "lock acquired");
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env("LATCHKEY_LOCK", &req.name)
         .env("LATCHKEY_TOKEN", guard.token().to_string())
         .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
         .stdin(Stdio::inherit())
         .kill_on_drop(true)
+        // Its own process group, so losing the lock stops the whole command
+        // (a shell's children too), not just its first process.
+        .process_group(0);
+    // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to
+    // SIGKILL the command if this process dies (even by SIGKILL), so the
+    // command never outlives the process that holds its lock.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .spawn()
         .map_err(|e| Failure::Usage(format!("cannot run {program:?}: {e}")))?;
+    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
 
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            biased;
             _ = guard.lost() => {
-                let _ = child.start_kill();
+                kill_group(pgid);
                 let _ = child.wait().await;
-                return Err(Failure::LockLost(format!(
-                    "lost lock {:?} (token {}) while {program:?} ran: it was killed",
-                    req.name,
-                    guard.token()
-                )));
+                return Err(lost(&req.name, &guard, program));
             }
-            _ = term.recv() => forward(&child, libc::SIGTERM),
-            _ = int.recv() => forward(&child, libc::SIGINT),
+            status = child.wait() => break status,
+            _ = term.recv() => forward(pgid, libc::SIGTERM),
+            _ = int.recv() => forward(pgid, libc::SIGINT),
         }
     };
     let status = status.map_err(|e| Failure::Other(format!("waiting for {program:?}: {e}")))?;
+    kill_group(pgid); // anything the command left running in its group
+    if !guard.is_held() {
+        // The command finished, but maybe only after the lock was lost
+        // (this process was paused): its work may have overlapped another
+        // holder's.
+        return Err(lost(&req.name, &guard, program));
+    }
     if let Err(e) = guard.release().await {
         tracing::warn!(error = %e, "release after the command failed");
     }
@@ -96,11 +130,23 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
     Ok(exit_code_of(status))
 }
 
-fn forward(child: &tokio::process::Child, signal: i32) {
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+fn lost(name: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
+    Failure::LockLost(format!(
+        "lost lock {name:?} (token {}) while {program:?} ran: it was killed",
+        guard.token()
+    ))
+}
+
+fn kill_group(pgid: Option<i32>) {
+    forward(pgid, libc::SIGKILL);
+}
+
+/// Send `signal` to the command's process group.
+fn forward(pgid: Option<i32>, signal: i32) {
+    if let Some(pgid) = pgid {
+        // SAFETY: kill(2) on the process group we created for the command.
         unsafe {
-            libc::kill(pid, signal);
+            libc::kill(-pgid, signal);
         }
     }
 }

@@ -250,6 +250,9 @@ impl Task {
         let old = std::mem::replace(&mut self.role, Role::Follower);
         self.timers.clear();
         self.expiring.clear();
+        // Clients waiting here ask again (at the new leader): a deposed
+        // leader cut off from the cluster would not see their grants.
+        self.replica.locks().waiters.wake_all_unknown();
         let leader = self.replica.leader();
         if let Role::Building { keep_alives, .. } = old {
             for ka in keep_alives {
@@ -318,7 +321,16 @@ impl Task {
                 self.confirm_pending();
             }
             Internal::RetryExpiry { term, key } => {
-                if self.leader_term() == Some(term) {
+                let ended = match &key {
+                    TimerKey::Session(s) => self.timers.session_ttl(*s).is_none(),
+                    _ => false,
+                };
+                if ended {
+                    // Its end was applied meanwhile.
+                    if let TimerKey::Session(s) = &key {
+                        self.expiring.remove(s);
+                    }
+                } else if self.leader_term() == Some(term) {
                     self.timers.set(key, Instant::now() + RETRY_EXPIRY);
                 }
             }
