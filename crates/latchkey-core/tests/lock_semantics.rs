@@ -1880,3 +1880,34 @@ fn errors_read_well() {
         assert_eq!(e.to_string(), want);
     }
 }
+
+#[test]
+fn a_queued_acquire_is_remembered_however_many_requests_follow() {
+    let mut c = Cluster::default();
+    let holder = c.open();
+    let a = c.open();
+    let held = c.grant(acquire(holder, 1, 1, "busy", Exclusive, TRY));
+    // Request 1 of session `a` waits.
+    let (queued, _) = c.ok(acquire(a, 1, 1, "busy", Exclusive, WAIT));
+    assert!(matches!(queued, LockOutcome::Queued { .. }), "{queued:?}");
+    // Far more requests than the session remembers, by another owner.
+    let n = u64::from(MAX_REMEMBERED_REQUESTS) + 10;
+    for i in 0..n {
+        let rid = 2 + 2 * i;
+        let s = c.grant(acquire(a, 2, rid, "other", Exclusive, TRY));
+        c.ok(release(a, 2, rid + 1, "other", s.token));
+    }
+    // The wait is still found: a retry answers "still queued", not "too old".
+    let (again, _) = c.ok(acquire(a, 1, 1, "busy", Exclusive, WAIT));
+    assert!(matches!(again, LockOutcome::Queued { .. }), "{again:?}");
+    // Once granted, a retry returns the grant, and a cancel finds it.
+    c.ok(release(holder, 1, 2, "busy", held.token));
+    let granted = match c.ok(acquire(a, 1, 1, "busy", Exclusive, WAIT)).0 {
+        LockOutcome::Granted { sequencer, .. } => sequencer,
+        other => panic!("expected the grant, got {other:?}"),
+    };
+    assert_eq!(
+        c.ok(cancel(a, 1, "busy", 1)).0,
+        LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(granted))
+    );
+}

@@ -17,7 +17,10 @@
 //!   outcomes. Remembering one more forgets the one with the lowest request
 //!   id, and every id up to the forgotten one is refused from then on with
 //!   [`CommandError::RequestTooOld`] (it may or may not have been applied).
-//!   Clients number requests increasingly per session.
+//!   Clients number requests increasingly per session. A queued acquire is
+//!   never forgotten while it waits (its memory is how a retry or a cancel
+//!   finds its grant); a session with more live waits than the bound
+//!   remembers more.
 //! - The memory ends with the session.
 
 use serde::{Deserialize, Serialize};
@@ -105,8 +108,22 @@ pub(crate) fn remember<S: Store>(
             Some(u) => std::ops::Bound::Excluded(u.as_slice()),
             None => std::ops::Bound::Unbounded,
         };
-        let oldest = store.scan(std::ops::Bound::Included(&prefix), upper, false, 1)?;
-        if let Some((key, _)) = oldest.first() {
+        // The oldest remembered request that is not still queued: a queued
+        // acquire's memory is how its grant is found by a retry or a
+        // cancel, so it is kept until the wait ends (live waits are bounded
+        // by the queues' limits).
+        let limit = usize::try_from(rec.remembered).unwrap_or(usize::MAX);
+        let candidates = store.scan(std::ops::Bound::Included(&prefix), upper, false, limit)?;
+        let mut evict = None;
+        for (key, value) in &candidates {
+            let first: RequestRecord =
+                crate::codec::decode(value).map_err(|e| record::corrupt(key, e.to_string()))?;
+            if !matches!(first.answer, Answer::Outcome(LockOutcome::Queued { .. })) {
+                evict = Some(key);
+                break;
+            }
+        }
+        if let Some(key) = evict {
             let id = key
                 .get(prefix.len()..)
                 .and_then(keyspace::read_u64)
