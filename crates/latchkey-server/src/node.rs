@@ -156,6 +156,7 @@ impl NodeBuilder {
             .map_err(|e| NodeError::Storage(e.to_string()))?;
         let reader = state_machine.reader();
         let changes = state_machine.subscribe();
+        let db_closed = state_machine.closed_signal();
         let (locks, keep_alives) = LockShared::new();
         let config = self.raft.to_config()?;
         let raft = Raft::new(id, config, PeerNetwork::default(), log_store, state_machine)
@@ -260,6 +261,7 @@ impl NodeBuilder {
             server: Some(server),
             lock_stop: Some(lock_stop),
             lock_task: Some(lock_task),
+            db_closed,
         })
     }
 }
@@ -278,6 +280,7 @@ pub struct Node {
     server: Option<JoinHandle<()>>,
     lock_stop: Option<oneshot::Sender<()>>,
     lock_task: Option<JoinHandle<()>>,
+    db_closed: latchkey_storage::DbClosed,
 }
 
 impl Node {
@@ -354,8 +357,9 @@ impl Node {
         self.replica.raft()
     }
 
-    /// Stop serving and stop Raft. Data stays on disk; a node started again
-    /// on the same data directory rejoins without re-initialising.
+    /// Stop serving and stop Raft, and wait until the data directory is
+    /// released. Data stays on disk; a node started again on the same data
+    /// directory rejoins without re-initialising.
     pub async fn shutdown(mut self) {
         self.stop_now().await;
     }
@@ -376,6 +380,16 @@ impl Node {
         self.replica.close();
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+        // openraft's shutdown joins its core task, but the state machine
+        // worker and snapshot tasks end a moment later: wait until RocksDB
+        // is really closed, so the data directory can be opened again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.db_closed.is_closed() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !self.db_closed.is_closed() {
+            tracing::warn!(node = self.id, "RocksDB still open 10 s after shutdown");
         }
         tracing::info!(node = self.id, "stopped");
     }

@@ -78,6 +78,6 @@ pub use log_store::{LogReader, LogStore};
 pub use open::{open, StorageOptions};
 pub use snapshot_builder::SnapshotBuilder;
 pub use state_change::StateChange;
-pub use state_machine::StateMachine;
+pub use state_machine::{DbClosed, StateMachine};
 pub use state_reader::StateReader;
 pub use types::{NodeId, TypeConfig};

@@ -89,6 +89,13 @@ impl StateMachine {
         }
     }
 
+    /// A handle that tells when every user of this store's RocksDB instance
+    /// (log store, state machine, readers, snapshot builders, the flusher
+    /// thread) has let go of it, so its directory can be opened again.
+    pub fn closed_signal(&self) -> DbClosed {
+        DbClosed(Arc::downgrade(&self.db))
+    }
+
     /// A handle serving reads of the applied state, usable from any thread
     /// while this state machine keeps applying.
     pub fn reader(&self) -> StateReader {
@@ -276,5 +283,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(blob)),
         }))
+    }
+}
+
+/// See [`StateMachine::closed_signal`].
+#[derive(Debug, Clone)]
+pub struct DbClosed(std::sync::Weak<DB>);
+
+impl DbClosed {
+    /// True once the RocksDB instance is closed (its lock file released).
+    pub fn is_closed(&self) -> bool {
+        self.0.strong_count() == 0
     }
 }
