@@ -11,16 +11,20 @@ latchkey-bench: benchmarks of a real three-replica latchkey cluster on loopback
 
 USAGE:
     latchkey-bench kv   [OPTIONS]    puts, then linearizable gets, per client count
-    latchkey-bench lock [OPTIONS]    (not yet: comes with the lock service)
-    latchkey-bench all  [OPTIONS]    every workload available (kv for now)
+    latchkey-bench lock [OPTIONS]    lock-cycle (acquire + release of a lock of one's
+                                     own) per client count, then contended (every
+                                     task on one lock)
+    latchkey-bench all  [OPTIONS]    kv, then lock (each on a fresh cluster)
     cargo xtask bench [kv|lock|all] [OPTIONS]   the usual way: builds the server first
 
 OPTIONS:
     --duration D       how long each (workload, clients) run lasts (default 5s;
                        units ms, s or m; at most 10m)
-    --clients LIST     concurrent client tasks, comma-separated (default 1,8,64;
-                       each 1..=1024)
-    --value-size N     bytes per value (default 128; at most 1 MiB)
+    --clients LIST     concurrent client tasks, comma-separated, each 1..=1024:
+                       kv's put and get runs (default 1,8,64) and lock's
+                       lock-cycle runs (default 1,32)
+    --contended LIST   client tasks of lock's contended runs (default 32)
+    --value-size N     bytes per kv value (default 128; at most 1 MiB)
     --out DIR          where the JSON results go (default bench-results)
     --server-bin PATH  the `latchkey` binary to run (default: `latchkey` next to
                        this binary; `cargo xtask bench` passes it)
@@ -31,9 +35,10 @@ OPTIONS:
                        or /tmp); put it on the disk you want to measure
     -h, --help         print this text
 
-Exit codes: 0 done, 1 the benchmark could not run (servers did not start, ...),
-2 bad usage or a workload that does not exist yet, 130 interrupted.
-Results are measurements, never a pass/fail verdict.
+Every lock task has its own session (ttl 10s). Exit codes: 0 done, 1 the
+benchmark could not run (servers did not start, ...), 2 bad usage,
+130 interrupted. Results are measurements, never a pass/fail verdict; a lock
+safety violation is reported loudly but does not change the exit code.
 ";
 
 /// Which benchmark to run.
@@ -62,11 +67,21 @@ impl ClientMode {
     }
 }
 
-/// Options of the kv benchmark.
+/// Client counts of kv's runs when --clients is not given.
+pub const KV_CLIENTS: &[usize] = &[1, 8, 64];
+/// Client counts of lock-cycle's runs when --clients is not given.
+pub const LOCK_CYCLE_CLIENTS: &[usize] = &[1, 32];
+/// Client counts of contended's runs when --contended is not given.
+pub const CONTENDED_CLIENTS: &[usize] = &[32];
+
+/// Options of every benchmark.
 #[derive(Debug, Clone)]
-pub struct KvOptions {
+pub struct Options {
     pub duration: Duration,
-    pub clients: Vec<usize>,
+    /// --clients: kv's and lock-cycle's counts (None: each its default).
+    pub clients: Option<Vec<usize>>,
+    /// --contended: contended's counts (None: the default).
+    pub contended: Option<Vec<usize>>,
     pub value_size: usize,
     pub out: PathBuf,
     pub server_bin: Option<PathBuf>,
@@ -74,11 +89,12 @@ pub struct KvOptions {
     pub tmp_dir: Option<PathBuf>,
 }
 
-impl Default for KvOptions {
+impl Default for Options {
     fn default() -> Self {
-        KvOptions {
+        Options {
             duration: Duration::from_secs(5),
-            clients: vec![1, 8, 64],
+            clients: None,
+            contended: None,
             value_size: 128,
             out: PathBuf::from("bench-results"),
             server_bin: None,
@@ -88,11 +104,32 @@ impl Default for KvOptions {
     }
 }
 
+impl Options {
+    /// Client counts of kv's put and get runs.
+    pub fn kv_clients(&self) -> Vec<usize> {
+        self.clients.clone().unwrap_or_else(|| KV_CLIENTS.to_vec())
+    }
+
+    /// Client counts of lock-cycle's runs.
+    pub fn lock_cycle_clients(&self) -> Vec<usize> {
+        self.clients
+            .clone()
+            .unwrap_or_else(|| LOCK_CYCLE_CLIENTS.to_vec())
+    }
+
+    /// Client counts of contended's runs.
+    pub fn contended_clients(&self) -> Vec<usize> {
+        self.contended
+            .clone()
+            .unwrap_or_else(|| CONTENDED_CLIENTS.to_vec())
+    }
+}
+
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Parsed {
     Help,
-    Run(Workload, KvOptions),
+    Run(Workload, Options),
 }
 
 const MAX_DURATION: Duration = Duration::from_secs(600);
@@ -122,7 +159,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     };
 
-    let mut opts = KvOptions::default();
+    let mut opts = Options::default();
     let mut i = 0;
     while i < rest.len() {
         let arg = &rest[i];
@@ -143,6 +180,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         let known = [
             "--duration",
             "--clients",
+            "--contended",
             "--value-size",
             "--out",
             "--server-bin",
@@ -164,7 +202,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         };
         match flag {
             "--duration" => opts.duration = parse_duration(&value)?,
-            "--clients" => opts.clients = parse_clients(&value)?,
+            "--clients" => opts.clients = Some(parse_clients(flag, &value)?),
+            "--contended" => opts.contended = Some(parse_clients(flag, &value)?),
             "--value-size" => opts.value_size = parse_value_size(&value)?,
             "--out" => opts.out = non_empty_path(flag, &value)?,
             "--server-bin" => opts.server_bin = Some(non_empty_path(flag, &value)?),
@@ -224,22 +263,24 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `1,8,64`.
-pub fn parse_clients(s: &str) -> Result<Vec<usize>, String> {
+/// `1,8,64`, for the option `flag`.
+pub fn parse_clients(flag: &str, s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let n: usize = part
             .parse()
-            .map_err(|_| format!("--clients: `{part}` is not a number"))?;
+            .map_err(|_| format!("{flag}: `{part}` is not a number"))?;
         if n == 0 || n > MAX_CLIENTS {
-            return Err(format!("--clients: {n} is out of range 1..={MAX_CLIENTS}"));
+            return Err(format!("{flag}: {n} is out of range 1..={MAX_CLIENTS}"));
         }
         if !out.contains(&n) {
             out.push(n);
         }
     }
     if out.is_empty() {
-        return Err("--clients: give at least one client count, e.g. 1,8,64".into());
+        return Err(format!(
+            "{flag}: give at least one client count, e.g. 1,8,64"
+        ));
     }
     Ok(out)
 }
@@ -270,7 +311,9 @@ mod tests {
         let Ok(Parsed::Run(Workload::Kv, o)) = parse(&args(&["kv"])) else {
             panic!("kv should parse");
         };
-        assert_eq!(o.clients, vec![1, 8, 64]);
+        assert_eq!(o.kv_clients(), vec![1, 8, 64]);
+        assert_eq!(o.lock_cycle_clients(), vec![1, 32]);
+        assert_eq!(o.contended_clients(), vec![32]);
         assert_eq!(o.duration, Duration::from_secs(5));
         let parsed = parse(&args(&[
             "kv",
@@ -290,10 +333,26 @@ mod tests {
             panic!("should parse: {parsed:?}");
         };
         assert_eq!(o.duration, Duration::from_secs(3));
-        assert_eq!(o.clients, vec![2, 4]);
+        assert_eq!(o.kv_clients(), vec![2, 4]);
+        assert_eq!(o.lock_cycle_clients(), vec![2, 4]);
+        assert_eq!(o.contended_clients(), vec![32]);
         assert_eq!(o.value_size, 16);
         assert_eq!(o.client_mode, ClientMode::PerTask);
         assert_eq!(o.server_bin, Some(PathBuf::from("/b")));
+    }
+
+    #[test]
+    fn lock_options() {
+        let parsed = parse(&args(&["lock", "--contended=4,16", "--duration", "1s"]));
+        let Ok(Parsed::Run(Workload::Lock, o)) = parsed else {
+            panic!("lock should parse: {parsed:?}");
+        };
+        assert_eq!(o.lock_cycle_clients(), vec![1, 32]);
+        assert_eq!(o.contended_clients(), vec![4, 16]);
+        assert!(matches!(
+            parse(&args(&["all"])),
+            Ok(Parsed::Run(Workload::All, _))
+        ));
     }
 
     #[test]
@@ -306,6 +365,8 @@ mod tests {
             &["kv", "--clients", "0"],
             &["kv", "--clients", ""],
             &["kv", "--clients", "a"],
+            &["lock", "--contended", "0"],
+            &["lock", "--contended"],
             &["kv", "--value-size", "-1"],
             &["kv", "--value-size", "99999999"],
             &["kv", "--what"],

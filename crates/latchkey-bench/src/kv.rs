@@ -5,149 +5,74 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use latchkey::{Client, ClientOptions};
-use serde::Serialize;
+use crate::args::Options;
+use crate::measure::{
+    join_all, new_histogram, progress, summarize, Clients, Latency, RunResult, TaskStats,
+    REQUEST_TIMEOUT,
+};
+use crate::report::{self, KvParams};
+use crate::testbed::{setup_budget, Testbed};
 
-use crate::args::ClientMode;
-use crate::fsync::micros;
+/// The kv benchmark: a testbed, puts then gets per client count, the report.
+pub async fn bench(opts: &Options) -> Result<(), String> {
+    let counts = opts.kv_clients();
+    let mut bed = Testbed::start("kv", opts).await?;
+    let max_tasks = counts.iter().copied().max().unwrap_or(1);
+    let clients = bed.clients(opts.client_mode, max_tasks).await?;
 
-/// Per-request deadline of the benchmark's clients. It bounds how far past
-/// its duration a run can go when the cluster stops answering.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+    let value = Arc::new(make_value(opts.value_size));
+    // Every acknowledged key so far: the gets read among them.
+    let mut keys: Arc<Vec<Vec<u8>>> = Arc::new(Vec::new());
+    let mut results = Vec::with_capacity(counts.len() * 2);
+    for &c in &counts {
+        eprintln!(
+            "latchkey-bench: put, {c} clients, {:.1}s...",
+            opts.duration.as_secs_f64()
+        );
+        let (put, written) = run_puts(&clients, c, opts.duration, Arc::clone(&value)).await?;
+        progress(&put);
+        results.push(put);
+        bed.check_alive()?;
+        Arc::make_mut(&mut keys).extend(written);
 
-/// Latency percentiles of one run, in microseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Latency {
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-    pub max_us: u64,
-    pub mean_us: f64,
-}
-
-/// One (workload, clients) run.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResult {
-    /// "put" or "get".
-    pub workload: &'static str,
-    pub clients: usize,
-    /// Operations that succeeded (only these are in the latency histogram).
-    pub ops: u64,
-    pub errors: u64,
-    /// Wall time from the first task's start to the last task's end.
-    pub seconds: f64,
-    /// Successful operations per second of wall time.
-    pub ops_per_s: f64,
-    pub latency_us: Latency,
-    /// The first error seen, to tell what went wrong.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_error: Option<String>,
-}
-
-/// The clients the tasks use: one shared, or one per task.
-pub struct Clients {
-    mode: ClientMode,
-    list: Vec<Client>,
-}
-
-fn options() -> ClientOptions {
-    ClientOptions {
-        request_timeout: REQUEST_TIMEOUT,
-        attempt_timeout: Duration::from_secs(3),
-        connect_timeout: Duration::from_secs(1),
-        ..ClientOptions::default()
+        eprintln!(
+            "latchkey-bench: get, {c} clients, {:.1}s...",
+            opts.duration.as_secs_f64()
+        );
+        let get = run_gets(
+            &clients,
+            c,
+            opts.duration,
+            Arc::clone(&keys),
+            opts.value_size,
+        )
+        .await?;
+        progress(&get);
+        results.push(get);
+        bed.check_alive()?;
     }
+    drop(clients);
+
+    let params = KvParams {
+        clients: counts,
+        value_size: opts.value_size,
+    };
+    let report = bed.finish("kv", opts, params, results);
+    report::publish(&report, &opts.out)
 }
 
-impl Clients {
-    /// Build the clients for up to `max_tasks` tasks and warm them up: one
-    /// put through the first, then a linearizable get through every one, so
-    /// connections are open and the leader known before anything is timed.
-    pub async fn connect(
-        endpoints: &[String],
-        mode: ClientMode,
-        max_tasks: usize,
-    ) -> Result<Clients, String> {
-        let count = match mode {
-            ClientMode::Shared => 1,
-            ClientMode::PerTask => max_tasks.max(1),
-        };
-        let mut list = Vec::with_capacity(count);
-        for _ in 0..count {
-            list.push(
-                Client::with_options(endpoints, options())
-                    .map_err(|e| format!("cannot build a client: {e}"))?,
-            );
-        }
-        let first = list
-            .first()
-            .ok_or_else(|| "no client was built".to_string())?;
-        first
-            .put("bench/warmup", "ready")
-            .await
-            .map_err(|e| format!("warm-up put failed: {e}"))?;
-        let mut warmups = Vec::with_capacity(list.len());
-        for c in &list {
-            let c = c.clone();
-            warmups.push(tokio::spawn(async move { c.get("bench/warmup").await }));
-        }
-        for w in warmups {
-            match w.await {
-                Ok(Ok(Some(_))) => {}
-                Ok(Ok(None)) => return Err("warm-up get did not see the warm-up put".into()),
-                Ok(Err(e)) => return Err(format!("warm-up get failed: {e}")),
-                Err(e) => return Err(format!("warm-up task failed: {e}")),
-            }
-        }
-        Ok(Clients { mode, list })
-    }
-
-    fn for_task(&self, task: usize) -> Client {
-        match self.mode {
-            ClientMode::Shared => self.list[0].clone(),
-            ClientMode::PerTask => self.list[task % self.list.len()].clone(),
-        }
-    }
+/// An upper bound of a healthy kv benchmark: start-up, and per client count
+/// two runs that may each overrun by one request timeout; plus slack.
+pub fn budget(opts: &Options) -> Duration {
+    let per_run = opts.duration + REQUEST_TIMEOUT + Duration::from_secs(5);
+    let runs = u32::try_from(opts.kv_clients().len() * 2).unwrap_or(u32::MAX);
+    setup_budget() + per_run.saturating_mul(runs)
 }
 
-/// What one task measured.
-struct TaskStats {
-    hist: Histogram<u64>,
-    ok: u64,
-    errors: u64,
-    first_error: Option<String>,
+/// What one put or get task measured, and the keys it wrote.
+struct KvTask {
+    stats: TaskStats,
     written: Vec<Vec<u8>>,
-}
-
-impl TaskStats {
-    fn new() -> Result<TaskStats, String> {
-        Ok(TaskStats {
-            hist: new_histogram()?,
-            ok: 0,
-            errors: 0,
-            first_error: None,
-            written: Vec::new(),
-        })
-    }
-
-    fn success(&mut self, latency: Duration) {
-        self.hist.saturating_record(micros(latency));
-        self.ok += 1;
-    }
-
-    fn failure(&mut self, message: impl FnOnce() -> String) {
-        self.errors += 1;
-        if self.first_error.is_none() {
-            self.first_error = Some(message());
-        }
-    }
-}
-
-/// 1 µs to 60 s at 3 significant digits.
-fn new_histogram() -> Result<Histogram<u64>, String> {
-    Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| format!("histogram: {e}"))
 }
 
 /// `value_size` printable pseudo-random bytes (not one repeated byte, which
@@ -173,8 +98,12 @@ pub async fn run_puts(
     for task in 0..tasks {
         let client = clients.for_task(task);
         let value = Arc::clone(&value);
-        let mut stats = TaskStats::new()?;
+        let mut task_stats = KvTask {
+            stats: TaskStats::new()?,
+            written: Vec::new(),
+        };
         handles.push(tokio::spawn(async move {
+            let KvTask { stats, written } = &mut task_stats;
             let mut seq: u64 = 0;
             while Instant::now() < deadline {
                 let key = format!("bench/kv/c{tasks:04}/t{task:04}/{seq:010}").into_bytes();
@@ -183,16 +112,17 @@ pub async fn run_puts(
                 match client.put(&key, value.as_slice()).await {
                     Ok(()) => {
                         stats.success(t0.elapsed());
-                        stats.written.push(key);
+                        written.push(key);
                     }
                     Err(e) => stats.failure(|| e.to_string()),
                 }
             }
-            stats
+            task_stats
         }));
     }
-    let (result, mut stats) = collect("put", tasks, started, handles).await?;
-    let written = stats.iter_mut().flat_map(|s| s.written.drain(..)).collect();
+    let done = join_all("put", handles).await?;
+    let result = summarize("put", tasks, started, done.iter().map(|t| &t.stats))?;
+    let written = done.into_iter().flat_map(|t| t.written).collect();
     Ok((result, written))
 }
 
@@ -214,8 +144,9 @@ pub async fn run_gets(
             errors: 0,
             seconds: 0.0,
             ops_per_s: 0.0,
-            latency_us: latency(&new_histogram()?),
+            latency_us: Latency::of(&new_histogram()?),
             first_error: Some("no key was written, so there is nothing to read".into()),
+            lock: None,
         });
     }
     let deadline = started + duration;
@@ -250,67 +181,8 @@ pub async fn run_gets(
             stats
         }));
     }
-    Ok(collect("get", tasks, started, handles).await?.0)
-}
-
-/// Wait for every task and merge what they measured.
-async fn collect(
-    workload: &'static str,
-    tasks: usize,
-    started: Instant,
-    handles: Vec<tokio::task::JoinHandle<TaskStats>>,
-) -> Result<(RunResult, Vec<TaskStats>), String> {
-    let mut all = Vec::with_capacity(handles.len());
-    for h in handles {
-        all.push(
-            h.await
-                .map_err(|e| format!("a {workload} task failed: {e}"))?,
-        );
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let mut hist = new_histogram()?;
-    let (mut ops, mut errors, mut first_error) = (0, 0, None);
-    for s in &all {
-        hist.add(&s.hist)
-            .map_err(|e| format!("cannot merge histograms: {e:?}"))?;
-        ops += s.ok;
-        errors += s.errors;
-        if first_error.is_none() {
-            first_error.clone_from(&s.first_error);
-        }
-    }
-    let result = RunResult {
-        workload,
-        clients: tasks,
-        ops,
-        errors,
-        seconds,
-        ops_per_s: ops as f64 / seconds.max(1e-9),
-        latency_us: latency(&hist),
-        first_error,
-    };
-    Ok((result, all))
-}
-
-fn latency(h: &Histogram<u64>) -> Latency {
-    if h.is_empty() {
-        return Latency {
-            p50_us: 0,
-            p90_us: 0,
-            p99_us: 0,
-            p999_us: 0,
-            max_us: 0,
-            mean_us: 0.0,
-        };
-    }
-    Latency {
-        p50_us: h.value_at_quantile(0.50),
-        p90_us: h.value_at_quantile(0.90),
-        p99_us: h.value_at_quantile(0.99),
-        p999_us: h.value_at_quantile(0.999),
-        max_us: h.max(),
-        mean_us: h.mean(),
-    }
+    let done = join_all("get", handles).await?;
+    summarize("get", tasks, started, &done)
 }
 
 /// xorshift64*: fast, deterministic, good enough to pick keys.

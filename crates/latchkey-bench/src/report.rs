@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use serde::Serialize;
 
 use crate::fsync::FsyncRate;
-use crate::kv::RunResult;
+use crate::measure::RunResult;
 
 /// What the numbers were measured on.
 #[derive(Debug, Clone, Serialize)]
@@ -109,12 +109,13 @@ impl GroupCommit {
     }
 }
 
-/// How the kv benchmark was configured.
+/// How a benchmark was configured: what every workload has, and `W`, the
+/// workload's own parameters (flattened into the same JSON object).
 #[derive(Debug, Clone, Serialize)]
-pub struct KvConfig {
+pub struct Config<W> {
     pub duration_s: f64,
-    pub clients: Vec<usize>,
-    pub value_size: usize,
+    #[serde(flatten)]
+    pub workload: W,
     pub client_mode: &'static str,
     pub replicas: usize,
     pub server_bin: String,
@@ -122,32 +123,64 @@ pub struct KvConfig {
     pub request_timeout_s: f64,
 }
 
-/// Everything one kv run produced; written as JSON.
+/// What a workload's parameters add to the report.
+pub trait Params {
+    /// For the table's title, e.g. "128-byte values".
+    fn describe(&self) -> String;
+    /// Lines printed under the table (may be empty).
+    fn notes(&self, _results: &[RunResult]) -> String {
+        String::new()
+    }
+}
+
+/// The kv benchmark's own parameters.
 #[derive(Debug, Clone, Serialize)]
-pub struct KvReport {
+pub struct KvParams {
+    pub clients: Vec<usize>,
+    pub value_size: usize,
+}
+
+impl Params for KvParams {
+    fn describe(&self) -> String {
+        format!("{}-byte values", self.value_size)
+    }
+}
+
+/// Everything one benchmark run produced; written as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report<W> {
+    /// "kv" or "lock"; also the JSON files' prefix.
     pub benchmark: &'static str,
     pub schema_version: u32,
     pub unix_time: u64,
-    pub config: KvConfig,
+    pub config: Config<W>,
     pub machine: Machine,
     pub fsync: FsyncRate,
     pub results: Vec<RunResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub group_commit: Option<GroupCommit>,
     pub total_seconds: f64,
 }
 
-fn ms(us: u64) -> String {
+/// Microseconds as milliseconds with two decimals.
+pub fn ms(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
 
 /// The human-readable table.
-pub fn table(report: &KvReport) -> String {
+pub fn table<W: Params>(report: &Report<W>) -> String {
     let mut t = String::new();
     let m = &report.machine;
+    let c = &report.config;
     let _ = writeln!(
         t,
-        "latchkey kv benchmark: 3 replicas on loopback, {} cores, {}s per run, {}-byte values, {} client",
-        m.nproc, report.config.duration_s, report.config.value_size, report.config.client_mode
+        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run, {}, {} client",
+        report.benchmark,
+        c.replicas,
+        m.nproc,
+        c.duration_s,
+        c.workload.describe(),
+        c.client_mode
     );
     let _ = writeln!(
         t,
@@ -161,13 +194,13 @@ pub fn table(report: &KvReport) -> String {
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "{:<8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<10} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "WORKLOAD", "CLIENTS", "OPS/S", "P50 ms", "P99 ms", "P999 ms", "OPS", "ERRORS"
     );
     for r in &report.results {
         let _ = writeln!(
             t,
-            "{:<8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "{:<10} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>8}",
             r.workload,
             r.clients,
             r.ops_per_s,
@@ -183,6 +216,7 @@ pub fn table(report: &KvReport) -> String {
             let _ = writeln!(t, "first error ({} x{}): {e}", r.workload, r.clients);
         }
     }
+    t.push_str(&c.workload.notes(&report.results));
     if let Some(g) = &report.group_commit {
         let _ = writeln!(t);
         let _ = writeln!(
@@ -202,16 +236,33 @@ pub fn table(report: &KvReport) -> String {
     t
 }
 
-/// Write `<out>/kv-<unix time>.json` and `<out>/kv-latest.json`; the paths.
-pub fn write_json(report: &KvReport, out: &Path) -> Result<(PathBuf, PathBuf), String> {
+/// Write `<out>/<benchmark>-<unix time>.json` and
+/// `<out>/<benchmark>-latest.json`; the paths.
+pub fn write_json<W: Serialize>(
+    report: &Report<W>,
+    out: &Path,
+) -> Result<(PathBuf, PathBuf), String> {
     fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut text = serde_json::to_string_pretty(report)
         .map_err(|e| format!("cannot encode the results as JSON: {e}"))?;
     text.push('\n');
-    let stamped = out.join(format!("kv-{}.json", report.unix_time));
-    let latest = out.join("kv-latest.json");
+    let name = report.benchmark;
+    let stamped = out.join(format!("{name}-{}.json", report.unix_time));
+    let latest = out.join(format!("{name}-latest.json"));
     for path in [&stamped, &latest] {
         fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok((stamped, latest))
+}
+
+/// Print the table and write the JSON files.
+pub fn publish<W: Params + Serialize>(report: &Report<W>, out: &Path) -> Result<(), String> {
+    print!("{}", table(report));
+    let (stamped, latest) = write_json(report, out)?;
+    println!(
+        "\nresults: {} (and {})",
+        stamped.display(),
+        latest.display()
+    );
+    Ok(())
 }

@@ -83,22 +83,33 @@ OPTIONS:
 const BENCH_HELP: &str = "\
 cargo xtask bench [kv|lock|all] [ARGS...]
 
-For kv and all, first builds the server (`cargo build -p latchkey --bin latchkey`,
-the dev profile like every other command), then runs
+First builds the server (`cargo build -p latchkey --bin latchkey`, the dev
+profile like every other command), then runs
 `cargo run -p latchkey-bench --bin latchkey-bench -- WORKLOAD --server-bin <TARGET_DIR>/debug/latchkey ARGS...`
 (WORKLOAD defaults to kv; ARGS go to the benchmark binary, and may override
 --server-bin). TARGET_DIR is CARGO_TARGET_DIR, else cargo metadata's
 target_directory. Exits 2 when the workspace has no latchkey-bench package yet.
 
-ARGS of kv (see `cargo run -p latchkey-bench -- --help`):
+WORKLOADS (each starts its own three-process cluster on loopback):
+    kv      puts, then linearizable gets, at 1, 8 and 64 clients
+    lock    lock-cycle (acquire + release, each task on its own lock) at 1 and
+            32 clients, then contended (32 tasks on one lock: grants/s and
+            acquire latency, with mutual-exclusion and token-order checks);
+            every task has its own session (ttl 10s)
+    all     kv, then lock
+
+ARGS (see `cargo run -p latchkey-bench -- --help`):
     --duration 5s        length of each (workload, clients) run
-    --clients 1,8,64     concurrent client tasks per run
-    --value-size 128     bytes per value
-    --out bench-results  where kv-<unix time>.json and kv-latest.json go
+    --clients LIST       client tasks per run of kv (1,8,64) and lock-cycle (1,32)
+    --contended LIST     client tasks per contended run (32)
+    --value-size 128     bytes per kv value
+    --out bench-results  where <kv|lock>-<unix time>.json and -latest.json go
     --client-mode shared|per-task
-Example: cargo xtask bench kv --duration 3s
-Prints a table (ops/s, p50/p99/p99.9 latency, errors per workload and client
-count, the disk's fsync/s and put/s over fsync/s). Timing is never asserted.
+Examples: cargo xtask bench kv --duration 3s
+          cargo xtask bench lock --duration 5s
+Prints a table per benchmark (ops/s, p50/p99/p99.9 latency, errors per workload
+and client count, the disk's fsync/s; for kv put/s over fsync/s, for lock the
+acquire/release split and the safety checks). Timing is never asserted.
 ";
 
 const SOAK_HELP: &str = "\
@@ -424,6 +435,8 @@ fn cmd_bench(rest: &[OsString]) -> Result {
         ));
     }
     setup::ensure(setup::Mode::Quiet)?;
+    // Every workload runs `latchkey serve` processes.
+    let server = build_server()?;
     let mut cmd = cargo([
         "run",
         "-p",
@@ -433,11 +446,8 @@ fn cmd_bench(rest: &[OsString]) -> Result {
         "--",
         workload,
     ]);
-    if workload != "lock" {
-        let server = build_server()?;
-        // First, so that a --server-bin in ARGS (parsed later) wins.
-        cmd.arg("--server-bin").arg(server);
-    }
+    // First, so that a --server-bin in ARGS (parsed later) wins.
+    cmd.arg("--server-bin").arg(server);
     cmd.args(rest);
     println!("xtask: {}", display(&cmd));
     run::run(&mut cmd)
@@ -562,6 +572,16 @@ fn cmd_soak(rest: &[OsString]) -> Result {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bench_help_describes_every_workload() {
+        for w in BENCH_WORKLOADS {
+            assert!(
+                BENCH_HELP.contains(&format!("\n    {w} ")),
+                "BENCH_HELP lacks a line for `{w}`"
+            );
+        }
+    }
 
     #[test]
     fn json_string_fields_are_found_and_unescaped() {

@@ -1,0 +1,494 @@
+//! The lock workloads. Every task opens its own session (ttl 10 s, renewed
+//! by the client's watchdog) before the clock starts, then loops
+//! acquire → release until the duration is over:
+//!
+//! * `lock-cycle`: each task on a lock of its own (`bench/cycle/<task>`), so
+//!   nothing waits on anything but the cluster; the latency is the whole
+//!   cycle (acquire + release, two replicated, fsynced writes).
+//! * `contended`: every task on one lock (`bench/contended`), queueing in
+//!   its FIFO queue; the latency is the acquire's, from sending it to
+//!   holding the lock, and the throughput is grants per second.
+//!
+//! Both check, cheaply, what a lock promises: a [`Witness`] per lock notes
+//! a grant that finds another task still inside, and a fencing token not
+//! above the previous grant's of the same lock. Per-task grant counts show
+//! the FIFO queue's fairness (round robin: near-equal counts).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use latchkey::{Client, Error, Lock, Session};
+use serde::Serialize;
+
+use crate::args::Options;
+use crate::fsync::micros;
+use crate::measure::{
+    join_all, merge_into, new_histogram, progress, summarize, Clients, Latency, RunResult,
+    TaskStats, REQUEST_TIMEOUT,
+};
+use crate::report::{self, ms, Params};
+use crate::testbed::{setup_budget, Testbed};
+
+/// TTL of every task's session.
+pub const SESSION_TTL: Duration = Duration::from_secs(10);
+/// How long one acquire may wait in the queue before it counts as an error
+/// (`acquire_timeout`, i.e. `acquire` with a bounded wait, so that a stuck
+/// cluster cannot stall the benchmark).
+pub const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
+/// Pause after a failed iteration, so that an error that comes back at once
+/// does not become a busy loop stealing the servers' CPU.
+const ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// The lock benchmark: a testbed, lock-cycle per client count, contended
+/// per client count, the report.
+pub async fn bench(opts: &Options) -> Result<(), String> {
+    let cycle_counts = opts.lock_cycle_clients();
+    let contended_counts = opts.contended_clients();
+    let mut bed = Testbed::start("lock", opts).await?;
+    let max_tasks = cycle_counts
+        .iter()
+        .chain(&contended_counts)
+        .copied()
+        .max()
+        .unwrap_or(1);
+    let clients = bed.clients(opts.client_mode, max_tasks).await?;
+
+    let runs = cycle_counts
+        .iter()
+        .map(|&c| (Kind::Cycle, c))
+        .chain(contended_counts.iter().map(|&c| (Kind::Contended, c)));
+    let mut results = Vec::with_capacity(cycle_counts.len() + contended_counts.len());
+    for (kind, c) in runs {
+        eprintln!(
+            "latchkey-bench: {}, {c} clients, {:.1}s...",
+            kind.name(),
+            opts.duration.as_secs_f64()
+        );
+        let result = run(&clients, kind, c, opts.duration).await?;
+        progress(&result);
+        if let Some(alarm) = result.lock.as_ref().and_then(|d| d.alarm(&result)) {
+            eprintln!("latchkey-bench:   {alarm}");
+        }
+        results.push(result);
+        bed.check_alive()?;
+    }
+    drop(clients);
+
+    let params = LockParams {
+        lock_cycle_clients: cycle_counts,
+        contended_clients: contended_counts,
+        session_ttl_s: SESSION_TTL.as_secs_f64(),
+        acquire_wait_s: ACQUIRE_WAIT.as_secs_f64(),
+    };
+    let report = bed.finish("lock", opts, params, results);
+    report::publish(&report, &opts.out)
+}
+
+/// An upper bound of a healthy lock benchmark: start-up, and per run its
+/// duration, the sessions' opening and closing, and a last iteration that
+/// waits its longest; plus slack.
+pub fn budget(opts: &Options) -> Duration {
+    let per_run = opts.duration + ACQUIRE_WAIT + REQUEST_TIMEOUT * 4 + Duration::from_secs(5);
+    let runs = opts.lock_cycle_clients().len() + opts.contended_clients().len();
+    setup_budget() + per_run.saturating_mul(u32::try_from(runs).unwrap_or(u32::MAX))
+}
+
+/// The lock benchmark's own parameters.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockParams {
+    pub lock_cycle_clients: Vec<usize>,
+    pub contended_clients: Vec<usize>,
+    pub session_ttl_s: f64,
+    pub acquire_wait_s: f64,
+}
+
+impl Params for LockParams {
+    fn describe(&self) -> String {
+        format!("one session per task (ttl {}s)", self.session_ttl_s)
+    }
+
+    fn notes(&self, results: &[RunResult]) -> String {
+        let mut t = String::new();
+        let _ = writeln!(t);
+        let _ = writeln!(
+            t,
+            "lock-cycle: OPS = acquire + release cycles, each task on a lock of its own; latency = the cycle"
+        );
+        let _ = writeln!(
+            t,
+            "contended:  OPS = grants of one lock shared by all tasks; latency = acquire, from send to holding"
+        );
+        for r in results {
+            let Some(d) = &r.lock else { continue };
+            let _ = writeln!(
+                t,
+                "{} x{}: acquire p50 {} ms p99 {} ms, release p50 {} ms p99 {} ms; \
+                 cycles per task min {} max {}; sessions reopened {}",
+                r.workload,
+                r.clients,
+                ms(d.acquire_latency_us.p50_us),
+                ms(d.acquire_latency_us.p99_us),
+                ms(d.release_latency_us.p50_us),
+                ms(d.release_latency_us.p99_us),
+                d.min_task_ops,
+                d.max_task_ops,
+                d.sessions_reopened,
+            );
+            if r.workload == Kind::Contended.name() && d.ops_per_s_within_duration > 0.0 {
+                let _ = writeln!(
+                    t,
+                    "{} x{}: {:.0} grants/s within the duration, i.e. a hand-off (release committed, \
+                     next waiter woken) every {:.2} ms; each acquire queues behind ~{} of them",
+                    r.workload,
+                    r.clients,
+                    d.ops_per_s_within_duration,
+                    1000.0 / d.ops_per_s_within_duration,
+                    r.clients.saturating_sub(1)
+                );
+                let _ = writeln!(
+                    t,
+                    "{} x{}: then {:.2} s for the queue to drain (counted in OPS/S and the latencies)",
+                    r.workload, r.clients, d.seconds_past_duration
+                );
+            }
+            match d.alarm(r) {
+                Some(alarm) => {
+                    let _ = writeln!(t, "{alarm}");
+                }
+                None => {
+                    let _ = writeln!(
+                        t,
+                        "{} x{}: safety ok: no grant found another holder inside, tokens strictly increasing per lock",
+                        r.workload, r.clients
+                    );
+                }
+            }
+        }
+        t
+    }
+}
+
+/// What a lock run adds to its [`RunResult`].
+#[derive(Debug, Clone, Serialize)]
+pub struct LockDetail {
+    /// What the run's `latency_us` measures.
+    pub latency_of: &'static str,
+    /// Send of the acquire to holding the lock, of completed cycles.
+    pub acquire_latency_us: Latency,
+    /// The release call, of completed cycles.
+    pub release_latency_us: Latency,
+    /// Grants that found another task of the benchmark still holding the
+    /// same lock. Must be 0.
+    pub overlapping_grants: u64,
+    /// Grants whose fencing token was not above every earlier token seen
+    /// on the same lock. Must be 0.
+    pub token_regressions: u64,
+    /// Completed cycles of the least and of the most served task (under a
+    /// FIFO queue, contended tasks take turns: the two stay close).
+    pub min_task_ops: u64,
+    pub max_task_ops: u64,
+    /// Cycles completed before the duration was over, per second of the
+    /// duration: the steady state, without the tail of the run (for
+    /// contended, the queue draining once tasks stop queueing again).
+    pub ops_per_s_within_duration: f64,
+    /// How long the run went on past its duration (the last cycles
+    /// finishing; for contended, the queue draining).
+    pub seconds_past_duration: f64,
+    /// Sessions opened again during the run, after one was lost or a
+    /// release failed (which may leave the lock held until its session
+    /// ends, so the benchmark closes that session).
+    pub sessions_reopened: u64,
+}
+
+impl LockDetail {
+    /// A loud line if the run broke mutual exclusion or fencing order.
+    fn alarm(&self, r: &RunResult) -> Option<String> {
+        (self.overlapping_grants > 0 || self.token_regressions > 0).then(|| {
+            format!(
+                "!!! SAFETY VIOLATION in {} x{}: {} grants found another holder inside, \
+                 {} fencing tokens did not increase !!!",
+                r.workload, r.clients, self.overlapping_grants, self.token_regressions
+            )
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Each task on its own lock; latency of acquire + release.
+    Cycle,
+    /// All tasks on one lock; latency of the acquire.
+    Contended,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Cycle => "lock-cycle",
+            Kind::Contended => "contended",
+        }
+    }
+
+    fn lock_name(self, task: usize) -> String {
+        match self {
+            Kind::Cycle => format!("bench/cycle/{task}"),
+            Kind::Contended => "bench/contended".to_string(),
+        }
+    }
+
+    fn latency_of(self) -> &'static str {
+        match self {
+            Kind::Cycle => "acquire + release",
+            Kind::Contended => "acquire (send to holding)",
+        }
+    }
+}
+
+/// Sees every grant of one lock within the benchmark: who is inside, and
+/// the highest fencing token so far.
+#[derive(Default)]
+struct Witness {
+    inside: AtomicBool,
+    /// The highest token seen, plus one (0: none yet).
+    highest: AtomicU64,
+}
+
+impl Witness {
+    /// A grant of token `token` begins: (someone else was inside, the token
+    /// is not above every earlier one).
+    fn enter(&self, token: u64) -> (bool, bool) {
+        let overlap = self.inside.swap(true, Ordering::SeqCst);
+        let before = self
+            .highest
+            .fetch_max(token.saturating_add(1), Ordering::SeqCst);
+        (overlap, before > token)
+    }
+
+    /// The holder is about to release: from here on another may enter.
+    fn leave(&self) {
+        self.inside.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What one lock task measured.
+struct LockTask {
+    /// The run's latency (cycle or acquire) and its counts.
+    stats: TaskStats,
+    acquire: Histogram<u64>,
+    release: Histogram<u64>,
+    overlaps: u64,
+    regressions: u64,
+    reopened: u64,
+    /// Cycles completed before the deadline.
+    in_window: u64,
+    /// The task's session at the end, closed after the clock stops.
+    session: Option<Session>,
+}
+
+/// One run: `tasks` tasks of `kind` for `duration`.
+async fn run(
+    clients: &Clients,
+    kind: Kind,
+    tasks: usize,
+    duration: Duration,
+) -> Result<RunResult, String> {
+    // Sessions first, concurrently, before the clock starts.
+    let mut opening = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let client = clients.for_task(task);
+        opening.push(tokio::spawn(
+            async move { client.session(SESSION_TTL).await },
+        ));
+    }
+    let mut sessions = Vec::with_capacity(tasks);
+    for (task, opened) in join_all(kind.name(), opening)
+        .await?
+        .into_iter()
+        .enumerate()
+    {
+        sessions.push(
+            opened.map_err(|e| {
+                format!("{}: task {task} cannot open its session: {e}", kind.name())
+            })?,
+        );
+    }
+
+    let mut states = Vec::with_capacity(tasks);
+    for _ in 0..tasks {
+        states.push(LockTask {
+            stats: TaskStats::new()?,
+            acquire: new_histogram()?,
+            release: new_histogram()?,
+            overlaps: 0,
+            regressions: 0,
+            reopened: 0,
+            in_window: 0,
+            session: None,
+        });
+    }
+
+    let shared = Arc::new(Witness::default());
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut handles = Vec::with_capacity(tasks);
+    for (task, (session, state)) in sessions.into_iter().zip(states).enumerate() {
+        let witness = match kind {
+            Kind::Cycle => Arc::new(Witness::default()),
+            Kind::Contended => Arc::clone(&shared),
+        };
+        let client = clients.for_task(task);
+        let name = kind.lock_name(task);
+        handles.push(tokio::spawn(cycle(
+            kind, client, name, session, witness, deadline, state,
+        )));
+    }
+    let done = join_all(kind.name(), handles).await?;
+    let mut result = summarize(kind.name(), tasks, started, done.iter().map(|t| &t.stats))?;
+
+    let mut acquire = new_histogram()?;
+    let mut release = new_histogram()?;
+    let (mut overlaps, mut regressions, mut reopened, mut in_window) = (0, 0, 0, 0);
+    for t in &done {
+        merge_into(&mut acquire, &t.acquire)?;
+        merge_into(&mut release, &t.release)?;
+        overlaps += t.overlaps;
+        regressions += t.regressions;
+        reopened += t.reopened;
+        in_window += t.in_window;
+    }
+    result.lock = Some(LockDetail {
+        latency_of: kind.latency_of(),
+        acquire_latency_us: Latency::of(&acquire),
+        release_latency_us: Latency::of(&release),
+        overlapping_grants: overlaps,
+        token_regressions: regressions,
+        min_task_ops: done.iter().map(|t| t.stats.ok).min().unwrap_or(0),
+        max_task_ops: done.iter().map(|t| t.stats.ok).max().unwrap_or(0),
+        ops_per_s_within_duration: in_window as f64 / duration.as_secs_f64().max(1e-9),
+        seconds_past_duration: (result.seconds - duration.as_secs_f64()).max(0.0),
+        sessions_reopened: reopened,
+    });
+
+    let closing: Vec<_> = done
+        .into_iter()
+        .filter_map(|t| t.session)
+        .map(|s| tokio::spawn(async move { s.close().await }))
+        .collect();
+    // Untimed: end the sessions now rather than leave them to expire.
+    for closed in join_all(kind.name(), closing).await? {
+        if let Err(e) = closed {
+            eprintln!("latchkey-bench: warning: closing a session failed: {e}");
+        }
+    }
+    Ok(result)
+}
+
+/// One task: acquire → release on `name` until `deadline`.
+async fn cycle(
+    kind: Kind,
+    client: Client,
+    name: String,
+    session: Session,
+    witness: Arc<Witness>,
+    deadline: Instant,
+    mut t: LockTask,
+) -> LockTask {
+    let mut current: Option<(Session, Lock)> = {
+        let lock = session.lock(name.as_str());
+        Some((session, lock))
+    };
+    while Instant::now() < deadline {
+        let Some((_, lock)) = &current else {
+            match client.session(SESSION_TTL).await {
+                Ok(s) => {
+                    t.reopened += 1;
+                    let lock = s.lock(name.as_str());
+                    current = Some((s, lock));
+                }
+                Err(e) => {
+                    t.stats
+                        .failure(|| format!("cannot open a new session: {e}"));
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                }
+            }
+            continue;
+        };
+
+        let t0 = Instant::now();
+        let guard = match lock.acquire_timeout(ACQUIRE_WAIT).await {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                t.stats
+                    .failure(|| format!("acquire: not granted within {}s", ACQUIRE_WAIT.as_secs()));
+                continue;
+            }
+            Err(e) => {
+                if matches!(e, Error::SessionLost { .. }) {
+                    // Lost for good: open another one.
+                    current = None;
+                }
+                t.stats.failure(|| format!("acquire: {e}"));
+                tokio::time::sleep(ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let t1 = Instant::now();
+        let (overlap, regression) = witness.enter(guard.token().into());
+        t.overlaps += u64::from(overlap);
+        t.regressions += u64::from(regression);
+        witness.leave();
+
+        let released = guard.release().await;
+        let t2 = Instant::now();
+        match released {
+            Ok(()) => {
+                t.acquire.saturating_record(micros(t1 - t0));
+                t.release.saturating_record(micros(t2 - t1));
+                t.stats.success(match kind {
+                    Kind::Cycle => t2 - t0,
+                    Kind::Contended => t1 - t0,
+                });
+                t.in_window += u64::from(t2 <= deadline);
+            }
+            Err(e) => {
+                t.stats.failure(|| format!("release: {e}"));
+                // The lock may still be held: ending the session frees it.
+                if let Some((s, _)) = current.take() {
+                    let _ = s.close().await;
+                }
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+    }
+    t.session = current.map(|(s, _)| s);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn witness_sees_overlaps_and_token_regressions() {
+        let w = Witness::default();
+        assert_eq!(w.enter(0), (false, false));
+        w.leave();
+        assert_eq!(w.enter(5), (false, false));
+        // A second grant while the first holder is inside, with a lower token.
+        assert_eq!(w.enter(4), (true, true));
+        w.leave();
+        assert_eq!(w.enter(5), (false, true));
+        w.leave();
+        assert_eq!(w.enter(6), (false, false));
+    }
+
+    #[test]
+    fn lock_names() {
+        assert_eq!(Kind::Cycle.lock_name(3), "bench/cycle/3");
+        assert_eq!(Kind::Contended.lock_name(3), "bench/contended");
+        assert_eq!(Kind::Contended.lock_name(0), Kind::Contended.lock_name(9));
+    }
+}
