@@ -16,7 +16,7 @@ use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, Raft};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::locks::LockShared;
 use crate::network::PeerNetwork;
@@ -180,9 +180,12 @@ impl NodeBuilder {
 
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| NodeError::Io(e.to_string()))?;
+        // With an incoming stream, tonic ignores the builder's tcp_nodelay:
+        // set it on the stream, or Nagle + delayed ACKs add ~40 ms stalls to
+        // replies (reads, lock hand-offs).
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .add_service(
                 RaftServer::new(RaftService {
@@ -208,7 +211,7 @@ impl NodeBuilder {
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
             }))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_rx.await;
             });
         let server = tokio::spawn(async move {
