@@ -1,0 +1,144 @@
+//! How events and operations print: one line each, for witnesses.
+
+use std::fmt;
+
+use super::{
+    DurabilityOp, Event, EventKind, FenceTarget, LockOp, Op, RegisterOp, SequenceOp, Value,
+};
+
+fn opt(v: &Option<Value>) -> &str {
+    v.as_deref().unwrap_or("<absent>")
+}
+
+impl fmt::Display for Op {
+    /// The call with its results, e.g. `cas "x" 1 -> 2 (swapped)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.render(f, true)
+    }
+}
+
+impl Op {
+    fn render(&self, f: &mut fmt::Formatter<'_>, results: bool) -> fmt::Result {
+        if !results {
+            return match self {
+                Op::Register(RegisterOp::Read { key, .. }) => write!(f, "read {key:?}"),
+                Op::Register(RegisterOp::Cas {
+                    key, expected, new, ..
+                }) => write!(f, "cas {key:?} {} -> {new}", opt(expected)),
+                Op::Lock(LockOp::Acquire {
+                    resource, holder, ..
+                }) => write!(f, "acquire {resource:?} by {holder}"),
+                Op::Lock(LockOp::FencedWrite {
+                    resource,
+                    target,
+                    holder,
+                    token,
+                    ..
+                }) => {
+                    let op = Op::Lock(LockOp::FencedWrite {
+                        resource: resource.clone(),
+                        target: target.clone(),
+                        holder: holder.clone(),
+                        token: *token,
+                        accepted: None,
+                    });
+                    op.render(f, true)
+                }
+                Op::Sequence(SequenceOp::Alloc { key, step, .. }) => {
+                    write!(f, "next_sequence {key:?} step {step}")
+                }
+                Op::Durability(DurabilityOp::ReadAll { .. }) => write!(f, "read-all"),
+                other => other.render(f, true),
+            };
+        }
+        match self {
+            Op::Register(RegisterOp::Read { key, value }) => {
+                write!(f, "read {key:?} -> {}", opt(value))
+            }
+            Op::Register(RegisterOp::Write { key, value }) => write!(f, "write {key:?} = {value}"),
+            Op::Register(RegisterOp::Cas {
+                key,
+                expected,
+                new,
+                succeeded,
+            }) => {
+                write!(f, "cas {key:?} {} -> {new}", opt(expected))?;
+                match succeeded {
+                    Some(true) => write!(f, " (swapped)"),
+                    Some(false) => write!(f, " (mismatch)"),
+                    None => Ok(()),
+                }
+            }
+            Op::Lock(LockOp::Acquire {
+                resource,
+                holder,
+                token,
+            }) => {
+                write!(f, "acquire {resource:?} by {holder}")?;
+                match token {
+                    Some(t) => write!(f, " -> token {t}"),
+                    None => Ok(()),
+                }
+            }
+            Op::Lock(LockOp::HoldStart {
+                resource,
+                holder,
+                token,
+            }) => write!(f, "hold-start {resource:?} by {holder} token {token}"),
+            Op::Lock(LockOp::HoldEnd {
+                resource,
+                holder,
+                token,
+            }) => write!(f, "hold-end {resource:?} by {holder} token {token}"),
+            Op::Lock(LockOp::FencedWrite {
+                resource,
+                target,
+                holder,
+                token,
+                accepted,
+            }) => {
+                match target {
+                    FenceTarget::Gate => write!(f, "gate write {resource:?}")?,
+                    FenceTarget::Kv { key } => {
+                        write!(f, "kv write {key:?} fenced by {resource:?}")?
+                    }
+                }
+                write!(f, " by {holder} token {token}")?;
+                match accepted {
+                    Some(true) => write!(f, " (accepted)"),
+                    Some(false) => write!(f, " (refused)"),
+                    None => Ok(()),
+                }
+            }
+            Op::Sequence(SequenceOp::Alloc { key, step, range }) => {
+                write!(f, "next_sequence {key:?} step {step}")?;
+                match range {
+                    Some(r) => write!(f, " -> [{}, {})", r.start, r.end),
+                    None => Ok(()),
+                }
+            }
+            Op::Durability(DurabilityOp::Put { key, value }) => write!(f, "put {key:?} = {value}"),
+            Op::Durability(DurabilityOp::ReadAll { values }) => match values {
+                Some(v) => write!(f, "read-all -> {v:?}"),
+                None => write!(f, "read-all"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            EventKind::Invoke => "invoke",
+            EventKind::Ok => "ok",
+            EventKind::Fail => "fail",
+            EventKind::Unknown => "unknown",
+        };
+        write!(
+            f,
+            "#{} t={}ns p{} {kind:<7} ",
+            self.index, self.time_ns, self.process
+        )?;
+        self.op.render(f, self.kind == EventKind::Ok)
+    }
+}

@@ -1,0 +1,108 @@
+//! The checkers together, on one history holding every workload, read
+//! from JSON lines as the harness will write them.
+
+use latchkey_check::history::ops;
+use latchkey_check::{check_all, History, HistoryBuilder, Status, Verdict};
+
+/// A run with every workload, all correct.
+fn correct_run() -> HistoryBuilder {
+    let mut h = HistoryBuilder::new();
+    let mut t = 0;
+    let mut at = || {
+        t += 10;
+        t
+    };
+    // Lock workload.
+    h.invoke(1, at(), ops::acquire("L", "s1", None));
+    h.ok(1, at(), ops::acquire("L", "s1", Some(1)));
+    h.ok(1, at(), ops::hold_start("L", "s1", 1));
+    h.invoke(1, at(), ops::kv_write("L", "guarded", "s1", 1, None));
+    h.ok(1, at(), ops::kv_write("L", "guarded", "s1", 1, Some(true)));
+    h.ok(1, at(), ops::hold_end("L", "s1", 1));
+    // Register workload.
+    h.invoke(2, at(), ops::write("r", "1"));
+    h.invoke(3, at(), ops::read("r", None));
+    h.ok(2, at(), ops::write("r", "1"));
+    h.ok(3, at(), ops::read("r", None));
+    h.invoke(3, at(), ops::cas("r", Some("1"), "2", None));
+    h.unknown(3, at(), ops::cas("r", Some("1"), "2", None));
+    // Sequence workload.
+    h.invoke(4, at(), ops::alloc("ids", 10, None));
+    h.ok(4, at(), ops::alloc("ids", 10, Some((0, 10))));
+    h.invoke(4, at(), ops::alloc("ids", 10, None));
+    h.ok(4, at(), ops::alloc("ids", 10, Some((10, 20))));
+    // Durability workload, then the read-all after the full restart.
+    h.invoke(5, at(), ops::put("d", "d1"));
+    h.ok(5, at(), ops::put("d", "d1"));
+    h.invoke(6, at(), ops::read_all(None));
+    h.ok(6, at(), ops::read_all(Some(&[("d", "d1")])));
+    h
+}
+
+fn statuses(verdicts: &[Verdict]) -> Vec<(&str, Status)> {
+    verdicts
+        .iter()
+        .map(|v| (v.name.as_str(), v.status))
+        .collect()
+}
+
+#[test]
+fn a_correct_run_passes_every_checker() {
+    let history = correct_run().build().unwrap();
+    let text = history.to_json_lines();
+    let parsed = History::from_json_lines(&text).unwrap();
+    assert_eq!(parsed, history);
+    let verdicts = check_all(&parsed);
+    assert_eq!(
+        statuses(&verdicts),
+        vec![
+            ("lock safety", Status::Pass),
+            ("linearizability", Status::Pass),
+            ("sequences", Status::Pass),
+            ("durability", Status::Pass),
+        ],
+        "{verdicts:?}"
+    );
+    for v in &verdicts {
+        assert!(v.ops_checked > 0, "{v}");
+    }
+}
+
+#[test]
+fn each_checker_reads_only_its_own_workload() {
+    let mut h = correct_run();
+    // A lost write on the register, and nothing else wrong.
+    h.invoke(7, 1_000, ops::read("r", None));
+    h.ok(7, 1_010, ops::read("r", None));
+    let verdicts = check_all(&h.build().unwrap());
+    assert_eq!(
+        statuses(&verdicts),
+        vec![
+            ("lock safety", Status::Pass),
+            ("linearizability", Status::Fail),
+            ("sequences", Status::Pass),
+            ("durability", Status::Pass),
+        ],
+        "{verdicts:?}"
+    );
+}
+
+#[test]
+fn verdicts_serialize_for_the_report() {
+    let mut h = correct_run();
+    h.invoke(4, 1_000, ops::alloc("ids", 10, None));
+    h.ok(4, 1_010, ops::alloc("ids", 10, Some((5, 15))));
+    let verdicts = check_all(&h.build().unwrap());
+    let seq = &verdicts[2];
+    assert_eq!(seq.status, Status::Fail);
+    let json = serde_json::to_string(seq).unwrap();
+    let back: Verdict = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, seq);
+    // The human form lists the witness.
+    let text = seq.to_string();
+    assert!(text.starts_with("FAIL sequences"), "{text}");
+    assert!(
+        text.contains("next_sequence \"ids\" step 10 -> [5, 15)"),
+        "{text}"
+    );
+}
