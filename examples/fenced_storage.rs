@@ -18,11 +18,13 @@
 //! step does not behave as described, so it doubles as a smoke test.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latchkey::{Client, FenceError, FenceGate, FileFenceGate, Node, Sequencer};
+use latchkey::{Client, FenceError, FenceGate, FileFenceGate, Sequencer};
+
+#[path = "support/mod.rs"]
+mod support;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -63,25 +65,8 @@ impl Storage {
 #[tokio::main]
 async fn main() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0")?);
-    }
-    let members: Vec<(u64, String)> = listeners
-        .iter()
-        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
-        .collect::<std::io::Result<_>>()?;
-    let mut nodes = Vec::new();
-    for (id, listener) in listeners {
-        let node = Node::builder(id)
-            .listener(listener)
-            .data_dir(dir.path().join(format!("node-{id}")))
-            .initial_members(members.clone())
-            .start()
-            .await?;
-        nodes.push(node);
-    }
-    let leader = nodes[0].wait_for_leader(Duration::from_secs(20)).await?;
+    let (nodes, members) = support::start_three(dir.path()).await?;
+    let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
     say("cluster", format!("three replicas up, node {leader} leads"));
     let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
 
@@ -221,7 +206,7 @@ async fn main() -> Result<()> {
     }
     guard.release().await?;
     session.close().await?;
-    for node in nodes {
+    for node in nodes.into_values() {
         node.shutdown().await;
     }
     say(

@@ -4,13 +4,14 @@
 //!
 //! Run it with `cargo xtask demo` (or `cargo run -p latchkey --example three_replicas`).
 
-use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use latchkey::{Node, ScanRange};
+use latchkey::ScanRange;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+#[path = "support/mod.rs"]
+mod support;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn say(msg: impl AsRef<str>) {
     println!("[three_replicas] {}", msg.as_ref());
@@ -20,27 +21,8 @@ fn say(msg: impl AsRef<str>) {
 async fn main() -> Result<()> {
     let dirs = tempfile::tempdir()?;
 
-    // Reserve three loopback ports, then hand the bound sockets to the nodes.
-    let mut listeners = BTreeMap::new();
-    for id in 1..=3u64 {
-        listeners.insert(id, TcpListener::bind("127.0.0.1:0")?);
-    }
-    let members: Vec<(u64, String)> = listeners
-        .iter()
-        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
-        .collect::<std::io::Result<_>>()?;
-    say(format!("starting three replicas: {members:?}"));
-
-    let mut nodes = BTreeMap::new();
-    for (id, listener) in listeners {
-        let node = Node::builder(id)
-            .listener(listener)
-            .data_dir(dirs.path().join(format!("node-{id}")))
-            .initial_members(members.clone())
-            .start()
-            .await?;
-        nodes.insert(id, node);
-    }
+    let (mut nodes, members) = support::start_three(dirs.path()).await?;
+    say(format!("started three replicas: {members:?}"));
 
     let first = nodes.values().next().ok_or("no node started")?;
     let leader = first.wait_for_leader(Duration::from_secs(10)).await?;

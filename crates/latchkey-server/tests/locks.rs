@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 
 mod common;
 
-use common::{addrs, reserve, start};
+use common::start_cluster;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -32,12 +32,7 @@ struct Cluster {
 impl Cluster {
     async fn start() -> Result<Cluster, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let listeners = reserve(3)?;
-        let members = addrs(&listeners)?;
-        let mut nodes = BTreeMap::new();
-        for (id, l) in listeners {
-            nodes.insert(id, start(id, l, dir.path(), &members).await?);
-        }
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         Ok(Cluster {
             nodes,

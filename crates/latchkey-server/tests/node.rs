@@ -11,7 +11,7 @@ use latchkey_server::Node;
 
 mod common;
 
-use common::{addrs, reserve, start};
+use common::{addrs, reserve, start, start_cluster};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -32,12 +32,7 @@ async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
 async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let listeners = reserve(3)?;
-        let members = addrs(&listeners)?;
-        let mut nodes = BTreeMap::new();
-        for (id, l) in listeners {
-            nodes.insert(id, start(id, l, dir.path(), &members).await?);
-        }
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
         let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         // Every node's in-process client works, leader or not.
         for (id, node) in &nodes {
@@ -71,12 +66,7 @@ async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
 async fn restarted_node_keeps_data_and_does_not_reinitialise() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let listeners = reserve(3)?;
-        let members = addrs(&listeners)?;
-        let mut nodes = BTreeMap::new();
-        for (id, l) in listeners {
-            nodes.insert(id, start(id, l, dir.path(), &members).await?);
-        }
+        let (mut nodes, members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let kv = nodes[&1].client();
         for i in 0..120 {

@@ -45,3 +45,18 @@ pub async fn start(
         .start()
         .await?)
 }
+
+/// Start `n` nodes (ids 1..=n) forming one cluster in `dir`; returns them
+/// and the member list `(id, address)`.
+pub async fn start_cluster(
+    dir: &Path,
+    n: u64,
+) -> Result<(BTreeMap<u64, Node>, Vec<(u64, String)>), Box<dyn std::error::Error>> {
+    let listeners = reserve(n)?;
+    let members = addrs(&listeners)?;
+    let mut nodes = BTreeMap::new();
+    for (id, l) in listeners {
+        nodes.insert(id, start(id, l, dir, &members).await?);
+    }
+    Ok((nodes, members))
+}
