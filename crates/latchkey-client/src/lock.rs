@@ -847,12 +847,38 @@ async fn release(session: &Session, owner: u64, sequencer: &Sequencer) -> Result
         name: sequencer.name.clone(),
         token: sequencer.token,
     });
-    match session.client().execute_with(command, true).await {
+    match session.client().execute_with(command.clone(), true).await {
         Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => Ok(remaining),
         Ok(other) => Err(unexpected("Released", &other)),
         Err(Error::Refused(CommandError::SessionEnded { .. })) => Err(session.lost_error()),
+        Err(e @ (Error::Unavailable { .. } | Error::UnknownOutcome(_))) => {
+            // The cluster did not answer in time. The release carries its
+            // request id, so repeating it is safe: keep trying in the
+            // background so the lock is not left held until the session ends.
+            retry_release_in_background(session.clone(), command);
+            Err(e)
+        }
         Err(e) => Err(e),
     }
+}
+
+fn retry_release_in_background(session: Session, command: Command) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    handle.spawn(async move {
+        let mut pause = Duration::from_millis(200);
+        while session.is_live() {
+            tokio::time::sleep(pause).await;
+            match session.client().execute_with(command.clone(), true).await {
+                Err(Error::Unavailable { .. } | Error::UnknownOutcome(_)) => {
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                // Released, or a definite refusal (e.g. already released).
+                _ => return,
+            }
+        }
+    });
 }
 
 /// One hold of a lock. Its [`token`](LockGuard::token) is the fencing token
@@ -923,7 +949,10 @@ impl LockGuard {
         }
     }
 
-    /// Release this hold (for a re-entrant grant, one hold of it).
+    /// Release this hold (for a re-entrant grant, one hold of it). If the
+    /// cluster does not answer in time the error is returned and the
+    /// release keeps being retried in the background (same request id, so
+    /// it applies at most once) while the session lives.
     pub async fn release(self) -> Result<(), Error> {
         if self.released.swap(true, Ordering::SeqCst) {
             return Ok(());
