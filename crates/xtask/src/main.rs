@@ -10,7 +10,7 @@ use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::PathBuf;
-use std::process::{ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use run::{cargo, display, fmt_duration, Exit, Result};
@@ -24,13 +24,14 @@ USAGE:
 COMMANDS:
     setup           check for (and install when missing) libclang and a C++ compiler
     demo [NAME]     run a demo: three_replicas (default) or fenced
-    test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace
+    test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace,
+                    then a two-minute nemesis run
     bench [WORKLOAD] [ARGS...]
                     run benchmarks: kv (default), lock or all
-    soak            long-running fault-injection soak (not implemented yet)
+    soak [ARGS...]  fault-injection run: kill, pause, partition; checkers; report
     help [COMMAND]  print this text or a command's help
 
-demo, test and bench run `setup` first (silently when everything is present).
+demo, test, bench and soak run `setup` first (silently when everything is present).
 All cargo invocations use the cargo that runs xtask and honour CARGO_TARGET_DIR.
 The first build compiles RocksDB's C++ and takes about 15 minutes.
 ";
@@ -74,10 +75,15 @@ Runs, in order, stopping at the first failure (exit code = that step's):
     1. cargo fmt --all -- --check
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
     3. cargo test --workspace [CARGO_TEST_ARGS...]
+    4. cargo build -p latchkey --bin latchkey   (skipped with --quick)
+    5. a nemesis run of 100 s of faults (kill, pause, partition; fixed seed),
+       as `cargo xtask soak --seconds 100 --seed 20261121` would run it; its
+       report goes to soak-results/ci-<unix time>-seed20261121/ (skipped with
+       --quick)
 Example: cargo xtask test --quick -- -p latchkey-core -- --nocapture
 
 OPTIONS:
-    --quick    skip clippy
+    --quick    skip clippy and the nemesis run
 ";
 
 const BENCH_HELP: &str = "\
@@ -113,9 +119,33 @@ acquire/release split and the safety checks). Timing is never asserted.
 ";
 
 const SOAK_HELP: &str = "\
-cargo xtask soak
+cargo xtask soak [--minutes N | --seconds N] [--seed S] [--nemesis KINDS] [ARGS...]
 
-Long-running fault-injection soak test: not implemented yet (issue 4).
+Runs the fault-injection harness (package latchkey-nemesis): three `latchkey
+serve` replicas, each in a network namespace of its own on a bridge the
+harness creates (needs root; without it, loopback and no partitions), lock,
+register, sequence and durability workloads in client processes, and a
+seeded nemesis; then every replica is killed and restarted at once and the
+acknowledged puts are read back, and the checkers of latchkey-check judge the
+merged history. Builds the `latchkey` server first.
+
+OPTIONS:
+    --minutes N        length of the fault phase in minutes (default: 2)
+    --seconds N        ... or in seconds
+    --seed S           seed of the schedule and workloads (default: random,
+                       printed; the same seed replays the same faults)
+    --nemesis KINDS    fault kinds, comma-separated: kill,pause,partition (all)
+    --out DIR          report folder (default: soak-results/<time>-seed<S>)
+    --loopback         run on loopback even as root (no partitions)
+    --lock-workers N   lock client processes (3, two tasks each)
+    --ttl D            lock sessions' TTL (3s; pauses outlast it)
+
+Exits 0 when every checker passed and every workload made progress, 1 when
+one failed, 2 when the run could not be carried out. The report folder holds
+summary.md (verdicts, witnesses, counts, faults), timeline.svg, the merged
+history.jsonl (re-check: cargo run -p latchkey-nemesis -- check DIR), the
+schedule, replica logs and per-worker histories.
+Example: cargo xtask soak --minutes 30
 ";
 
 /// (name users type, aliases, example target in the latchkey package)
@@ -332,6 +362,11 @@ fn cmd_test(rest: &[OsString]) -> Result {
             }),
         ),
         ("test", Some(test)),
+        (
+            "build server",
+            (!quick).then(|| cargo(["build", "-p", "latchkey", "--bin", "latchkey"])),
+        ),
+        ("nemesis", if quick { None } else { Some(ci_nemesis()?) }),
     ];
 
     let total = steps.len();
@@ -461,31 +496,32 @@ fn build_server() -> Result<PathBuf> {
         Exit::with(
             e.code,
             format!(
-                "bench: building the server failed (exit {}): {}",
+                "building the server failed (exit {}): {}",
                 e.code,
                 display(&build)
             ),
         )
     })?;
-    let target_dir = target_dir().ok_or_else(|| {
-        Exit::with(
-            1,
-            "bench: cannot tell the target directory (set CARGO_TARGET_DIR)",
-        )
-    })?;
-    let server = target_dir
-        .join("debug")
-        .join(format!("latchkey{}", std::env::consts::EXE_SUFFIX));
+    let server = server_path()?;
     if !server.is_file() {
         return Err(Exit::with(
             1,
             format!(
-                "bench: the build succeeded but {} does not exist",
+                "the server build succeeded but {} does not exist",
                 server.display()
             ),
         ));
     }
     Ok(server)
+}
+
+/// Where the dev build of the `latchkey` binary goes.
+fn server_path() -> Result<PathBuf> {
+    let target_dir = target_dir()
+        .ok_or_else(|| Exit::with(1, "cannot tell the target directory (set CARGO_TARGET_DIR)"))?;
+    Ok(target_dir
+        .join("debug")
+        .join(format!("latchkey{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// The workspace's target directory: CARGO_TARGET_DIR (relative to the
@@ -561,12 +597,83 @@ fn workspace_has_package(name: &str) -> bool {
 
 // ---------------------------------------------------------------- soak
 
+const NEMESIS_PACKAGE: &str = "latchkey-nemesis";
+
+/// The seed of the nemesis run inside `cargo xtask test`: fixed, so that CI
+/// runs the same schedule every time (timing still varies).
+const CI_SEED: &str = "20261121";
+
 fn cmd_soak(rest: &[OsString]) -> Result {
     if rest.first().is_some_and(|a| is_help(a)) {
         print!("{SOAK_HELP}");
         return Ok(());
     }
-    Err(Exit::with(2, "soak: not implemented yet (issue 4)"))
+    let mut args: Vec<OsString> = Vec::new();
+    let mut duration = OsString::from("2m");
+    let mut it = rest.iter();
+    while let Some(arg) = it.next() {
+        match arg.to_str() {
+            Some(flag @ ("--minutes" | "--seconds")) => {
+                let value = it
+                    .next()
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        usage_error(
+                            SOAK_HELP,
+                            format!("soak: {flag} needs a positive whole number"),
+                        )
+                    })?;
+                let unit = if flag == "--minutes" { "m" } else { "s" };
+                duration = OsString::from(format!("{value}{unit}"));
+            }
+            Some("--") => {}
+            _ => args.push(arg.clone()),
+        }
+    }
+    setup::ensure(setup::Mode::Quiet)?;
+    let mut cmd = nemesis_command(build_server()?, &duration, &args)?;
+    println!("xtask: {}", display(&cmd));
+    run::run(&mut cmd)
+}
+
+/// `cargo run -p latchkey-nemesis -- run --server-bin SERVER --duration D ARGS`.
+fn nemesis_command(server: PathBuf, duration: &OsString, args: &[OsString]) -> Result<Command> {
+    let mut cmd = cargo([
+        "run",
+        "-p",
+        NEMESIS_PACKAGE,
+        "--bin",
+        NEMESIS_PACKAGE,
+        "--",
+        "run",
+    ]);
+    cmd.arg("--server-bin").arg(server);
+    cmd.arg("--duration").arg(duration);
+    cmd.args(args);
+    Ok(cmd)
+}
+
+/// The short nemesis run of `cargo xtask test`.
+fn ci_nemesis() -> Result<Command> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = run::workspace_root()
+        .join("soak-results")
+        .join(format!("ci-{secs}-seed{CI_SEED}"));
+    let args: Vec<OsString> = vec![
+        "--seed".into(),
+        CI_SEED.into(),
+        "--nemesis".into(),
+        "kill,pause,partition".into(),
+        "--out".into(),
+        out.into_os_string(),
+    ];
+    // Built by the step before this one.
+    nemesis_command(server_path()?, &OsString::from("100s"), &args)
 }
 
 #[cfg(test)]

@@ -1,0 +1,384 @@
+//! The report folder of a run:
+//!
+//! - `summary.md`: the verdicts (with witnesses), operation counts, the
+//!   faults carried out, how to replay the run;
+//! - `verdicts.json`: the verdicts, machine-readable;
+//! - `history.jsonl`: the merged history the checkers read (re-check it
+//!   with `latchkey-nemesis check <folder>`);
+//! - `nemesis.jsonl`, `leaders.jsonl`: fault windows and leader samples;
+//! - `timeline.svg`: faults, leader, lock holders with their tokens, and
+//!   refused stale writes on one time axis;
+//! - `schedule.txt`, `logs/` (replicas), `workers/` (per-process histories
+//!   and logs).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use latchkey_check::history::{DurabilityOp, LockOp, RegisterOp, SequenceOp};
+use latchkey_check::{check_all, History, Op, Outcome, Status, Verdict};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::nemesis::{FaultWindow, Kind};
+use crate::timeline;
+
+/// Which replica led at one moment, as the harness saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderSample {
+    /// CLOCK_MONOTONIC, ns.
+    pub time_ns: u64,
+    /// The leader's id (1-3), if one answered as leader.
+    pub leader: Option<u64>,
+    /// Its term.
+    pub term: Option<u64>,
+}
+
+/// Facts about the run for the summary.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub seed: u64,
+    pub replay: String,
+    pub network: String,
+    pub kinds: Vec<Kind>,
+    pub planned: usize,
+    pub schedule: String,
+    pub start_ns: u64,
+    pub fault_end_ns: u64,
+    pub end_ns: u64,
+    /// Why the run stopped early, if it did.
+    pub failure: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// Counts of what the workloads did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// (workload/type, outcome) -> operations.
+    pub ops: BTreeMap<String, BTreeMap<String, u64>>,
+    pub grants: u64,
+    pub gate_accepted: u64,
+    pub gate_refused: u64,
+    pub kv_accepted: u64,
+    pub kv_refused: u64,
+    pub acked_puts: u64,
+    pub read_back: Option<u64>,
+}
+
+/// Counts a history's operations.
+pub fn count(history: &History) -> Counts {
+    let mut c = Counts::default();
+    for op in history.operations() {
+        let outcome = match op.outcome() {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Unknown => "unknown",
+        };
+        let name = match op.op() {
+            Op::Register(RegisterOp::Read { .. }) => "register/read",
+            Op::Register(RegisterOp::Write { .. }) => "register/write",
+            Op::Register(RegisterOp::Cas { .. }) => "register/cas",
+            Op::Lock(LockOp::Acquire { .. }) => "lock/acquire",
+            Op::Lock(LockOp::FencedWrite { target, .. }) => match target {
+                latchkey_check::history::FenceTarget::Gate => "lock/gate-write",
+                latchkey_check::history::FenceTarget::Kv { .. } => "lock/kv-write",
+            },
+            Op::Lock(LockOp::HoldStart { .. } | LockOp::HoldEnd { .. }) => continue,
+            Op::Sequence(SequenceOp::Alloc { .. }) => "sequence/alloc",
+            Op::Durability(DurabilityOp::Put { .. }) => "durability/put",
+            Op::Durability(DurabilityOp::ReadAll { .. }) => "durability/read-all",
+        };
+        *c.ops
+            .entry(name.to_owned())
+            .or_default()
+            .entry(outcome.to_owned())
+            .or_default() += 1;
+        if op.outcome() != Outcome::Ok {
+            continue;
+        }
+        match op.op() {
+            Op::Lock(LockOp::Acquire { token: Some(_), .. }) => c.grants += 1,
+            Op::Lock(LockOp::FencedWrite {
+                target, accepted, ..
+            }) => {
+                let gate = matches!(target, latchkey_check::history::FenceTarget::Gate);
+                match (gate, accepted) {
+                    (true, Some(true)) => c.gate_accepted += 1,
+                    (true, Some(false)) => c.gate_refused += 1,
+                    (false, Some(true)) => c.kv_accepted += 1,
+                    (false, Some(false)) => c.kv_refused += 1,
+                    _ => {}
+                }
+            }
+            Op::Durability(DurabilityOp::Put { .. }) => c.acked_puts += 1,
+            Op::Durability(DurabilityOp::ReadAll { values: Some(v) }) => {
+                c.read_back = Some(v.len() as u64)
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Why a run that broke no rule still did not show anything: a workload
+/// that never succeeded proves nothing.
+pub fn activity_problems(c: &Counts) -> Vec<String> {
+    let ok = |name: &str| {
+        c.ops
+            .get(name)
+            .and_then(|m| m.get("ok"))
+            .copied()
+            .unwrap_or(0)
+    };
+    let mut problems = Vec::new();
+    if c.grants == 0 {
+        problems.push("no lock was ever granted".to_owned());
+    }
+    if c.gate_accepted == 0 || c.kv_accepted == 0 {
+        problems.push("no fenced write was ever accepted".to_owned());
+    }
+    if ok("register/read") == 0 || ok("register/write") + ok("register/cas") == 0 {
+        problems.push("the register workload never completed a read and a write".to_owned());
+    }
+    if ok("sequence/alloc") == 0 {
+        problems.push("no sequence number was ever allocated".to_owned());
+    }
+    if c.acked_puts == 0 {
+        problems.push("no durability put was ever acknowledged".to_owned());
+    }
+    if c.read_back.is_none() {
+        problems.push("the read-back after the full restart did not happen".to_owned());
+    }
+    problems
+}
+
+/// Checks the history, writes the report folder, prints the summary.
+/// `Ok(true)` when every verdict passed and every workload made progress.
+pub fn write(
+    out: &Path,
+    info: &RunInfo,
+    history: &History,
+    windows: &[FaultWindow],
+    leaders: &[LeaderSample],
+) -> Result<bool> {
+    let verdicts = check_all(history);
+    let counts = count(history);
+    let problems = activity_problems(&counts);
+    let passed = info.failure.is_none()
+        && problems.is_empty()
+        && verdicts.iter().all(|v| v.status == Status::Pass);
+
+    let save = |name: &str, text: &str| {
+        std::fs::write(out.join(name), text).map_err(Error::io(format!("write {name}")))
+    };
+    save("history.jsonl", &history.to_json_lines())?;
+    save("nemesis.jsonl", &json_lines(windows))?;
+    save("leaders.jsonl", &json_lines(leaders))?;
+    let verdicts_json = serde_json::to_string_pretty(&verdicts)
+        .map_err(|e| Error::History(format!("encode the verdicts: {e}")))?;
+    save("verdicts.json", &verdicts_json)?;
+    save(
+        "timeline.svg",
+        &timeline::render(
+            history,
+            windows,
+            leaders,
+            &[(info.fault_end_ns, "faults end, all healed".to_owned())],
+            info.start_ns,
+            info.end_ns,
+        ),
+    )?;
+    let summary = summary(info, &verdicts, &counts, &problems, windows, passed);
+    save("summary.md", &summary)?;
+    eprintln!("{summary}");
+    eprintln!("nemesis: report in {}", out.display());
+    Ok(passed)
+}
+
+fn json_lines<T: Serialize>(items: &[T]) -> String {
+    let mut s = String::new();
+    for i in items {
+        if let Ok(line) = serde_json::to_string(i) {
+            s.push_str(&line);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The summary in Markdown.
+pub fn summary(
+    info: &RunInfo,
+    verdicts: &[Verdict],
+    c: &Counts,
+    problems: &[String],
+    windows: &[FaultWindow],
+    passed: bool,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# latchkey nemesis run: {}\n",
+        if passed { "PASS" } else { "FAIL" }
+    );
+    let kinds: Vec<String> = info
+        .kinds
+        .iter()
+        .map(|k| format!("{k:?}").to_lowercase())
+        .collect();
+    let _ = writeln!(s, "- seed: `{}`; replay: `{}`", info.seed, info.replay);
+    let _ = writeln!(
+        s,
+        "- hosts: {}; faults: {}; {} planned, {} fault windows carried out",
+        info.network,
+        kinds.join(", "),
+        info.planned,
+        windows.len()
+    );
+    let _ = writeln!(
+        s,
+        "- fault phase {:.1} s; clients ran {:.1} s",
+        secs(info.fault_end_ns.saturating_sub(info.start_ns)),
+        secs(info.end_ns.saturating_sub(info.start_ns))
+    );
+    let _ = writeln!(
+        s,
+        "- timeline: [timeline.svg](timeline.svg); history: `history.jsonl` (re-check with \
+         `latchkey-nemesis check <this folder>`)\n"
+    );
+    if let Some(f) = &info.failure {
+        let _ = writeln!(s, "**The run stopped early:** {f}\n");
+    }
+    for p in problems {
+        let _ = writeln!(s, "**No progress:** {p}\n");
+    }
+
+    let _ = writeln!(s, "## Verdicts\n");
+    for v in verdicts {
+        let status = match v.status {
+            Status::Pass => "pass",
+            Status::Fail => "FAIL",
+            Status::Inconclusive => "INCONCLUSIVE",
+        };
+        let _ = writeln!(
+            s,
+            "- **{}**: {status} ({} operations): {}",
+            v.name, v.ops_checked, v.message
+        );
+        for n in &v.notes {
+            let _ = writeln!(s, "  - note: {n}");
+        }
+        if !v.witness.is_empty() {
+            let _ = writeln!(s, "\n  Witness:\n\n```text\n{v}\n```");
+        }
+    }
+
+    let _ = writeln!(s, "\n## Lock service\n");
+    let _ = writeln!(
+        s,
+        "- {} grants; fence gate: {} writes accepted, {} stale writes refused; fenced KV: {} \
+         accepted, {} stale refused",
+        c.grants, c.gate_accepted, c.gate_refused, c.kv_accepted, c.kv_refused
+    );
+    let _ = writeln!(
+        s,
+        "- durability: {} acknowledged puts; {} keys read back after killing and restarting \
+         every replica",
+        c.acked_puts,
+        c.read_back.map_or("no".to_owned(), |n| n.to_string())
+    );
+
+    let _ = writeln!(s, "\n## Operations\n");
+    let _ = writeln!(
+        s,
+        "| operation | ok | fail | unknown |\n|---|---:|---:|---:|"
+    );
+    for (name, by) in &c.ops {
+        let get = |k: &str| by.get(k).copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} | {} |",
+            get("ok"),
+            get("fail"),
+            get("unknown")
+        );
+    }
+
+    let _ = writeln!(s, "\n## Faults\n");
+    let mut by_kind: BTreeMap<&str, u64> = BTreeMap::new();
+    for w in windows {
+        *by_kind.entry(w.kind.as_str()).or_default() += 1;
+    }
+    let list: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    let _ = writeln!(s, "Carried out: {}\n", list.join(", "));
+    let _ = writeln!(
+        s,
+        "| start (s) | end (s) | fault | target |\n|---:|---:|---|---|"
+    );
+    for w in windows {
+        let _ = writeln!(
+            s,
+            "| {:.1} | {:.1} | {} | {} |",
+            secs(w.start_ns.saturating_sub(info.start_ns)),
+            secs(w.end_ns.saturating_sub(info.start_ns)),
+            w.kind,
+            w.target
+        );
+    }
+    let _ = writeln!(s, "\nSchedule as planned:\n\n```text\n{}```", info.schedule);
+    if !info.notes.is_empty() {
+        let _ = writeln!(s, "\n## Notes\n");
+        for n in &info.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s
+}
+
+/// Re-checks the history of a report folder; prints the verdicts.
+pub fn recheck(folder: &Path) -> Result<bool> {
+    let path = folder.join("history.jsonl");
+    let text =
+        std::fs::read_to_string(&path).map_err(Error::io(format!("read {}", path.display())))?;
+    let history = History::from_json_lines(&text)
+        .map_err(|e| Error::History(format!("{}: {e}", path.display())))?;
+    let verdicts = check_all(&history);
+    for v in &verdicts {
+        eprintln!("{v}");
+    }
+    Ok(verdicts.iter().all(|v| v.status == Status::Pass))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_check::history::ops;
+    use latchkey_check::HistoryBuilder;
+
+    #[test]
+    fn counts_and_progress() {
+        let mut h = HistoryBuilder::new();
+        h.invoke(1, 1, ops::acquire("r", "a", None));
+        h.ok(1, 2, ops::acquire("r", "a", Some(3)));
+        h.invoke(1, 3, ops::gate_write("r", "a", 3, None));
+        h.ok(1, 4, ops::gate_write("r", "a", 3, Some(true)));
+        h.invoke(1, 5, ops::gate_write("r", "a", 2, None));
+        h.ok(1, 6, ops::gate_write("r", "a", 2, Some(false)));
+        h.invoke(2, 7, ops::put("d/1", "v"));
+        h.ok(2, 8, ops::put("d/1", "v"));
+        let history = h.build().unwrap();
+        let c = count(&history);
+        assert_eq!(c.grants, 1);
+        assert_eq!(c.gate_accepted, 1);
+        assert_eq!(c.gate_refused, 1);
+        assert_eq!(c.acked_puts, 1);
+        let problems = activity_problems(&c);
+        assert!(problems.iter().any(|p| p.contains("register")));
+        assert!(problems.iter().any(|p| p.contains("read-back")));
+        assert!(!problems.iter().any(|p| p.contains("granted")));
+    }
+}

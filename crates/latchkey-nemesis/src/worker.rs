@@ -1,0 +1,411 @@
+//! Workload processes: `latchkey-nemesis worker --role ROLE ...`.
+//!
+//! Each worker is a process of its own (so the nemesis can pause a client
+//! with SIGSTOP, and a paused client is paused whole, watchdog included),
+//! running a few tasks; each task is one history process and has at most
+//! one operation in flight. Every operation is recorded as an invocation
+//! and one completion:
+//!
+//! - `ok` when the cluster answered and the operation took effect (with its
+//!   result);
+//! - `fail` only when it certainly did not take effect: a refused command
+//!   (`Error::Refused`), or a read (reads change nothing);
+//! - `unknown` otherwise: a timeout, a lost connection, an unavailable
+//!   cluster may all hide a write that was applied.
+//!
+//! The worker stops when its standard input closes (the controller drops
+//! it at the end of the run, or dies): the tasks finish the operation in
+//! flight and return.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey::{Client, ClientOptions, Error as ClientError, Session};
+use latchkey_check::history::ops;
+use latchkey_check::EventKind;
+use tokio::sync::watch;
+
+use crate::gate::{GateClient, Verdict};
+use crate::record::Recorder;
+use crate::rng::Rng;
+
+/// The workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// Take a lock, write through the fence gate and to a fenced KV key,
+    /// release.
+    Lock,
+    /// Read, write and compare-and-put a few keys (linearizability).
+    Register,
+    /// `next_sequence` allocations.
+    Sequence,
+    /// Puts of unique keys, read back after a full restart.
+    Durability,
+}
+
+/// The lock resources the lock workers share.
+pub const RESOURCES: [&str; 2] = ["res0", "res1"];
+/// The register keys.
+pub const REGISTERS: [&str; 3] = ["reg/0", "reg/1", "reg/2"];
+/// The sequence key.
+pub const SEQUENCE: &str = "seq/main";
+/// The prefix of the durability workload's keys.
+pub const DURABLE_PREFIX: &str = "dur/";
+/// How many history processes one worker may have (process ids are
+/// `1 + worker * TASK_SLOTS + task`; 0 is the controller).
+pub const TASK_SLOTS: u64 = 16;
+
+/// Everything a worker needs, from its command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The workload.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// This worker's number (unique in the run).
+    #[arg(long)]
+    pub index: u64,
+    /// Concurrent tasks (history processes).
+    #[arg(long, default_value_t = 2)]
+    pub tasks: u64,
+    /// The replicas, host:port separated by commas.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// Seed of the workload's choices.
+    #[arg(long)]
+    pub seed: u64,
+    /// Where to write the history (JSON lines).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The fence gate's socket (lock role).
+    #[arg(long)]
+    pub gate: Option<PathBuf>,
+    /// Session TTL in milliseconds (lock role).
+    #[arg(long, default_value_t = 3000)]
+    pub ttl_ms: u64,
+    /// Pause between operations of a task, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    pub pace_ms: u64,
+}
+
+/// Shared by a worker's tasks.
+struct Ctx {
+    args: WorkerArgs,
+    client: Client,
+    rec: Recorder,
+    stop: watch::Receiver<bool>,
+}
+
+impl Ctx {
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn pace(&self) {
+        let mut stop = self.stop.clone();
+        let _ = tokio::time::timeout(
+            Duration::from_millis(self.args.pace_ms),
+            stop.wait_for(|s| *s),
+        )
+        .await;
+    }
+}
+
+/// Runs a worker until its standard input closes.
+pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
+    let options = ClientOptions {
+        request_timeout: Duration::from_secs(5),
+        attempt_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_millis(500),
+        ..ClientOptions::default()
+    };
+    let client = Client::with_options(&args.endpoints, options)
+        .map_err(|e| crate::error::Error::Worker(format!("cannot build a client: {e}")))?;
+    let rec = Recorder::create(&args.out)?;
+    let (stop_tx, stop) = watch::channel(false);
+    // Standard input closing is the signal to stop.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        let _ = stop_tx.send(true);
+    });
+    let ctx = Arc::new(Ctx {
+        args: args.clone(),
+        client,
+        rec,
+        stop,
+    });
+    let base = Rng::new(args.seed).fork(args.index);
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..args.tasks.min(TASK_SLOTS) {
+        let process = 1 + args.index * TASK_SLOTS + t;
+        let rng = base.fork(t);
+        let ctx = ctx.clone();
+        tasks.spawn(async move {
+            match ctx.args.role {
+                Role::Lock => lock_task(&ctx, process, rng).await,
+                Role::Register => register_task(&ctx, process, rng).await,
+                Role::Sequence => sequence_task(&ctx, process, rng).await,
+                Role::Durability => durability_task(&ctx, process).await,
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The completion kind of a write that failed with `e`.
+fn write_failure(e: &ClientError) -> EventKind {
+    match e {
+        ClientError::Refused(_)
+        | ClientError::InvalidArgument(_)
+        | ClientError::BadEndpoint { .. } => EventKind::Fail,
+        _ => EventKind::Unknown,
+    }
+}
+
+async fn register_task(ctx: &Ctx, process: u64, mut rng: Rng) {
+    let mut n = 0u64;
+    // The last value this task saw per key: what a compare-and-put expects.
+    let mut seen: [Option<String>; REGISTERS.len()] = Default::default();
+    while !ctx.stopping() {
+        let k = rng.below(REGISTERS.len());
+        let key = REGISTERS[k];
+        n += 1;
+        let value = format!("p{process}-{n}");
+        match rng.below(10) {
+            0..=3 => {
+                ctx.rec.invoke(process, ops::read(key, None));
+                match ctx.client.get(key).await {
+                    Ok(v) => {
+                        let v = v.map(|v| String::from_utf8_lossy(&v).into_owned());
+                        ctx.rec
+                            .record(process, EventKind::Ok, ops::read(key, v.as_deref()));
+                        seen[k] = v;
+                    }
+                    Err(_) => {
+                        ctx.rec
+                            .record(process, EventKind::Fail, ops::read(key, None));
+                    }
+                }
+            }
+            4..=6 => {
+                let op = ops::write(key, &value);
+                ctx.rec.invoke(process, op.clone());
+                match ctx.client.put(key, &value).await {
+                    Ok(()) => {
+                        ctx.rec.record(process, EventKind::Ok, op);
+                        seen[k] = Some(value);
+                    }
+                    Err(e) => {
+                        ctx.rec.record(process, write_failure(&e), op);
+                    }
+                }
+            }
+            _ => {
+                let expected = seen[k].clone();
+                ctx.rec
+                    .invoke(process, ops::cas(key, expected.as_deref(), &value, None));
+                match ctx
+                    .client
+                    .compare_and_put(key, expected.as_deref(), &value)
+                    .await
+                {
+                    Ok((succeeded, current)) => {
+                        ctx.rec.record(
+                            process,
+                            EventKind::Ok,
+                            ops::cas(key, expected.as_deref(), &value, Some(succeeded)),
+                        );
+                        seen[k] = if succeeded {
+                            Some(value)
+                        } else {
+                            current.map(|v| String::from_utf8_lossy(&v).into_owned())
+                        };
+                    }
+                    Err(e) => {
+                        ctx.rec.record(
+                            process,
+                            write_failure(&e),
+                            ops::cas(key, expected.as_deref(), &value, None),
+                        );
+                    }
+                }
+            }
+        }
+        ctx.pace().await;
+    }
+}
+
+async fn sequence_task(ctx: &Ctx, process: u64, mut rng: Rng) {
+    while !ctx.stopping() {
+        let step = rng.between(1, 3);
+        ctx.rec.invoke(process, ops::alloc(SEQUENCE, step, None));
+        match ctx.client.next_sequence(SEQUENCE, step).await {
+            Ok(r) => {
+                ctx.rec.record(
+                    process,
+                    EventKind::Ok,
+                    ops::alloc(SEQUENCE, step, Some((r.start, r.end))),
+                );
+            }
+            Err(e) => {
+                ctx.rec
+                    .record(process, write_failure(&e), ops::alloc(SEQUENCE, step, None));
+            }
+        }
+        ctx.pace().await;
+    }
+}
+
+async fn durability_task(ctx: &Ctx, process: u64) {
+    let mut n = 0u64;
+    while !ctx.stopping() {
+        n += 1;
+        let key = format!("{DURABLE_PREFIX}p{process}/{n:08}");
+        let value = format!("v{process}-{n}");
+        let op = ops::put(&key, &value);
+        ctx.rec.invoke(process, op.clone());
+        let kind = match ctx.client.put(&key, &value).await {
+            Ok(()) => EventKind::Ok,
+            Err(e) => write_failure(&e),
+        };
+        ctx.rec.record(process, kind, op);
+        ctx.pace().await;
+    }
+}
+
+/// Fenced writes a holder makes per grant.
+const WRITES_PER_HOLD: u64 = 3;
+
+async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
+    let Some(socket) = ctx.args.gate.clone() else {
+        tracing::error!("the lock role needs --gate");
+        return;
+    };
+    let mut gate = GateClient::new(socket);
+    let ttl = Duration::from_millis(ctx.args.ttl_ms);
+    let mut session: Option<Session> = None;
+    let mut n = 0u64;
+    while !ctx.stopping() {
+        let s = match &session {
+            Some(s) if s.is_live() => s.clone(),
+            _ => match ctx.client.session(ttl).await {
+                Ok(s) => {
+                    session = Some(s.clone());
+                    s
+                }
+                Err(e @ (ClientError::InvalidArgument(_) | ClientError::Refused(_))) => {
+                    // Not a fault of the run: a bad setting. Stop loudly.
+                    tracing::error!(%e, "the cluster refuses to open a session");
+                    std::process::exit(3);
+                }
+                Err(e) => {
+                    tracing::debug!(%e, "cannot open a session yet");
+                    session = None;
+                    ctx.pace().await;
+                    continue;
+                }
+            },
+        };
+        let resource = RESOURCES[rng.below(RESOURCES.len())];
+        let holder = format!("p{process}/s{}", s.id());
+        let lock = s.lock(resource);
+        ctx.rec
+            .invoke(process, ops::acquire(resource, &holder, None));
+        let guard = match lock.acquire_timeout(Duration::from_secs(3)).await {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                // Not granted in time; a late grant is withdrawn in the
+                // background, so the outcome is unknown.
+                ctx.rec.record(
+                    process,
+                    EventKind::Unknown,
+                    ops::acquire(resource, &holder, None),
+                );
+                continue;
+            }
+            Err(e) => {
+                let kind = match e {
+                    ClientError::Refused(_) => EventKind::Fail,
+                    _ => EventKind::Unknown,
+                };
+                ctx.rec
+                    .record(process, kind, ops::acquire(resource, &holder, None));
+                if !s.is_live() {
+                    session = None;
+                }
+                ctx.pace().await;
+                continue;
+            }
+        };
+        let token = u64::from(guard.token());
+        ctx.rec.record(
+            process,
+            EventKind::Ok,
+            ops::acquire(resource, &holder, Some(token)),
+        );
+        ctx.rec.record(
+            process,
+            EventKind::Ok,
+            ops::hold_start(resource, &holder, token),
+        );
+        // A client that checked its lock once and then writes: a pause (or a
+        // partition) in between makes these writes stale, and the stores
+        // must refuse them.
+        for _ in 0..WRITES_PER_HOLD {
+            tokio::time::sleep(Duration::from_millis(rng.between(2, 10))).await;
+            ctx.rec
+                .invoke(process, ops::gate_write(resource, &holder, token, None));
+            let kind_op = match gate.admit(resource, token).await {
+                Ok(v) => (
+                    EventKind::Ok,
+                    ops::gate_write(resource, &holder, token, Some(v == Verdict::Accepted)),
+                ),
+                Err(e) => {
+                    tracing::debug!(%e, "gate write outcome unknown");
+                    (
+                        EventKind::Unknown,
+                        ops::gate_write(resource, &holder, token, None),
+                    )
+                }
+            };
+            ctx.rec.record(process, kind_op.0, kind_op.1);
+
+            n += 1;
+            let key = format!("fenced/{resource}");
+            let value = format!("p{process}-{n}");
+            ctx.rec
+                .invoke(process, ops::kv_write(resource, &key, &holder, token, None));
+            let (kind, accepted) = match guard.put(&key, &value).await {
+                Ok(()) => (EventKind::Ok, Some(true)),
+                Err(e) if e.is_stale_fence() => (EventKind::Ok, Some(false)),
+                Err(e) => (write_failure(&e), None),
+            };
+            let accepted = if kind == EventKind::Ok {
+                accepted
+            } else {
+                None
+            };
+            ctx.rec.record(
+                process,
+                kind,
+                ops::kv_write(resource, &key, &holder, token, accepted),
+            );
+        }
+        ctx.rec.record(
+            process,
+            EventKind::Ok,
+            ops::hold_end(resource, &holder, token),
+        );
+        if let Err(e) = guard.release().await {
+            tracing::debug!(%e, "release failed");
+        }
+        if !s.is_live() {
+            session = None;
+        }
+        ctx.pace().await;
+    }
+    if let Some(s) = session {
+        let _ = s.close().await;
+    }
+}
