@@ -119,6 +119,22 @@ fn parse_kinds(s: &str) -> Result<Kind, String> {
     Kind::parse(s).ok_or_else(|| format!("unknown fault kind {s:?}: use kill, pause or partition"))
 }
 
+/// Resolves on SIGINT or SIGTERM, with the signal's name.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without handlers the default actions apply; wait forever.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -201,7 +217,26 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match rt.block_on(run::run(cfg)) {
+            // Everything after the fault phase (healing, stopping the
+            // clients, the full restart, the checkers) is bounded too: a run
+            // never hangs its caller (CI) for longer than this.
+            let limit = duration + Duration::from_secs(300);
+            let outcome = rt.block_on(async {
+                tokio::select! {
+                    r = tokio::time::timeout(limit, run::run(cfg)) => r.unwrap_or_else(|_| {
+                        Err(error::Error::Cluster(format!(
+                            "the run did not finish within {limit:?}; replicas and workers \
+                             were killed"
+                        )))
+                    }),
+                    // Dropping the run kills the replicas and workers and
+                    // removes the namespaces.
+                    name = interrupted() => Err(error::Error::Usage(format!(
+                        "{name}: replicas and workers were killed, namespaces removed"
+                    ))),
+                }
+            });
+            match outcome {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {

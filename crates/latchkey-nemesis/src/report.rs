@@ -381,4 +381,48 @@ mod tests {
         assert!(problems.iter().any(|p| p.contains("read-back")));
         assert!(!problems.iter().any(|p| p.contains("granted")));
     }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            seed: 9,
+            replay: "cargo xtask soak --seconds 10 --seed 9".into(),
+            network: "loopback".into(),
+            kinds: vec![Kind::Kill],
+            planned: 1,
+            schedule: "  1. kill\n".into(),
+            start_ns: 0,
+            fault_end_ns: 10,
+            end_ns: 20,
+            failure: None,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_violation_fails_the_run_with_its_witness() {
+        // Two holders granted the same token: lock safety must fail, and
+        // the report must say FAIL and show the events.
+        let mut h = HistoryBuilder::new();
+        h.invoke(1, 1, ops::acquire("r", "a", None));
+        h.ok(1, 2, ops::acquire("r", "a", Some(5)));
+        h.invoke(2, 3, ops::acquire("r", "b", None));
+        h.ok(2, 4, ops::acquire("r", "b", Some(5)));
+        let history = h.build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let passed = write(dir.path(), &info(), &history, &[], &[]).unwrap();
+        assert!(!passed);
+        let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        assert!(
+            summary.starts_with("# latchkey nemesis run: FAIL"),
+            "{summary}"
+        );
+        assert!(summary.contains("**lock safety**: FAIL"), "{summary}");
+        assert!(summary.contains("Witness"), "{summary}");
+        let verdicts = std::fs::read_to_string(dir.path().join("verdicts.json")).unwrap();
+        assert!(verdicts.contains("\"fail\""));
+        assert!(dir.path().join("timeline.svg").exists());
+        assert!(dir.path().join("history.jsonl").exists());
+        // The saved history re-checks to the same answer.
+        assert!(!recheck(dir.path()).unwrap());
+    }
 }
