@@ -187,9 +187,11 @@ fn main() -> ExitCode {
                 .map(|k| format!("{k:?}").to_lowercase())
                 .collect();
             let replay = format!(
-                "cargo xtask soak --seconds {} --seed {seed} --nemesis {}",
+                "cargo xtask soak --seconds {} --seed {seed} --nemesis {} --lock-workers \
+                 {lock_workers} --ttl {}ms",
                 duration.as_secs(),
-                kinds.join(",")
+                kinds.join(","),
+                ttl.as_millis()
             );
             let out = out.unwrap_or_else(|| run::default_out(&PathBuf::from("soak-results"), seed));
             eprintln!(
