@@ -27,6 +27,7 @@ mod error;
 mod failure;
 mod fence;
 mod kv;
+mod lease_clock;
 mod lock;
 mod router;
 

@@ -63,6 +63,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::kv::{decode_reply, MAX_MESSAGE_BYTES};
+use crate::lease_clock;
 use crate::router::{classify_status, Attempt, Target};
 use crate::{Batch, Client, Consistency, Error};
 
@@ -276,11 +277,11 @@ impl Client {
         within: Duration,
     ) -> Result<(CommandResult, Instant), Error> {
         let attempt = self.router().options().attempt_timeout.min(within);
-        let mut sent = Instant::now();
+        let mut sent = lease_clock::now();
         let result = self
             .router()
             .call_with(false, within, attempt, |target, _| {
-                sent = Instant::now();
+                sent = lease_clock::now();
                 async move {
                     match target {
                         Target::Local(local) => {
@@ -326,9 +327,9 @@ async fn watchdog(
     let interval = ttl / 3;
     let mut next = opened + interval;
     loop {
-        tokio::time::sleep_until(next.into()).await;
+        tokio::time::sleep_until(lease_clock::timer(next)).await;
         let valid_until = lease.borrow().valid_until;
-        let now = Instant::now();
+        let now = lease_clock::now();
         if now >= valid_until {
             mark_lost(
                 &lease,
@@ -339,7 +340,7 @@ async fn watchdog(
         }
         match client.keep_alive_call(id, valid_until - now).await {
             Ok((Ok(_), sent)) => {
-                let acked = Instant::now();
+                let acked = lease_clock::now();
                 if acked >= valid_until {
                     // Guards may already have reported the lock lost: stay lost.
                     mark_lost(
@@ -450,10 +451,14 @@ impl Session {
         let l = self.inner.lease.borrow();
         l.lost.is_none()
             && !self.inner.closed.load(Ordering::SeqCst)
-            && Instant::now() < l.valid_until
+            && lease_clock::now() < l.valid_until
     }
 
-    /// Until when (monotonic clock) the lease is vouched for.
+    /// Until when the lease is vouched for, on the lease clock: `Instant`
+    /// moved forward by any time the machine spent suspended since the
+    /// client started (CLOCK_BOOTTIME), so a suspend ends the lease as it
+    /// does on the cluster. Compare with `Instant::now()` only as an
+    /// estimate; [`Session::is_live`] is exact.
     pub fn valid_until(&self) -> Instant {
         self.inner.lease.borrow().valid_until
     }
@@ -472,8 +477,8 @@ impl Session {
                 return;
             }
             tokio::select! {
-                _ = tokio::time::sleep_until(valid_until.into()) => {
-                    if Instant::now() >= rx.borrow().valid_until { return; }
+                _ = tokio::time::sleep_until(lease_clock::timer(valid_until)) => {
+                    if lease_clock::now() >= rx.borrow().valid_until { return; }
                 }
                 changed = rx.changed() => if changed.is_err() { return; },
             }
@@ -697,7 +702,7 @@ impl Lock {
             request_id,
             armed: true,
         };
-        let first_sent = Instant::now();
+        let first_sent = lease_clock::now();
         // A lower bound of the grant time: the send of the latest attempt
         // whose proposal was answered "still queued" (the grant came after
         // it), else the first send.
@@ -705,7 +710,7 @@ impl Lock {
         let client = session.client();
         let give_up = first_sent + Duration::from_millis(wait_ms.unwrap_or(0)) + CANCEL_GRACE;
         loop {
-            let attempt_sent = Instant::now();
+            let attempt_sent = lease_clock::now();
             let result = if wait_ms.is_some() {
                 let hold = give_up
                     .saturating_duration_since(attempt_sent)
@@ -731,7 +736,7 @@ impl Lock {
                 }
                 Ok(Outcome::Lock(LockOutcome::Queued { .. })) => {
                     lease_base = attempt_sent;
-                    if Instant::now() < give_up {
+                    if lease_clock::now() < give_up {
                         continue;
                     }
                     let answer = self.cancel(request_id, lease_base).await;
@@ -934,7 +939,7 @@ impl LockGuard {
     pub fn is_held(&self) -> bool {
         !self.released.load(Ordering::SeqCst)
             && self.session.is_live()
-            && self.lease_until.is_none_or(|t| Instant::now() < t)
+            && self.lease_until.is_none_or(|t| lease_clock::now() < t)
     }
 
     /// Resolves once the lock can no longer be relied on: the session is
@@ -943,7 +948,7 @@ impl LockGuard {
         match self.lease_until {
             Some(t) => tokio::select! {
                 _ = self.session.lost() => {}
-                _ = tokio::time::sleep_until(t.into()) => {}
+                _ = tokio::time::sleep_until(lease_clock::timer(t)) => {}
             },
             None => self.session.lost().await,
         }
