@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use latchkey_check::history::{DurabilityOp, LockOp, RegisterOp, SequenceOp};
-use latchkey_check::{check_all, History, Op, Outcome, Status, Verdict};
+use latchkey_check::{History, Op, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -161,19 +161,20 @@ pub fn write(
     windows: &[FaultWindow],
     leaders: &[LeaderSample],
 ) -> Result<bool> {
-    let verdicts = check_all(history);
+    let save = |name: &str, text: &str| {
+        std::fs::write(out.join(name), text).map_err(Error::io(format!("write {name}")))
+    };
+    // The raw material first: if a checker fails to finish, it is kept.
+    save("history.jsonl", &history.to_json_lines())?;
+    save("nemesis.jsonl", &json_lines(windows))?;
+    save("leaders.jsonl", &json_lines(leaders))?;
+
+    let verdicts = timed_checks(history);
     let counts = count(history);
     let problems = activity_problems(&counts);
     let passed = info.failure.is_none()
         && problems.is_empty()
         && verdicts.iter().all(|v| v.status == Status::Pass);
-
-    let save = |name: &str, text: &str| {
-        std::fs::write(out.join(name), text).map_err(Error::io(format!("write {name}")))
-    };
-    save("history.jsonl", &history.to_json_lines())?;
-    save("nemesis.jsonl", &json_lines(windows))?;
-    save("leaders.jsonl", &json_lines(leaders))?;
     let verdicts_json = serde_json::to_string_pretty(&verdicts)
         .map_err(|e| Error::History(format!("encode the verdicts: {e}")))?;
     save("verdicts.json", &verdicts_json)?;
@@ -193,6 +194,29 @@ pub fn write(
     eprintln!("{summary}");
     eprintln!("nemesis: report in {}", out.display());
     Ok(passed)
+}
+
+/// Runs every checker, printing how long each took.
+fn timed_checks(history: &History) -> Vec<Verdict> {
+    let checkers: [(&str, fn(&History) -> Verdict); 4] = [
+        ("lock safety", latchkey_check::lock_safety::check),
+        ("linearizability", latchkey_check::linearizable::check),
+        ("sequences", latchkey_check::sequences::check),
+        ("durability", latchkey_check::durability::check),
+    ];
+    checkers
+        .iter()
+        .map(|(name, check)| {
+            let started = std::time::Instant::now();
+            let v = check(history);
+            eprintln!(
+                "nemesis: checked {name} in {:.1} s: {:?}",
+                started.elapsed().as_secs_f64(),
+                v.status
+            );
+            v
+        })
+        .collect()
 }
 
 fn json_lines<T: Serialize>(items: &[T]) -> String {
@@ -340,13 +364,35 @@ pub fn summary(
 }
 
 /// Re-checks the history of a report folder; prints the verdicts.
+/// When the folder has no `history.jsonl` (the run was cut short), the
+/// per-process histories in `workers/` are merged instead.
 pub fn recheck(folder: &Path) -> Result<bool> {
     let path = folder.join("history.jsonl");
-    let text =
-        std::fs::read_to_string(&path).map_err(Error::io(format!("read {}", path.display())))?;
-    let history = History::from_json_lines(&text)
-        .map_err(|e| Error::History(format!("{}: {e}", path.display())))?;
-    let verdicts = check_all(&history);
+    let history = if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("read {}", path.display())))?;
+        History::from_json_lines(&text)
+            .map_err(|e| Error::History(format!("{}: {e}", path.display())))?
+    } else {
+        let dir = folder.join("workers");
+        let mut names: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+            .map_err(Error::io(format!("list {}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        names.sort();
+        eprintln!(
+            "check: no history.jsonl; merging {} files of {}",
+            names.len(),
+            dir.display()
+        );
+        let mut files = Vec::new();
+        for n in &names {
+            files.push(crate::record::read_events(n)?);
+        }
+        crate::record::merge(files)?
+    };
+    let verdicts = timed_checks(&history);
     for v in &verdicts {
         eprintln!("{v}");
     }

@@ -46,8 +46,13 @@ pub enum Role {
 
 /// The lock resources the lock workers share.
 pub const RESOURCES: [&str; 2] = ["res0", "res1"];
-/// The register keys.
-pub const REGISTERS: [&str; 3] = ["reg/0", "reg/1", "reg/2"];
+/// The register keys of one generation: `reg/<generation>/<i>`.
+pub const REGISTERS: usize = 3;
+/// How long the register workload stays on one generation of keys. The
+/// linearizability search is exponential in the worst case, so each key's
+/// history is kept to some hundreds of operations (latchkey-check's advice):
+/// every 20 s the tasks move to fresh keys.
+pub const KEY_GENERATION_NS: u64 = 20_000_000_000;
 /// The sequence key.
 pub const SEQUENCE: &str = "seq/main";
 /// The prefix of the durability workload's keys.
@@ -166,10 +171,18 @@ fn write_failure(e: &ClientError) -> EventKind {
 async fn register_task(ctx: &Ctx, process: u64, mut rng: Rng) {
     let mut n = 0u64;
     // The last value this task saw per key: what a compare-and-put expects.
-    let mut seen: [Option<String>; REGISTERS.len()] = Default::default();
+    let mut seen: [Option<String>; REGISTERS] = Default::default();
+    let start = crate::clock::now_ns();
+    let mut generation = 0;
     while !ctx.stopping() {
-        let k = rng.below(REGISTERS.len());
-        let key = REGISTERS[k];
+        let now_generation = (crate::clock::now_ns() - start) / KEY_GENERATION_NS;
+        if now_generation != generation {
+            generation = now_generation;
+            seen = Default::default();
+        }
+        let k = rng.below(REGISTERS);
+        let key = format!("reg/{generation}/{k}");
+        let key = key.as_str();
         n += 1;
         let value = format!("p{process}-{n}");
         match rng.below(10) {
