@@ -196,9 +196,12 @@ pub fn write(
     Ok(passed)
 }
 
+/// A checker of `latchkey-check`.
+type Checker = fn(&History) -> Verdict;
+
 /// Runs every checker, printing how long each took.
 fn timed_checks(history: &History) -> Vec<Verdict> {
-    let checkers: [(&str, fn(&History) -> Verdict); 4] = [
+    let checkers: [(&str, Checker); 4] = [
         ("lock safety", latchkey_check::lock_safety::check),
         ("linearizability", latchkey_check::linearizable::check),
         ("sequences", latchkey_check::sequences::check),
