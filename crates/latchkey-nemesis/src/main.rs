@@ -91,6 +91,21 @@ enum Cmd {
         /// The report folder.
         folder: PathBuf,
     },
+    /// Redraws a report folder's timeline for a window of the run (long
+    /// runs make wide pictures).
+    Timeline {
+        /// The report folder.
+        folder: PathBuf,
+        /// Start of the window, in seconds since the start of the run.
+        #[arg(long, default_value_t = 0.0)]
+        from: f64,
+        /// End of the window (default: the end of the run).
+        #[arg(long)]
+        to: Option<f64>,
+        /// The SVG file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or bare seconds.
@@ -161,6 +176,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Timeline {
+            folder,
+            from,
+            to,
+            out,
+        } => match report::redraw(&folder, from, to, &out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("timeline: {e}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Check { folder } => match report::recheck(&folder) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

@@ -51,6 +51,81 @@ pub struct RunInfo {
     pub notes: Vec<String>,
 }
 
+/// `run.json`: when the run's phases were (CLOCK_MONOTONIC, ns), for
+/// redrawing its timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTimes {
+    pub seed: u64,
+    pub start_ns: u64,
+    pub fault_end_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Draws the timeline of a report folder between `from` and `to` (seconds
+/// since the start of the run; `to` defaults to the end) into `out`.
+pub fn redraw(folder: &Path, from: f64, to: Option<f64>, out: &Path) -> Result<()> {
+    let read = |name: &str| {
+        let p = folder.join(name);
+        std::fs::read_to_string(&p).map_err(Error::io(format!("read {}", p.display())))
+    };
+    let history = History::from_json_lines(&read("history.jsonl")?)
+        .map_err(|e| Error::History(e.to_string()))?;
+    let parse_lines = |text: String, name: &str| -> Result<Vec<serde_json::Value>> {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).map_err(|e| Error::History(format!("{name}: {e}"))))
+            .collect()
+    };
+    let faults: Vec<FaultWindow> = parse_lines(read("nemesis.jsonl")?, "nemesis.jsonl")?
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let leaders: Vec<LeaderSample> = parse_lines(read("leaders.jsonl")?, "leaders.jsonl")?
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    let last_event = history.events().last().map_or(0, |e| e.time_ns);
+    // Runs of older builds have no run.json: start at the first sample.
+    let times = match read("run.json")
+        .ok()
+        .and_then(|t| serde_json::from_str::<RunTimes>(&t).ok())
+    {
+        Some(t) => t,
+        None => RunTimes {
+            seed: 0,
+            start_ns: leaders.first().map_or(0, |s| s.time_ns),
+            fault_end_ns: 0,
+            end_ns: last_event,
+        },
+    };
+    let at = |s: f64| times.start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
+    let t0 = at(from);
+    let t1 = to
+        .map_or(times.end_ns, at)
+        .min(times.end_ns.max(last_event));
+    if t1 <= t0 {
+        return Err(Error::Usage(format!(
+            "the window {from} s .. {to:?} s is empty (the run lasted {:.0} s)",
+            (times.end_ns.saturating_sub(times.start_ns)) as f64 / 1e9
+        )));
+    }
+    let markers = if times.fault_end_ns > 0 {
+        vec![(times.fault_end_ns, "faults end, all healed".to_owned())]
+    } else {
+        Vec::new()
+    };
+    let svg = timeline::render(
+        &history,
+        &faults,
+        &leaders,
+        &markers,
+        times.start_ns,
+        t0,
+        t1,
+    );
+    std::fs::write(out, svg).map_err(Error::io(format!("write {}", out.display())))
+}
+
 /// Counts of what the workloads did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
@@ -168,6 +243,13 @@ pub fn write(
     save("history.jsonl", &history.to_json_lines())?;
     save("nemesis.jsonl", &json_lines(windows))?;
     save("leaders.jsonl", &json_lines(leaders))?;
+    let run = RunTimes {
+        seed: info.seed,
+        start_ns: info.start_ns,
+        fault_end_ns: info.fault_end_ns,
+        end_ns: info.end_ns,
+    };
+    save("run.json", &serde_json::to_string(&run).unwrap_or_default())?;
 
     let verdicts = timed_checks(history);
     let counts = count(history);
@@ -185,6 +267,7 @@ pub fn write(
             windows,
             leaders,
             &[(info.fault_end_ns, "faults end, all healed".to_owned())],
+            info.start_ns,
             info.start_ns,
             info.end_ns,
         ),

@@ -26,7 +26,11 @@ const TOP: f64 = 48.0;
 
 struct Canvas {
     body: String,
+    /// Where "0 s" is: the start of the run.
+    origin: u64,
+    /// The window drawn.
     t0: u64,
+    t1: u64,
     px_per_s: f64,
 }
 
@@ -35,7 +39,22 @@ impl Canvas {
         LEFT + (t.saturating_sub(self.t0)) as f64 / 1e9 * self.px_per_s
     }
 
+    /// Seconds since the start of the run, for labels.
+    fn secs(&self, t: u64) -> f64 {
+        (t.saturating_sub(self.origin)) as f64 / 1e9
+    }
+
+    fn visible(&self, t: u64) -> bool {
+        (self.t0..=self.t1).contains(&t)
+    }
+
+    /// A bar on `row` from `from` to `to`, cut to the window (nothing when
+    /// it lies outside).
     fn rect(&mut self, row: usize, from: u64, to: u64, inset: f64, color: &str, title: &str) {
+        let (from, to) = (from.max(self.t0), to.min(self.t1));
+        if from > to {
+            return;
+        }
         let x = self.x(from);
         let w = (self.x(to) - x).max(1.0);
         let y = TOP + row as f64 * ROW + inset;
@@ -84,6 +103,7 @@ pub fn render(
     faults: &[FaultWindow],
     leaders: &[LeaderSample],
     markers: &[(u64, String)],
+    origin: u64,
     t0: u64,
     t1: u64,
 ) -> String {
@@ -116,7 +136,9 @@ pub fn render(
 
     let mut c = Canvas {
         body: String::new(),
+        origin,
         t0,
+        t1,
         px_per_s,
     };
     let height = TOP + rows.len() as f64 * ROW + 40.0;
@@ -161,8 +183,8 @@ pub fn render(
                 "{} {} from {:.2}s to {:.2}s",
                 f.kind,
                 f.target,
-                (f.start_ns.saturating_sub(t0)) as f64 / 1e9,
-                (f.end_ns.saturating_sub(t0)) as f64 / 1e9
+                c.secs(f.start_ns),
+                c.secs(f.end_ns)
             );
             c.rect(row, f.start_ns, f.end_ns, 3.0, fault_color(&f.kind), &title);
         }
@@ -210,7 +232,11 @@ pub fn render(
                 token,
                 accepted: Some(false),
             } => {
-                if let Some(r) = resources.iter().position(|x| x == resource) {
+                if let Some(r) = resources
+                    .iter()
+                    .position(|x| x == resource)
+                    .filter(|_| c.visible(e.time_ns))
+                {
                     let row = first_resource_row + r;
                     let (store, inset) = match target {
                         FenceTarget::Gate => ("fence gate".to_owned(), 0.0),
@@ -224,7 +250,7 @@ pub fn render(
                         x - 1.0,
                         escape(&format!(
                             "{store} refused stale token {token} from {holder} at {:.3}s",
-                            (e.time_ns.saturating_sub(t0)) as f64 / 1e9
+                            c.secs(e.time_ns)
                         ))
                     );
                 }
@@ -252,9 +278,11 @@ pub fn render(
         .into_iter()
         .find(|s| s * px_per_s >= 80.0)
         .unwrap_or(600.0);
-    let mut t = 0.0;
-    while t <= span_s {
-        let x = LEFT + t * px_per_s;
+    // Ticks at whole multiples of `step` since the start of the run.
+    let offset = (t0.saturating_sub(origin)) as f64 / 1e9;
+    let mut t = (offset / step).ceil() * step;
+    while t <= offset + span_s {
+        let x = LEFT + (t - offset) * px_per_s;
         let _ = writeln!(
             c.body,
             r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{axis_y:.1}" stroke="#ccc" stroke-width="0.5"/>"##
@@ -264,6 +292,9 @@ pub fn render(
     }
 
     for (t, label) in markers {
+        if !c.visible(*t) {
+            continue;
+        }
         let x = c.x(*t);
         let _ = writeln!(
             c.body,
@@ -280,7 +311,9 @@ pub fn render(
     );
     let _ = writeln!(
         svg,
-        r##"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="16" font-size="13">latchkey nemesis run, {span_s:.0} s. Replica rows: green = leader, red = killed, orange = paused (SIGSTOP), purple = partitioned. Lock rows: one bar per grant (label: fencing token); red marks: stale writes refused (top: fence gate, bottom: fenced KV).</text>"##
+        r##"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="16" font-size="13">latchkey nemesis run, {:.0} s to {:.0} s. Replica rows: green = leader, red = killed, orange = paused (SIGSTOP), purple = partitioned. Lock rows: one bar per grant (label: fencing token); red marks: stale writes refused (top: fence gate, bottom: fenced KV).</text>"##,
+        offset,
+        offset + span_s
     );
     svg.push_str(&c.body);
     svg.push_str("</svg>\n");
@@ -305,10 +338,14 @@ fn hold_bar(
 ) {
     let title = format!(
         "token {token} held by {holder} from {:.3}s to {:.3}s",
-        (from.saturating_sub(c.t0)) as f64 / 1e9,
-        (to.saturating_sub(c.t0)) as f64 / 1e9
+        c.secs(from),
+        c.secs(to)
     );
     c.rect(row, from, to, 5.0, &holder_color(process), &title);
+    let (from, to) = (from.max(c.t0), to.min(c.t1));
+    if from > to {
+        return;
+    }
     let w = c.x(to) - c.x(from);
     let label = token.to_string();
     if w > 7.0 * label.len() as f64 {
@@ -365,7 +402,7 @@ mod tests {
             },
         ];
         let markers = vec![(6_000_000_000, "faults end".to_owned())];
-        let svg = render(&history, &faults, &leaders, &markers, 0, 10_000_000_000);
+        let svg = render(&history, &faults, &leaders, &markers, 0, 0, 10_000_000_000);
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("kill n2 from 2.00s to 3.00s"));
@@ -375,5 +412,24 @@ mod tests {
         assert!(svg.contains("fence gate refused stale token 7"));
         assert!(svg.contains(">lock res0<"));
         assert!(svg.contains(">faults end<"));
+
+        // A window: only what overlaps it, labelled in run time.
+        let svg = render(
+            &history,
+            &faults,
+            &leaders,
+            &markers,
+            0,
+            2_500_000_000,
+            3_500_000_000,
+        );
+        assert!(svg.contains("kill n2 from 2.00s to 3.00s"));
+        assert!(svg.contains("token 7 held by p1/s1"));
+        assert!(
+            !svg.contains("refused stale token"),
+            "the refusal at 1.3 s is outside"
+        );
+        assert!(!svg.contains(">faults end<"));
+        assert!(svg.contains(">3s<"));
     }
 }
