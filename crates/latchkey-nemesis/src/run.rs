@@ -172,7 +172,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         }
         eprintln!(
             "nemesis: [{:>6.1}s] {}. {}",
-            (now_ns() - run_start) as f64 / 1e9,
+            now_ns().saturating_sub(run_start) as f64 / 1e9,
             n + 1,
             step.fault
         );

@@ -175,7 +175,7 @@ async fn register_task(ctx: &Ctx, process: u64, mut rng: Rng) {
     let start = crate::clock::now_ns();
     let mut generation = 0;
     while !ctx.stopping() {
-        let now_generation = (crate::clock::now_ns() - start) / KEY_GENERATION_NS;
+        let now_generation = crate::clock::now_ns().saturating_sub(start) / KEY_GENERATION_NS;
         if now_generation != generation {
             generation = now_generation;
             seen = Default::default();
