@@ -262,8 +262,13 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     let passed = report::write(&cfg.out, &info, &history, &windows, &leaders)?;
     let _ = std::fs::remove_file(cfg.out.join("gate.sock"));
     if passed && failure.is_none() {
-        // The replicas' data is only worth keeping to debug a failure.
+        // The replicas' data, and the per-process histories now merged into
+        // history.jsonl, are only worth keeping to debug a failure.
         let _ = std::fs::remove_dir_all(cfg.out.join("data"));
+        for w in &workers.0 {
+            let _ = std::fs::remove_file(&w.history);
+        }
+        let _ = std::fs::remove_file(cfg.out.join("workers/controller.jsonl"));
     }
     Ok(passed && failure.is_none())
 }
