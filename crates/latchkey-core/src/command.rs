@@ -55,6 +55,14 @@ pub enum Command {
     /// writes. See [`crate::lock`]. Returns [`Outcome::Lock`] (or
     /// [`Outcome::Batch`] for a fenced write).
     Lock(crate::lock::LockCommand),
+    /// Several independent commands in one log entry, formed by the leader
+    /// from concurrent client requests so they share one fsync. Each is
+    /// applied in order exactly as if it were an entry of its own with this
+    /// entry's `now`: with its own validation, atomicity and result, so one
+    /// refused command neither writes anything nor affects the others.
+    /// Returns [`Outcome::Group`] with one result per command. Proposed by
+    /// the leader only; a group never nests.
+    Group { commands: Vec<Command> },
 }
 
 impl Command {
@@ -77,6 +85,7 @@ impl Command {
             Command::DeleteRange { start, end } => start.len() + end.len(),
             Command::Batch { conditions, ops } => batch_payload_len(conditions, ops),
             Command::Lock(lock) => lock.payload_len(),
+            Command::Group { commands } => commands.iter().map(Command::payload_len).sum(),
         }
     }
 }
@@ -189,6 +198,8 @@ pub enum Outcome {
     },
     /// The result of a lock-service command or query.
     Lock(crate::lock::LockOutcome),
+    /// The results of a [`Command::Group`], one per command, in order.
+    Group(Vec<CommandResult>),
 }
 
 /// Outcome of applying one log entry or serving one query: deterministic, so

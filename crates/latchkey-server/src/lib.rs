@@ -32,6 +32,7 @@ mod node;
 mod replica;
 mod services;
 mod settings;
+mod write_queue;
 
 pub use latchkey_client::{Client, ClientOptions, NodeStatus};
 pub use node::{Node, NodeBuilder};

@@ -4,20 +4,21 @@
 //! a request behaves the same whichever way it arrives.
 
 use std::sync::RwLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use latchkey_client::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
 use latchkey_core::lock::{
     LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState, WaitEnd,
 };
 use latchkey_core::{
-    validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query, Request,
+    validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
 use latchkey_storage::{StateReader, TypeConfig};
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::{Raft, ServerState};
 
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
+use crate::write_queue::{hint, WriteQueue};
 
 /// A running replica's request path.
 pub struct Replica {
@@ -29,22 +30,7 @@ pub struct Replica {
     write_timeout: Duration,
     read_timeout: Duration,
     locks: LockShared,
-}
-
-/// Wall-clock milliseconds: the `now` a leader stamps on each entry. The core
-/// keeps the largest value seen, so a clock stepping back is harmless.
-fn wall_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-fn hint(f: &ForwardToLeader<u64, BasicNode>) -> Option<(u64, String)> {
-    match (f.leader_id, &f.leader_node) {
-        (Some(id), Some(node)) => Some((id, node.addr.clone())),
-        _ => None,
-    }
+    writes: WriteQueue,
 }
 
 impl Replica {
@@ -56,9 +42,11 @@ impl Replica {
         read_timeout: Duration,
         locks: LockShared,
     ) -> Self {
+        let writes = WriteQueue::start(raft.clone(), write_timeout);
         Replica {
             id,
             raft,
+            writes,
             reader: RwLock::new(Some(reader)),
             write_timeout,
             read_timeout,
@@ -98,6 +86,11 @@ impl Replica {
     /// leader's own lock commands (expiries) are refused: only its timers
     /// propose them.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+        if let Command::Group { .. } = &command {
+            return Err(ReplicaFailure::InvalidArgument(
+                "command groups are formed by the leader only; send the commands one by one".into(),
+            ));
+        }
         if let Command::Lock(lock) = &command {
             if lock.proposer() == Proposer::Leader {
                 return Err(ReplicaFailure::InvalidArgument(
@@ -121,23 +114,9 @@ impl Replica {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        let request = Request {
-            now: wall_millis(),
-            command,
-        };
-        match tokio::time::timeout(self.write_timeout, self.raft.client_write(request)).await {
-            Ok(Ok(response)) => Ok(response.data),
-            // Either refused before appending, or appended and then truncated
-            // by a new leader: in both cases it was never committed.
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(ReplicaFailure::NotLeader { leader: hint(&f) })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(ReplicaFailure::InvalidArgument(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(e))) => Err(ReplicaFailure::UnknownOutcome(format!(
-                "replica stopped while the write was pending: {e}"
-            ))),
+        // Bounded here as a whole, including the wait in the queue.
+        match tokio::time::timeout(self.write_timeout, self.writes.propose(command)).await {
+            Ok(result) => result,
             Err(_) => Err(ReplicaFailure::UnknownOutcome(format!(
                 "the write did not commit within {:?}",
                 self.write_timeout
