@@ -29,6 +29,7 @@
 mod locks;
 mod network;
 mod node;
+mod read_gate;
 mod replica;
 mod services;
 mod settings;

@@ -14,11 +14,11 @@ use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
 use latchkey_storage::{StateReader, TypeConfig};
-use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::{Raft, ServerState};
 
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
-use crate::write_queue::{hint, WriteQueue};
+use crate::read_gate::ReadGate;
+use crate::write_queue::WriteQueue;
 
 /// A running replica's request path.
 pub struct Replica {
@@ -31,6 +31,7 @@ pub struct Replica {
     read_timeout: Duration,
     locks: LockShared,
     writes: WriteQueue,
+    reads: ReadGate,
 }
 
 impl Replica {
@@ -43,10 +44,12 @@ impl Replica {
         locks: LockShared,
     ) -> Self {
         let writes = WriteQueue::start(raft.clone(), write_timeout);
+        let reads = ReadGate::start(raft.clone());
         Replica {
             id,
             raft,
             writes,
+            reads,
             reader: RwLock::new(Some(reader)),
             write_timeout,
             read_timeout,
@@ -134,40 +137,50 @@ impl Replica {
         self.local_query(&query)
     }
 
-    /// Confirm leadership with a quorum round begun now; with `wait_applied`,
-    /// also wait until everything committed so far is applied here
+    /// Confirm leadership with a quorum round begun after this call (shared
+    /// with concurrent reads, see [`ReadGate`]); with `wait_applied`, also
+    /// wait until everything committed before the round is applied here
     /// (ReadIndex).
     async fn confirm(&self, wait_applied: bool) -> Result<(), ReplicaFailure> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        let result = if wait_applied {
-            tokio::time::timeout(self.read_timeout, async {
-                self.raft.ensure_linearizable().await.map(|_| ())
-            })
-            .await
-        } else {
-            tokio::time::timeout(self.read_timeout, async {
-                self.raft.get_read_log_id().await.map(|_| ())
-            })
-            .await
+        let confirmed = async {
+            let read_index = self.reads.confirm().await?;
+            if wait_applied {
+                self.wait_applied(read_index).await?;
+            }
+            Ok(())
         };
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ReplicaFailure::NotLeader { leader: hint(&f) })
-            }
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => {
-                Err(ReplicaFailure::Unavailable(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(e))) => {
-                Err(ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
-            }
+        match tokio::time::timeout(self.read_timeout, confirmed).await {
+            Ok(result) => result,
             Err(_) => Err(ReplicaFailure::Unavailable(format!(
                 "could not confirm leadership within {:?}",
                 self.read_timeout
             ))),
         }
+    }
+
+    /// Wait until the entry at `read_index` is applied and visible to reads.
+    async fn wait_applied(&self, read_index: Option<u64>) -> Result<(), ReplicaFailure> {
+        let Some(index) = read_index else {
+            return Ok(());
+        };
+        let visible = {
+            let reader = self.reader.read().unwrap_or_else(|p| p.into_inner());
+            reader.as_ref().and_then(StateReader::last_applied_index)
+        };
+        if visible.is_some_and(|applied| applied >= index) {
+            return Ok(());
+        }
+        // openraft publishes the applied index after the state machine has
+        // committed it, so this is never earlier than the reader's index.
+        self.raft
+            .wait(None)
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+            .map(|_| ())
+            .map_err(|e| ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
     }
 
     /// One leadership confirmation round (for keep-alives).
