@@ -54,3 +54,109 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     }
     Ok(value)
 }
+
+/// Serde helpers for `Vec<u8>` fields: (de)serialize them as one byte
+/// string (`serialize_bytes` / `deserialize_bytes`) instead of one `u8` at a
+/// time. bincode writes both forms identically (a length, then the bytes),
+/// so the encoding does not change; only the per-byte calls go. Decoding
+/// borrows the bytes from the input before copying them, so a hostile
+/// length prefix fails on the short input without allocating the claim.
+///
+/// Use as `#[serde(with = "latchkey_core::codec::bytes")]`.
+pub mod bytes {
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    /// Serialize `value` as one byte string.
+    pub fn serialize<S: Serializer>(value: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(value)
+    }
+
+    /// Deserialize a byte string (or, from formats without one, a sequence
+    /// of bytes).
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        deserializer.deserialize_bytes(BytesVisitor)
+    }
+
+    pub(super) struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a byte string")
+        }
+
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+
+        fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// [`bytes`] for `Option<Vec<u8>>` fields.
+///
+/// Use as `#[serde(with = "latchkey_core::codec::opt_bytes")]`.
+pub mod opt_bytes {
+    use serde::de::{Deserializer, Error, Visitor};
+    use serde::{Serialize, Serializer};
+
+    struct AsBytes<'a>(&'a [u8]);
+
+    impl Serialize for AsBytes<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(self.0)
+        }
+    }
+
+    /// Serialize `value` as an option of one byte string.
+    pub fn serialize<S: Serializer>(
+        value: &Option<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => serializer.serialize_some(&AsBytes(v)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    /// Deserialize an option of a byte string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        deserializer.deserialize_option(OptVisitor)
+    }
+
+    struct OptVisitor;
+
+    impl<'de> Visitor<'de> for OptVisitor {
+        type Value = Option<Vec<u8>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an optional byte string")
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_bytes(super::bytes::BytesVisitor).map(Some)
+        }
+    }
+}

@@ -24,23 +24,49 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Set `key` to `value`. Returns [`Outcome::Done`].
-    Put { key: Vec<u8>, value: Vec<u8> },
+    Put {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
+    },
     /// Set `key` to `value` only if it has no value. Returns
     /// [`Outcome::Previous`]: `None` if written, otherwise the existing value.
-    PutIfAbsent { key: Vec<u8>, value: Vec<u8> },
+    PutIfAbsent {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
+    },
     /// Set `key` to `value` only if its current value equals `expected`
     /// (`None`: the key must be absent). Returns [`Outcome::Swapped`].
     CompareAndPut {
+        #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        #[serde(with = "crate::codec::opt_bytes")]
         expected: Option<Vec<u8>>,
+        #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     /// Set `key` to `value` and return the previous value as [`Outcome::Previous`].
-    GetAndPut { key: Vec<u8>, value: Vec<u8> },
+    GetAndPut {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
+    },
     /// Remove `key`. Returns [`Outcome::Deleted`] with 0 or 1.
-    Delete { key: Vec<u8> },
+    Delete {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+    },
     /// Remove every key in `[start, end)`. Returns [`Outcome::Deleted`] with the count.
-    DeleteRange { start: Vec<u8>, end: Vec<u8> },
+    DeleteRange {
+        #[serde(with = "crate::codec::bytes")]
+        start: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        end: Vec<u8>,
+    },
     /// Check every condition, then apply every op, all or nothing. Returns
     /// [`Outcome::Batch`].
     Batch {
@@ -50,11 +76,23 @@ pub enum Command {
     /// Allocate `[start, start + step)` from the sequence stored at `key`
     /// (RheaKV's `getSequence`). Returns [`Outcome::Sequence`]. A sequence
     /// starts at 0 and never goes back; `step` 0 reads the next start.
-    NextSequence { key: Vec<u8>, step: u64 },
+    NextSequence {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        step: u64,
+    },
     /// A lock-service command: sessions, acquire, release, expiry, fenced
     /// writes. See [`crate::lock`]. Returns [`Outcome::Lock`] (or
     /// [`Outcome::Batch`] for a fenced write).
     Lock(crate::lock::LockCommand),
+    /// Several independent commands in one log entry, formed by the leader
+    /// from concurrent client requests so they share one fsync. Each is
+    /// applied in order exactly as if it were an entry of its own with this
+    /// entry's `now`: with its own validation, atomicity and result, so one
+    /// refused command neither writes anything nor affects the others.
+    /// Returns [`Outcome::Group`] with one result per command. Proposed by
+    /// the leader only; a group never nests.
+    Group { commands: Vec<Command> },
 }
 
 impl Command {
@@ -77,6 +115,7 @@ impl Command {
             Command::DeleteRange { start, end } => start.len() + end.len(),
             Command::Batch { conditions, ops } => batch_payload_len(conditions, ops),
             Command::Lock(lock) => lock.payload_len(),
+            Command::Group { commands } => commands.iter().map(Command::payload_len).sum(),
         }
     }
 }
@@ -104,7 +143,9 @@ pub(crate) fn batch_payload_len(conditions: &[Condition], ops: &[BatchOp]) -> us
 pub enum Condition {
     /// The key's current value equals `expected` (`None`: the key is absent).
     ValueIs {
+        #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        #[serde(with = "crate::codec::opt_bytes")]
         expected: Option<Vec<u8>>,
     },
 }
@@ -112,8 +153,16 @@ pub enum Condition {
 /// One mutation inside a [`Command::Batch`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchOp {
-    Put { key: Vec<u8>, value: Vec<u8> },
-    Delete { key: Vec<u8> },
+    Put {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
+    },
+    Delete {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+    },
 }
 
 /// A read. Served from a replica's applied state (after ReadIndex for
@@ -121,7 +170,10 @@ pub enum BatchOp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     /// Returns [`Outcome::Value`].
-    Get { key: Vec<u8> },
+    Get {
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+    },
     /// Returns [`Outcome::Values`], one entry per requested key, in order.
     MultiGet { keys: Vec<Vec<u8>> },
     /// Returns [`Outcome::Entries`] in key order (descending if `reverse`).
@@ -134,10 +186,13 @@ pub enum Query {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScanRange {
     /// Inclusive lower bound; empty means from the first key.
+    #[serde(with = "crate::codec::bytes")]
     pub start: Vec<u8>,
     /// Exclusive upper bound; `None` means to the last key.
+    #[serde(with = "crate::codec::opt_bytes")]
     pub end: Option<Vec<u8>>,
     /// Only keys starting with this prefix (combined with the bounds).
+    #[serde(with = "crate::codec::bytes")]
     pub prefix: Vec<u8>,
     /// At most this many entries; 0 means [`crate::limits::MAX_SCAN_LIMIT`].
     pub limit: u32,
@@ -165,10 +220,11 @@ pub enum Outcome {
     Done,
     /// The value the key held before the command (or the existing value, for
     /// a put-if-absent that did not write).
-    Previous(Option<Vec<u8>>),
+    Previous(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
     /// Result of a compare-and-put: whether it wrote, and the key's value now.
     Swapped {
         succeeded: bool,
+        #[serde(with = "crate::codec::opt_bytes")]
         current: Option<Vec<u8>>,
     },
     /// How many keys a delete removed.
@@ -179,7 +235,7 @@ pub enum Outcome {
     /// An allocated sequence range `[start, end)`.
     Sequence { start: u64, end: u64 },
     /// The value of a key, if present.
-    Value(Option<Vec<u8>>),
+    Value(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
     /// Values of several keys, in request order.
     Values(Vec<Option<Vec<u8>>>),
     /// Key/value pairs of a scan, and whether more matched beyond the limit.
@@ -189,6 +245,8 @@ pub enum Outcome {
     },
     /// The result of a lock-service command or query.
     Lock(crate::lock::LockOutcome),
+    /// The results of a [`Command::Group`], one per command, in order.
+    Group(Vec<CommandResult>),
 }
 
 /// Outcome of applying one log entry or serving one query: deterministic, so

@@ -34,17 +34,42 @@ pub fn apply_with_events<S: Store>(
     store: &mut S,
     request: &Request,
 ) -> Result<(CommandResult, Vec<Event>), StoreError> {
-    if let Err(e) = validate_command(&request.command) {
-        return Ok((Err(e), Vec::new()));
+    let mut events = Vec::new();
+    let result = match &request.command {
+        Command::Group { commands } => {
+            if let Err(e) = validate_command(&request.command) {
+                return Ok((Err(e), Vec::new()));
+            }
+            let mut results = Vec::with_capacity(commands.len());
+            for command in commands {
+                results.push(apply_one(store, request.now, command, &mut events)?);
+            }
+            Ok(Outcome::Group(results))
+        }
+        command => apply_one(store, request.now, command, &mut events)?,
+    };
+    Ok((result, events))
+}
+
+/// Apply one (non-group) command stamped `now`: validate it, run it, and
+/// raise the stored clock if it succeeded. A refused command writes nothing
+/// and reports no events.
+fn apply_one<S: Store>(
+    store: &mut S,
+    now: u64,
+    command: &Command,
+    events: &mut Vec<Event>,
+) -> Result<CommandResult, StoreError> {
+    if let Err(e) = validate_command(command) {
+        return Ok(Err(e));
     }
     let clock = stored_clock(store)?;
-    // Commands that depend on time use `max(clock, request.now)`.
-    let mut events = Vec::new();
-    let result = execute(store, &request.command, &mut events)?;
-    if result.is_ok() && request.now > clock {
-        store.put(META_NOW, &request.now.to_be_bytes())?;
+    // Commands that depend on time use `max(clock, now)`.
+    let result = execute(store, command, events)?;
+    if result.is_ok() && now > clock {
+        store.put(META_NOW, &now.to_be_bytes())?;
     }
-    Ok((result, events))
+    Ok(result)
 }
 
 /// The effects of one validated command.
@@ -107,6 +132,10 @@ fn execute<S: Store>(
         Command::Batch { conditions, ops } => batch(store, conditions, ops),
         Command::NextSequence { key, step } => next_sequence(store, key, *step),
         Command::Lock(command) => lock::apply(store, command, events),
+        // Only reached for a group nested in a group, which validation refuses.
+        Command::Group { .. } => Ok(Err(CommandError::invalid(
+            "a group must not contain a group",
+        ))),
     }
 }
 

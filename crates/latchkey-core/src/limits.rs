@@ -15,6 +15,9 @@ pub const MAX_MULTI_GET: usize = 1024;
 pub const MAX_SCAN_LIMIT: u32 = 10_000;
 /// Largest total payload (keys + values) of one command, in bytes.
 pub const MAX_COMMAND_BYTES: usize = 4 * 1024 * 1024;
+/// Most commands in one [`crate::Command::Group`]. A group's total payload is
+/// bounded by [`MAX_COMMAND_BYTES`] like any command's.
+pub const MAX_GROUP_COMMANDS: usize = 1024;
 
 // ---------------------------------------------------------------- locks
 

@@ -237,6 +237,7 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         Command::Batch { conditions, ops } => check_batch(conditions, ops)?,
         Command::NextSequence { key, .. } => check_key("sequence key", key)?,
         Command::Lock(lock) => check_lock_command(lock)?,
+        Command::Group { commands } => check_group(commands)?,
     };
     if total > MAX_COMMAND_BYTES {
         return Err(CommandError::invalid(format!(
@@ -244,6 +245,22 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         )));
     }
     Ok(())
+}
+
+/// The shape of a group: not too many commands, none of them a group. Each
+/// command's own limits are checked when it is applied, so that a command
+/// that breaks one is refused alone.
+fn check_group(commands: &[Command]) -> Result<usize, CommandError> {
+    if commands.len() > MAX_GROUP_COMMANDS {
+        return Err(CommandError::invalid(format!(
+            "group has {} commands, the limit is {MAX_GROUP_COMMANDS}",
+            commands.len()
+        )));
+    }
+    if commands.iter().any(|c| matches!(c, Command::Group { .. })) {
+        return Err(CommandError::invalid("a group must not contain a group"));
+    }
+    Ok(commands.iter().map(Command::payload_len).sum())
 }
 
 /// Check a query against the [`crate::limits`].

@@ -996,3 +996,47 @@ proptest! {
         decode_is_total::<Request>(&bytes)?;
     }
 }
+
+/// Byte-string fields are (de)serialized as one block for speed; the bytes
+/// on disk and on the wire must stay exactly those of a plain `Vec<u8>`.
+#[test]
+fn byte_fields_encode_like_plain_vectors() {
+    /// The first variants of `Command`, with derived byte fields.
+    #[derive(Serialize)]
+    #[allow(dead_code)]
+    enum Plain {
+        Put {
+            key: Vec<u8>,
+            value: Vec<u8>,
+        },
+        PutIfAbsent {
+            key: Vec<u8>,
+            value: Vec<u8>,
+        },
+        CompareAndPut {
+            key: Vec<u8>,
+            expected: Option<Vec<u8>>,
+            value: Vec<u8>,
+        },
+    }
+    let value: Vec<u8> = (0..=255u8).cycle().take(300).collect();
+    for expected in [None, Some(Vec::new()), Some(vec![7u8; 200])] {
+        let fast = Command::CompareAndPut {
+            key: b"k".to_vec(),
+            expected: expected.clone(),
+            value: value.clone(),
+        };
+        let plain = Plain::CompareAndPut {
+            key: b"k".to_vec(),
+            expected,
+            value: value.clone(),
+        };
+        let encoded = encode(&fast).expect("encodes");
+        assert_eq!(encoded, encode(&plain).expect("encodes"));
+        let back: Command = decode(&encoded).expect("decodes");
+        assert_eq!(back, fast);
+    }
+    let got = Outcome::Value(Some(value.clone()));
+    let back: Outcome = decode(&encode(&got).expect("encodes")).expect("decodes");
+    assert_eq!(back, got);
+}

@@ -32,15 +32,31 @@ fn invalid() -> CommandResult {
 fn normalize(result: CommandResult) -> CommandResult {
     match result {
         Err(CommandError::InvalidArgument(_)) => invalid(),
+        Ok(Outcome::Group(results)) => {
+            Ok(Outcome::Group(results.into_iter().map(normalize).collect()))
+        }
         other => other,
     }
 }
 
 impl Model {
     fn apply(&mut self, request: &Request) -> CommandResult {
-        let result = self.execute(&request.command);
+        match &request.command {
+            // A group: each command as if it were an entry of its own.
+            Command::Group { commands } => Ok(Outcome::Group(
+                commands
+                    .iter()
+                    .map(|command| self.apply_one(request.now, command))
+                    .collect(),
+            )),
+            command => self.apply_one(request.now, command),
+        }
+    }
+
+    fn apply_one(&mut self, now: Millis, command: &Command) -> CommandResult {
+        let result = self.execute(command);
         if result.is_ok() {
-            self.clock = self.clock.max(request.now);
+            self.clock = self.clock.max(now);
         }
         result
     }
@@ -167,6 +183,7 @@ impl Model {
             // This model covers the KV room only; tests/lock_properties.rs
             // covers the lock service.
             Command::Lock(_) => unreachable!("the generators make no lock commands"),
+            Command::Group { .. } => invalid(),
         }
     }
 
@@ -296,7 +313,17 @@ fn batch_op() -> impl Strategy<Value = BatchOp> {
     ]
 }
 
+/// A single command, or now and then a group of them (as a leader forms
+/// from concurrent requests).
 fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        8 => single_command(),
+        1 => prop::collection::vec(single_command(), 0..5)
+            .prop_map(|commands| Command::Group { commands }),
+    ]
+}
+
+fn single_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         3 => (key_or_empty(), value()).prop_map(|(key, value)| Command::Put { key, value }),
         2 => (key_or_empty(), value()).prop_map(|(key, value)| Command::PutIfAbsent { key, value }),

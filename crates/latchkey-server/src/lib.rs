@@ -29,9 +29,11 @@
 mod locks;
 mod network;
 mod node;
+mod read_gate;
 mod replica;
 mod services;
 mod settings;
+mod write_queue;
 
 pub use latchkey_client::{Client, ClientOptions, NodeStatus};
 pub use node::{Node, NodeBuilder};

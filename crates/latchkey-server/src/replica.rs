@@ -4,20 +4,21 @@
 //! a request behaves the same whichever way it arrives.
 
 use std::sync::RwLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use latchkey_client::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
 use latchkey_core::lock::{
     LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState, WaitEnd,
 };
 use latchkey_core::{
-    validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query, Request,
+    validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
 use latchkey_storage::{StateReader, TypeConfig};
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::{Raft, ServerState};
 
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
+use crate::read_gate::ReadGate;
+use crate::write_queue::WriteQueue;
 
 /// A running replica's request path.
 pub struct Replica {
@@ -29,22 +30,8 @@ pub struct Replica {
     write_timeout: Duration,
     read_timeout: Duration,
     locks: LockShared,
-}
-
-/// Wall-clock milliseconds: the `now` a leader stamps on each entry. The core
-/// keeps the largest value seen, so a clock stepping back is harmless.
-fn wall_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-fn hint(f: &ForwardToLeader<u64, BasicNode>) -> Option<(u64, String)> {
-    match (f.leader_id, &f.leader_node) {
-        (Some(id), Some(node)) => Some((id, node.addr.clone())),
-        _ => None,
-    }
+    writes: WriteQueue,
+    reads: ReadGate,
 }
 
 impl Replica {
@@ -56,9 +43,13 @@ impl Replica {
         read_timeout: Duration,
         locks: LockShared,
     ) -> Self {
+        let writes = WriteQueue::start(raft.clone(), write_timeout);
+        let reads = ReadGate::start(raft.clone());
         Replica {
             id,
             raft,
+            writes,
+            reads,
             reader: RwLock::new(Some(reader)),
             write_timeout,
             read_timeout,
@@ -98,6 +89,11 @@ impl Replica {
     /// leader's own lock commands (expiries) are refused: only its timers
     /// propose them.
     pub async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+        if let Command::Group { .. } = &command {
+            return Err(ReplicaFailure::InvalidArgument(
+                "command groups are formed by the leader only; send the commands one by one".into(),
+            ));
+        }
         if let Command::Lock(lock) = &command {
             if lock.proposer() == Proposer::Leader {
                 return Err(ReplicaFailure::InvalidArgument(
@@ -121,23 +117,9 @@ impl Replica {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        let request = Request {
-            now: wall_millis(),
-            command,
-        };
-        match tokio::time::timeout(self.write_timeout, self.raft.client_write(request)).await {
-            Ok(Ok(response)) => Ok(response.data),
-            // Either refused before appending, or appended and then truncated
-            // by a new leader: in both cases it was never committed.
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(ReplicaFailure::NotLeader { leader: hint(&f) })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(ReplicaFailure::InvalidArgument(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(e))) => Err(ReplicaFailure::UnknownOutcome(format!(
-                "replica stopped while the write was pending: {e}"
-            ))),
+        // Bounded here as a whole, including the wait in the queue.
+        match tokio::time::timeout(self.write_timeout, self.writes.propose(command)).await {
+            Ok(result) => result,
             Err(_) => Err(ReplicaFailure::UnknownOutcome(format!(
                 "the write did not commit within {:?}",
                 self.write_timeout
@@ -155,40 +137,50 @@ impl Replica {
         self.local_query(&query)
     }
 
-    /// Confirm leadership with a quorum round begun now; with `wait_applied`,
-    /// also wait until everything committed so far is applied here
+    /// Confirm leadership with a quorum round begun after this call (shared
+    /// with concurrent reads, see [`ReadGate`]); with `wait_applied`, also
+    /// wait until everything committed before the round is applied here
     /// (ReadIndex).
     async fn confirm(&self, wait_applied: bool) -> Result<(), ReplicaFailure> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        let result = if wait_applied {
-            tokio::time::timeout(self.read_timeout, async {
-                self.raft.ensure_linearizable().await.map(|_| ())
-            })
-            .await
-        } else {
-            tokio::time::timeout(self.read_timeout, async {
-                self.raft.get_read_log_id().await.map(|_| ())
-            })
-            .await
+        let confirmed = async {
+            let read_index = self.reads.confirm().await?;
+            if wait_applied {
+                self.wait_applied(read_index).await?;
+            }
+            Ok(())
         };
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ReplicaFailure::NotLeader { leader: hint(&f) })
-            }
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => {
-                Err(ReplicaFailure::Unavailable(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(e))) => {
-                Err(ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
-            }
+        match tokio::time::timeout(self.read_timeout, confirmed).await {
+            Ok(result) => result,
             Err(_) => Err(ReplicaFailure::Unavailable(format!(
                 "could not confirm leadership within {:?}",
                 self.read_timeout
             ))),
         }
+    }
+
+    /// Wait until the entry at `read_index` is applied and visible to reads.
+    async fn wait_applied(&self, read_index: Option<u64>) -> Result<(), ReplicaFailure> {
+        let Some(index) = read_index else {
+            return Ok(());
+        };
+        let visible = {
+            let reader = self.reader.read().unwrap_or_else(|p| p.into_inner());
+            reader.as_ref().and_then(StateReader::last_applied_index)
+        };
+        if visible.is_some_and(|applied| applied >= index) {
+            return Ok(());
+        }
+        // openraft publishes the applied index after the state machine has
+        // committed it, so this is never earlier than the reader's index.
+        self.raft
+            .wait(None)
+            .applied_index_at_least(Some(index), "linearizable read")
+            .await
+            .map(|_| ())
+            .map_err(|e| ReplicaFailure::Unavailable(format!("replica stopped: {e}")))
     }
 
     /// One leadership confirmation round (for keep-alives).

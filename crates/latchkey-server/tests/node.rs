@@ -191,3 +191,72 @@ async fn bad_configuration_is_a_clear_error() -> TestResult {
     let _ = ClientOptions::default();
     Ok(())
 }
+
+/// Concurrent writes are packed into shared log entries by the leader; each
+/// keeps its own result: of many racing compare-and-puts exactly one wins,
+/// concurrent sequence allocations never overlap, and writes the state
+/// machine refuses do not affect the ones packed with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_keep_their_own_results() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let remote = Client::connect(members.iter().map(|(_, a)| a.clone()))?;
+        remote.put("warm-up", "x").await?;
+        let mut tasks = Vec::new();
+        for i in 0..48u32 {
+            let kv = remote.clone();
+            tasks.push(tokio::spawn(async move {
+                let (won, _) = kv
+                    .compare_and_put("race", None::<&str>, format!("{i}"))
+                    .await?;
+                let ids = kv.next_sequence("ids", 3).await?;
+                // Only the first of these fits; the others are refused by
+                // the state machine, alone.
+                let whole = kv.next_sequence("whole", u64::MAX).await.is_ok();
+                kv.put(format!("own/{i:02}"), format!("{i}")).await?;
+                Ok::<_, Error>((won, ids, whole))
+            }));
+        }
+        let mut winners = 0;
+        let mut wholes = 0;
+        let mut ranges = Vec::new();
+        for t in tasks {
+            let (won, ids, whole) = t.await??;
+            winners += usize::from(won);
+            wholes += usize::from(whole);
+            ranges.push(ids);
+        }
+        assert_eq!(winners, 1, "exactly one compare-and-put wins the race");
+        assert_eq!(
+            wholes, 1,
+            "exactly one allocation of the whole sequence fits"
+        );
+        ranges.sort_by_key(|r| r.start);
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start, "sequence ranges {pair:?}");
+        }
+        assert_eq!(ranges.first().map(|r| r.start), Some(0));
+        let page = remote
+            .scan(latchkey_core::ScanRange::prefix("own/", 0))
+            .await?;
+        assert_eq!(page.entries.len(), 48);
+        // A client cannot send a group itself.
+        let group = latchkey_core::Command::Group {
+            commands: vec![latchkey_core::Command::Put {
+                key: b"g".to_vec(),
+                value: b"v".to_vec(),
+            }],
+        };
+        assert!(matches!(
+            remote.execute(group).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}

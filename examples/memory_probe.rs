@@ -1,0 +1,158 @@
+//! Memory probe (issue 5): three `latchkey serve` processes on loopback, load
+//! KEYS 128-byte values and open SESSIONS lock sessions, then print every
+//! replica's resident memory (VmRSS now, VmHWM peak).
+//!
+//! `cargo run -p latchkey --example memory_probe -- <latchkey binary> [KEYS] [SESSIONS] [SERVE ARGS...]`
+//!
+//! Extra arguments go to `latchkey serve` (e.g. `--snapshot-every 500` to make
+//! the replicas build and ship snapshots of the loaded state).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use latchkey::{Batch, Client};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn rss(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+struct Kill(Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .ok_or("usage: memory_probe <latchkey binary> [KEYS] [SESSIONS]")?;
+    let keys: usize = args
+        .get(2)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(1_000_000);
+    let sessions: usize = args
+        .get(3)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(10_000);
+    let serve_args: Vec<String> = args.iter().skip(4).cloned().collect();
+    let dir = tempfile::tempdir()?;
+    let mut ports = Vec::new();
+    let mut holders = Vec::new();
+    for _ in 0..3 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        ports.push(l.local_addr()?.port());
+        holders.push(l);
+    }
+    drop(holders);
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let members = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut children = Kill(Vec::new());
+    for (i, addr) in addrs.iter().enumerate() {
+        children.0.push(
+            Command::new(bin)
+                .args(["serve", "--id", &(i + 1).to_string(), "--listen", addr])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("n{}", i + 1)))
+                .args(["--initial-members", &members])
+                .args(&serve_args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+    }
+    let client = Client::connect(&addrs)?;
+    let started = Instant::now();
+    while client.put("probe/up", "1").await.is_err() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let value = vec![b'v'; 128];
+    let per_batch = 1000;
+    let batches = keys.div_ceil(per_batch);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let client = client.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut b = t;
+            while b < batches {
+                let mut batch = Batch::new();
+                for k in (b * per_batch)..((b + 1) * per_batch).min(keys) {
+                    batch = batch.put(format!("probe/key/{k:09}"), &value);
+                }
+                client
+                    .batch(batch)
+                    .await?
+                    .map_err(|c| format!("condition {c}"))?;
+                b += 8;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    for t in tasks {
+        t.await?.map_err(|e| e.to_string())?;
+    }
+    println!(
+        "{keys} keys loaded in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    for (i, c) in children.0.iter().enumerate() {
+        println!("after keys: node {} {}", i + 1, rss(c.id()));
+    }
+    let mut open = Vec::with_capacity(sessions);
+    let t0 = Instant::now();
+    while open.len() < sessions {
+        let n = (sessions - open.len()).min(64);
+        let mut batch = Vec::new();
+        for _ in 0..n {
+            let client = client.clone();
+            batch.push(tokio::spawn(async move {
+                client.session(Duration::from_secs(600)).await
+            }));
+        }
+        for s in batch {
+            open.push(s.await??);
+        }
+    }
+    println!(
+        "{sessions} sessions opened in {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    // Enough further entries to pass a snapshot threshold of 10,000.
+    for i in 0..200 {
+        let mut batch = Batch::new();
+        for k in 0..60 {
+            batch = batch.put(format!("probe/more/{i:03}/{k:02}"), &value);
+        }
+        client
+            .batch(batch)
+            .await?
+            .map_err(|c| format!("condition {c}"))?;
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    for (i, c) in children.0.iter().enumerate() {
+        println!("after sessions + 15 s: node {} {}", i + 1, rss(c.id()));
+    }
+    Ok(())
+}
