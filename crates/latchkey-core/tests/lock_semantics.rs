@@ -1911,3 +1911,35 @@ fn a_queued_acquire_is_remembered_however_many_requests_follow() {
         LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(granted))
     );
 }
+
+#[test]
+fn many_queued_acquires_at_the_front_of_the_memory_are_all_kept() {
+    // More queued waits than the eviction reads per round: the oldest
+    // request that is not queued is found past all of them.
+    let mut c = Cluster::default();
+    let holder = c.open();
+    let a = c.open();
+    c.grant(acquire(holder, 1, 1, "busy", Exclusive, TRY));
+    let waiting = 20u64;
+    for owner in 1..=waiting {
+        let (queued, _) = c.ok(acquire(a, owner, owner, "busy", Exclusive, WAIT));
+        assert!(matches!(queued, LockOutcome::Queued { .. }), "{queued:?}");
+    }
+    let n = u64::from(MAX_REMEMBERED_REQUESTS) + 10;
+    for i in 0..n {
+        let rid = 1_000 + 2 * i;
+        let s = c.grant(acquire(a, 999, rid, "other", Exclusive, TRY));
+        c.ok(release(a, 999, rid + 1, "other", s.token));
+    }
+    for owner in 1..=waiting {
+        let (again, _) = c.ok(acquire(a, owner, owner, "busy", Exclusive, WAIT));
+        assert!(
+            matches!(again, LockOutcome::Queued { .. }),
+            "owner {owner}: {again:?}"
+        );
+    }
+    // The early "other" requests were forgotten: a retry of the first is
+    // refused as too old rather than answered.
+    let first = acquire(a, 999, 1_000, "other", Exclusive, TRY);
+    assert!(c.run(first).0.is_err());
+}

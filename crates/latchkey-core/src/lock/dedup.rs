@@ -30,6 +30,9 @@ use super::session::{self, SessionRecord};
 use super::{record, LockCommand, LockOutcome, SessionId};
 use crate::keyspace;
 use crate::limits::MAX_REMEMBERED_REQUESTS;
+
+/// Request records read per round while looking for the one to forget.
+const EVICT_SCAN_CHUNK: usize = 8;
 use crate::{CommandError, Store, StoreError};
 
 /// One remembered request.
@@ -112,23 +115,43 @@ pub(crate) fn remember<S: Store>(
         // acquire's memory is how its grant is found by a retry or a
         // cancel, so it is kept until the wait ends (live waits are bounded
         // by the queues' limits).
+        // Read the candidates (the first `remembered` records, in key order)
+        // a few at a time: the first is nearly always the one evicted, and a
+        // session at its limit pays this on every acquire and release.
         let limit = usize::try_from(rec.remembered).unwrap_or(usize::MAX);
-        let candidates = store.scan(std::ops::Bound::Included(&prefix), upper, false, limit)?;
-        let mut evict = None;
-        for (key, value) in &candidates {
-            let first: RequestRecord =
-                crate::codec::decode(value).map_err(|e| record::corrupt(key, e.to_string()))?;
-            if !matches!(first.answer, Answer::Outcome(LockOutcome::Queued { .. })) {
-                evict = Some(key);
-                break;
+        let mut lower = std::ops::Bound::Included(prefix.clone());
+        let mut seen = 0usize;
+        let mut evict: Option<Vec<u8>> = None;
+        while evict.is_none() && seen < limit {
+            let want = EVICT_SCAN_CHUNK.min(limit - seen);
+            let lower_ref = match &lower {
+                std::ops::Bound::Included(k) => std::ops::Bound::Included(k.as_slice()),
+                std::ops::Bound::Excluded(k) => std::ops::Bound::Excluded(k.as_slice()),
+                std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
+            };
+            let chunk = store.scan(lower_ref, upper, false, want)?;
+            seen += chunk.len();
+            for (key, value) in &chunk {
+                let first: RequestRecord =
+                    crate::codec::decode(value).map_err(|e| record::corrupt(key, e.to_string()))?;
+                if !matches!(first.answer, Answer::Outcome(LockOutcome::Queued { .. })) {
+                    evict = Some(key.clone());
+                    break;
+                }
+            }
+            match chunk.into_iter().last() {
+                Some((last, _)) if seen < limit && evict.is_none() => {
+                    lower = std::ops::Bound::Excluded(last);
+                }
+                _ => break,
             }
         }
         if let Some(key) = evict {
             let id = key
                 .get(prefix.len()..)
                 .and_then(keyspace::read_u64)
-                .ok_or_else(|| record::corrupt(key, "request key has no request id"))?;
-            store.delete(key)?;
+                .ok_or_else(|| record::corrupt(&key, "request key has no request id"))?;
+            store.delete(&key)?;
             rec.remembered -= 1;
             rec.forgotten_below = rec.forgotten_below.max(id.saturating_add(1));
         }
