@@ -12,11 +12,16 @@
 //!
 //! Where CLOCK_BOOTTIME is missing (not Linux), `now` is `Instant::now()`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// CLOCK_BOOTTIME - CLOCK_MONOTONIC, in nanoseconds: the time spent
-/// suspended since boot.
+/// suspended since boot. The two clocks cannot be read at once: BOOTTIME is
+/// read between two MONOTONIC reads, and a reading whose window is wider
+/// than 50 µs (the thread was preempted) is taken again, a few times. The
+/// difference uses the earlier MONOTONIC read, so an error can only make
+/// the suspended time look longer, and leases shorter.
 #[cfg(target_os = "linux")]
 fn suspended_since_boot() -> Option<u64> {
     fn read(clock: libc::clockid_t) -> Option<u64> {
@@ -32,9 +37,22 @@ fn suspended_since_boot() -> Option<u64> {
         let nanos = u64::try_from(ts.tv_nsec).ok()?;
         Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
     }
-    let mono = read(libc::CLOCK_MONOTONIC)?;
-    let boot = read(libc::CLOCK_BOOTTIME)?;
-    Some(boot.saturating_sub(mono))
+    const TIGHT_NS: u64 = 50_000;
+    let mut best: Option<(u64, u64)> = None; // (window, boot - mono)
+    for _ in 0..5 {
+        let before = read(libc::CLOCK_MONOTONIC)?;
+        let boot = read(libc::CLOCK_BOOTTIME)?;
+        let after = read(libc::CLOCK_MONOTONIC)?;
+        let window = after.saturating_sub(before);
+        let offset = boot.saturating_sub(before);
+        if best.is_none_or(|(w, _)| window < w) {
+            best = Some((window, offset));
+        }
+        if window <= TIGHT_NS {
+            break;
+        }
+    }
+    best.map(|(_, offset)| offset)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -49,12 +67,16 @@ fn base() -> Option<u64> {
 }
 
 /// Time spent suspended since the first call of this function (or of
-/// [`now`]).
+/// [`now`]). Suspended time only grows, so this never goes back: it is the
+/// largest reading so far, which keeps [`now`] monotonic too.
 pub(crate) fn suspended() -> Duration {
-    match (base(), suspended_since_boot()) {
-        (Some(base), Some(now)) => Duration::from_nanos(now.saturating_sub(base)),
-        _ => Duration::ZERO,
-    }
+    static MAX: AtomicU64 = AtomicU64::new(0);
+    let reading = match (base(), suspended_since_boot()) {
+        (Some(base), Some(now)) => now.saturating_sub(base),
+        _ => 0,
+    };
+    let max = MAX.fetch_max(reading, Ordering::Relaxed).max(reading);
+    Duration::from_nanos(max)
 }
 
 /// Now on the lease clock: `Instant::now()` plus the time spent suspended
@@ -86,11 +108,11 @@ mod tests {
         let before = Instant::now();
         let n = now();
         let after = Instant::now();
-        // No suspend happens during a test run; allow the two clocks' reads
-        // a millisecond of disagreement.
-        assert!(n + Duration::from_millis(1) >= before);
-        assert!(n <= after + Duration::from_millis(1));
-        assert!(suspended() < Duration::from_millis(1));
+        // No suspend happens during a test run; a preempted reading can
+        // only move the clock forward, and by little.
+        assert!(n >= before);
+        assert!(n <= after + Duration::from_millis(100));
+        assert!(suspended() < Duration::from_millis(100));
     }
 
     #[test]
@@ -102,11 +124,11 @@ mod tests {
     }
 
     #[test]
-    fn never_goes_back_by_more_than_read_jitter() {
+    fn never_goes_back() {
         let mut last = now();
         for _ in 0..10_000 {
             let n = now();
-            assert!(n + Duration::from_micros(100) >= last);
+            assert!(n >= last);
             last = n;
         }
     }
