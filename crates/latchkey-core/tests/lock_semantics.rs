@@ -1943,3 +1943,142 @@ fn many_queued_acquires_at_the_front_of_the_memory_are_all_kept() {
     let first = acquire(a, 999, 1_000, "other", Exclusive, TRY);
     assert!(c.run(first).0.is_err());
 }
+
+use latchkey_core::Store as _;
+
+/// The request ids `session` remembers, from the store itself.
+fn remembered_ids(c: &Cluster, session: SessionId) -> Vec<u64> {
+    let prefix = keyspace::requests_prefix(session.0);
+    c.store
+        .scan(
+            std::ops::Bound::Included(prefix.as_slice()),
+            std::ops::Bound::Unbounded,
+            false,
+            100_000,
+        )
+        .expect("MemStore never fails")
+        .into_iter()
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .filter_map(|(k, _)| keyspace::read_u64(&k[prefix.len()..]))
+        .collect()
+}
+
+#[test]
+fn waits_granted_after_falling_behind_are_forgotten_first_in_id_order() {
+    // Queued waits are kept while later requests are forgotten. Once they
+    // are granted they are the oldest non-queued requests, so they go first,
+    // lowest id first, and a retry of one is then too old.
+    let mut c = Cluster::default();
+    let holder = c.open();
+    let a = c.open();
+    let held = c.grant(acquire(holder, 1, 1, "busy", Exclusive, TRY));
+    let waiting = 12u64;
+    for owner in 1..=waiting {
+        let (queued, _) = c.ok(acquire(a, owner, owner, "busy", Shared, WAIT));
+        assert!(matches!(queued, LockOutcome::Queued { .. }), "{queued:?}");
+    }
+    let mut rid = 1_000u64;
+    let mut cycle = |c: &mut Cluster| {
+        let s = c.grant(acquire(a, 999, rid, "other", Exclusive, TRY));
+        c.ok(release(a, 999, rid + 1, "other", s.token));
+        rid += 2;
+    };
+    for _ in 0..MAX_REMEMBERED_REQUESTS + 40 {
+        cycle(&mut c);
+    }
+    assert_eq!(
+        remembered_ids(&c, a).len(),
+        MAX_REMEMBERED_REQUESTS as usize
+    );
+    // Every shared waiter is granted by one release.
+    c.ok(release(holder, 1, 2, "busy", held.token));
+    for owner in 1..=waiting {
+        let (again, _) = c.ok(acquire(a, owner, owner, "busy", Shared, WAIT));
+        assert!(matches!(again, LockOutcome::Granted { .. }), "{again:?}");
+    }
+    // Each new request forgets the lowest granted wait.
+    for forgotten in 1..=waiting {
+        cycle(&mut c); // two requests: forgets two waits (one at the end)
+        let gone = (2 * forgotten).min(waiting);
+        let ids = remembered_ids(&c, a);
+        for owner in 1..=waiting {
+            assert_eq!(
+                ids.contains(&owner),
+                owner > gone,
+                "after {forgotten} cycles, wait {owner}: {ids:?}"
+            );
+        }
+        if gone == waiting {
+            break;
+        }
+    }
+    match c.run(acquire(a, 1, 1, "busy", Shared, WAIT)).0 {
+        Err(CommandError::RequestTooOld { request_id: 1, .. }) => {}
+        other => panic!("expected too old, got {other:?}"),
+    }
+    // After the waits, the oldest "other" request goes next.
+    let oldest_other = *remembered_ids(&c, a).first().expect("remembers some");
+    cycle(&mut c);
+    assert!(!remembered_ids(&c, a).contains(&oldest_other));
+}
+
+#[test]
+fn a_session_record_from_before_kept_ids_is_read_and_upgraded() {
+    // Session records written before `kept_below` existed hold three
+    // numbers. Such a record is read, its memory is searched from the start
+    // of its range once, and from then on the store is exactly what a
+    // session that always had the new record ends with.
+    fn script(legacy_at: Option<u64>) -> (Cluster, Vec<String>) {
+        let mut c = Cluster::default();
+        let mut answers = Vec::new();
+        let holder = c.open();
+        let a = c.open();
+        c.grant(acquire(holder, 1, 1, "busy", Exclusive, TRY));
+        for owner in 1..=5u64 {
+            c.ok(acquire(a, owner, owner, "busy", Exclusive, WAIT));
+        }
+        for i in 0..u64::from(MAX_REMEMBERED_REQUESTS) + 30 {
+            if legacy_at == Some(i) {
+                let key = keyspace::session_key(a.0);
+                let bytes = c
+                    .store
+                    .get(&key)
+                    .expect("MemStore never fails")
+                    .expect("live");
+                // ttl_ms, remembered, forgotten_below: the old record is the
+                // current one without its last field (an Option tag, and
+                // the list when Some).
+                let (ttl, remembered, below, _kept): (u64, u32, u64, Option<Vec<u64>>) =
+                    latchkey_core::codec::decode(&bytes).expect("current record");
+                let old = latchkey_core::codec::encode(&(ttl, remembered, below)).expect("encodes");
+                c.store.put(&key, &old).expect("MemStore never fails");
+            }
+            let rid = 100 + 2 * i;
+            let s = c.grant(acquire(a, 999, rid, "other", Exclusive, TRY));
+            answers.push(format!(
+                "{:?}",
+                c.run(release(a, 999, rid + 1, "other", s.token)).0
+            ));
+        }
+        for owner in 1..=5u64 {
+            answers.push(format!(
+                "{:?}",
+                c.run(acquire(a, owner, owner, "busy", Exclusive, WAIT)).0
+            ));
+        }
+        answers.push(format!(
+            "{:?}",
+            c.run(acquire(a, 999, 100, "other", Exclusive, TRY)).0
+        ));
+        (c, answers)
+    }
+    let (current, want) = script(None);
+    for at in [0, 100, u64::from(MAX_REMEMBERED_REQUESTS) + 20] {
+        let (legacy, got) = script(Some(at));
+        assert_eq!(got, want, "legacy record from request {at}");
+        assert_eq!(
+            legacy.store, current.store,
+            "legacy record from request {at}"
+        );
+    }
+}

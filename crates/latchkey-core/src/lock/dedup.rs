@@ -31,9 +31,11 @@ use super::{record, LockCommand, LockOutcome, SessionId};
 use crate::keyspace;
 use crate::limits::MAX_REMEMBERED_REQUESTS;
 
+use crate::{CommandError, Store, StoreError};
+use std::ops::Bound;
+
 /// Request records read per round while looking for the one to forget.
 const EVICT_SCAN_CHUNK: usize = 8;
-use crate::{CommandError, Store, StoreError};
 
 /// One remembered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,56 +107,7 @@ pub(crate) fn remember<S: Store>(
     outcome: &LockOutcome,
 ) -> Result<(), StoreError> {
     if rec.remembered >= MAX_REMEMBERED_REQUESTS {
-        let prefix = keyspace::requests_prefix(session.0);
-        let upper = keyspace::prefix_end(&prefix);
-        let upper = match &upper {
-            Some(u) => std::ops::Bound::Excluded(u.as_slice()),
-            None => std::ops::Bound::Unbounded,
-        };
-        // The oldest remembered request that is not still queued: a queued
-        // acquire's memory is how its grant is found by a retry or a
-        // cancel, so it is kept until the wait ends (live waits are bounded
-        // by the queues' limits).
-        // Read the candidates (the first `remembered` records, in key order)
-        // a few at a time: the first is nearly always the one evicted, and a
-        // session at its limit pays this on every acquire and release.
-        let limit = usize::try_from(rec.remembered).unwrap_or(usize::MAX);
-        let mut lower = std::ops::Bound::Included(prefix.clone());
-        let mut seen = 0usize;
-        let mut evict: Option<Vec<u8>> = None;
-        while evict.is_none() && seen < limit {
-            let want = EVICT_SCAN_CHUNK.min(limit - seen);
-            let lower_ref = match &lower {
-                std::ops::Bound::Included(k) => std::ops::Bound::Included(k.as_slice()),
-                std::ops::Bound::Excluded(k) => std::ops::Bound::Excluded(k.as_slice()),
-                std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
-            };
-            let chunk = store.scan(lower_ref, upper, false, want)?;
-            seen += chunk.len();
-            for (key, value) in &chunk {
-                let first: RequestRecord =
-                    crate::codec::decode(value).map_err(|e| record::corrupt(key, e.to_string()))?;
-                if !matches!(first.answer, Answer::Outcome(LockOutcome::Queued { .. })) {
-                    evict = Some(key.clone());
-                    break;
-                }
-            }
-            match chunk.into_iter().last() {
-                Some((last, _)) if seen < limit && evict.is_none() => {
-                    lower = std::ops::Bound::Excluded(last);
-                }
-                _ => break,
-            }
-        }
-        if let Some(key) = evict {
-            let id = key
-                .get(prefix.len()..)
-                .and_then(keyspace::read_u64)
-                .ok_or_else(|| record::corrupt(&key, "request key has no request id"))?;
-            store.delete(&key)?;
-            rec.remembered -= 1;
-            rec.forgotten_below = rec.forgotten_below.max(id.saturating_add(1));
-        }
+        forget_oldest(store, session, &mut rec)?;
     }
     record::save(
         store,
@@ -166,6 +119,124 @@ pub(crate) fn remember<S: Store>(
     )?;
     rec.remembered += 1;
     session::save(store, session, &rec)
+}
+
+fn is_queued(first: &RequestRecord) -> bool {
+    matches!(first.answer, Answer::Outcome(LockOutcome::Queued { .. }))
+}
+
+/// Forget the remembered request with the lowest id that is not still
+/// queued (a queued acquire's memory is how its grant is found by a retry or
+/// a cancel, so it is kept until the wait ends; live waits are bounded by
+/// the queues' limits). Forgets nothing if every remembered request is
+/// queued.
+///
+/// A session at its bound pays this on every acquire and release, so it
+/// must not read what was forgotten before: the records of forgotten ids are
+/// deleted, and a scan from the start of the session's range would step
+/// over their tombstones (RocksDB keeps them until compaction) every time.
+/// Instead the session record keeps the invariant that
+/// [`SessionRecord::kept_below`] lists exactly the remembered ids below
+/// `forgotten_below` (new requests are never below it: [`recall`] refuses
+/// them). The candidates are then, in id order: those ids, checked one by
+/// one, then the records from `forgotten_below` on, read a few at a time
+/// (the first is nearly always the one).
+fn forget_oldest<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    rec: &mut SessionRecord,
+) -> Result<(), StoreError> {
+    // 1. Ids below `forgotten_below`: acquires that were queued when a later
+    //    request was forgotten. The first one no longer queued goes.
+    if let Some(kept) = rec.kept_below.as_mut() {
+        let mut i = 0;
+        while let Some(&id) = kept.get(i) {
+            match lookup(store, session, id)? {
+                // Not remembered any more (cannot happen while the invariant
+                // holds; dropping it restores it).
+                None => {
+                    kept.remove(i);
+                }
+                Some(first) if is_queued(&first) => i += 1,
+                Some(_) => {
+                    store.delete(&keyspace::request_key(session.0, id))?;
+                    kept.remove(i);
+                    rec.remembered = rec.remembered.saturating_sub(1);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    // 2. The records from `forgotten_below` on, in id order. A record whose
+    //    `kept_below` is unknown (written by an earlier version) is scanned
+    //    from the start of its range, as it was then.
+    let prefix = keyspace::requests_prefix(session.0);
+    let upper = keyspace::prefix_end(&prefix);
+    let upper = match &upper {
+        Some(u) => Bound::Excluded(u.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let mut lower = match rec.kept_below {
+        Some(_) => keyspace::request_key(session.0, rec.forgotten_below),
+        None => prefix.clone(),
+    };
+    let mut lower_included = true;
+    let limit = usize::try_from(rec.remembered).unwrap_or(usize::MAX);
+    let mut seen = 0usize;
+    let mut queued: Vec<u64> = Vec::new();
+    let mut evict: Option<u64> = None;
+    while evict.is_none() && seen < limit {
+        let want = EVICT_SCAN_CHUNK.min(limit - seen);
+        let from = if lower_included {
+            Bound::Included(lower.as_slice())
+        } else {
+            Bound::Excluded(lower.as_slice())
+        };
+        let chunk = store.scan(from, upper, false, want)?;
+        seen += chunk.len();
+        let full = chunk.len() == want;
+        for (key, value) in &chunk {
+            let id = key
+                .get(prefix.len()..)
+                .and_then(keyspace::read_u64)
+                .ok_or_else(|| record::corrupt(key, "request key has no request id"))?;
+            let first: RequestRecord =
+                crate::codec::decode(value).map_err(|e| record::corrupt(key, e.to_string()))?;
+            if is_queued(&first) {
+                queued.push(id);
+            } else {
+                evict = Some(id);
+                break;
+            }
+        }
+        match chunk.into_iter().last() {
+            Some((last, _)) if full && evict.is_none() => {
+                lower = last;
+                lower_included = false;
+            }
+            _ => break,
+        }
+    }
+    let Some(id) = evict else {
+        return Ok(());
+    };
+    store.delete(&keyspace::request_key(session.0, id))?;
+    rec.remembered = rec.remembered.saturating_sub(1);
+    let below = rec.forgotten_below;
+    rec.forgotten_below = below.max(id.saturating_add(1));
+    match rec.kept_below.as_mut() {
+        // The scan began at the old `forgotten_below`, so the queued ids it
+        // stepped over are exactly the remembered ids that just fell below
+        // the new one, and all above the ids kept already.
+        Some(kept) => kept.extend(queued),
+        // The scan began at the start of the range: if it reached the old
+        // `forgotten_below`, it saw every remembered id below the new one,
+        // and the set is known from now on.
+        None if id >= below => rec.kept_below = Some(queued),
+        None => {}
+    }
+    Ok(())
 }
 
 /// Replace the answer of a remembered request (a queued acquire that was

@@ -46,6 +46,39 @@ pub(crate) struct SessionRecord {
     pub remembered: u32,
     /// Request ids below this were forgotten: a retry of one is refused.
     pub forgotten_below: u64,
+    /// The ids below `forgotten_below` that are still remembered, ascending:
+    /// acquires that were queued when a later request was forgotten (see
+    /// [`dedup`]). `None` in records written before this field existed: the
+    /// set is then unknown and found by scanning (once, see
+    /// [`dedup::remember`]).
+    pub kept_below: Option<Vec<u64>>,
+}
+
+/// The record as written before `kept_below` existed. Read-only: records
+/// are always written in the current form.
+#[derive(Deserialize)]
+struct SessionRecordV1 {
+    ttl_ms: u64,
+    remembered: u32,
+    forgotten_below: u64,
+}
+
+impl SessionRecord {
+    /// Decode a stored record, current form first, then the earlier one.
+    fn decode(key: &[u8], bytes: &[u8]) -> Result<SessionRecord, StoreError> {
+        match crate::codec::decode::<SessionRecord>(bytes) {
+            Ok(rec) => Ok(rec),
+            Err(current) => match crate::codec::decode::<SessionRecordV1>(bytes) {
+                Ok(v1) => Ok(SessionRecord {
+                    ttl_ms: v1.ttl_ms,
+                    remembered: v1.remembered,
+                    forgotten_below: v1.forgotten_below,
+                    kept_below: None,
+                }),
+                Err(_) => Err(record::corrupt(key, current)),
+            },
+        }
+    }
 }
 
 /// The record of a live session, or why there is none.
@@ -66,7 +99,11 @@ pub(crate) fn load<S: Store>(
     store: &S,
     session: SessionId,
 ) -> Result<Option<SessionRecord>, StoreError> {
-    record::load(store, &keyspace::session_key(session.0))
+    let key = keyspace::session_key(session.0);
+    match store.get(&key)? {
+        None => Ok(None),
+        Some(bytes) => SessionRecord::decode(&key, &bytes).map(Some),
+    }
 }
 
 /// Write the record of a live session.
@@ -99,6 +136,7 @@ pub(crate) fn open<S: Store>(
             ttl_ms,
             remembered: 0,
             forgotten_below: 0,
+            kept_below: Some(Vec::new()),
         },
     )?;
     events.push(Event::SessionOpened { session, ttl_ms });
