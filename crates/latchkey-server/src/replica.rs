@@ -18,7 +18,7 @@ use openraft::{Raft, ServerState};
 
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
 use crate::read_gate::ReadGate;
-use crate::write_queue::WriteQueue;
+use crate::write_queue::{Origin, WriteQueue};
 
 /// A running replica's request path.
 pub struct Replica {
@@ -101,7 +101,7 @@ impl Replica {
                 ));
             }
         }
-        self.propose(command).await
+        self.propose(command, Origin::Client).await
     }
 
     /// Propose one of the leader's expiry commands.
@@ -109,16 +109,20 @@ impl Replica {
         &self,
         command: LockCommand,
     ) -> Result<CommandResult, ReplicaFailure> {
-        self.propose(Command::Lock(command)).await
+        self.propose(Command::Lock(command), Origin::Leader).await
     }
 
-    async fn propose(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+    async fn propose(
+        &self,
+        command: Command,
+        origin: Origin,
+    ) -> Result<CommandResult, ReplicaFailure> {
         validate_command(&command).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
         if !self.is_leader() {
             return Err(self.not_leader());
         }
         // Bounded here as a whole, including the wait in the queue.
-        match tokio::time::timeout(self.write_timeout, self.writes.propose(command)).await {
+        match tokio::time::timeout(self.write_timeout, self.writes.propose(command, origin)).await {
             Ok(result) => result,
             Err(_) => Err(ReplicaFailure::UnknownOutcome(format!(
                 "the write did not commit within {:?}",

@@ -16,6 +16,15 @@
 //! committed (fsynced on a majority) and applied it, and a group is applied
 //! exactly as its commands would be as consecutive entries with the same
 //! timestamp. Proposals are handed to openraft in queue order.
+//!
+//! The queue is bounded: client writes waiting to be proposed may hold at
+//! most [`MAX_QUEUED_BYTES`] between them, each charged its payload plus
+//! [`QUEUED_WRITE_OVERHEAD`] (so about 14,500 writes of 128 bytes, 1–2 s of
+//! work at the measured peak). A write that finds no room is refused at once
+//! with [`ReplicaFailure::Unavailable`] ("overloaded"): nothing was queued,
+//! so nothing is applied, and the client retries it with backoff like any
+//! other unavailable replica. The leader's own expiry commands are never
+//! refused (they end sessions and waits, which frees the store).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -37,18 +46,45 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 /// above it is proposed alone.
 pub(crate) const MAX_GROUP_BYTES: usize = 1024 * 1024;
 
+/// Room for client writes waiting to be proposed, in bytes as charged by
+/// [`charge`]: four of the largest commands
+/// ([`latchkey_core::limits::MAX_COMMAND_BYTES`]), or about 14,500 writes
+/// of 128 bytes.
+pub(crate) const MAX_QUEUED_BYTES: usize =
+    4 * (latchkey_core::limits::MAX_COMMAND_BYTES + QUEUED_WRITE_OVERHEAD);
+
+/// What a queued write costs beyond its payload: the command's allocations,
+/// its reply channel and the caller's future, rounded up.
+pub(crate) const QUEUED_WRITE_OVERHEAD: usize = 1024;
+
+/// The room a write of `payload` bytes takes in the queue.
+fn charge(payload: usize) -> u32 {
+    u32::try_from(payload.saturating_add(QUEUED_WRITE_OVERHEAD)).unwrap_or(u32::MAX)
+}
+
 type Reply = oneshot::Sender<Result<CommandResult, ReplicaFailure>>;
 
 /// A write waiting to be proposed.
 struct Pending {
     command: Command,
     reply: Reply,
+    /// The client write's room in the queue, given back once the write is
+    /// taken out to be proposed (`None` for the leader's own commands).
+    _room: Option<OwnedSemaphorePermit>,
 }
 
 /// The sending half of the proposal queue. Dropping it (with the replica)
 /// ends the task once the queue is drained.
 pub(crate) struct WriteQueue {
     queue: mpsc::UnboundedSender<Pending>,
+    room: Arc<Semaphore>,
+}
+
+/// Who proposes a write: clients are subject to the queue's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Client,
+    Leader,
 }
 
 impl WriteQueue {
@@ -57,14 +93,31 @@ impl WriteQueue {
     pub(crate) fn start(raft: Raft<TypeConfig>, write_timeout: Duration) -> WriteQueue {
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(raft, write_timeout, rx));
-        WriteQueue { queue }
+        WriteQueue {
+            queue,
+            room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
+        }
     }
 
-    /// Propose `command` (already validated) and wait for its result.
-    pub(crate) async fn propose(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+    /// Propose `command` (already validated) and wait for its result. A
+    /// client write that finds the queue full is refused at once with
+    /// [`ReplicaFailure::Unavailable`], having queued nothing.
+    pub(crate) async fn propose(
+        &self,
+        command: Command,
+        origin: Origin,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        let room = match origin {
+            Origin::Leader => None,
+            Origin::Client => Some(admit(&self.room, command.payload_len())?),
+        };
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Pending { command, reply })
+            .send(Pending {
+                command,
+                reply,
+                _room: room,
+            })
             .map_err(|_| ReplicaFailure::Unavailable("this replica is shutting down".into()))?;
         match answer.await {
             Ok(result) => result,
@@ -75,6 +128,19 @@ impl WriteQueue {
             )),
         }
     }
+}
+
+/// Take room for a client write of `payload` bytes, or refuse it.
+fn admit(room: &Arc<Semaphore>, payload: usize) -> Result<OwnedSemaphorePermit, ReplicaFailure> {
+    Arc::clone(room)
+        .try_acquire_many_owned(charge(payload))
+        .map_err(|_| {
+            ReplicaFailure::Unavailable(format!(
+                "overloaded: the leader's write queue is full ({} MiB of writes waiting); \
+                 nothing was applied, retry later",
+                MAX_QUEUED_BYTES / (1024 * 1024)
+            ))
+        })
 }
 
 /// Wall-clock milliseconds: the `now` a leader stamps on each entry. The core
@@ -143,8 +209,10 @@ async fn propose(
     mut group: Vec<Pending>,
     permit: OwnedSemaphorePermit,
 ) {
+    // Each write's room in the queue is given back here, as it is taken out
+    // to be proposed; entries in flight are bounded by `MAX_IN_FLIGHT`.
     let (command, replies) = if group.len() == 1 {
-        let Pending { command, reply } = group.remove(0);
+        let Pending { command, reply, .. } = group.remove(0);
         (command, vec![reply])
     } else {
         let (commands, replies) = group.into_iter().map(|p| (p.command, p.reply)).unzip();
@@ -227,5 +295,43 @@ fn answer_all(grouped: bool, replies: Vec<Reply>, result: Result<CommandResult, 
                 let _ = reply.send(Err(failure.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latchkey_core::limits::MAX_COMMAND_BYTES;
+
+    #[test]
+    fn a_full_queue_refuses_client_writes_until_room_is_given_back() {
+        let room = Arc::new(Semaphore::new(MAX_QUEUED_BYTES));
+        let small = 128;
+        let fits = MAX_QUEUED_BYTES / (small + QUEUED_WRITE_OVERHEAD);
+        assert!((14_000..15_000).contains(&fits), "{fits}");
+        let mut held: Vec<OwnedSemaphorePermit> = (0..fits)
+            .map(|_| admit(&room, small).expect("room for it"))
+            .collect();
+        match admit(&room, small) {
+            Err(ReplicaFailure::Unavailable(msg)) => {
+                assert!(msg.contains("overloaded"), "{msg}");
+                assert!(msg.contains("nothing was applied"), "{msg}");
+            }
+            other => panic!("expected an overloaded refusal, got {other:?}"),
+        }
+        // A write taken out of the queue gives its room back.
+        held.pop();
+        assert!(admit(&room, small).is_ok());
+    }
+
+    #[test]
+    fn the_largest_command_fits_an_empty_queue() {
+        let room = Arc::new(Semaphore::new(MAX_QUEUED_BYTES));
+        let held: Vec<_> = (0..4)
+            .map(|_| admit(&room, MAX_COMMAND_BYTES).expect("four fit"))
+            .collect();
+        assert!(admit(&room, MAX_COMMAND_BYTES).is_err());
+        drop(held);
+        assert!(admit(&room, usize::MAX).is_err(), "no overflow, no panic");
     }
 }
