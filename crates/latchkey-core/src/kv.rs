@@ -230,23 +230,30 @@ fn next_sequence<S: Store>(
 }
 
 fn delete_range<S: Store>(store: &mut S, start: &[u8], end: &[u8]) -> Result<u64, StoreError> {
-    let lower = data_key(start);
     let upper = data_key(end);
+    // Each chunk starts after the last key deleted, never at `start` again:
+    // a deleted key stays behind as a tombstone (in the apply overlay and in
+    // RocksDB) that a scan from the start would step over every time.
+    let mut lower = data_key(start);
+    let mut included = true;
     let mut deleted = 0u64;
     loop {
-        let chunk = store.scan(
-            Bound::Included(&lower),
-            Bound::Excluded(&upper),
-            false,
-            DELETE_CHUNK,
-        )?;
-        if chunk.is_empty() {
+        let from = if included {
+            Bound::Included(lower.as_slice())
+        } else {
+            Bound::Excluded(lower.as_slice())
+        };
+        let chunk = store.scan(from, Bound::Excluded(&upper), false, DELETE_CHUNK)?;
+        let Some((last, _)) = chunk.last() else {
             return Ok(deleted);
-        }
+        };
+        let last = last.clone();
         for (k, _) in &chunk {
             store.delete(k)?;
             deleted += 1;
         }
+        lower = last;
+        included = false;
     }
 }
 

@@ -1369,3 +1369,36 @@ fn refused_commands_do_not_move_the_clock() {
     assert!(run_at(&mut store, 30, next_seq(b"s", 1)).is_err());
     assert_eq!(clock(&store), Some(10));
 }
+
+#[test]
+fn delete_range_spanning_many_chunks_deletes_exactly_the_range() {
+    // More keys than one internal chunk (1,024), alone and inside a group
+    // (applied through the overlay, where deleted keys stay as tombstones).
+    for grouped in [false, true] {
+        let mut store = MemStore::default();
+        for i in 0..3_000u32 {
+            run(&mut store, put(format!("k{i:05}").as_bytes(), b"v")).expect("put applies");
+        }
+        let command = delete_range(b"k00100", b"k02900");
+        let result = if grouped {
+            match run(
+                &mut store,
+                Command::Group {
+                    commands: vec![command, put(b"k00050", b"w")],
+                },
+            ) {
+                Ok(Outcome::Group(results)) => results.into_iter().next().expect("two results"),
+                other => panic!("unexpected {other:?}"),
+            }
+        } else {
+            run(&mut store, command)
+        };
+        assert_eq!(result, Ok(Outcome::Deleted(2_800)), "grouped: {grouped}");
+        let left = all_data(&store);
+        assert_eq!(left.len(), 200, "grouped: {grouped}");
+        assert_eq!(keys(&left).first().map(String::as_str), Some("k00000"));
+        assert_eq!(keys(&left).last().map(String::as_str), Some("k02999"));
+        assert!(get(&store, b"k00099").is_some() && get(&store, b"k00100").is_none());
+        assert!(get(&store, b"k02899").is_none() && get(&store, b"k02900").is_some());
+    }
+}
