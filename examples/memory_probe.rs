@@ -6,6 +6,10 @@
 //!
 //! Extra arguments go to `latchkey serve` (e.g. `--snapshot-every 500` to make
 //! the replicas build and ship snapshots of the loaded state).
+//!
+//! Last, one follower is killed, its data directory wiped, and it is started
+//! again: it catches up by installing the leader's snapshot, and its peak
+//! (VmHWM) is what installing the whole loaded state costs.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,19 +72,20 @@ async fn main() -> Res<()> {
         .map(|(i, a)| format!("{}={a}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
+    let start = |i: usize| -> std::io::Result<Child> {
+        Command::new(bin)
+            .args(["serve", "--id", &(i + 1).to_string(), "--listen", &addrs[i]])
+            .arg("--data-dir")
+            .arg(dir.path().join(format!("n{}", i + 1)))
+            .args(["--initial-members", &members])
+            .args(&serve_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    };
     let mut children = Kill(Vec::new());
-    for (i, addr) in addrs.iter().enumerate() {
-        children.0.push(
-            Command::new(bin)
-                .args(["serve", "--id", &(i + 1).to_string(), "--listen", addr])
-                .arg("--data-dir")
-                .arg(dir.path().join(format!("n{}", i + 1)))
-                .args(["--initial-members", &members])
-                .args(&serve_args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?,
-        );
+    for i in 0..addrs.len() {
+        children.0.push(start(i)?);
     }
     let client = Client::connect(&addrs)?;
     let started = Instant::now();
@@ -154,5 +159,32 @@ async fn main() -> Res<()> {
     for (i, c) in children.0.iter().enumerate() {
         println!("after sessions + 15 s: node {} {}", i + 1, rss(c.id()));
     }
+
+    // A follower that lost its disk catches up from the leader's snapshot.
+    let leader = client.status().await?;
+    let Some(f) = (0..addrs.len()).find(|&i| Some((i + 1) as u64) != leader.leader_id) else {
+        return Err("no follower to restart".into());
+    };
+    let _ = children.0[f].kill();
+    let _ = children.0[f].wait();
+    std::fs::remove_dir_all(dir.path().join(format!("n{}", f + 1)))?;
+    let t0 = Instant::now();
+    children.0[f] = start(f)?;
+    let target = client.status().await?.last_applied;
+    loop {
+        match client.status_of(&addrs[f]).await {
+            Ok(s) if s.last_applied >= target && s.snapshot_index > 0 => break,
+            _ if t0.elapsed() > Duration::from_secs(600) => {
+                return Err("the wiped follower did not catch up in 10 min".into())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    println!(
+        "wiped follower (node {}) caught up from a snapshot in {:.1}s: {}",
+        f + 1,
+        t0.elapsed().as_secs_f64(),
+        rss(children.0[f].id())
+    );
     Ok(())
 }
