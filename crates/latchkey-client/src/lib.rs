@@ -23,6 +23,7 @@
 //! ```
 
 mod admin;
+mod coalesce;
 mod error;
 mod failure;
 mod fence;
@@ -32,6 +33,7 @@ mod lock;
 mod router;
 
 pub use admin::{MemberInfo, NodeStatus};
+pub use coalesce::{PackingStats, MAX_BATCH_ITEMS};
 pub use error::Error;
 pub use failure::ReplicaFailure;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
