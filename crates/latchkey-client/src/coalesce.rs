@@ -315,9 +315,9 @@ impl Coalescer {
 
     /// Send `batch` as one call holding `slot`, and answer every item.
     async fn carry(self: Arc<Self>, slot: Slot, batch: Vec<Queued>) {
-        let lane = self.lane(slot.lane);
-        lane.items.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        lane.calls.fetch_add(1, Ordering::Relaxed);
+        self.lane(slot.lane)
+            .items
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let deadline = batch
             .iter()
             .map(|q| q.deadline)
@@ -326,7 +326,7 @@ impl Coalescer {
         let budget = deadline.saturating_duration_since(Instant::now());
         let (items, answers): (Vec<Item>, Vec<oneshot::Sender<Answer>>) =
             batch.into_iter().map(|q| (q.item, q.answer)).unzip();
-        let results = match tokio::time::timeout(budget, self.call(items)).await {
+        let results = match tokio::time::timeout(budget, self.call(slot.lane, items)).await {
             Ok(results) => results,
             Err(_) => {
                 let timed_out = Attempt::Sent(format!("attempt timed out after {budget:?}"));
@@ -340,13 +340,17 @@ impl Coalescer {
         drop(slot);
     }
 
-    /// One call carrying `items` (all of one lane); one answer per item, in
-    /// order.
-    async fn call(&self, items: Vec<Item>) -> Vec<Answer> {
+    /// One call carrying `items` (all of `lane`), or one unary call per
+    /// item for a single item or a replica without batch calls; one answer
+    /// per item, in order.
+    async fn call(&self, lane: LaneKind, items: Vec<Item>) -> Vec<Answer> {
         let n = items.len();
+        let calls = &self.lane(lane).calls;
         if n == 1 || self.unary_only.load(Ordering::Relaxed) {
+            calls.fetch_add(n as u64, Ordering::Relaxed);
             return join_all(items.into_iter().map(|item| self.unary(item))).await;
         }
+        calls.fetch_add(1, Ordering::Relaxed);
         let mut writes = Vec::new();
         let mut reads = Vec::new();
         for item in items {
@@ -379,6 +383,7 @@ impl Coalescer {
                 // The replica does not know the batch call and ran nothing.
                 tracing::debug!("replica has no batch calls; sending unary calls from now on");
                 self.unary_only.store(true, Ordering::Relaxed);
+                calls.fetch_add(n as u64, Ordering::Relaxed);
                 join_all(unsent.into_iter().map(|item| self.unary(item))).await
             }
             Err(status) => vec![Err(classify_status(&status)); n],
