@@ -50,6 +50,7 @@ pub fn client_options() -> ClientOptions {
         connect_timeout: Duration::from_secs(1),
         initial_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(500),
+        ..ClientOptions::default()
     }
 }
 

@@ -33,6 +33,9 @@ OPTIONS:
                        per-task: each task builds its own Client (own connections)
     --tmp-dir DIR      parent of the temporary data directory (default: $TMPDIR
                        or /tmp); put it on the disk you want to measure
+    --batch-in-flight N  the clients' ClientOptions::max_batch_in_flight: calls
+                       out per replica before requests are packed (default:
+                       the client's default; 0 = no packing, one call per request)
     -h, --help         print this text
 
 Every lock task has its own session (ttl 10s). Exit codes: 0 done, 1 the
@@ -87,6 +90,7 @@ pub struct Options {
     pub server_bin: Option<PathBuf>,
     pub client_mode: ClientMode,
     pub tmp_dir: Option<PathBuf>,
+    pub batch_in_flight: Option<usize>,
 }
 
 impl Default for Options {
@@ -100,6 +104,7 @@ impl Default for Options {
             server_bin: None,
             client_mode: ClientMode::Shared,
             tmp_dir: None,
+            batch_in_flight: None,
         }
     }
 }
@@ -186,6 +191,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--server-bin",
             "--client-mode",
             "--tmp-dir",
+            "--batch-in-flight",
         ];
         if !known.contains(&flag) {
             return Err(format!("unknown option `{flag}`"));
@@ -208,6 +214,13 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--out" => opts.out = non_empty_path(flag, &value)?,
             "--server-bin" => opts.server_bin = Some(non_empty_path(flag, &value)?),
             "--tmp-dir" => opts.tmp_dir = Some(non_empty_path(flag, &value)?),
+            "--batch-in-flight" => {
+                opts.batch_in_flight = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("--batch-in-flight: `{value}` is not a count"))?,
+                )
+            }
             "--client-mode" => {
                 opts.client_mode = match value.as_str() {
                     "shared" => ClientMode::Shared,

@@ -78,12 +78,14 @@ pub struct Clients {
     list: Vec<Client>,
 }
 
-fn options() -> ClientOptions {
+fn options(batch_in_flight: Option<usize>) -> ClientOptions {
+    let defaults = ClientOptions::default();
     ClientOptions {
         request_timeout: REQUEST_TIMEOUT,
         attempt_timeout: Duration::from_secs(3),
         connect_timeout: Duration::from_secs(1),
-        ..ClientOptions::default()
+        max_batch_in_flight: batch_in_flight.unwrap_or(defaults.max_batch_in_flight),
+        ..defaults
     }
 }
 
@@ -94,6 +96,7 @@ impl Clients {
     pub async fn connect(
         endpoints: &[String],
         mode: ClientMode,
+        batch_in_flight: Option<usize>,
         max_tasks: usize,
     ) -> Result<Clients, String> {
         let count = match mode {
@@ -103,7 +106,7 @@ impl Clients {
         let mut list = Vec::with_capacity(count);
         for _ in 0..count {
             list.push(
-                Client::with_options(endpoints, options())
+                Client::with_options(endpoints, options(batch_in_flight))
                     .map_err(|e| format!("cannot build a client: {e}"))?,
             );
         }

@@ -86,8 +86,13 @@ impl Testbed {
     }
 
     /// Warmed-up clients for up to `max_tasks` tasks.
-    pub async fn clients(&self, mode: ClientMode, max_tasks: usize) -> Result<Clients, String> {
-        Clients::connect(&self.cluster.endpoints(), mode, max_tasks)
+    pub async fn clients(
+        &self,
+        mode: ClientMode,
+        batch_in_flight: Option<usize>,
+        max_tasks: usize,
+    ) -> Result<Clients, String> {
+        Clients::connect(&self.cluster.endpoints(), mode, batch_in_flight, max_tasks)
             .await
             .map_err(|e| format!("{e}\n{}", self.cluster.logs_tail()))
     }

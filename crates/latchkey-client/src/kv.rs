@@ -7,7 +7,8 @@ use latchkey_core::{codec, BatchOp, Command, CommandResult, Condition, Outcome, 
 use latchkey_proto::v1::{kv_client::KvClient, ReadRequest, Reply, WriteRequest};
 use tonic::transport::Channel;
 
-use crate::router::{classify_status, Attempt, ClientOptions, LocalReplica, Router, Target};
+use crate::coalesce::{Item, PackingStats};
+use crate::router::{Attempt, ClientOptions, LocalReplica, Router, Target};
 use crate::Error;
 
 /// Largest gRPC message the client sends or accepts.
@@ -165,6 +166,15 @@ impl Client {
         &self.router
     }
 
+    /// Requests this client sent over gRPC and the calls that carried them:
+    /// concurrent requests to one replica are packed into one call (see
+    /// [`ClientOptions::max_batch_in_flight`]), so under load `write_calls`
+    /// is well below `writes`. Requests served by an in-process replica are
+    /// not counted.
+    pub fn packing_stats(&self) -> PackingStats {
+        self.router.packing_stats()
+    }
+
     /// Propose any write command and return its outcome.
     pub async fn execute(&self, command: Command) -> Result<Outcome, Error> {
         self.execute_with(command, false).await
@@ -195,7 +205,7 @@ impl Client {
         let mut sent = std::time::Instant::now();
         let result: CommandResult = self
             .router
-            .call(!idempotent, |target, _| {
+            .call(!idempotent, |target, budget| {
                 sent = std::time::Instant::now();
                 let command = command.clone();
                 let encoded = encoded.clone();
@@ -204,7 +214,10 @@ impl Client {
                         Target::Local(local) => {
                             local.write(command).await.map_err(Attempt::Refused)
                         }
-                        Target::Remote { channel, .. } => remote_write(channel, encoded).await,
+                        Target::Remote { coalescer, .. } => {
+                            let item = Item::Write(WriteRequest { command: encoded });
+                            coalescer.send(item, budget).await
+                        }
                     }
                 }
             })
@@ -219,7 +232,7 @@ impl Client {
         let encoded = codec::encode(&query).map_err(|e| Error::Protocol(e.to_string()))?;
         let result: CommandResult = self
             .router
-            .call(false, |target, _| {
+            .call(false, |target, budget| {
                 let query = query.clone();
                 let encoded = encoded.clone();
                 async move {
@@ -227,8 +240,12 @@ impl Client {
                         Target::Local(local) => {
                             local.read(query, stale).await.map_err(Attempt::Refused)
                         }
-                        Target::Remote { channel, .. } => {
-                            remote_read(channel, encoded, stale).await
+                        Target::Remote { coalescer, .. } => {
+                            let item = Item::Read(ReadRequest {
+                                query: encoded,
+                                stale,
+                            });
+                            coalescer.send(item, budget).await
                         }
                     }
                 }
@@ -420,27 +437,6 @@ pub(crate) fn kv_client(channel: Channel) -> KvClient<Channel> {
     KvClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
-}
-
-pub(crate) async fn remote_write(
-    channel: Channel,
-    command: Vec<u8>,
-) -> Result<CommandResult, Attempt> {
-    match kv_client(channel).write(WriteRequest { command }).await {
-        Ok(reply) => decode_reply(reply.into_inner()),
-        Err(status) => Err(classify_status(&status)),
-    }
-}
-
-async fn remote_read(
-    channel: Channel,
-    query: Vec<u8>,
-    stale: bool,
-) -> Result<CommandResult, Attempt> {
-    match kv_client(channel).read(ReadRequest { query, stale }).await {
-        Ok(reply) => decode_reply(reply.into_inner()),
-        Err(status) => Err(classify_status(&status)),
-    }
 }
 
 pub(crate) fn decode_reply(reply: Reply) -> Result<CommandResult, Attempt> {

@@ -6,6 +6,15 @@
 //! serves remote programs (over gRPC, [`Client::connect`]) and the
 //! application that embeds a replica (in-process, [`Client::with_local`]).
 //!
+//! Concurrent requests to one replica share gRPC calls: a request that finds
+//! a free call slot (at most [`ClientOptions::max_batch_in_flight`] per
+//! replica, for writes and for reads each) is sent at once on its own; those
+//! that arrive while every slot is busy are packed into one `WriteMany` or
+//! `ReadMany` call, sent the moment a slot frees. Nothing waits on a timer,
+//! so a lone caller sees no added latency. Each packed request keeps its own
+//! result and its own retry rules, exactly as if it had been sent alone.
+//! [`Client::packing_stats`] counts requests and the calls that carried them.
+//!
 //! It must not decide semantics (that is `latchkey-core`'s job) and must
 //! never retry a write whose outcome is unknown: such a call ends with
 //! [`Error::UnknownOutcome`] so nothing is applied twice behind the caller's
@@ -23,6 +32,7 @@
 //! ```
 
 mod admin;
+mod coalesce;
 mod error;
 mod failure;
 mod fence;
@@ -32,6 +42,7 @@ mod lock;
 mod router;
 
 pub use admin::{MemberInfo, NodeStatus};
+pub use coalesce::{PackingStats, MAX_BATCH_ITEMS};
 pub use error::Error;
 pub use failure::ReplicaFailure;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};

@@ -15,6 +15,7 @@ use latchkey_core::lock::SessionId;
 use latchkey_core::{Command, CommandResult, Query};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::coalesce::{Coalescer, PackingStats};
 use crate::{Error, ReplicaFailure};
 
 /// A boxed future, for the object-safe [`LocalReplica`] trait.
@@ -61,6 +62,16 @@ pub struct ClientOptions {
     pub initial_backoff: Duration,
     /// Longest pause between attempts (default 500 ms).
     pub max_backoff: Duration,
+    /// Most gRPC calls each endpoint has out at once for writes, and as many
+    /// for reads (default 2). A request that finds a free slot is sent at
+    /// once, alone; requests that arrive while every slot is busy are packed
+    /// into one `WriteMany`/`ReadMany` call sent as soon as a slot frees.
+    /// Never delays a request on purpose. 0 turns packing off: one unary call
+    /// per request, with no limit on calls out.
+    pub max_batch_in_flight: usize,
+    /// Most requests packed into one call (default 256, at most
+    /// [`crate::MAX_BATCH_ITEMS`]).
+    pub max_batch_items: usize,
 }
 
 impl Default for ClientOptions {
@@ -71,6 +82,8 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(1),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
+            max_batch_in_flight: 2,
+            max_batch_items: 256,
         }
     }
 }
@@ -80,12 +93,17 @@ impl Default for ClientOptions {
 pub enum Target {
     /// The replica in this process.
     Local(Arc<dyn LocalReplica>),
-    /// A replica over gRPC; the channel is shared and reconnects by itself.
-    Remote { addr: String, channel: Channel },
+    /// A replica over gRPC; the channel is shared and reconnects by itself,
+    /// and KV requests to it go through its request packer.
+    Remote {
+        addr: String,
+        channel: Channel,
+        coalescer: Arc<Coalescer>,
+    },
 }
 
 /// How one attempt failed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Attempt {
     /// The replica refused before or instead of executing.
     Refused(ReplicaFailure),
@@ -101,6 +119,31 @@ pub enum Attempt {
 struct Peer {
     addr: String,
     channel: Channel,
+    coalescer: Arc<Coalescer>,
+}
+
+impl Peer {
+    fn new(addr: String, options: &ClientOptions) -> Result<Peer, Error> {
+        let channel = channel(&addr, options)?;
+        let coalescer = Arc::new(Coalescer::new(
+            channel.clone(),
+            options.max_batch_in_flight,
+            options.max_batch_items,
+        ));
+        Ok(Peer {
+            addr,
+            channel,
+            coalescer,
+        })
+    }
+
+    fn target(&self) -> Target {
+        Target::Remote {
+            addr: self.addr.clone(),
+            channel: self.channel.clone(),
+            coalescer: self.coalescer.clone(),
+        }
+    }
 }
 
 struct State {
@@ -168,8 +211,7 @@ impl Router {
             if peers.iter().any(|p| p.addr == addr) {
                 continue;
             }
-            let channel = channel(&addr, &options)?;
-            peers.push(Peer { addr, channel });
+            peers.push(Peer::new(addr, &options)?);
         }
         if peers.is_empty() && local.is_none() {
             return Err(Error::BadEndpoint {
@@ -204,10 +246,17 @@ impl Router {
         let addr = normalise(addr);
         let mut st = self.lock();
         let idx = self.peer_index(&mut st, &addr)?;
-        Ok(Target::Remote {
-            addr,
-            channel: st.peers[idx].channel.clone(),
-        })
+        Ok(st.peers[idx].target())
+    }
+
+    /// Requests sent over gRPC and the calls that carried them, summed over
+    /// every endpoint.
+    pub fn packing_stats(&self) -> PackingStats {
+        let mut stats = PackingStats::default();
+        for p in &self.lock().peers {
+            stats.add(p.coalescer.stats());
+        }
+        stats
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -220,11 +269,7 @@ impl Router {
         if let Some(i) = st.peers.iter().position(|p| p.addr == addr) {
             return Ok(i);
         }
-        let channel = channel(addr, &self.options)?;
-        st.peers.push(Peer {
-            addr: addr.to_string(),
-            channel,
-        });
+        st.peers.push(Peer::new(addr.to_string(), &self.options)?);
         Ok(st.peers.len() - 1)
     }
 
@@ -249,11 +294,7 @@ impl Router {
                 i
             }
         };
-        let peer = &st.peers[idx];
-        Some(Target::Remote {
-            addr: peer.addr.clone(),
-            channel: peer.channel.clone(),
-        })
+        Some(st.peers[idx].target())
     }
 
     fn note_not_leader(&self, target: &Target, leader: Option<(u64, String)>) -> bool {

@@ -3,20 +3,24 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use latchkey_client::ReplicaFailure;
+use futures::future::join_all;
+use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS};
 use latchkey_core::codec;
 use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
     admin_server::Admin, kv_server::Kv, lock_server::Lock, raft_server::Raft as RaftRpc,
     AcquireRequest, AddLearnerRequest, AdminReply, ChangeVotersRequest, KeepAliveRequest, Member,
-    RaftMessage, ReadRequest, Reply, StatusReply, StatusRequest, WriteRequest,
+    RaftMessage, ReadBatch, ReadRequest, Replies, Reply, StatusReply, StatusRequest, WriteBatch,
+    WriteRequest,
 };
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::BasicNode;
+use prost::Message;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::replica::Replica;
+use crate::MAX_MESSAGE_BYTES;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
     codec::encode(value).map_err(|e| Status::internal(e.to_string()))
@@ -89,23 +93,139 @@ fn invalid(e: codec::CodecError) -> Reply {
     }
 }
 
+/// A batch item's reply, or `failure` in its place if the result cannot be
+/// encoded (the item was still executed when `failure` says so).
+fn item_reply(
+    result: Result<latchkey_core::CommandResult, ReplicaFailure>,
+    failure: fn(String) -> ReplicaFailure,
+) -> Reply {
+    match reply(result) {
+        Ok(r) => r,
+        Err(status) => Reply {
+            payload: Vec::new(),
+            failure: Some(
+                failure(format!("cannot encode the result: {}", status.message())).into(),
+            ),
+        },
+    }
+}
+
+/// Reject a batch as a whole when it has more items than
+/// [`MAX_BATCH_ITEMS`]: nothing in it is executed.
+fn check_batch_len(items: usize) -> Result<(), Status> {
+    if items > MAX_BATCH_ITEMS {
+        return Err(Status::invalid_argument(format!(
+            "batch has {items} items, the limit is {MAX_BATCH_ITEMS}; nothing was executed"
+        )));
+    }
+    Ok(())
+}
+
+/// Room left for the replies of a batch below the message limit, keeping a
+/// margin for the framing of `Replies` itself.
+const REPLIES_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
+
+/// Keep the replies within the message limit: each reply that would push
+/// the total past it is replaced by `failure` (in item order, so the
+/// earlier items keep theirs).
+fn fit_replies(replies: Vec<Reply>, failure: impl Fn() -> ReplicaFailure) -> Replies {
+    let mut total = 0usize;
+    let replies = replies
+        .into_iter()
+        .map(|r| {
+            // Field tag + length prefix: at most 1 + 10 bytes per item.
+            let size = r.encoded_len() + 11;
+            if total + size <= REPLIES_BUDGET {
+                total += size;
+                return r;
+            }
+            let replaced = Reply {
+                payload: Vec::new(),
+                failure: Some(failure().into()),
+            };
+            total += replaced.encoded_len() + 11;
+            replaced
+        })
+        .collect();
+    Replies { replies }
+}
+
+impl KvService {
+    /// One write, exactly as the `Write` RPC runs it.
+    async fn write_one(&self, command: &[u8]) -> Result<Reply, Status> {
+        let command = match codec::decode(command) {
+            Ok(c) => c,
+            Err(e) => return Ok(invalid(e)),
+        };
+        reply(self.replica.write(command).await)
+    }
+
+    /// One read, exactly as the `Read` RPC runs it.
+    async fn read_one(&self, query: &[u8], stale: bool) -> Result<Reply, Status> {
+        let query = match codec::decode(query) {
+            Ok(q) => q,
+            Err(e) => return Ok(invalid(e)),
+        };
+        reply(self.replica.read(query, stale).await)
+    }
+}
+
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
-        let command = match codec::decode(&request.into_inner().command) {
-            Ok(c) => c,
-            Err(e) => return Ok(Response::new(invalid(e))),
-        };
-        Ok(Response::new(reply(self.replica.write(command).await)?))
+        Ok(Response::new(
+            self.write_one(&request.into_inner().command).await?,
+        ))
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
         let ReadRequest { query, stale } = request.into_inner();
-        let query = match codec::decode(&query) {
-            Ok(q) => q,
-            Err(e) => return Ok(Response::new(invalid(e))),
-        };
-        Ok(Response::new(reply(self.replica.read(query, stale).await)?))
+        Ok(Response::new(self.read_one(&query, stale).await?))
+    }
+
+    async fn write_many(&self, request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
+        let items = request.into_inner().items;
+        check_batch_len(items.len())?;
+        // Polled in order, each item reaches the write queue in item order
+        // (decoding and validation do not wait), and all of them are queued
+        // before the first is proposed, so the queue packs them.
+        let replies = join_all(items.iter().map(|item| async {
+            match self.write_one(&item.command).await {
+                Ok(r) => r,
+                Err(status) => item_reply(
+                    Err(ReplicaFailure::UnknownOutcome(status.message().to_string())),
+                    ReplicaFailure::UnknownOutcome,
+                ),
+            }
+        }))
+        .await;
+        Ok(Response::new(fit_replies(replies, || {
+            ReplicaFailure::UnknownOutcome(
+                "the write was executed but its reply does not fit in this batch's message; \
+                 send fewer writes per batch"
+                    .into(),
+            )
+        })))
+    }
+
+    async fn read_many(&self, request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
+        let items = request.into_inner().items;
+        check_batch_len(items.len())?;
+        let replies = join_all(items.iter().map(|item| async {
+            match self.read_one(&item.query, item.stale).await {
+                Ok(r) => r,
+                Err(status) => item_reply(
+                    Err(ReplicaFailure::Unavailable(status.message().to_string())),
+                    ReplicaFailure::Unavailable,
+                ),
+            }
+        }))
+        .await;
+        Ok(Response::new(fit_replies(replies, || {
+            ReplicaFailure::Unavailable(
+                "the reply does not fit in this batch's message; read fewer keys per batch".into(),
+            )
+        })))
     }
 }
 
