@@ -324,6 +324,41 @@ mod tests {
         assert!(admit(&room, small).is_ok());
     }
 
+    #[tokio::test]
+    async fn client_writes_meet_the_bound_and_the_leaders_own_do_not() {
+        // A queue with no room left and no proposal task behind it.
+        let (queue, mut rx) = mpsc::unbounded_channel();
+        let writes = WriteQueue {
+            queue,
+            room: Arc::new(Semaphore::new(0)),
+        };
+        let put = Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        };
+        // Bounded: a write that were queued would wait for an answer forever.
+        let refused = tokio::time::timeout(
+            Duration::from_secs(5),
+            writes.propose(put.clone(), Origin::Client),
+        )
+        .await;
+        match refused {
+            Ok(Err(ReplicaFailure::Unavailable(msg))) => {
+                assert!(msg.contains("overloaded"), "{msg}")
+            }
+            other => panic!("expected an overloaded refusal at once, got {other:?}"),
+        }
+        assert!(rx.try_recv().is_err(), "a refused write was queued");
+        // The leader's command is queued regardless; answered here as if
+        // proposed and applied.
+        let (answered, ()) = tokio::join!(writes.propose(put.clone(), Origin::Leader), async {
+            let pending = rx.recv().await.expect("the leader's write is queued");
+            assert_eq!(pending.command, put);
+            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(0))));
+        });
+        assert_eq!(answered, Ok(Ok(Outcome::Deleted(0))));
+    }
+
     #[test]
     fn the_largest_command_fits_an_empty_queue() {
         let room = Arc::new(Semaphore::new(MAX_QUEUED_BYTES));
