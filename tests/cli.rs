@@ -174,7 +174,7 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
         ];
         for payload in payloads {
             let msg = || RaftMessage {
-                payload: payload.clone(),
+                payload: payload.clone().into(),
             };
             let r = raft.append_entries(msg()).await;
             ensure!(

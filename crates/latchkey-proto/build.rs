@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", proto.display());
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Raft payloads are shared, not copied, when a call is retried.
+    config.bytes([".latchkey.v1.RaftMessage.payload"]);
     tonic_prost_build::configure().compile_with_config(config, &[proto], &[proto_dir])?;
     Ok(())
 }

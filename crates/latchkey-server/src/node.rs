@@ -14,7 +14,7 @@ use latchkey_proto::v1::{
 use latchkey_storage::{StorageOptions, TypeConfig};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, Raft};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
@@ -185,11 +185,13 @@ impl NodeBuilder {
         // replies (reads, lock hand-offs).
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (streams_stop, streams_stopped) = watch::channel(false);
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .add_service(
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
+                    stopping: streams_stopped,
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
@@ -261,6 +263,7 @@ impl NodeBuilder {
             replica,
             client,
             stop: Some(stop_tx),
+            streams_stop,
             server: Some(server),
             lock_stop: Some(lock_stop),
             lock_task: Some(lock_task),
@@ -280,6 +283,8 @@ pub struct Node {
     replica: Arc<Replica>,
     client: Client,
     stop: Option<oneshot::Sender<()>>,
+    /// Ends the open `AppendEntriesStream`s (see `RaftService::stopping`).
+    streams_stop: watch::Sender<bool>,
     server: Option<JoinHandle<()>>,
     lock_stop: Option<oneshot::Sender<()>>,
     lock_task: Option<JoinHandle<()>>,
@@ -368,6 +373,7 @@ impl Node {
     }
 
     async fn stop_now(&mut self) {
+        self.streams_stop.send_replace(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -400,6 +406,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        self.streams_stop.send_replace(true);
         if let Some(stop) = self.lock_stop.take() {
             let _ = stop.send(());
         }

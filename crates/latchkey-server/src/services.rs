@@ -1,9 +1,11 @@
 //! The gRPC services a replica serves: Raft transport, KV, admin.
 
 use std::collections::BTreeSet;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::future::join_all;
+use futures::Stream;
 use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS};
 use latchkey_core::codec;
 use latchkey_core::lock::SessionId;
@@ -17,7 +19,8 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::BasicNode;
 use prost::Message;
 use serde::Serialize;
-use tonic::{Request, Response, Status};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::replica::Replica;
 use crate::MAX_MESSAGE_BYTES;
@@ -33,7 +36,23 @@ fn bad_payload(e: codec::CodecError) -> Status {
 /// Replica-to-replica Raft RPCs.
 pub struct RaftService {
     pub(crate) replica: Arc<Replica>,
+    /// Becomes `true` (or is dropped) when the node stops: open
+    /// `AppendEntriesStream`s end then, so they do not hold up the server's
+    /// graceful shutdown, which waits for open streams.
+    pub(crate) stopping: watch::Receiver<bool>,
 }
+
+/// Answer one AppendEntries message (unary or on a stream).
+async fn append_reply(replica: &Replica, payload: &[u8]) -> Result<RaftMessage, Status> {
+    let rpc = codec::decode(payload).map_err(bad_payload)?;
+    let result = replica.raft().append_entries(rpc).await;
+    Ok(RaftMessage {
+        payload: encode_or_status(&result)?.into(),
+    })
+}
+
+/// The replies of one `AppendEntriesStream`.
+type AppendReplies = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
@@ -41,18 +60,55 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
-        let result = self.replica.raft().append_entries(rpc).await;
-        Ok(Response::new(RaftMessage {
-            payload: encode_or_status(&result)?,
-        }))
+        let reply = append_reply(&self.replica, &request.into_inner().payload).await?;
+        Ok(Response::new(reply))
+    }
+
+    type AppendEntriesStreamStream = AppendReplies;
+
+    /// Requests are answered one at a time, in order, each exactly as the
+    /// unary `append_entries` would. A malformed request gets its error and
+    /// ends the stream (the sender opens a new one); a broken incoming
+    /// stream ends it quietly, and so does the node stopping.
+    async fn append_entries_stream(
+        &self,
+        request: Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<AppendReplies>, Status> {
+        let replica = Arc::clone(&self.replica);
+        let start = Some((request.into_inner(), self.stopping.clone()));
+        let replies = futures::stream::unfold(start, move |state| {
+            let replica = Arc::clone(&replica);
+            async move {
+                let (mut incoming, mut stopping) = state?;
+                let next = tokio::select! {
+                    biased;
+                    // Ends the stream whether the flag was set or its
+                    // sender is gone.
+                    _ = stopping.wait_for(|stop| *stop) => return None,
+                    next = incoming.message() => next,
+                };
+                match next {
+                    Ok(Some(message)) => {
+                        let reply = append_reply(&replica, &message.payload).await;
+                        let next = reply.is_ok().then_some((incoming, stopping));
+                        Some((reply, next))
+                    }
+                    Ok(None) => None,
+                    Err(status) => {
+                        tracing::debug!(%status, "append-entries stream from the leader ended");
+                        None
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
         let result = self.replica.raft().vote(rpc).await;
         Ok(Response::new(RaftMessage {
-            payload: encode_or_status(&result)?,
+            payload: encode_or_status(&result)?.into(),
         }))
     }
 
@@ -63,7 +119,7 @@ impl RaftRpc for RaftService {
         let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
         let result = self.replica.raft().install_snapshot(rpc).await;
         Ok(Response::new(RaftMessage {
-            payload: encode_or_status(&result)?,
+            payload: encode_or_status(&result)?.into(),
         }))
     }
 }

@@ -260,3 +260,110 @@ async fn concurrent_writes_keep_their_own_results() -> TestResult {
     })
     .await?
 }
+
+/// The replica side of `AppendEntriesStream`: each request message gets one
+/// reply, in order; a malformed one gets INVALID_ARGUMENT and ends the
+/// stream, and the replica keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message() -> TestResult {
+    use latchkey_proto::v1::raft_client::RaftClient;
+    use latchkey_proto::v1::RaftMessage;
+    use latchkey_storage::TypeConfig;
+    use openraft::error::RaftError;
+    use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
+        // A request from a stale leader (term 0): the replica answers each
+        // one with its higher vote.
+        let stale = AppendEntriesRequest::<TypeConfig> {
+            vote: openraft::Vote::new_committed(0, 9),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        let good = RaftMessage {
+            payload: latchkey_core::codec::encode(&stale)?.into(),
+        };
+        let bad = RaftMessage {
+            payload: vec![0xff; 7].into(),
+        };
+        let requests = vec![good.clone(), good, bad, RaftMessage::default()];
+        let mut replies = raft
+            .append_entries_stream(tokio_stream::iter(requests))
+            .await?
+            .into_inner();
+        for _ in 0..2 {
+            let reply = replies.message().await?.ok_or("stream ended early")?;
+            let decoded: Result<AppendEntriesResponse<u64>, RaftError<u64>> =
+                latchkey_core::codec::decode(&reply.payload)?;
+            assert!(
+                matches!(decoded, Ok(AppendEntriesResponse::HigherVote(_))),
+                "{decoded:?}"
+            );
+        }
+        match replies.message().await {
+            Err(status) => assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}"),
+            Ok(other) => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        }
+        assert!(matches!(replies.message().await, Ok(None) | Err(_)));
+        // The replica still serves.
+        nodes[&1].client().put("after/bad-stream", "ok").await?;
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// A leader's open `AppendEntriesStream` does not hold up a replica's
+/// shutdown: the replica ends the stream and stops at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_append_entries_streams() -> TestResult {
+    use latchkey_proto::v1::raft_client::RaftClient;
+    use latchkey_proto::v1::RaftMessage;
+    use latchkey_storage::TypeConfig;
+    use openraft::raft::AppendEntriesRequest;
+
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
+        let stale = AppendEntriesRequest::<TypeConfig> {
+            vote: openraft::Vote::new_committed(0, 9),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        let (requests, outgoing) = tokio::sync::mpsc::channel(1);
+        let mut replies = raft
+            .append_entries_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await?
+            .into_inner();
+        requests
+            .send(RaftMessage {
+                payload: latchkey_core::codec::encode(&stale)?.into(),
+            })
+            .await?;
+        replies.message().await?.ok_or("no reply")?;
+        // The stream stays open on our side (`requests` is alive).
+        let node = nodes.remove(&1).ok_or("no node 1")?;
+        let started = Instant::now();
+        node.shutdown().await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "shutdown took {took:?} with an append-entries stream open"
+        );
+        let end = tokio::time::timeout(Duration::from_secs(5), replies.message()).await?;
+        assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+        drop(requests);
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
