@@ -502,6 +502,15 @@ mod tests {
             .await
     }
 
+    /// Serve `peer` and make a link to it.
+    async fn linked(
+        peer: FakePeer,
+    ) -> Result<(Arc<FakePeer>, PeerLink), Box<dyn std::error::Error>> {
+        let peer = Arc::new(peer);
+        let link = link_to(serve(Arc::clone(&peer)).await?).await;
+        Ok((peer, link))
+    }
+
     fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
         AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
@@ -525,8 +534,7 @@ mod tests {
     #[tokio::test]
     async fn calls_share_one_stream() -> TestResult {
         tokio::time::timeout(LIMIT, async {
-            let peer = Arc::new(FakePeer::default());
-            let mut link = link_to(serve(Arc::clone(&peer)).await?).await;
+            let (peer, mut link) = linked(FakePeer::default()).await?;
             for _ in 0..50 {
                 assert!(matches!(
                     append(&mut link, TTL).await?,
@@ -584,11 +592,11 @@ mod tests {
     #[tokio::test]
     async fn a_peer_without_the_stream_gets_unary_calls() -> TestResult {
         tokio::time::timeout(LIMIT, async {
-            let peer = Arc::new(FakePeer {
+            let (peer, mut link) = linked(FakePeer {
                 no_stream: true,
                 ..FakePeer::default()
-            });
-            let mut link = link_to(serve(Arc::clone(&peer)).await?).await;
+            })
+            .await?;
             for _ in 0..5 {
                 assert!(matches!(
                     append(&mut link, TTL).await?,
@@ -609,11 +617,11 @@ mod tests {
     #[tokio::test]
     async fn a_closed_stream_is_reopened_and_the_call_still_answered() -> TestResult {
         tokio::time::timeout(LIMIT, async {
-            let peer = Arc::new(FakePeer {
+            let (peer, mut link) = linked(FakePeer {
                 close_after: 2,
                 ..FakePeer::default()
-            });
-            let mut link = link_to(serve(Arc::clone(&peer)).await?).await;
+            })
+            .await?;
             for _ in 0..7 {
                 assert!(matches!(
                     append(&mut link, TTL).await?,
@@ -633,11 +641,11 @@ mod tests {
     #[tokio::test]
     async fn a_late_reply_never_answers_the_next_call() -> TestResult {
         tokio::time::timeout(LIMIT, async {
-            let peer = Arc::new(FakePeer {
+            let (peer, mut link) = linked(FakePeer {
                 slow_first: true,
                 ..FakePeer::default()
-            });
-            let mut link = link_to(serve(Arc::clone(&peer)).await?).await;
+            })
+            .await?;
             // The first request's reply (Conflict) comes after 2 s: the call
             // times out first.
             let first = append(&mut link, Duration::from_millis(200)).await;

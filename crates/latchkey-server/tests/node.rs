@@ -261,6 +261,20 @@ async fn concurrent_writes_keep_their_own_results() -> TestResult {
     .await?
 }
 
+/// An AppendEntries from a stale leader (term 0), encoded: a replica answers
+/// it with its higher vote and changes nothing.
+fn stale_append() -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error::Error>> {
+    let stale = openraft::raft::AppendEntriesRequest::<latchkey_storage::TypeConfig> {
+        vote: openraft::Vote::new_committed(0, 9),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    Ok(latchkey_proto::v1::RaftMessage {
+        payload: latchkey_core::codec::encode(&stale)?.into(),
+    })
+}
+
 /// The replica side of `AppendEntriesStream`: each request message gets one
 /// reply, in order; a malformed one gets INVALID_ARGUMENT and ends the
 /// stream, and the replica keeps serving.
@@ -268,26 +282,17 @@ async fn concurrent_writes_keep_their_own_results() -> TestResult {
 async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message() -> TestResult {
     use latchkey_proto::v1::raft_client::RaftClient;
     use latchkey_proto::v1::RaftMessage;
-    use latchkey_storage::TypeConfig;
     use openraft::error::RaftError;
-    use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+    use openraft::raft::AppendEntriesResponse;
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
-        // A request from a stale leader (term 0): the replica answers each
-        // one with its higher vote.
-        let stale = AppendEntriesRequest::<TypeConfig> {
-            vote: openraft::Vote::new_committed(0, 9),
-            prev_log_id: None,
-            entries: Vec::new(),
-            leader_commit: None,
-        };
-        let good = RaftMessage {
-            payload: latchkey_core::codec::encode(&stale)?.into(),
-        };
+        // A request from a stale leader: the replica answers each one with
+        // its higher vote.
+        let good = stale_append()?;
         let bad = RaftMessage {
             payload: vec![0xff; 7].into(),
         };
@@ -325,31 +330,18 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_append_entries_streams() -> TestResult {
     use latchkey_proto::v1::raft_client::RaftClient;
-    use latchkey_proto::v1::RaftMessage;
-    use latchkey_storage::TypeConfig;
-    use openraft::raft::AppendEntriesRequest;
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
-        let stale = AppendEntriesRequest::<TypeConfig> {
-            vote: openraft::Vote::new_committed(0, 9),
-            prev_log_id: None,
-            entries: Vec::new(),
-            leader_commit: None,
-        };
         let (requests, outgoing) = tokio::sync::mpsc::channel(1);
         let mut replies = raft
             .append_entries_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
             .await?
             .into_inner();
-        requests
-            .send(RaftMessage {
-                payload: latchkey_core::codec::encode(&stale)?.into(),
-            })
-            .await?;
+        requests.send(stale_append()?).await?;
         replies.message().await?.ok_or("no reply")?;
         // The stream stays open on our side (`requests` is alive).
         let node = nodes.remove(&1).ok_or("no node 1")?;
