@@ -528,6 +528,17 @@ mod tests {
     }
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// `n` calls on `link`, each answered `Success`.
+    async fn all_succeed(link: &mut PeerLink, n: usize) -> TestResult {
+        for i in 0..n {
+            let reply = append(link, TTL).await?;
+            if !matches!(reply, AppendEntriesResponse::Success) {
+                return Err(format!("call {i} got {reply:?}").into());
+            }
+        }
+        Ok(())
+    }
     const LIMIT: Duration = Duration::from_secs(30);
     const TTL: Duration = Duration::from_secs(5);
 
@@ -535,12 +546,7 @@ mod tests {
     async fn calls_share_one_stream() -> TestResult {
         tokio::time::timeout(LIMIT, async {
             let (peer, mut link) = linked(FakePeer::default()).await?;
-            for _ in 0..50 {
-                assert!(matches!(
-                    append(&mut link, TTL).await?,
-                    AppendEntriesResponse::Success
-                ));
-            }
+            all_succeed(&mut link, 50).await?;
             assert_eq!(peer.opens.load(Ordering::SeqCst), 1);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 50);
             assert_eq!(peer.unary.load(Ordering::SeqCst), 0);
@@ -597,12 +603,7 @@ mod tests {
                 ..FakePeer::default()
             })
             .await?;
-            for _ in 0..5 {
-                assert!(matches!(
-                    append(&mut link, TTL).await?,
-                    AppendEntriesResponse::Success
-                ));
-            }
+            all_succeed(&mut link, 5).await?;
             assert_eq!(peer.unary.load(Ordering::SeqCst), 5);
             assert!(
                 link.peer.unary_for_now(),
@@ -622,12 +623,7 @@ mod tests {
                 ..FakePeer::default()
             })
             .await?;
-            for _ in 0..7 {
-                assert!(matches!(
-                    append(&mut link, TTL).await?,
-                    AppendEntriesResponse::Success
-                ));
-            }
+            all_succeed(&mut link, 7).await?;
             // Seven calls, two per stream: the peer closed three streams and
             // each next call opened a new one without failing.
             assert_eq!(peer.opens.load(Ordering::SeqCst), 4);

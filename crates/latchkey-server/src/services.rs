@@ -168,6 +168,37 @@ fn item_reply(
 
 /// Reject a batch as a whole when it has more items than
 /// [`MAX_BATCH_ITEMS`]: nothing in it is executed.
+/// Run every item of a batch call as its own unary call would run,
+/// concurrently (so writes reach the queue together and reads share a
+/// ReadIndex round), and answer each: an item whose call ends with a status
+/// gets it as a `failure` reply, and replies beyond the message size become
+/// `failure(too_big)`. A batch above [`MAX_BATCH_ITEMS`] runs nothing.
+async fn answer_batch<T, F, Fut>(
+    items: Vec<T>,
+    one: F,
+    failure: fn(String) -> ReplicaFailure,
+    too_big: &str,
+) -> Result<Response<Replies>, Status>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<Reply, Status>>,
+{
+    check_batch_len(items.len())?;
+    let replies = join_all(items.into_iter().map(|item| {
+        let call = one(item);
+        async move {
+            match call.await {
+                Ok(r) => r,
+                Err(status) => item_reply(Err(failure(status.message().to_string())), failure),
+            }
+        }
+    }))
+    .await;
+    Ok(Response::new(fit_replies(replies, || {
+        failure(too_big.to_string())
+    })))
+}
+
 fn check_batch_len(items: usize) -> Result<(), Status> {
     if items > MAX_BATCH_ITEMS {
         return Err(Status::invalid_argument(format!(
@@ -240,48 +271,27 @@ impl Kv for KvService {
     }
 
     async fn write_many(&self, request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
-        let items = request.into_inner().items;
-        check_batch_len(items.len())?;
         // Polled in order, each item reaches the write queue in item order
         // (decoding and validation do not wait), and all of them are queued
         // before the first is proposed, so the queue packs them.
-        let replies = join_all(items.iter().map(|item| async {
-            match self.write_one(&item.command).await {
-                Ok(r) => r,
-                Err(status) => item_reply(
-                    Err(ReplicaFailure::UnknownOutcome(status.message().to_string())),
-                    ReplicaFailure::UnknownOutcome,
-                ),
-            }
-        }))
-        .await;
-        Ok(Response::new(fit_replies(replies, || {
-            ReplicaFailure::UnknownOutcome(
-                "the write was executed but its reply does not fit in this batch's message; \
-                 send fewer writes per batch"
-                    .into(),
-            )
-        })))
+        answer_batch(
+            request.into_inner().items,
+            |item| async move { self.write_one(&item.command).await },
+            ReplicaFailure::UnknownOutcome,
+            "the write was executed but its reply does not fit in this batch's message; \
+             send fewer writes per batch",
+        )
+        .await
     }
 
     async fn read_many(&self, request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
-        let items = request.into_inner().items;
-        check_batch_len(items.len())?;
-        let replies = join_all(items.iter().map(|item| async {
-            match self.read_one(&item.query, item.stale).await {
-                Ok(r) => r,
-                Err(status) => item_reply(
-                    Err(ReplicaFailure::Unavailable(status.message().to_string())),
-                    ReplicaFailure::Unavailable,
-                ),
-            }
-        }))
-        .await;
-        Ok(Response::new(fit_replies(replies, || {
-            ReplicaFailure::Unavailable(
-                "the reply does not fit in this batch's message; read fewer keys per batch".into(),
-            )
-        })))
+        answer_batch(
+            request.into_inner().items,
+            |item| async move { self.read_one(&item.query, item.stale).await },
+            ReplicaFailure::Unavailable,
+            "the reply does not fit in this batch's message; read fewer keys per batch",
+        )
+        .await
     }
 }
 
