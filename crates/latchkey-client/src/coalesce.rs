@@ -25,6 +25,12 @@
 //! A replica that predates the batch calls answers them `UNIMPLEMENTED`
 //! without running anything; the coalescer then sends that batch's items,
 //! and everything after, as unary calls.
+//!
+//! The lanes are the fallback path: requests first go on the replica's
+//! call stream ([`CallStream`], one long-lived `Kv.Calls` stream that
+//! carries every request at once, with no call slots), and take the lanes
+//! only while the replica has no call stream or when
+//! [`crate::ClientOptions::call_stream`] is off.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,11 +39,15 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use latchkey_core::CommandResult;
-use latchkey_proto::v1::{ReadBatch, ReadRequest, Replies, WriteBatch, WriteRequest};
+use latchkey_proto::v1::{
+    AcquireRequest, ReadBatch, ReadRequest, Replies, WriteBatch, WriteRequest,
+};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
+use crate::call_stream::CallStream;
 use crate::kv::{decode_reply, kv_client};
+use crate::lock::lock_client;
 use crate::router::{classify_status, Attempt};
 
 /// Most items a replica accepts in one `WriteMany` or `ReadMany` call; a
@@ -60,6 +70,10 @@ pub struct PackingStats {
     pub reads: u64,
     /// gRPC calls that carried them (`Read` or `ReadMany`).
     pub read_calls: u64,
+    /// Frames sent on call streams (`Kv.Calls`); a frame carries every
+    /// request (write, read or acquire) at hand when it was sent. Requests
+    /// sent this way count in `writes` and `reads` but in no `*_calls`.
+    pub stream_frames: u64,
 }
 
 impl PackingStats {
@@ -68,6 +82,7 @@ impl PackingStats {
         self.write_calls += other.write_calls;
         self.reads += other.reads;
         self.read_calls += other.read_calls;
+        self.stream_frames += other.stream_frames;
     }
 }
 
@@ -75,13 +90,17 @@ impl PackingStats {
 pub(crate) enum Item {
     Write(WriteRequest),
     Read(ReadRequest),
+    /// Never packed into a lane's batch: without a call stream it is sent
+    /// as its own `Lock.Acquire` call.
+    Acquire(AcquireRequest),
 }
 
 impl Item {
-    fn lane(&self) -> LaneKind {
+    fn lane(&self) -> Option<LaneKind> {
         match self {
-            Item::Write(_) => LaneKind::Write,
-            Item::Read(_) => LaneKind::Read,
+            Item::Write(_) => Some(LaneKind::Write),
+            Item::Read(_) => Some(LaneKind::Read),
+            Item::Acquire(_) => None,
         }
     }
 
@@ -89,6 +108,7 @@ impl Item {
         match self {
             Item::Write(w) => w.command.len(),
             Item::Read(r) => r.query.len(),
+            Item::Acquire(a) => a.command.len(),
         }
     }
 }
@@ -99,7 +119,7 @@ enum LaneKind {
     Read,
 }
 
-type Answer = Result<CommandResult, Attempt>;
+pub(crate) type Answer = Result<CommandResult, Attempt>;
 
 /// A request waiting for a call slot.
 struct Queued {
@@ -136,6 +156,9 @@ impl Lane {
 /// The request packer of one endpoint (see the module docs).
 pub(crate) struct Coalescer {
     channel: Channel,
+    /// `None`: call streams are off (options), or packing is.
+    stream: Option<CallStream>,
+    frames: Arc<AtomicU64>,
     writes: Lane,
     reads: Lane,
     max_in_flight: usize,
@@ -168,10 +191,20 @@ impl Drop for Slot {
 
 impl Coalescer {
     /// A packer for `channel` with at most `max_in_flight` calls per lane
-    /// (0: never pack, one unary call per request) and at most `max_items`
-    /// items per batch call.
-    pub(crate) fn new(channel: Channel, max_in_flight: usize, max_items: usize) -> Coalescer {
+    /// (0: never pack, one unary call per request, no call stream) and at
+    /// most `max_items` items per batch call; requests go on the call
+    /// stream first if `call_stream`.
+    pub(crate) fn new(
+        channel: Channel,
+        call_stream: bool,
+        max_in_flight: usize,
+        max_items: usize,
+    ) -> Coalescer {
+        let frames = Arc::new(AtomicU64::new(0));
         Coalescer {
+            stream: (call_stream && max_in_flight > 0)
+                .then(|| CallStream::new(channel.clone(), Arc::clone(&frames))),
+            frames,
             channel,
             writes: Lane::default(),
             reads: Lane::default(),
@@ -194,15 +227,35 @@ impl Coalescer {
             write_calls: self.writes.calls.load(Ordering::Relaxed),
             reads: self.reads.items.load(Ordering::Relaxed),
             read_calls: self.reads.calls.load(Ordering::Relaxed),
+            stream_frames: self.frames.load(Ordering::Relaxed),
         }
     }
 
-    /// Send `item` (alone at once if a call slot is free, else with the next
-    /// batch) and answer what its own unary call would have answered.
-    /// `budget` is the caller's attempt budget; the caller bounds its own
-    /// wait, this only bounds the batch call that carries the item.
+    /// Send `item` (on the call stream; without one, alone at once if a
+    /// call slot is free, else with the next batch) and answer what its own
+    /// unary call would have answered. `budget` is the caller's attempt
+    /// budget; the caller bounds its own wait, this only bounds the batch
+    /// call that carries the item.
     pub(crate) async fn send(self: &Arc<Self>, item: Item, budget: Duration) -> Answer {
-        let kind = item.lane();
+        let item = match &self.stream {
+            Some(stream) => {
+                let kind = item.lane();
+                match stream.send(item).await {
+                    Ok(answer) => {
+                        if let Some(kind) = kind {
+                            self.lane(kind).items.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return answer;
+                    }
+                    // The replica has no call stream.
+                    Err(item) => item,
+                }
+            }
+            None => item,
+        };
+        let Some(kind) = item.lane() else {
+            return self.unary(item).await;
+        };
         let lane = self.lane(kind);
         if self.max_in_flight == 0 {
             lane.items.fetch_add(1, Ordering::Relaxed);
@@ -357,6 +410,8 @@ impl Coalescer {
             match item {
                 Item::Write(w) => writes.push(w),
                 Item::Read(r) => reads.push(r),
+                // Never queued in a lane (see `send`).
+                Item::Acquire(_) => {}
             }
         }
         let mut client = kv_client(self.channel.clone());
@@ -392,10 +447,10 @@ impl Coalescer {
 
     /// The unary call of one item.
     async fn unary(&self, item: Item) -> Answer {
-        let mut client = kv_client(self.channel.clone());
         let reply = match item {
-            Item::Write(w) => client.write(w).await,
-            Item::Read(r) => client.read(r).await,
+            Item::Write(w) => kv_client(self.channel.clone()).write(w).await,
+            Item::Read(r) => kv_client(self.channel.clone()).read(r).await,
+            Item::Acquire(a) => lock_client(self.channel.clone()).acquire(a).await,
         };
         match reply {
             Ok(reply) => decode_reply(reply.into_inner()),

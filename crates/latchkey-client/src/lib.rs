@@ -6,14 +6,18 @@
 //! serves remote programs (over gRPC, [`Client::connect`]) and the
 //! application that embeds a replica (in-process, [`Client::with_local`]).
 //!
-//! Concurrent requests to one replica share gRPC calls: a request that finds
-//! a free call slot (at most [`ClientOptions::max_batch_in_flight`] per
-//! replica, for writes and for reads each) is sent at once on its own; those
-//! that arrive while every slot is busy are packed into one `WriteMany` or
-//! `ReadMany` call, sent the moment a slot frees. Nothing waits on a timer,
-//! so a lone caller sees no added latency. Each packed request keeps its own
-//! result and its own retry rules, exactly as if it had been sent alone.
-//! [`Client::packing_stats`] counts requests and the calls that carried them.
+//! Requests to one replica (writes, reads, acquires) share one long-lived
+//! `Kv.Calls` stream: each is sent at once, requests at hand together share
+//! a frame, and the replica answers each by id as soon as it is done.
+//! Against a replica without that stream, concurrent requests share gRPC
+//! calls instead: a request that finds a free call slot (at most
+//! [`ClientOptions::max_batch_in_flight`] per replica, for writes and for
+//! reads each) is sent at once on its own; those that arrive while every
+//! slot is busy are packed into one `WriteMany` or `ReadMany` call, sent the
+//! moment a slot frees. Nothing waits on a timer, so a lone caller sees no
+//! added latency. Each request keeps its own result and its own retry
+//! rules, exactly as if it had been sent alone. [`Client::packing_stats`]
+//! counts requests and the calls and frames that carried them.
 //!
 //! It must not decide semantics (that is `latchkey-core`'s job) and must
 //! never retry a write whose outcome is unknown: such a call ends with
@@ -32,6 +36,7 @@
 //! ```
 
 mod admin;
+mod call_stream;
 mod coalesce;
 mod error;
 mod failure;

@@ -62,6 +62,7 @@ use latchkey_proto::v1::{lock_client::LockClient, AcquireRequest, KeepAliveReque
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::coalesce::Item;
 use crate::kv::{decode_reply, MAX_MESSAGE_BYTES};
 use crate::lease_clock;
 use crate::router::{classify_status, Attempt, Target};
@@ -252,15 +253,12 @@ impl Client {
                             Target::Local(local) => {
                                 local.acquire(command, hold).await.map_err(Attempt::Refused)
                             }
-                            Target::Remote { channel, .. } => {
+                            Target::Remote { coalescer, .. } => {
                                 let request = AcquireRequest {
                                     command: encoded,
                                     hold_ms: millis(hold),
                                 };
-                                match lock_client(channel).acquire(request).await {
-                                    Ok(reply) => decode_reply(reply.into_inner()),
-                                    Err(status) => Err(classify_status(&status)),
-                                }
+                                coalescer.send(Item::Acquire(request), attempt_budget).await
                             }
                         }
                     }
@@ -302,7 +300,9 @@ impl Client {
     }
 }
 
-fn lock_client(channel: tonic::transport::Channel) -> LockClient<tonic::transport::Channel> {
+pub(crate) fn lock_client(
+    channel: tonic::transport::Channel,
+) -> LockClient<tonic::transport::Channel> {
     LockClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -72,6 +72,12 @@ pub struct ClientOptions {
     /// Most requests packed into one call (default 256, at most
     /// [`crate::MAX_BATCH_ITEMS`]).
     pub max_batch_items: usize,
+    /// Send writes, reads and acquires on one long-lived `Kv.Calls` stream
+    /// per replica (default true): every request goes out at once, with no
+    /// call slots, and requests at hand together share a frame. The
+    /// packing lanes above then serve only replicas without the stream
+    /// (older versions). Ignored when `max_batch_in_flight` is 0.
+    pub call_stream: bool,
 }
 
 impl Default for ClientOptions {
@@ -84,6 +90,7 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_millis(500),
             max_batch_in_flight: 2,
             max_batch_items: 256,
+            call_stream: true,
         }
     }
 }
@@ -127,6 +134,7 @@ impl Peer {
         let channel = channel(&addr, options)?;
         let coalescer = Arc::new(Coalescer::new(
             channel.clone(),
+            options.call_stream,
             options.max_batch_in_flight,
             options.max_batch_items,
         ));

@@ -1,25 +1,32 @@
 //! The client's request packing against a scripted replica (an in-process
 //! gRPC server on loopback), for the failures a real cluster cannot be made
-//! to produce on cue: a batch call that fails in transit, and a replica that
-//! predates batch calls.
+//! to produce on cue: a call stream or a batch call that fails in transit,
+//! replies out of order, and a replica that predates the call stream or the
+//! batch calls.
 //!
-//! Each test holds the first (unary) call in the server until every other
-//! task has queued behind it (one call slot), so the rest go out as one
-//! batch. The runtime is single-threaded: the spawned tasks all run up to
-//! their queueing point before the server can see the first call.
+//! The lane tests (call stream off) hold the first (unary) call in the
+//! server until every other task has queued behind it (one call slot), so
+//! the rest go out as one batch. The runtime is single-threaded: the
+//! spawned tasks all run up to their queueing point before the server can
+//! see the first call. The stream tests collect every task's call before
+//! the replica answers any.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::Stream;
 use latchkey_client::{Client, ClientOptions, Error};
 use latchkey_core::{codec, Command, CommandResult, Outcome, Query};
 use latchkey_proto::v1::kv_server::{Kv, KvServer};
-use latchkey_proto::v1::{ReadBatch, ReadRequest, Replies, Reply, WriteBatch, WriteRequest};
-use tokio::sync::Notify;
+use latchkey_proto::v1::{
+    call::Body, Call, CallFrame, CallReplies, CallReply, ReadBatch, ReadRequest, Replies, Reply,
+    WriteBatch, WriteRequest,
+};
+use tokio::sync::{mpsc, Notify};
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const TASKS: usize = 8;
@@ -33,8 +40,24 @@ enum BatchMode {
     Unimplemented,
 }
 
+/// What the replica does with `Kv.Calls`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StreamMode {
+    /// Unknown to this replica.
+    Unimplemented,
+    /// Collect `TASKS` calls, then answer them in one frame, in reverse
+    /// order.
+    Reversed,
+    /// The first stream collects `TASKS` calls and then breaks as a
+    /// connection reset would; later streams answer each call at once.
+    BreakFirst,
+}
+
 struct Script {
     mode: BatchMode,
+    stream: StreamMode,
+    streams_opened: AtomicUsize,
+    stream_writes: Mutex<Vec<Command>>,
     /// Hold the first unary call until `release`.
     hold_first: AtomicBool,
     arrived: Notify,
@@ -47,8 +70,15 @@ struct Script {
 
 impl Script {
     fn new(mode: BatchMode) -> Arc<Script> {
+        Script::with_stream(mode, StreamMode::Unimplemented)
+    }
+
+    fn with_stream(mode: BatchMode, stream: StreamMode) -> Arc<Script> {
         Arc::new(Script {
             mode,
+            stream,
+            streams_opened: AtomicUsize::new(0),
+            stream_writes: Mutex::new(Vec::new()),
             hold_first: AtomicBool::new(true),
             arrived: Notify::new(),
             release: Notify::new(),
@@ -89,6 +119,65 @@ fn answer_read(r: &ReadRequest) -> Reply {
         _ => Reply::default(),
     }
 }
+
+/// The reply to one call on the stream; writes are recorded.
+fn answer_call(script: &Script, call: Call) -> Result<CallReply, Status> {
+    let reply = match call.body {
+        Some(Body::Write(w)) => {
+            let command = codec::decode(&w.command).map_err(|e| Status::internal(e.to_string()))?;
+            script
+                .stream_writes
+                .lock()
+                .map_err(|_| Status::internal("poisoned"))?
+                .push(command);
+            ok(&Ok(Outcome::Done))
+        }
+        Some(Body::Read(r)) => answer_read(&r),
+        _ => return Err(Status::internal("unexpected call")),
+    };
+    Ok(CallReply {
+        id: call.id,
+        reply: Some(reply),
+    })
+}
+
+/// Play `script`'s stream mode on one stream, sending its replies to `out`.
+async fn play_stream(
+    script: Arc<Script>,
+    mut incoming: Streaming<CallFrame>,
+    out: mpsc::UnboundedSender<Result<CallReplies, Status>>,
+) -> Result<(), Status> {
+    let first = script.streams_opened.fetch_add(1, Ordering::SeqCst) == 0;
+    let breaks = script.stream == StreamMode::BreakFirst && first;
+    let collect = script.stream == StreamMode::Reversed || breaks;
+    let mut collected = Vec::new();
+    while let Some(frame) = incoming.message().await? {
+        for call in frame.calls {
+            let reply = answer_call(&script, call)?;
+            if collect {
+                collected.push(reply);
+            } else {
+                let _ = out.send(Ok(CallReplies {
+                    replies: vec![reply],
+                }));
+            }
+        }
+        if collect && collected.len() >= TASKS {
+            if breaks {
+                let _ = out.send(Err(Status::unavailable(
+                    "error reading a body from connection: connection reset",
+                )));
+                return Ok(());
+            }
+            collected.reverse();
+            let replies = std::mem::take(&mut collected);
+            let _ = out.send(Ok(CallReplies { replies }));
+        }
+    }
+    Ok(())
+}
+
+type Replying = std::pin::Pin<Box<dyn Stream<Item = Result<CallReplies, Status>> + Send>>;
 
 struct FakeKv(Arc<Script>);
 
@@ -135,6 +224,31 @@ impl Kv for FakeKv {
         let replies = request.into_inner().items.iter().map(answer_read).collect();
         Ok(Response::new(Replies { replies }))
     }
+
+    type CallsStream = Replying;
+
+    async fn calls(
+        &self,
+        request: Request<Streaming<CallFrame>>,
+    ) -> Result<Response<Replying>, Status> {
+        if self.0.stream == StreamMode::Unimplemented {
+            return Err(Status::unimplemented("unknown method"));
+        }
+        let (out, replies) = mpsc::unbounded_channel();
+        let script = self.0.clone();
+        let incoming = request.into_inner();
+        tokio::spawn(async move {
+            if let Err(status) = play_stream(script, incoming, out.clone()).await {
+                let _ = out.send(Err(status));
+            }
+        });
+        let replies =
+            futures::stream::unfold(
+                replies,
+                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+            );
+        Ok(Response::new(Box::pin(replies)))
+    }
 }
 
 async fn serve(
@@ -152,16 +266,30 @@ async fn serve(
     Ok((addr, handle))
 }
 
+/// A client with one call slot per lane and the call stream off (the lane
+/// tests).
 fn client(addr: &str) -> Result<Client, Error> {
     Client::with_options(
         [addr],
         ClientOptions {
-            request_timeout: Duration::from_secs(10),
-            attempt_timeout: Duration::from_secs(5),
-            max_batch_in_flight: 1,
-            ..ClientOptions::default()
+            call_stream: false,
+            ..stream_options()
         },
     )
+}
+
+fn stream_options() -> ClientOptions {
+    ClientOptions {
+        request_timeout: Duration::from_secs(10),
+        attempt_timeout: Duration::from_secs(5),
+        max_batch_in_flight: 1,
+        ..ClientOptions::default()
+    }
+}
+
+/// A client that uses the call stream.
+fn stream_client(addr: &str) -> Result<Client, Error> {
+    Client::with_options([addr], stream_options())
 }
 
 /// Spawn one put per task, hold the first until the rest have queued, and
@@ -271,6 +399,140 @@ async fn a_replica_without_batch_calls_gets_unary_calls() -> Result<(), Box<dyn 
         assert_eq!(unary.len(), TASKS);
         let distinct: BTreeSet<_> = unary.iter().collect();
         assert_eq!(distinct.len(), TASKS, "a write was sent twice");
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// Run `TASKS` requests at once, task `t` putting `{prefix}{t}` when
+/// `is_put(t)` and getting it otherwise, and collect what each got.
+async fn racing_calls(
+    client: &Client,
+    prefix: &str,
+    is_put: fn(usize) -> bool,
+) -> Result<Vec<Result<Option<Vec<u8>>, Error>>, Box<dyn std::error::Error>> {
+    let handles: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let c = client.clone();
+            let key = format!("{prefix}{t}");
+            tokio::spawn(async move {
+                if is_put(t) {
+                    c.put(key, "v").await.map(|()| None)
+                } else {
+                    c.get(key).await
+                }
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(h.await?);
+    }
+    Ok(results)
+}
+
+#[tokio::test]
+async fn stream_replies_are_matched_by_id_not_by_order() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::Reversed);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "m/", |t| t % 2 == 0).await?;
+        for (t, r) in results.into_iter().enumerate() {
+            let want = (t % 2 == 1).then(|| format!("m/{t}").into_bytes());
+            assert_eq!(r?, want, "task {t} got another call's reply");
+        }
+        let streamed = keys(&script.stream_writes.lock().map_err(|_| "poisoned")?);
+        assert_eq!(streamed.len(), TASKS / 2);
+        assert!(script
+            .unary_writes
+            .lock()
+            .map_err(|_| "poisoned")?
+            .is_empty());
+        let stats = client.packing_stats();
+        assert_eq!((stats.writes, stats.reads), (4, 4), "{stats:?}");
+        assert_eq!((stats.write_calls, stats.read_calls), (0, 0), "{stats:?}");
+        assert!(stats.stream_frames >= 1, "{stats:?}");
+        assert_eq!(script.streams_opened.load(Ordering::SeqCst), 1);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn writes_on_a_stream_that_breaks_are_unknown_and_never_resent(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::BreakFirst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "b/", |_| true).await?;
+        for r in &results {
+            assert!(matches!(r, Err(Error::UnknownOutcome(_))), "{r:?}");
+        }
+        let streamed = keys(&script.stream_writes.lock().map_err(|_| "poisoned")?);
+        let distinct: BTreeSet<_> = streamed.iter().collect();
+        assert_eq!(streamed.len(), TASKS, "a write was sent twice");
+        assert_eq!(distinct.len(), TASKS);
+        assert!(script
+            .unary_writes
+            .lock()
+            .map_err(|_| "poisoned")?
+            .is_empty());
+        assert!(script
+            .batched_writes
+            .lock()
+            .map_err(|_| "poisoned")?
+            .is_empty());
+
+        // The next request opens a new stream.
+        client.put("b/after", "v").await?;
+        assert_eq!(script.streams_opened.load(Ordering::SeqCst), 2);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn reads_on_a_stream_that_breaks_are_retried() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::BreakFirst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "g/", |_| false).await?;
+        for (t, r) in results.into_iter().enumerate() {
+            assert_eq!(r?, Some(format!("g/{t}").into_bytes()), "task {t}");
+        }
+        assert!(script.streams_opened.load(Ordering::SeqCst) >= 2);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn a_replica_without_the_call_stream_gets_unary_and_batch_calls(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::Unimplemented);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        script.hold_first.store(false, Ordering::SeqCst);
+        for t in 0..3 {
+            client.put(format!("o/{t}"), "v").await?;
+            assert_eq!(
+                client.get(format!("o/{t}")).await?,
+                Some(format!("o/{t}").into_bytes())
+            );
+        }
+        let unary = keys(&script.unary_writes.lock().map_err(|_| "poisoned")?);
+        assert_eq!(unary.len(), 3, "each write sent once, as a unary call");
+        let stats = client.packing_stats();
+        assert_eq!(stats.stream_frames, 0, "{stats:?}");
+        assert_eq!((stats.write_calls, stats.read_calls), (3, 3), "{stats:?}");
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })

@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod calls;
 mod locks;
 mod network;
 mod node;

@@ -191,7 +191,7 @@ impl NodeBuilder {
             .add_service(
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
-                    stopping: streams_stopped,
+                    stopping: streams_stopped.clone(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
@@ -199,6 +199,7 @@ impl NodeBuilder {
             .add_service(
                 KvServer::new(KvService {
                     replica: replica.clone(),
+                    stopping: streams_stopped.clone(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),

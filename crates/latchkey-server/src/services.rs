@@ -11,9 +11,9 @@ use latchkey_core::codec;
 use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
     admin_server::Admin, kv_server::Kv, lock_server::Lock, raft_server::Raft as RaftRpc,
-    AcquireRequest, AddLearnerRequest, AdminReply, ChangeVotersRequest, KeepAliveRequest, Member,
-    RaftMessage, ReadBatch, ReadRequest, Replies, Reply, StatusReply, StatusRequest, WriteBatch,
-    WriteRequest,
+    AcquireRequest, AddLearnerRequest, AdminReply, CallFrame, ChangeVotersRequest,
+    KeepAliveRequest, Member, RaftMessage, ReadBatch, ReadRequest, Replies, Reply, StatusReply,
+    StatusRequest, WriteBatch, WriteRequest,
 };
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::BasicNode;
@@ -127,6 +127,8 @@ impl RaftRpc for RaftService {
 /// Client-facing key-value service.
 pub struct KvService {
     pub(crate) replica: Arc<Replica>,
+    /// As [`RaftService::stopping`], for open `Calls` streams.
+    pub(crate) stopping: watch::Receiver<bool>,
 }
 
 fn reply(result: Result<latchkey_core::CommandResult, ReplicaFailure>) -> Result<Reply, Status> {
@@ -166,8 +168,11 @@ fn item_reply(
     }
 }
 
-/// Reject a batch as a whole when it has more items than
-/// [`MAX_BATCH_ITEMS`]: nothing in it is executed.
+/// The reply of a batch or stream item whose call ended with `status`.
+pub(crate) fn status_reply(status: &Status, failure: fn(String) -> ReplicaFailure) -> Reply {
+    item_reply(Err(failure(status.message().to_string())), failure)
+}
+
 /// Run every item of a batch call as its own unary call would run,
 /// concurrently (so writes reach the queue together and reads share a
 /// ReadIndex round), and answer each: an item whose call ends with a status
@@ -189,7 +194,7 @@ where
         async move {
             match call.await {
                 Ok(r) => r,
-                Err(status) => item_reply(Err(failure(status.message().to_string())), failure),
+                Err(status) => status_reply(&status, failure),
             }
         }
     }))
@@ -210,7 +215,7 @@ fn check_batch_len(items: usize) -> Result<(), Status> {
 
 /// Room left for the replies of a batch below the message limit, keeping a
 /// margin for the framing of `Replies` itself.
-const REPLIES_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
+pub(crate) const REPLIES_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
 
 /// Keep the replies within the message limit: each reply that would push
 /// the total past it is replaced by `failure` (in item order, so the
@@ -237,37 +242,39 @@ fn fit_replies(replies: Vec<Reply>, failure: impl Fn() -> ReplicaFailure) -> Rep
     Replies { replies }
 }
 
-impl KvService {
-    /// One write, exactly as the `Write` RPC runs it.
-    async fn write_one(&self, command: &[u8]) -> Result<Reply, Status> {
-        let command = match codec::decode(command) {
-            Ok(c) => c,
-            Err(e) => return Ok(invalid(e)),
-        };
-        reply(self.replica.write(command).await)
-    }
+/// One write, exactly as the `Write` RPC runs it.
+pub(crate) async fn write_one(replica: &Replica, command: &[u8]) -> Result<Reply, Status> {
+    let command = match codec::decode(command) {
+        Ok(c) => c,
+        Err(e) => return Ok(invalid(e)),
+    };
+    reply(replica.write(command).await)
+}
 
-    /// One read, exactly as the `Read` RPC runs it.
-    async fn read_one(&self, query: &[u8], stale: bool) -> Result<Reply, Status> {
-        let query = match codec::decode(query) {
-            Ok(q) => q,
-            Err(e) => return Ok(invalid(e)),
-        };
-        reply(self.replica.read(query, stale).await)
-    }
+/// One read, exactly as the `Read` RPC runs it.
+pub(crate) async fn read_one(
+    replica: &Replica,
+    query: &[u8],
+    stale: bool,
+) -> Result<Reply, Status> {
+    let query = match codec::decode(query) {
+        Ok(q) => q,
+        Err(e) => return Ok(invalid(e)),
+    };
+    reply(replica.read(query, stale).await)
 }
 
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
         Ok(Response::new(
-            self.write_one(&request.into_inner().command).await?,
+            write_one(&self.replica, &request.into_inner().command).await?,
         ))
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
         let ReadRequest { query, stale } = request.into_inner();
-        Ok(Response::new(self.read_one(&query, stale).await?))
+        Ok(Response::new(read_one(&self.replica, &query, stale).await?))
     }
 
     async fn write_many(&self, request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
@@ -276,7 +283,7 @@ impl Kv for KvService {
         // before the first is proposed, so the queue packs them.
         answer_batch(
             request.into_inner().items,
-            |item| async move { self.write_one(&item.command).await },
+            |item| async move { write_one(&self.replica, &item.command).await },
             ReplicaFailure::UnknownOutcome,
             "the write was executed but its reply does not fit in this batch's message; \
              send fewer writes per batch",
@@ -287,11 +294,24 @@ impl Kv for KvService {
     async fn read_many(&self, request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
         answer_batch(
             request.into_inner().items,
-            |item| async move { self.read_one(&item.query, item.stale).await },
+            |item| async move { read_one(&self.replica, &item.query, item.stale).await },
             ReplicaFailure::Unavailable,
             "the reply does not fit in this batch's message; read fewer keys per batch",
         )
         .await
+    }
+
+    type CallsStream = crate::calls::CallStream;
+
+    async fn calls(
+        &self,
+        request: Request<Streaming<CallFrame>>,
+    ) -> Result<Response<crate::calls::CallStream>, Status> {
+        Ok(Response::new(crate::calls::CallStream::new(
+            Arc::clone(&self.replica),
+            request.into_inner(),
+            self.stopping.clone(),
+        )))
     }
 }
 
@@ -303,18 +323,26 @@ pub struct LockService {
     pub(crate) replica: Arc<Replica>,
 }
 
+/// One acquire, exactly as the `Acquire` RPC runs it.
+pub(crate) async fn acquire_one(
+    replica: &Replica,
+    request: AcquireRequest,
+) -> Result<Reply, Status> {
+    let AcquireRequest { command, hold_ms } = request;
+    let command = match codec::decode(&command) {
+        Ok(c) => c,
+        Err(e) => return Ok(invalid(e)),
+    };
+    let hold = std::time::Duration::from_millis(hold_ms).min(MAX_ACQUIRE_HOLD);
+    reply(replica.acquire(command, hold).await)
+}
+
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
-        let AcquireRequest { command, hold_ms } = request.into_inner();
-        let command = match codec::decode(&command) {
-            Ok(c) => c,
-            Err(e) => return Ok(Response::new(invalid(e))),
-        };
-        let hold = std::time::Duration::from_millis(hold_ms).min(MAX_ACQUIRE_HOLD);
-        Ok(Response::new(reply(
-            self.replica.acquire(command, hold).await,
-        )?))
+        Ok(Response::new(
+            acquire_one(&self.replica, request.into_inner()).await?,
+        ))
     }
 
     async fn keep_alive(

@@ -325,36 +325,197 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
     .await?
 }
 
-/// A leader's open `AppendEntriesStream` does not hold up a replica's
-/// shutdown: the replica ends the stream and stops at once.
+/// A leader's open `AppendEntriesStream` and a client's open `Calls`
+/// stream do not hold up a replica's shutdown: the replica ends them and
+/// stops at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_ends_open_append_entries_streams() -> TestResult {
+async fn shutdown_ends_open_streams() -> TestResult {
+    use latchkey_proto::v1::kv_client::KvClient;
     use latchkey_proto::v1::raft_client::RaftClient;
+    use tokio_stream::wrappers::ReceiverStream;
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
+        let addr = format!("http://{}", members[0].1);
+        let mut raft = RaftClient::connect(addr.clone()).await?;
         let (requests, outgoing) = tokio::sync::mpsc::channel(1);
         let mut replies = raft
-            .append_entries_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .append_entries_stream(ReceiverStream::new(outgoing))
             .await?
             .into_inner();
         requests.send(stale_append()?).await?;
         replies.message().await?.ok_or("no reply")?;
-        // The stream stays open on our side (`requests` is alive).
+        let mut kv = KvClient::connect(addr).await?;
+        let (frames, outgoing) = tokio::sync::mpsc::channel(1);
+        let mut answers = kv.calls(ReceiverStream::new(outgoing)).await?.into_inner();
+        frames.send(frame(vec![get_call(1, b"k")?])).await?;
+        answers.message().await?.ok_or("no reply")?;
+        // Both streams stay open on our side (`requests`, `frames` alive).
         let node = nodes.remove(&1).ok_or("no node 1")?;
         let started = Instant::now();
         node.shutdown().await;
         let took = started.elapsed();
         assert!(
             took < Duration::from_secs(3),
-            "shutdown took {took:?} with an append-entries stream open"
+            "shutdown took {took:?} with streams open"
         );
         let end = tokio::time::timeout(Duration::from_secs(5), replies.message()).await?;
         assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
-        drop(requests);
+        let end = tokio::time::timeout(Duration::from_secs(5), answers.message()).await?;
+        assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+        drop((requests, frames));
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+fn frame(calls: Vec<latchkey_proto::v1::Call>) -> latchkey_proto::v1::CallFrame {
+    latchkey_proto::v1::CallFrame { calls }
+}
+
+fn call(id: u64, body: latchkey_proto::v1::call::Body) -> latchkey_proto::v1::Call {
+    latchkey_proto::v1::Call {
+        id,
+        body: Some(body),
+    }
+}
+
+fn get_call(id: u64, key: &[u8]) -> Result<latchkey_proto::v1::Call, Box<dyn std::error::Error>> {
+    let query = latchkey_core::codec::encode(&latchkey_core::Query::Get { key: key.to_vec() })?;
+    Ok(call(
+        id,
+        latchkey_proto::v1::call::Body::Read(latchkey_proto::v1::ReadRequest {
+            query,
+            stale: false,
+        }),
+    ))
+}
+
+fn put_call(
+    id: u64,
+    key: &[u8],
+    value: &[u8],
+) -> Result<latchkey_proto::v1::Call, Box<dyn std::error::Error>> {
+    let command = latchkey_core::codec::encode(&latchkey_core::Command::Put {
+        key: key.to_vec(),
+        value: value.to_vec(),
+    })?;
+    Ok(call(
+        id,
+        latchkey_proto::v1::call::Body::Write(latchkey_proto::v1::WriteRequest { command }),
+    ))
+}
+
+/// The replica side of `Calls`: every call gets the reply its unary call
+/// would get, matched by id; a call without a body, a malformed one and a
+/// frame above the item limit are refused without ending the stream, and
+/// the oversized frame runs none of its calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
+    use latchkey_core::{CommandResult, Outcome};
+    use latchkey_proto::v1::call::Body;
+    use latchkey_proto::v1::kv_client::KvClient;
+    use latchkey_proto::v1::{CallReply, FailureKind, WriteRequest};
+    use tokio_stream::wrappers::ReceiverStream;
+
+    /// The next `n` replies, by id.
+    async fn replies(
+        answers: &mut tonic::Streaming<latchkey_proto::v1::CallReplies>,
+        n: usize,
+    ) -> Result<BTreeMap<u64, CallReply>, Box<dyn std::error::Error>> {
+        let mut got = BTreeMap::new();
+        while got.len() < n {
+            let frame = answers.message().await?.ok_or("stream ended early")?;
+            for r in frame.replies {
+                if got.insert(r.id, r).is_some() {
+                    return Err("two replies with one id".into());
+                }
+            }
+        }
+        Ok(got)
+    }
+    fn result(reply: &CallReply) -> Result<CommandResult, Box<dyn std::error::Error>> {
+        let reply = reply.reply.as_ref().ok_or("no reply body")?;
+        if let Some(f) = &reply.failure {
+            return Err(format!("failure {f:?}").into());
+        }
+        Ok(latchkey_core::codec::decode(&reply.payload)?)
+    }
+    fn failure(reply: &CallReply) -> Option<FailureKind> {
+        let f = reply.reply.as_ref()?.failure.as_ref()?;
+        FailureKind::try_from(f.kind).ok()
+    }
+
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let mut kv = KvClient::connect(format!("http://{}", members[0].1)).await?;
+        let (frames, outgoing) = tokio::sync::mpsc::channel(4);
+        let mut answers = kv.calls(ReceiverStream::new(outgoing)).await?.into_inner();
+
+        // Writes and a read in one frame, with ids in any order.
+        frames
+            .send(frame(vec![
+                put_call(30, b"a", b"1")?,
+                put_call(10, b"b", b"2")?,
+                get_call(20, b"missing")?,
+            ]))
+            .await?;
+        let got = replies(&mut answers, 3).await?;
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10, 20, 30]);
+        assert!(matches!(result(&got[&10])?, Ok(Outcome::Done)));
+        assert!(matches!(result(&got[&30])?, Ok(Outcome::Done)));
+        assert!(matches!(result(&got[&20])?, Ok(Outcome::Value(None))));
+
+        // Bad calls get their own refusal; the good one in their frame runs.
+        let no_body = latchkey_proto::v1::Call { id: 1, body: None };
+        let malformed = call(
+            2,
+            Body::Write(WriteRequest {
+                command: vec![0xff; 9],
+            }),
+        );
+        frames
+            .send(frame(vec![no_body, malformed, get_call(3, b"a")?]))
+            .await?;
+        let got = replies(&mut answers, 3).await?;
+        assert_eq!(failure(&got[&1]), Some(FailureKind::InvalidArgument));
+        assert_eq!(failure(&got[&2]), Some(FailureKind::InvalidArgument));
+        assert!(matches!(
+            result(&got[&3])?,
+            Ok(Outcome::Value(Some(v))) if v == b"1"
+        ));
+
+        // A frame above the limit runs none of its calls.
+        let too_many = (0..=latchkey_client::MAX_BATCH_ITEMS as u64)
+            .map(|i| put_call(100 + i, format!("over/{i}").as_bytes(), b"x"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = too_many.len();
+        frames.send(frame(too_many)).await?;
+        let got = replies(&mut answers, n).await?;
+        assert!(got
+            .values()
+            .all(|r| failure(r) == Some(FailureKind::InvalidArgument)));
+
+        // The stream still serves, and nothing of that frame was applied.
+        frames.send(frame(vec![get_call(5, b"over/0")?])).await?;
+        let got = replies(&mut answers, 1).await?;
+        assert!(matches!(result(&got[&5])?, Ok(Outcome::Value(None))));
+
+        // Ending our side ends the stream once every call is answered.
+        frames
+            .send(frame(vec![put_call(6, b"last", b"v")?]))
+            .await?;
+        drop(frames);
+        let got = replies(&mut answers, 1).await?;
+        assert!(matches!(result(&got[&6])?, Ok(Outcome::Done)));
+        assert!(answers.message().await?.is_none());
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })
     .await?

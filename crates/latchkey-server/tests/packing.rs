@@ -347,7 +347,36 @@ async fn a_client_packs_concurrent_requests_and_answers_each_caller() -> TestRes
         // Every request went out at least once (redirected ones twice).
         assert!(stats.writes >= requests, "{stats:?}");
         assert!(stats.reads >= requests, "{stats:?}");
-        // ... in fewer calls than requests.
+        // ... on the call stream, in fewer frames than requests.
+        assert_eq!((stats.write_calls, stats.read_calls), (0, 0), "{stats:?}");
+        assert!(
+            stats.stream_frames < stats.writes + stats.reads,
+            "{stats:?}"
+        );
+
+        // Call stream off: the packing lanes, in fewer calls than requests.
+        let lanes = Client::with_options(
+            [cluster.addr(cluster.leader)],
+            ClientOptions {
+                call_stream: false,
+                ..ClientOptions::default()
+            },
+        )?;
+        let c = lanes.clone();
+        race(TASKS, move |t| {
+            let c = c.clone();
+            async move {
+                for r in 0..ROUNDS {
+                    c.put(format!("l/{t}"), format!("{r}")).await?;
+                    c.get_with(format!("l/{t}"), Consistency::Linearizable)
+                        .await?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let stats = lanes.packing_stats();
+        assert_eq!(stats.stream_frames, 0, "{stats:?}");
         assert!(stats.write_calls < stats.writes, "{stats:?}");
         assert!(stats.read_calls < stats.reads, "{stats:?}");
 

@@ -1,0 +1,305 @@
+//! [`CallStream`]: a client's requests to one replica on one long-lived
+//! `Kv.Calls` stream.
+//!
+//! A unary gRPC call costs a new HTTP/2 stream: its HEADERS and DATA go out
+//! in two writes with a task hand-off between them, and the replica wakes
+//! twice (profiled in `docs/PERFORMANCE.md`, change 9). And a call slot of
+//! the packing lanes ([`crate::coalesce`]) is held for a whole commit, so
+//! under load a request first waited for a slot, then on the leader for its
+//! entry. Here every request is a `Call` with an id on one stream per
+//! replica: it is handed to the stream at once (never waiting for another
+//! call to finish), the stream's sender writes whatever calls are at hand
+//! as one frame, and the replica answers each call by id as soon as it is
+//! done, with whatever replies are ready in one frame.
+//!
+//! Retry rules are those of a unary call, per request:
+//! - the stream cannot be opened (connect refused, no such replica): the
+//!   request was not sent ([`Attempt::NotSent`]);
+//! - the stream breaks or ends while a request waits for its reply: it may
+//!   have been executed ([`Attempt::Sent`]), so a KV write ends
+//!   `UnknownOutcome` and is never resent;
+//! - a replica that predates the stream answers the open `UNIMPLEMENTED`:
+//!   requests to it go the old way (packing lanes, unary acquires) for
+//!   [`UNSUPPORTED_FOR`], then the stream is tried again.
+//!
+//! The stream ends when its [`CallStream`] is dropped (the client and its
+//! clones are gone) and the replica has answered every call in flight.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies};
+use tokio::sync::{mpsc, oneshot};
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use crate::coalesce::{Answer, Item, BATCH_BYTES, MAX_BATCH_ITEMS};
+use crate::kv::{decode_reply, kv_client};
+use crate::router::Attempt;
+
+/// How long requests go the old way after a replica answered the stream's
+/// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
+pub(crate) const UNSUPPORTED_FOR: Duration = Duration::from_secs(60);
+
+/// The call stream of one replica, opened on first use and again after it
+/// broke.
+pub(crate) struct CallStream {
+    channel: Channel,
+    current: Mutex<Option<Arc<Open>>>,
+    /// Held while a stream is being opened, so concurrent requests share
+    /// one open.
+    opening: tokio::sync::Mutex<()>,
+    /// Set when the replica answered the open `UNIMPLEMENTED`.
+    unsupported_until: Mutex<Option<Instant>>,
+    frames: Arc<AtomicU64>,
+}
+
+/// One open stream: where calls go, and who waits for which reply.
+struct Open {
+    calls: mpsc::UnboundedSender<Call>,
+    next_id: AtomicU64,
+    waiting: Arc<Waiting>,
+}
+
+/// The callers waiting for replies, shared with the task reading them.
+#[derive(Default)]
+struct Waiting(Mutex<WaitingState>);
+
+#[derive(Default)]
+struct WaitingState {
+    answers: HashMap<u64, oneshot::Sender<Answer>>,
+    /// Why the stream ended, once it has: no call can be added then.
+    ended: Option<String>,
+}
+
+impl Waiting {
+    fn lock(&self) -> MutexGuard<'_, WaitingState> {
+        // Every update under this lock is an insert, a remove or setting
+        // `ended`: a panic cannot leave it half-done.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_ended(&self) -> bool {
+        self.lock().ended.is_some()
+    }
+
+    /// The stream ended: every caller still waiting gets `Sent` (its call
+    /// may have been executed), and no call is added after this.
+    fn end(&self, why: String) {
+        let answers = {
+            let mut st = self.lock();
+            st.ended = Some(why.clone());
+            std::mem::take(&mut st.answers)
+        };
+        for (_, answer) in answers {
+            let _ = answer.send(Err(Attempt::Sent(why.clone())));
+        }
+    }
+}
+
+/// Removes a caller's entry when it stops waiting (answered or not).
+struct Forget<'a> {
+    waiting: &'a Waiting,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.waiting.lock().answers.remove(&self.id);
+    }
+}
+
+enum OpenFailure {
+    Unsupported,
+    Failed(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only plain stores happen under these locks.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CallStream {
+    pub(crate) fn new(channel: Channel, frames: Arc<AtomicU64>) -> CallStream {
+        CallStream {
+            channel,
+            current: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            unsupported_until: Mutex::new(None),
+            frames,
+        }
+    }
+
+    /// Send `item` on the stream and answer what its unary call would have
+    /// answered; `Err(item)` when the replica has no call stream (send it
+    /// the old way).
+    pub(crate) async fn send(&self, item: Item) -> Result<Answer, Item> {
+        if self.unsupported() {
+            return Err(item);
+        }
+        let open = match self.open().await {
+            Ok(open) => open,
+            Err(OpenFailure::Unsupported) => {
+                tracing::debug!("replica has no call stream; using unary and batch calls");
+                *lock(&self.unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
+                return Err(item);
+            }
+            Err(OpenFailure::Failed(why)) => return Ok(Err(Attempt::NotSent(why))),
+        };
+        let id = open.next_id.fetch_add(1, Ordering::Relaxed);
+        let (answer, rx) = oneshot::channel();
+        {
+            let mut st = open.waiting.lock();
+            if let Some(why) = &st.ended {
+                // Ended between the open and now; nothing was sent.
+                return Ok(Err(Attempt::NotSent(why.clone())));
+            }
+            st.answers.insert(id, answer);
+        }
+        let _forget = Forget {
+            waiting: &open.waiting,
+            id,
+        };
+        let body = match item {
+            Item::Write(w) => Body::Write(w),
+            Item::Read(r) => Body::Read(r),
+            Item::Acquire(a) => Body::Acquire(a),
+        };
+        let call = Call {
+            id,
+            body: Some(body),
+        };
+        if open.calls.send(call).is_err() {
+            // The stream's sender is gone: the call never left this process.
+            return Ok(Err(Attempt::NotSent("the call stream was closed".into())));
+        }
+        Ok(match rx.await {
+            Ok(answer) => answer,
+            Err(_) => Err(Attempt::Sent(
+                "the call stream ended before the reply".into(),
+            )),
+        })
+    }
+
+    fn unsupported(&self) -> bool {
+        let mut until = lock(&self.unsupported_until);
+        match *until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The open stream, or a new one if there is none or it ended.
+    async fn open(&self) -> Result<Arc<Open>, OpenFailure> {
+        if let Some(open) = self.usable() {
+            return Ok(open);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(open) = self.usable() {
+            return Ok(open);
+        }
+        let (calls, outgoing) = mpsc::unbounded_channel();
+        let frames = Arc::clone(&self.frames);
+        let response = kv_client(self.channel.clone())
+            .calls(frames_of(outgoing, frames))
+            .await;
+        match response {
+            Ok(response) => {
+                let waiting = Arc::new(Waiting::default());
+                tokio::spawn(read_replies(Arc::clone(&waiting), response.into_inner()));
+                let open = Arc::new(Open {
+                    calls,
+                    next_id: AtomicU64::new(0),
+                    waiting,
+                });
+                *lock(&self.current) = Some(Arc::clone(&open));
+                Ok(open)
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                Err(OpenFailure::Unsupported)
+            }
+            Err(status) => Err(OpenFailure::Failed(format!(
+                "cannot open the call stream: {}",
+                status.message()
+            ))),
+        }
+    }
+
+    fn usable(&self) -> Option<Arc<Open>> {
+        let current = lock(&self.current);
+        current
+            .as_ref()
+            .filter(|open| !open.waiting.is_ended())
+            .cloned()
+    }
+}
+
+/// The request side of a stream: each frame takes every call queued at the
+/// moment (up to [`MAX_BATCH_ITEMS`] calls and about [`BATCH_BYTES`]).
+fn frames_of(
+    mut outgoing: mpsc::UnboundedReceiver<Call>,
+    frames: Arc<AtomicU64>,
+) -> impl Stream<Item = CallFrame> + Send + 'static {
+    futures::stream::poll_fn(move |cx| match outgoing.poll_recv(cx) {
+        Poll::Ready(Some(first)) => {
+            let mut bytes = call_bytes(&first);
+            let mut calls = vec![first];
+            while calls.len() < MAX_BATCH_ITEMS && bytes < BATCH_BYTES {
+                match outgoing.try_recv() {
+                    Ok(call) => {
+                        bytes += call_bytes(&call);
+                        calls.push(call);
+                    }
+                    Err(_) => break,
+                }
+            }
+            frames.fetch_add(1, Ordering::Relaxed);
+            Poll::Ready(Some(CallFrame { calls }))
+        }
+        Poll::Ready(None) => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+}
+
+fn call_bytes(call: &Call) -> usize {
+    match &call.body {
+        Some(Body::Write(w)) => w.command.len(),
+        Some(Body::Read(r)) => r.query.len(),
+        Some(Body::Acquire(a)) => a.command.len(),
+        None => 0,
+    }
+}
+
+/// Hand each reply to its caller until the stream ends, then end every
+/// call still waiting.
+async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>) {
+    let why = loop {
+        match replies.message().await {
+            Ok(Some(frame)) => {
+                for r in frame.replies {
+                    let answer = waiting.lock().answers.remove(&r.id);
+                    // A caller that stopped waiting has no entry.
+                    if let Some(answer) = answer {
+                        let result = match r.reply {
+                            Some(reply) => decode_reply(reply),
+                            None => Err(Attempt::Protocol("a call reply without a body".into())),
+                        };
+                        let _ = answer.send(result);
+                    }
+                }
+            }
+            Ok(None) => break "the replica ended the call stream".to_string(),
+            Err(status) => break format!("the call stream broke: {}", status.message()),
+        }
+    };
+    tracing::debug!(%why, "call stream ended");
+    waiting.end(why);
+}

@@ -1,0 +1,224 @@
+//! The replica's side of `Kv.Calls`: many client calls on one long-lived
+//! stream, each run as its unary call would run, answered by id.
+//!
+//! [`CallStream`] is the response stream. It reads the client's frames and
+//! starts every call at once (so concurrent writes reach the write queue
+//! together and are packed there, and linearizable reads share leadership
+//! rounds), runs them all inside the stream (no task per call), and sends
+//! whatever replies are ready as one frame. While [`MAX_RUNNING_CALLS`]
+//! calls of the stream run, it stops reading frames, so HTTP/2 flow control
+//! holds the client back instead of memory growing here. Acquires that wait
+//! for their grant do not count: a waiting acquire is bounded by the lock
+//! service's own limits, and counting them could hold the release that
+//! would grant them behind a full stream for up to an acquire's hold time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Stream, StreamExt};
+use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS};
+use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies, CallReply, Reply};
+use prost::Message;
+use tokio::sync::watch;
+use tonic::{Status, Streaming};
+
+use crate::replica::Replica;
+use crate::services::{acquire_one, read_one, status_reply, write_one, REPLIES_BUDGET};
+
+/// Calls of one stream running at once before the replica stops reading
+/// its frames.
+pub(crate) const MAX_RUNNING_CALLS: usize = 4096;
+
+/// A finished call: its reply, and what replaces the reply if it does not
+/// fit in a frame.
+struct Answered {
+    id: u64,
+    reply: Reply,
+    too_big: fn(String) -> ReplicaFailure,
+    acquire: bool,
+}
+
+type Running = Pin<Box<dyn Future<Output = Answered> + Send>>;
+
+/// The replies of one `Kv.Calls` stream (see the module docs).
+pub struct CallStream {
+    replica: Arc<Replica>,
+    /// `None` once the client ended its side (or it broke).
+    incoming: Option<Streaming<CallFrame>>,
+    running: FuturesUnordered<Running>,
+    /// How many of `running` are acquires.
+    acquires: usize,
+    /// Resolves when the node stops.
+    stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// A ready reply that did not fit in the last frame.
+    held: Option<CallReply>,
+    ended: bool,
+}
+
+impl CallStream {
+    pub(crate) fn new(
+        replica: Arc<Replica>,
+        incoming: Streaming<CallFrame>,
+        mut stopping: watch::Receiver<bool>,
+    ) -> CallStream {
+        CallStream {
+            replica,
+            incoming: Some(incoming),
+            running: FuturesUnordered::new(),
+            acquires: 0,
+            stopping: Box::pin(async move {
+                // Ends whether the flag was set or its sender is gone.
+                let _ = stopping.wait_for(|stop| *stop).await;
+            }),
+            held: None,
+            ended: false,
+        }
+    }
+
+    /// Start every call of `frame`; a frame above [`MAX_BATCH_ITEMS`] runs
+    /// none of them.
+    fn start(&mut self, frame: CallFrame) {
+        let n = frame.calls.len();
+        for call in frame.calls {
+            if n > MAX_BATCH_ITEMS {
+                let refused = ReplicaFailure::InvalidArgument(format!(
+                    "a frame of {n} calls, the limit is {MAX_BATCH_ITEMS}; nothing was executed"
+                ));
+                self.running.push(answered_now(call.id, refused));
+            } else {
+                if matches!(call.body, Some(Body::Acquire(_))) {
+                    self.acquires += 1;
+                }
+                self.running.push(run(Arc::clone(&self.replica), call));
+            }
+        }
+    }
+
+    /// Take a finished call's reply, replaced if it alone cannot fit in a
+    /// frame.
+    fn finish(&mut self, done: Answered) -> CallReply {
+        if done.acquire {
+            self.acquires = self.acquires.saturating_sub(1);
+        }
+        let reply = if done.reply.encoded_len() + 32 > REPLIES_BUDGET {
+            failure_reply((done.too_big)(
+                "the reply does not fit in a message; ask for less at a time".into(),
+            ))
+        } else {
+            done.reply
+        };
+        CallReply {
+            id: done.id,
+            reply: Some(reply),
+        }
+    }
+}
+
+/// One call, run as its unary call would run.
+fn run(replica: Arc<Replica>, call: Call) -> Running {
+    Box::pin(async move {
+        let Call { id, body } = call;
+        let unknown: fn(String) -> ReplicaFailure = ReplicaFailure::UnknownOutcome;
+        let unavailable: fn(String) -> ReplicaFailure = ReplicaFailure::Unavailable;
+        let (result, too_big, acquire) = match body {
+            Some(Body::Write(w)) => (write_one(&replica, &w.command).await, unknown, false),
+            Some(Body::Read(r)) => (
+                read_one(&replica, &r.query, r.stale).await,
+                unavailable,
+                false,
+            ),
+            Some(Body::Acquire(a)) => (acquire_one(&replica, a).await, unknown, true),
+            None => {
+                let refused = ReplicaFailure::InvalidArgument("a call without a body".into());
+                return Answered {
+                    id,
+                    reply: failure_reply(refused),
+                    too_big: unknown,
+                    acquire: false,
+                };
+            }
+        };
+        let reply = result.unwrap_or_else(|status| status_reply(&status, too_big));
+        Answered {
+            id,
+            reply,
+            too_big,
+            acquire,
+        }
+    })
+}
+
+fn answered_now(id: u64, failure: ReplicaFailure) -> Running {
+    futures::future::ready(Answered {
+        id,
+        reply: failure_reply(failure),
+        too_big: ReplicaFailure::InvalidArgument,
+        acquire: false,
+    })
+    .boxed()
+}
+
+fn failure_reply(failure: ReplicaFailure) -> Reply {
+    Reply {
+        payload: Vec::new(),
+        failure: Some(failure.into()),
+    }
+}
+
+impl Stream for CallStream {
+    type Item = Result<CallReplies, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if this.stopping.as_mut().poll(cx).is_ready() {
+            // Calls still running are dropped, as a unary call's would be
+            // when the connection closes: the client treats them so.
+            this.ended = true;
+            return Poll::Ready(None);
+        }
+        while this.running.len().saturating_sub(this.acquires) < MAX_RUNNING_CALLS {
+            let Some(incoming) = this.incoming.as_mut() else {
+                break;
+            };
+            match incoming.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(frame))) => this.start(frame),
+                Poll::Ready(Some(Err(status))) => {
+                    tracing::debug!(%status, "a client's call stream broke");
+                    this.incoming = None;
+                }
+                Poll::Ready(None) => this.incoming = None,
+                Poll::Pending => break,
+            }
+        }
+        let mut replies = Vec::new();
+        let mut bytes = 0usize;
+        if let Some(held) = this.held.take() {
+            bytes += held.encoded_len() + 11;
+            replies.push(held);
+        }
+        while let Poll::Ready(Some(done)) = this.running.poll_next_unpin(cx) {
+            let reply = this.finish(done);
+            let size = reply.encoded_len() + 11;
+            if !replies.is_empty() && bytes + size > REPLIES_BUDGET {
+                this.held = Some(reply);
+                break;
+            }
+            bytes += size;
+            replies.push(reply);
+        }
+        if !replies.is_empty() {
+            return Poll::Ready(Some(Ok(CallReplies { replies })));
+        }
+        if this.incoming.is_none() && this.running.is_empty() {
+            this.ended = true;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+}
