@@ -11,7 +11,10 @@ use latchkey::core::{codec, limits, Command, Query};
 use latchkey::Error;
 use latchkey_proto::v1::kv_client::KvClient;
 use latchkey_proto::v1::raft_client::RaftClient;
-use latchkey_proto::v1::{FailureKind, RaftMessage, ReadRequest, Reply, WriteRequest};
+use latchkey_proto::v1::{
+    call::Body, AcquireRequest, Call, CallFrame, FailureKind, RaftMessage, ReadRequest, Reply,
+    WriteRequest,
+};
 use support::{eventually, run_cli, Cluster, LEADER_WAIT, TEST_LIMIT};
 use tonic::transport::Channel;
 
@@ -164,6 +167,57 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
             })
             .await,
         )?;
+
+        // The call stream: garbage in every kind of call (and a call with
+        // no body) is refused call by call, and the stream ends normally.
+        let frame = CallFrame {
+            calls: vec![
+                Call {
+                    id: 1,
+                    body: Some(Body::Write(WriteRequest {
+                        command: garbage.clone(),
+                    })),
+                },
+                Call {
+                    id: 2,
+                    body: Some(Body::Read(ReadRequest {
+                        query: garbage.clone(),
+                        stale: false,
+                    })),
+                },
+                Call {
+                    id: 3,
+                    body: Some(Body::Acquire(AcquireRequest {
+                        command: garbage.clone(),
+                        hold_ms: 1,
+                    })),
+                },
+                Call { id: 4, body: None },
+            ],
+        };
+        let mut replies = kv
+            .calls(futures::stream::iter(vec![frame]))
+            .await
+            .with_context(|| format!("open a call stream to node {id}"))?
+            .into_inner();
+        let mut answered = Vec::new();
+        while let Some(frame) = replies.message().await? {
+            for r in frame.replies {
+                let reply = r
+                    .reply
+                    .with_context(|| format!("node {id}: a call reply without a body"))?;
+                expect_invalid_reply(
+                    &format!("garbage call {} on a stream to node {id}", r.id),
+                    Ok(tonic::Response::new(reply)),
+                )?;
+                answered.push(r.id);
+            }
+        }
+        answered.sort_unstable();
+        ensure!(
+            answered == [1, 2, 3, 4],
+            "node {id} answered calls {answered:?}"
+        );
 
         // Raft transport garbage: an error status, never a crash.
         let mut raft = RaftClient::new(channel(&addr).await?);

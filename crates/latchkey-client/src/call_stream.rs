@@ -13,8 +13,10 @@
 //! done, with whatever replies are ready in one frame.
 //!
 //! Retry rules are those of a unary call, per request:
-//! - the stream cannot be opened (connect refused, no such replica): the
-//!   request was not sent ([`Attempt::NotSent`]);
+//! - the stream cannot be opened (connect refused, no such replica) or is
+//!   not open within [`OPEN_TIMEOUT`] (or half the caller's budget): the
+//!   request was not sent ([`Attempt::NotSent`]), since no call is handed
+//!   to a stream before the replica accepted it;
 //! - the stream breaks or ends while a request waits for its reply: it may
 //!   have been executed ([`Attempt::Sent`]), so a KV write ends
 //!   `UnknownOutcome` and is never resent;
@@ -44,6 +46,11 @@ use crate::router::Attempt;
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
 pub(crate) const UNSUPPORTED_FOR: Duration = Duration::from_secs(60);
+
+/// Longest wait for a replica to accept a new stream (less if half the
+/// caller's budget is less): a paused or unreachable replica then costs the
+/// request a retry elsewhere, not an unknown outcome.
+pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The call stream of one replica, opened on first use and again after it
 /// broke.
@@ -136,18 +143,14 @@ impl CallStream {
 
     /// Send `item` on the stream and answer what its unary call would have
     /// answered; `Err(item)` when the replica has no call stream (send it
-    /// the old way).
-    pub(crate) async fn send(&self, item: Item) -> Result<Answer, Item> {
+    /// the old way). `budget` is the caller's attempt budget.
+    pub(crate) async fn send(&self, item: Item, budget: Duration) -> Result<Answer, Item> {
         if self.unsupported() {
             return Err(item);
         }
-        let open = match self.open().await {
+        let open = match self.open(budget).await {
             Ok(open) => open,
-            Err(OpenFailure::Unsupported) => {
-                tracing::debug!("replica has no call stream; using unary and batch calls");
-                *lock(&self.unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
-                return Err(item);
-            }
+            Err(OpenFailure::Unsupported) => return Err(item),
             Err(OpenFailure::Failed(why)) => return Ok(Err(Attempt::NotSent(why))),
         };
         let id = open.next_id.fetch_add(1, Ordering::Relaxed);
@@ -198,19 +201,35 @@ impl CallStream {
     }
 
     /// The open stream, or a new one if there is none or it ended.
-    async fn open(&self) -> Result<Arc<Open>, OpenFailure> {
+    async fn open(&self, budget: Duration) -> Result<Arc<Open>, OpenFailure> {
         if let Some(open) = self.usable() {
             return Ok(open);
         }
-        let _opening = self.opening.lock().await;
+        let limit = (budget / 2).min(OPEN_TIMEOUT);
+        let Ok(_opening) = tokio::time::timeout(limit, self.opening.lock()).await else {
+            return Err(OpenFailure::Failed(format!(
+                "the call stream was not open within {limit:?}"
+            )));
+        };
+        // Whoever held the lock may have opened one, or found none.
         if let Some(open) = self.usable() {
             return Ok(open);
+        }
+        if self.unsupported() {
+            return Err(OpenFailure::Unsupported);
         }
         let (calls, outgoing) = mpsc::unbounded_channel();
         let frames = Arc::clone(&self.frames);
-        let response = kv_client(self.channel.clone())
-            .calls(frames_of(outgoing, frames))
-            .await;
+        let opened = tokio::time::timeout(
+            limit,
+            kv_client(self.channel.clone()).calls(frames_of(outgoing, frames)),
+        )
+        .await;
+        let Ok(response) = opened else {
+            return Err(OpenFailure::Failed(format!(
+                "the replica did not accept a call stream within {limit:?}"
+            )));
+        };
         match response {
             Ok(response) => {
                 let waiting = Arc::new(Waiting::default());
@@ -224,6 +243,8 @@ impl CallStream {
                 Ok(open)
             }
             Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::debug!("replica has no call stream; using unary and batch calls");
+                *lock(&self.unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
                 Err(OpenFailure::Unsupported)
             }
             Err(status) => Err(OpenFailure::Failed(format!(

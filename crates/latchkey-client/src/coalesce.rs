@@ -240,7 +240,7 @@ impl Coalescer {
         let item = match &self.stream {
             Some(stream) => {
                 let kind = item.lane();
-                match stream.send(item).await {
+                match stream.send(item, budget).await {
                     Ok(answer) => {
                         if let Some(kind) = kind {
                             self.lane(kind).items.fetch_add(1, Ordering::Relaxed);

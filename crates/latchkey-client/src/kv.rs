@@ -166,9 +166,12 @@ impl Client {
         &self.router
     }
 
-    /// Requests this client sent over gRPC and the calls that carried them:
-    /// concurrent requests to one replica are packed into one call (see
-    /// [`ClientOptions::max_batch_in_flight`]), so under load `write_calls`
+    /// Requests this client sent over gRPC and the frames and calls that
+    /// carried them: requests go on each replica's call stream, those at
+    /// hand together in one frame ([`ClientOptions::call_stream`]), so under
+    /// load `stream_frames` is well below `writes + reads`; against a
+    /// replica without the stream, concurrent requests are packed into one
+    /// call (see [`ClientOptions::max_batch_in_flight`]) and `write_calls`
     /// is well below `writes`. Requests served by an in-process replica are
     /// not counted.
     pub fn packing_stats(&self) -> PackingStats {

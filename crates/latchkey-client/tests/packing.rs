@@ -51,6 +51,8 @@ enum StreamMode {
     /// The first stream collects `TASKS` calls and then breaks as a
     /// connection reset would; later streams answer each call at once.
     BreakFirst,
+    /// The replica never accepts the stream (a paused process would not).
+    NeverAccept,
 }
 
 struct Script {
@@ -231,8 +233,10 @@ impl Kv for FakeKv {
         &self,
         request: Request<Streaming<CallFrame>>,
     ) -> Result<Response<Replying>, Status> {
-        if self.0.stream == StreamMode::Unimplemented {
-            return Err(Status::unimplemented("unknown method"));
+        match self.0.stream {
+            StreamMode::Unimplemented => return Err(Status::unimplemented("unknown method")),
+            StreamMode::NeverAccept => std::future::pending::<()>().await,
+            _ => {}
         }
         let (out, replies) = mpsc::unbounded_channel();
         let script = self.0.clone();
@@ -533,6 +537,37 @@ async fn a_replica_without_the_call_stream_gets_unary_and_batch_calls(
         let stats = client.packing_stats();
         assert_eq!(stats.stream_frames, 0, "{stats:?}");
         assert_eq!((stats.write_calls, stats.read_calls), (3, 3), "{stats:?}");
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn a_write_whose_stream_is_never_accepted_was_not_sent(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::NeverAccept);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = Client::with_options(
+            [addr.as_str()],
+            ClientOptions {
+                request_timeout: Duration::from_secs(3),
+                ..stream_options()
+            },
+        )?;
+        // Not UnknownOutcome: no call is handed to a stream before the
+        // replica accepted it, so the write is known not to be applied.
+        let result = client.put("n/1", "v").await;
+        assert!(
+            matches!(result, Err(Error::Unavailable { .. })),
+            "{result:?}"
+        );
+        assert!(script
+            .stream_writes
+            .lock()
+            .map_err(|_| "poisoned")?
+            .is_empty());
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })
