@@ -189,15 +189,9 @@ impl CallStream {
     }
 
     fn unsupported(&self) -> bool {
-        let mut until = lock(&self.unsupported_until);
-        match *until {
-            Some(t) if Instant::now() < t => true,
-            Some(_) => {
-                *until = None;
-                false
-            }
-            None => false,
-        }
+        // A passed deadline simply reads as false; the next UNIMPLEMENTED
+        // sets a new one.
+        matches!(*lock(&self.unsupported_until), Some(t) if Instant::now() < t)
     }
 
     /// The open stream, or a new one if there is none or it ended.

@@ -319,6 +319,11 @@ async fn racing_puts(
     Ok(results)
 }
 
+/// The keys of the puts recorded in `seen`.
+fn recorded(seen: &Mutex<Vec<Command>>) -> Result<Vec<Vec<u8>>, &'static str> {
+    Ok(keys(&seen.lock().map_err(|_| "poisoned")?))
+}
+
 fn keys(commands: &[Command]) -> Vec<Vec<u8>> {
     commands
         .iter()
@@ -344,8 +349,8 @@ async fn a_batch_that_fails_in_transit_never_resends_its_writes(
         for r in &results[1..] {
             assert!(matches!(r, Err(Error::UnknownOutcome(_))), "{r:?}");
         }
-        let unary = keys(&script.unary_writes.lock().map_err(|_| "poisoned")?);
-        let batched = keys(&script.batched_writes.lock().map_err(|_| "poisoned")?);
+        let unary = recorded(&script.unary_writes)?;
+        let batched = recorded(&script.batched_writes)?;
         assert_eq!(unary.len(), 1);
         assert_eq!(
             batched.len(),
@@ -399,7 +404,7 @@ async fn a_replica_without_batch_calls_gets_unary_calls() -> Result<(), Box<dyn 
         for r in &results {
             assert!(r.is_ok(), "{r:?}");
         }
-        let unary = keys(&script.unary_writes.lock().map_err(|_| "poisoned")?);
+        let unary = recorded(&script.unary_writes)?;
         assert_eq!(unary.len(), TASKS);
         let distinct: BTreeSet<_> = unary.iter().collect();
         assert_eq!(distinct.len(), TASKS, "a write was sent twice");
@@ -447,13 +452,9 @@ async fn stream_replies_are_matched_by_id_not_by_order() -> Result<(), Box<dyn s
             let want = (t % 2 == 1).then(|| format!("m/{t}").into_bytes());
             assert_eq!(r?, want, "task {t} got another call's reply");
         }
-        let streamed = keys(&script.stream_writes.lock().map_err(|_| "poisoned")?);
+        let streamed = recorded(&script.stream_writes)?;
         assert_eq!(streamed.len(), TASKS / 2);
-        assert!(script
-            .unary_writes
-            .lock()
-            .map_err(|_| "poisoned")?
-            .is_empty());
+        assert!(recorded(&script.unary_writes)?.is_empty());
         let stats = client.packing_stats();
         assert_eq!((stats.writes, stats.reads), (4, 4), "{stats:?}");
         assert_eq!((stats.write_calls, stats.read_calls), (0, 0), "{stats:?}");
@@ -476,20 +477,12 @@ async fn writes_on_a_stream_that_breaks_are_unknown_and_never_resent(
         for r in &results {
             assert!(matches!(r, Err(Error::UnknownOutcome(_))), "{r:?}");
         }
-        let streamed = keys(&script.stream_writes.lock().map_err(|_| "poisoned")?);
+        let streamed = recorded(&script.stream_writes)?;
         let distinct: BTreeSet<_> = streamed.iter().collect();
         assert_eq!(streamed.len(), TASKS, "a write was sent twice");
         assert_eq!(distinct.len(), TASKS);
-        assert!(script
-            .unary_writes
-            .lock()
-            .map_err(|_| "poisoned")?
-            .is_empty());
-        assert!(script
-            .batched_writes
-            .lock()
-            .map_err(|_| "poisoned")?
-            .is_empty());
+        assert!(recorded(&script.unary_writes)?.is_empty());
+        assert!(recorded(&script.batched_writes)?.is_empty());
 
         // The next request opens a new stream.
         client.put("b/after", "v").await?;
@@ -532,7 +525,7 @@ async fn a_replica_without_the_call_stream_gets_unary_and_batch_calls(
                 Some(format!("o/{t}").into_bytes())
             );
         }
-        let unary = keys(&script.unary_writes.lock().map_err(|_| "poisoned")?);
+        let unary = recorded(&script.unary_writes)?;
         assert_eq!(unary.len(), 3, "each write sent once, as a unary call");
         let stats = client.packing_stats();
         assert_eq!(stats.stream_frames, 0, "{stats:?}");
@@ -563,11 +556,7 @@ async fn a_write_whose_stream_is_never_accepted_was_not_sent(
             matches!(result, Err(Error::Unavailable { .. })),
             "{result:?}"
         );
-        assert!(script
-            .stream_writes
-            .lock()
-            .map_err(|_| "poisoned")?
-            .is_empty());
+        assert!(recorded(&script.stream_writes)?.is_empty());
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })

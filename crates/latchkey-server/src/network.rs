@@ -157,15 +157,9 @@ impl Peer {
     }
 
     fn unary_for_now(&self) -> bool {
-        let mut until = lock(&self.unary_until);
-        match *until {
-            Some(t) if Instant::now() < t => true,
-            Some(_) => {
-                *until = None;
-                false
-            }
-            None => false,
-        }
+        // A passed deadline simply reads as false; the next UNIMPLEMENTED
+        // sets a new one.
+        matches!(*lock(&self.unary_until), Some(t) if Instant::now() < t)
     }
 
     fn take_idle(&self) -> Option<AppendStream> {
