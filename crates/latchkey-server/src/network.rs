@@ -9,7 +9,7 @@ use latchkey_client::ClientOptions;
 use latchkey_core::codec;
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::RaftMessage;
-use latchkey_storage::TypeConfig;
+use latchkey_storage::{DurableLog, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
     Unreachable,
@@ -51,9 +51,23 @@ type PeerMap = BTreeMap<(u64, String), Arc<Peer>>;
 pub struct PeerNetwork {
     peers: Arc<Mutex<PeerMap>>,
     options: ClientOptions,
+    /// The local log's durability: the commit index sent to followers is
+    /// capped at it (see `latchkey_storage::durable`). `None` only in tests
+    /// of the network alone.
+    durable: Option<DurableLog>,
 }
 
 impl PeerNetwork {
+    /// A network whose AppendEntries tell followers no commit index beyond
+    /// what `durable` (the local log) holds on disk. Required when the log
+    /// store acknowledges a leader's appends before syncing them.
+    pub fn new(durable: DurableLog) -> Self {
+        PeerNetwork {
+            durable: Some(durable),
+            ..PeerNetwork::default()
+        }
+    }
+
     fn peer(&self, target: u64, addr: &str) -> Arc<Peer> {
         let mut map = lock(&self.peers);
         let key = (target, addr.to_string());
@@ -81,6 +95,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerLink {
         PeerLink {
             peer: self.peer(target, &node.addr),
+            durable: self.durable.clone(),
         }
     }
 }
@@ -99,6 +114,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 /// are unary calls.
 pub struct PeerLink {
     peer: Arc<Peer>,
+    durable: Option<DurableLog>,
 }
 
 /// What every link to one peer shares.
@@ -327,9 +343,14 @@ enum Rpc {
 impl RaftNetwork<TypeConfig> for PeerLink {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+        // The commit clamp: followers must not apply what this leader may
+        // still lose (it acknowledges its own appends before syncing them).
+        if let Some(durable) = &self.durable {
+            rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
+        }
         if rpc.entries.len() > 1 {
             let size: usize = rpc
                 .entries

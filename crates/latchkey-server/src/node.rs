@@ -152,14 +152,23 @@ impl NodeBuilder {
             .or_else(|| self.initial_members.get(&id).cloned())
             .unwrap_or_else(|| local_addr.to_string());
 
+        let overlap = self.storage.overlap_leader_fsync;
         let (log_store, mut state_machine) = latchkey_storage::open(&data_dir, self.storage)
             .map_err(|e| NodeError::Storage(e.to_string()))?;
+        if overlap {
+            log_store
+                .overlap_leader_fsync(id)
+                .map_err(|e| NodeError::Storage(e.to_string()))?;
+        }
+        // Always capped: the cap is a no-op unless the leader acknowledged
+        // its own appends before syncing them.
+        let network = PeerNetwork::new(log_store.durable());
         let reader = state_machine.reader();
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
         let (locks, keep_alives) = LockShared::new();
         let config = self.raft.to_config()?;
-        let raft = Raft::new(id, config, PeerNetwork::default(), log_store, state_machine)
+        let raft = Raft::new(id, config, network, log_store, state_machine)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let replica = Arc::new(Replica::new(

@@ -62,6 +62,43 @@ async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
     .await?
 }
 
+/// The leader syncs its own log in parallel with replication and tells
+/// followers no commit index beyond its durable log; once writes stop, the
+/// final commit index still reaches every follower (by heartbeat) and every
+/// replica applies everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_apply_every_write_once_traffic_stops() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let client = nodes[&leader].client();
+        let mut writes = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let client = client.clone();
+            writes.spawn(async move { client.put(format!("k/{i}"), "v").await });
+        }
+        while let Some(done) = writes.join_next().await {
+            done??;
+        }
+        // One last write, alone: its commit index has no later entry to
+        // ride on.
+        client.put("k/last", "v").await?;
+        let target = nodes[&leader].status().last_applied;
+        for (id, node) in &nodes {
+            wait_until(&format!("replica {id} to apply {target}"), || {
+                node.status().last_applied >= target
+            })
+            .await?;
+        }
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_node_keeps_data_and_does_not_reinitialise() -> TestResult {
     tokio::time::timeout(LIMIT, async {

@@ -8,6 +8,10 @@
 //! order they were queued. A callback is never fired before the sync that
 //! covers its entries: the entries were written before the callback was
 //! queued, and the sync covers everything written before it starts.
+//!
+//! Each sync also advances the [`DurableState`] (before any callback fires),
+//! and an append whose callback was already fired (a leader's own entries,
+//! see [`crate::durable`]) is queued without one, only to be made durable.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,27 +21,43 @@ use std::thread::JoinHandle;
 
 use openraft::storage::LogFlushed;
 use rocksdb::DB;
+use tokio::sync::watch;
 
-use crate::types::TypeConfig;
+use crate::durable::DurableState;
+use crate::types::{LogId, TypeConfig};
+
+/// One append waiting for the next sync.
+pub(crate) struct Pending {
+    /// openraft's callback, unless it was fired before the sync.
+    pub(crate) callback: Option<LogFlushed<TypeConfig>>,
+    /// The append's last entry.
+    pub(crate) last: LogId,
+    /// The [`DurableState::epoch`] when the append was written.
+    pub(crate) epoch: u64,
+}
 
 /// The flusher: owns the thread; dropping it (with the last log store clone)
 /// lets the thread finish its queue and joins it, so the database is closed
 /// when the stores are gone.
 pub(crate) struct GroupCommit {
-    queue: Option<Sender<LogFlushed<TypeConfig>>>,
+    queue: Option<Sender<Pending>>,
     thread: Option<JoinHandle<()>>,
     fsyncs: Arc<AtomicU64>,
 }
 
 impl GroupCommit {
-    /// Start the flusher thread for `db`.
-    pub(crate) fn start(db: Arc<DB>) -> io::Result<Self> {
+    /// Start the flusher thread for `db`, publishing what it syncs to
+    /// `durable`.
+    pub(crate) fn start(
+        db: Arc<DB>,
+        durable: Arc<watch::Sender<DurableState>>,
+    ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let fsyncs = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&fsyncs);
         let thread = std::thread::Builder::new()
             .name("latchkey-log-flush".into())
-            .spawn(move || run(&db, &rx, &counter))?;
+            .spawn(move || run(&db, &rx, &counter, &durable))?;
         Ok(GroupCommit {
             queue: Some(tx),
             thread: Some(thread),
@@ -45,16 +65,20 @@ impl GroupCommit {
         })
     }
 
-    /// Queue `callback` to be fired after the next WAL sync.
-    pub(crate) fn submit(&self, callback: LogFlushed<TypeConfig>) -> Result<(), io::Error> {
+    /// Queue `pending` to be made durable (and its callback fired) by the
+    /// next WAL sync.
+    pub(crate) fn submit(&self, pending: Pending) -> Result<(), io::Error> {
         let queue = self
             .queue
             .as_ref()
             .ok_or_else(|| io::Error::other("group-commit flusher is shut down"))?;
-        queue.send(callback).map_err(|e| {
+        queue.send(pending).map_err(|e| {
             // The flusher is gone (it only stops when the queue closes, or if
             // it panicked): fail this callback rather than leave it hanging.
-            e.0.log_io_completed(Err(io::Error::other("group-commit flusher has stopped")));
+            if let Some(callback) = e.0.callback {
+                callback
+                    .log_io_completed(Err(io::Error::other("group-commit flusher has stopped")));
+            }
             io::Error::other("group-commit flusher has stopped")
         })
     }
@@ -77,28 +101,91 @@ impl Drop for GroupCommit {
     }
 }
 
-fn run(db: &DB, queue: &Receiver<LogFlushed<TypeConfig>>, fsyncs: &AtomicU64) {
+/// Record that a sync covered `batch`. Appends written before the last
+/// truncation are skipped: what they wrote below it is durable already (the
+/// truncation was a synced write), and what they wrote above it is gone.
+fn mark_durable(d: &mut DurableState, batch: &[Pending]) -> bool {
+    let epoch = d.epoch;
+    let mut changed = false;
+    for p in batch.iter().filter(|p| p.epoch == epoch) {
+        changed |= d.advance(p.last);
+    }
+    changed
+}
+
+fn run(
+    db: &DB,
+    queue: &Receiver<Pending>,
+    fsyncs: &AtomicU64,
+    durable: &watch::Sender<DurableState>,
+) {
     // Block for the first waiter, then take everyone who queued meanwhile.
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
         let result = db.flush_wal(true);
         fsyncs.fetch_add(1, Ordering::Relaxed);
-        tracing::trace!(callbacks = batch.len(), "log group commit");
+        tracing::trace!(appends = batch.len(), "log group commit");
         match result {
             Ok(()) => {
-                for callback in batch {
+                // Durable first, then the callbacks: whoever learns of the
+                // flush from openraft finds it in the durable state too.
+                durable.send_if_modified(|d| mark_durable(d, &batch));
+                for callback in batch.into_iter().filter_map(|p| p.callback) {
                     callback.log_io_completed(Ok(()));
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, callbacks = batch.len(), "log WAL sync failed");
-                for callback in batch {
-                    callback
-                        .log_io_completed(Err(io::Error::other(format!("WAL sync failed: {e}"))));
+                tracing::error!(error = %e, appends = batch.len(), "log WAL sync failed");
+                let failure = format!("WAL sync failed: {e}");
+                durable.send_modify(|d| d.failed = Some(failure.clone()));
+                for callback in batch.into_iter().filter_map(|p| p.callback) {
+                    callback.log_io_completed(Err(io::Error::other(failure.clone())));
                 }
             }
         }
     }
     tracing::debug!("group-commit flusher stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+
+    fn pending(term: u64, index: u64, epoch: u64) -> Pending {
+        Pending {
+            callback: None,
+            last: LogId::new(CommittedLeaderId::new(term, 1), index),
+            epoch,
+        }
+    }
+
+    #[test]
+    fn a_sync_marks_its_appends_durable() {
+        let mut d = DurableState::default();
+        assert!(mark_durable(&mut d, &[pending(1, 3, 0), pending(1, 7, 0)]));
+        assert_eq!(d.durable.map(|l| l.index), Some(7));
+        assert!(
+            !mark_durable(&mut d, &[pending(1, 5, 0)]),
+            "never backwards"
+        );
+    }
+
+    #[test]
+    fn appends_from_before_a_truncation_are_not_marked() {
+        // A leader wrote 1..=9 unsynced, stepped down; the new leader's
+        // truncation at 5 (synced) left 1..=4 durable, then 5 was appended
+        // again (term 2). The old sync of 9 must not mark 5..=9 durable.
+        let mut d = DurableState {
+            durable: Some(LogId::new(CommittedLeaderId::new(1, 1), 4)),
+            epoch: 1,
+            ..DurableState::default()
+        };
+        assert!(!mark_durable(&mut d, &[pending(1, 9, 0)]));
+        assert_eq!(d.durable.map(|l| l.index), Some(4));
+        assert!(mark_durable(&mut d, &[pending(1, 9, 0), pending(2, 5, 1)]));
+        assert_eq!(d.durable, Some(LogId::new(CommittedLeaderId::new(2, 1), 5)));
+    }
 }

@@ -10,6 +10,13 @@
 //! - **Durability.** A vote is fsynced before `save_vote` returns; an
 //!   appended entry is acknowledged (its callback fired) only after a WAL
 //!   sync covering it; truncations and purges are synced before they return.
+//!   The one exception, opt-in ([`LogStore::overlap_leader_fsync`]): a
+//!   leader's own appends are acknowledged to openraft once written, so it
+//!   replicates them while they sync; the state machine then applies an
+//!   entry only once it is synced locally, and the commit index a leader
+//!   tells followers is capped at its durable log ([`durable`] has the
+//!   argument). Nothing is applied, anywhere, before it is on a majority of
+//!   disks.
 //! - **Group commit.** Appends are readable at once and share fsyncs: one
 //!   flusher syncs once for every append queued meanwhile
 //!   ([`LogStore::fsync_count`] tells how many syncs were needed).
@@ -22,8 +29,8 @@
 //!
 //! What it must not do: decide what a command means (that is
 //! `latchkey-core`'s job: this crate only stores bytes the core writes),
-//! encode anything except through `latchkey_core::codec`, acknowledge an
-//! unsynced log write, iterate a `HashMap` where it affects state, or panic
+//! encode anything except through `latchkey_core::codec`, let an
+//! unsynced log write be applied or reported committed, iterate a `HashMap` where it affects state, or panic
 //! on bytes read from disk or the network.
 //!
 //! Layout of a data directory: `db/` is the RocksDB instance (column
@@ -61,6 +68,7 @@ mod applied_state;
 mod blocking;
 mod columns;
 mod data_view;
+pub mod durable;
 mod error;
 mod group_commit;
 mod log_store;
@@ -73,6 +81,7 @@ mod state_machine;
 mod state_reader;
 pub mod types;
 
+pub use durable::DurableLog;
 pub use error::StorageError;
 pub use log_store::{LogReader, LogStore};
 pub use open::{open, StorageOptions};

@@ -25,6 +25,12 @@ pub struct StorageOptions {
     pub sync_apply: bool,
     /// Compress the log and the state machine data with LZ4. Default: on.
     pub compression: bool,
+    /// Let the leader sync its own log in parallel with replicating it
+    /// (see [`crate::durable`]). `open` itself does not act on it: the
+    /// replica, which knows its node id, calls
+    /// [`LogStore::overlap_leader_fsync`] when it is on (latchkey-server's
+    /// `Node` does). Default: on.
+    pub overlap_leader_fsync: bool,
 }
 
 impl Default for StorageOptions {
@@ -32,6 +38,7 @@ impl Default for StorageOptions {
         StorageOptions {
             sync_apply: false,
             compression: true,
+            overlap_leader_fsync: true,
         }
     }
 }
@@ -79,6 +86,6 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     );
     let db = Arc::new(db);
     let log = LogStore::new(Arc::clone(&db))?;
-    let sm = StateMachine::new(db, file, state, options.sync_apply);
+    let sm = StateMachine::new(db, file, state, options.sync_apply, log.durable());
     Ok((log, sm))
 }

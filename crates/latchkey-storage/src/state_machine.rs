@@ -27,6 +27,7 @@ use crate::applied_state::AppliedState;
 use crate::blocking;
 use crate::columns::Handles;
 use crate::data_view::DataView;
+use crate::durable::DurableLog;
 use crate::error::{any, msg, to_raft, RaftStorageError};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
@@ -44,6 +45,9 @@ pub struct StateMachine {
     applied: Arc<AppliedIndex>,
     sync_apply: bool,
     changes: Option<UnboundedSender<StateChange>>,
+    /// The apply gate: entries the leader acknowledged before syncing them
+    /// are applied only once synced (see [`crate::durable`]).
+    durable: DurableLog,
 }
 
 impl StateMachine {
@@ -52,6 +56,7 @@ impl StateMachine {
         file: SnapshotFile,
         state: AppliedState,
         sync_apply: bool,
+        durable: DurableLog,
     ) -> Self {
         let applied = Arc::new(AppliedIndex::default());
         applied.set(state.last_index());
@@ -62,6 +67,7 @@ impl StateMachine {
             applied,
             sync_apply,
             changes: None,
+            durable,
         }
     }
 
@@ -229,6 +235,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         if replies.is_empty() {
             return Ok(replies);
+        }
+        // The gate: computed above while the leader's own sync may still be
+        // running; written (and so visible) only once the entries are on
+        // this replica's disk.
+        if let Some(last) = next.last_applied {
+            self.durable
+                .wait_applicable(last.index)
+                .await
+                .map_err(|e| StorageIOError::apply(last, msg(e)))?;
         }
         self.commit(writes, &next)?;
         self.state = next;
