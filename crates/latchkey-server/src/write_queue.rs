@@ -1,10 +1,11 @@
 //! [`WriteQueue`]: the leader's write path into Raft, packing concurrent
 //! writes into one log entry.
 //!
-//! openraft 0.9's core appends each proposal as its own entry and waits for
-//! that append to be fsynced before it handles the next message, so one
-//! proposal per client write costs one serial fsync per write on the leader
-//! (measured: put at 64 clients ran at the disk's serial fsync rate). Here
+//! openraft 0.9's core appends each proposal as its own entry, and every
+//! entry costs the core, the replication tasks and the state machine a
+//! fixed amount of work (before the log store acknowledged a leader's own
+//! appends ahead of their sync, it also cost one serial fsync: put at 64
+//! clients ran at the disk's serial fsync rate). Here
 //! every write goes through one queue; a task takes everything queued, and
 //! proposes it as one entry — a single command as itself, several as a
 //! [`Command::Group`] that the state machine applies command by command with
