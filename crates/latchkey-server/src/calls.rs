@@ -11,6 +11,11 @@
 //! for their grant do not count: a waiting acquire is bounded by the lock
 //! service's own limits, and counting them could hold the release that
 //! would grant them behind a full stream for up to an acquire's hold time.
+//!
+//! A frame that cannot be decoded ends the stream: the calls already started
+//! are answered, then the stream ends with `INVALID_ARGUMENT` (the client
+//! treats calls it sent after that frame as "may have been executed", as for
+//! any broken stream; none of them was).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,6 +60,8 @@ pub struct CallStream {
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// A ready reply that did not fit in the last frame.
     held: Option<CallReply>,
+    /// Why the client's side broke, sent once every started call is answered.
+    broken: Option<Status>,
     ended: bool,
 }
 
@@ -74,6 +81,7 @@ impl CallStream {
                 let _ = stopping.wait_for(|stop| *stop).await;
             }),
             held: None,
+            broken: None,
             ended: false,
         }
     }
@@ -191,6 +199,7 @@ impl Stream for CallStream {
                 Poll::Ready(Some(Err(status))) => {
                     tracing::debug!(%status, "a client's call stream broke");
                     this.incoming = None;
+                    this.broken = Some(refusal(status));
                 }
                 Poll::Ready(None) => this.incoming = None,
                 Poll::Pending => break,
@@ -217,8 +226,22 @@ impl Stream for CallStream {
         }
         if this.incoming.is_none() && this.running.is_empty() {
             this.ended = true;
-            return Poll::Ready(None);
+            return Poll::Ready(this.broken.take().map(Err));
         }
         Poll::Pending
+    }
+}
+
+/// What to end the stream with when reading the client's frames failed:
+/// tonic reports an undecodable message as `INTERNAL`, but the fault is the
+/// client's input.
+fn refusal(status: Status) -> Status {
+    if status.code() == tonic::Code::Internal {
+        Status::invalid_argument(format!(
+            "a call frame could not be decoded ({}); calls in it and after it were not executed",
+            status.message()
+        ))
+    } else {
+        status
     }
 }

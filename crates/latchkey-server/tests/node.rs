@@ -557,3 +557,95 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
     })
     .await?
 }
+
+/// A `Kv.Calls` frame that is not a `CallFrame` at all: the calls before it
+/// are answered, then the stream ends with INVALID_ARGUMENT, and the replica
+/// keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_call_frame_ends_the_stream_with_invalid_argument() -> TestResult {
+    use prost::bytes::Buf;
+    use prost::Message;
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+    use tonic::codegen::http::uri::PathAndQuery;
+
+    /// Frames as raw bytes, both ways.
+    struct Raw;
+    impl Encoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+            use prost::bytes::BufMut;
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+    impl Decoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Self::Error> {
+            Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+        }
+    }
+    struct RawCodec;
+    impl Codec for RawCodec {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = Raw;
+        type Decoder = Raw;
+        fn encoder(&mut self) -> Raw {
+            Raw
+        }
+        fn decoder(&mut self) -> Raw {
+            Raw
+        }
+    }
+
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", members[0].1))?
+            .connect()
+            .await?;
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await?;
+        let good = frame(vec![put_call(1, b"before", b"v")?]).encode_to_vec();
+        // Field 1 (calls) as a length-delimited record longer than the frame.
+        let garbage = vec![0x0a, 0xff, 0x01, 0x00];
+        let outgoing = tokio_stream::iter(vec![good, garbage]);
+        let mut answers = grpc
+            .streaming(
+                tonic::Request::new(outgoing),
+                PathAndQuery::from_static("/latchkey.v1.Kv/Calls"),
+                RawCodec,
+            )
+            .await?
+            .into_inner();
+        let mut answered = Vec::new();
+        let end = loop {
+            match answers.message().await {
+                Ok(Some(bytes)) => {
+                    let replies = latchkey_proto::v1::CallReplies::decode(bytes.as_slice())?;
+                    answered.extend(replies.replies.into_iter().map(|r| r.id));
+                }
+                Ok(None) => break None,
+                Err(status) => break Some(status),
+            }
+        };
+        assert_eq!(
+            answered,
+            vec![1],
+            "the call before the bad frame is answered"
+        );
+        let status = end.ok_or("the stream ended without an error")?;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        // The replica still serves, and the good call was applied.
+        let client = nodes[&1].client();
+        assert_eq!(client.get("before").await?, Some(b"v".to_vec()));
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
