@@ -45,6 +45,10 @@ const UNARY_FOR: Duration = Duration::from_secs(60);
 
 type PeerMap = BTreeMap<(u64, String), Arc<Peer>>;
 
+/// Longest a message carrying only a commit index waits for the leader's
+/// own log sync before it is sent with the commit index capped.
+const COMMIT_NOTICE_WAIT: Duration = Duration::from_millis(20);
+
 /// Creates [`PeerLink`]s, sharing one channel and one pool of AppendEntries
 /// streams per (node id, address).
 #[derive(Clone, Default)]
@@ -348,7 +352,13 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
         // The commit clamp: followers must not apply what this leader may
         // still lose (it acknowledges its own appends before syncing them).
-        if let Some(durable) = &self.durable {
+        // A message with no entries only carries the commit index: wait for
+        // the leader's own sync (bounded) so it carries the real one.
+        if let Some(durable) = self.durable.as_mut() {
+            if let (true, Some(commit)) = (rpc.entries.is_empty(), rpc.leader_commit) {
+                let limit = option.soft_ttl().min(COMMIT_NOTICE_WAIT);
+                durable.wait_durable(commit.index, limit).await;
+            }
             rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
         }
         if rpc.entries.len() > 1 {

@@ -32,6 +32,22 @@
 //!    that a leader crash (losing its unsynced tail) could let a new leader
 //!    overwrite.
 //!
+//! Two more rules close what the above leaves open (both found in review):
+//!
+//! 3. **No same-term restart.** openraft 0.9 resumes leadership at startup,
+//!    in the same term, when its saved vote is its own committed vote. After
+//!    a machine crash the leader's log may have lost an unsynced tail that a
+//!    follower holds; new entries of the same term would then reuse those
+//!    entries' log ids, and a follower keeps an entry whose id it already
+//!    has: the replicas would diverge. So enabling early acknowledgement
+//!    saves such a vote again as not committed, and the replica must win a
+//!    new term (whose entries have new ids) before it leads again.
+//! 4. **Membership entries are synced before they are acknowledged.**
+//!    openraft's core acts on its own commit index when it changes
+//!    membership (a joint configuration it believes committed lets it
+//!    propose the next step), so for those entries the commit index must
+//!    mean "on a majority of disks".
+//!
 //! Only a replica whose current vote names itself acknowledges early: in
 //! that term no other leader can send it entries, so every append it makes
 //! is its own proposal. openraft saves a new leader's vote (a synced write)
@@ -122,6 +138,22 @@ impl DurableLog {
             (Some(c), Some(d)) if c.index > d.index => Some(d),
             (Some(_), None) => None,
             (c, _) => c,
+        }
+    }
+
+    /// Wait, at most `limit`, until the local log is durable up to `index`.
+    /// Returns whether it is.
+    ///
+    /// A leader uses it before sending a message that carries only a commit
+    /// index (openraft's commit notice, heartbeats): waiting for its own
+    /// sync (well under a millisecond) lets the message carry the real
+    /// commit index instead of a capped one, so followers are not left a
+    /// heartbeat behind.
+    pub async fn wait_durable(&mut self, index: u64, limit: std::time::Duration) -> bool {
+        let ready = |d: &DurableState| d.failed.is_some() || d.durable_index() >= Some(index);
+        match tokio::time::timeout(limit, self.rx.wait_for(ready)).await {
+            Ok(Ok(d)) => d.failed.is_none(),
+            _ => false,
         }
     }
 
@@ -240,6 +272,27 @@ mod tests {
                 d.advance(id(6));
             });
             log.wait_applicable(50).await.unwrap();
+        });
+    }
+
+    #[test]
+    fn wait_durable_is_bounded() {
+        rt().block_on(async {
+            let (tx, mut log) = view(DurableState {
+                durable: Some(id(2)),
+                ..DurableState::default()
+            });
+            assert!(log.wait_durable(2, Duration::from_millis(1)).await);
+            assert!(!log.wait_durable(3, Duration::from_millis(10)).await);
+            let mut waiting = log.clone();
+            let wait =
+                tokio::spawn(async move { waiting.wait_durable(3, Duration::from_secs(5)).await });
+            tx.send_modify(|d| {
+                d.advance(id(3));
+            });
+            assert!(wait.await.unwrap());
+            tx.send_modify(|d| d.failed = Some("gone".into()));
+            assert!(!log.wait_durable(9, Duration::from_secs(5)).await);
         });
     }
 

@@ -119,6 +119,18 @@ fn run(
     fsyncs: &AtomicU64,
     durable: &watch::Sender<DurableState>,
 ) {
+    // If this thread dies (a panic), nothing will be durable again: fail the
+    // apply gate rather than let it wait forever.
+    struct OnPanic<'a>(&'a watch::Sender<DurableState>);
+    impl Drop for OnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0
+                    .send_modify(|d| d.failed = Some("the log flusher thread panicked".into()));
+            }
+        }
+    }
+    let _guard = OnPanic(durable);
     // Block for the first waiter, then take everyone who queued meanwhile.
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];

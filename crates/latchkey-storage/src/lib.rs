@@ -10,7 +10,9 @@
 //! - **Durability.** A vote is fsynced before `save_vote` returns; an
 //!   appended entry is acknowledged (its callback fired) only after a WAL
 //!   sync covering it; truncations and purges are synced before they return.
-//!   The one exception, opt-in ([`LogStore::overlap_leader_fsync`]): a
+//!   The one exception (on by default in a replica, see
+//!   [`StorageOptions::overlap_leader_fsync`] and
+//!   [`LogStore::overlap_leader_fsync`]): a
 //!   leader's own appends are acknowledged to openraft once written, so it
 //!   replicates them while they sync; the state machine then applies an
 //!   entry only once it is synced locally, and the commit index a leader

@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use latchkey_core::codec;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError};
+use openraft::{
+    EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError,
+};
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
 use tokio::sync::watch;
 
@@ -107,17 +109,40 @@ impl LogStore {
     /// Let this replica, with id `me`, sync its own log in parallel with
     /// replicating it while it leads: its appends are acknowledged to
     /// openraft once written, and synced in the background. Saves one fsync
-    /// of latency per commit. Safe only together with the two rules in
+    /// of latency per commit. Safe only together with the rules in
     /// [`crate::durable`]: the state machine's apply gate (built in) and
     /// [`DurableLog::clamp_commit`] on every commit index the replica sends.
     ///
+    /// If the saved vote is this replica's own committed vote (it was the
+    /// leader when it stopped), the vote is saved again as not committed, so
+    /// openraft does not resume leadership in the same term: after a machine
+    /// crash the log may have lost an unsynced tail that followers hold, and
+    /// new entries of the same term would reuse those entries' log ids (a
+    /// follower that has an entry with the same id keeps it). Winning a new
+    /// term gives new entries new ids. Which votes the replica grants is
+    /// unchanged (an uncommitted and a committed vote of the same leader id
+    /// compare the same way against every other leader id).
+    ///
     /// Call it before handing the store to openraft.
     pub fn overlap_leader_fsync(&self, me: NodeId) -> Result<(), StorageError> {
-        let vote: Option<Vote> =
-            read_meta(&self.db, VOTE, ErrorSubject::Vote).map_err(|e| StorageError::Corrupt {
+        let corrupt = |e: RaftStorageError| StorageError::Corrupt {
+            what: "saved vote",
+            detail: e.to_string(),
+        };
+        let mut vote: Option<Vote> =
+            read_meta(&self.db, VOTE, ErrorSubject::Vote).map_err(corrupt)?;
+        if let Some(v) = vote.filter(|v| v.is_committed() && v.leader_id().voted_for() == Some(me))
+        {
+            let lowered = Vote::new(v.leader_id().term, me);
+            let bytes = codec::encode(&lowered).map_err(|e| StorageError::Corrupt {
                 what: "saved vote",
                 detail: e.to_string(),
             })?;
+            let meta = columns::handle(&self.db, columns::LOG_META)?;
+            self.db.put_cf_opt(meta, VOTE, bytes, &synced())?;
+            tracing::info!(vote = %lowered, "was the leader: will stand for election in a new term");
+            vote = Some(lowered);
+        }
         self.own.me.store(me, Ordering::Release);
         self.own.note_vote(vote.as_ref());
         self.own.enabled.store(true, Ordering::Release);
@@ -331,11 +356,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let log = cf(&self.db, columns::LOG, ErrorVerb::Write)?;
         let mut batch = WriteBatch::default();
         let mut last = None;
+        let mut membership = false;
         for entry in entries {
             let bytes = codec::encode(&entry)
                 .map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             batch.put_cf(log, columns::log_key(entry.log_id.index), bytes);
             last = Some(entry.log_id);
+            membership |= matches!(entry.payload, EntryPayload::Membership(_));
         }
         let Some(last) = last else {
             // Nothing to write: nothing to wait for.
@@ -350,7 +377,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .write_opt(batch, &unsynced())
             .map_err(|e| StorageIOError::write_logs(&e))?;
         let epoch = self.durable.borrow().epoch;
-        let callback = if self.own.ack_early() {
+        // Never early for a membership entry: openraft's core acts on its
+        // own commit index when it changes membership (a joint config it
+        // believes committed lets it propose the next step), so that commit
+        // must mean "on a majority of disks". openraft awaits each append in
+        // order, so the leader's own match cannot pass this entry unsynced.
+        let callback = if self.own.ack_early() && !membership {
             // This leader's own entries: let openraft replicate them now;
             // the apply gate and the commit clamp wait for the sync instead.
             self.durable.send_if_modified(|d| {

@@ -118,13 +118,43 @@ fn reopening_syncs_what_was_recovered() {
         log.blocking_append(entries).await.unwrap();
     });
     rt.block_on(async {
-        let (mut log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
         assert_eq!(log.durable().last(), Some(log_id(1, 5)));
-        // The saved vote still makes this replica the leader after the
-        // restart: its next append is acknowledged early, applied once synced.
+        // It was the leader of term 1. After a machine crash its log could
+        // have lost a tail that followers hold; resuming term 1 would give
+        // new entries the same log ids as those. So its vote is lowered
+        // (not committed) and it must win a new term first.
         log.overlap_leader_fsync(1).unwrap();
-        log.blocking_append([blank(1, 6)]).await.unwrap();
-        sm.apply([blank(1, 6)]).await.unwrap();
-        assert_eq!(log.durable().last(), Some(log_id(1, 6)));
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(1, 1)));
+    });
+    rt.block_on(async {
+        // The lowered vote stays lowered; a restart without the option
+        // leaves it as it is.
+        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(1, 1)));
+        log.save_vote(&Vote::new_committed(2, 2)).await.unwrap();
+        log.overlap_leader_fsync(1).unwrap();
+        assert_eq!(
+            log.read_vote().await.unwrap(),
+            Some(Vote::new_committed(2, 2))
+        );
+    });
+}
+
+#[test]
+fn a_leader_syncs_membership_entries_before_acknowledging_them() {
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        log.overlap_leader_fsync(1).unwrap();
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        // openraft changes membership on its own commit index, so a
+        // membership entry is acknowledged only once it is on disk.
+        for index in 1..=5 {
+            log.blocking_append([membership(1, index, &[1, 2, 3])])
+                .await
+                .unwrap();
+            assert_eq!(log.durable().last(), Some(log_id(1, index)));
+        }
     });
 }
