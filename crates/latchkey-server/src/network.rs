@@ -435,6 +435,8 @@ mod tests {
         opens: AtomicUsize,
         unary: AtomicUsize,
         streamed: AtomicUsize,
+        /// The commit index of every streamed request, in order.
+        commits: Mutex<Vec<Option<u64>>>,
     }
 
     fn encode_reply(reply: &Reply) -> Result<RaftMessage, Status> {
@@ -482,6 +484,7 @@ mod tests {
                         let rpc: AppendEntriesRequest<TypeConfig> =
                             codec::decode(&message.payload).ok()?;
                         assert!(rpc.entries.is_empty());
+                        lock(&peer.commits).push(rpc.leader_commit.map(|c| c.index));
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
                         let reply = if peer.slow_first && opened == 0 && n == 0 {
                             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -683,5 +686,40 @@ mod tests {
             Ok(())
         })
         .await?
+    }
+
+    /// The commit clamp is wired into every AppendEntries: a commit-only
+    /// message never tells a follower more than the local log holds on disk
+    /// (it waits for the sync a bounded time, then is capped).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commit_index_sent_is_capped_at_the_durable_log() -> TestResult {
+        use openraft::storage::RaftLogStorageExt;
+        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+        let dir = tempfile::tempdir()?;
+        let (mut log, _sm) = latchkey_storage::open(dir.path(), Default::default())?;
+        let id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
+        let entries: Vec<Entry<TypeConfig>> = (1..=3)
+            .map(|i| Entry {
+                log_id: id(i),
+                payload: EntryPayload::Blank,
+            })
+            .collect();
+        log.blocking_append(entries).await?;
+        let peer = Arc::new(FakePeer::default());
+        let addr = serve(Arc::clone(&peer)).await?;
+        let mut link = PeerNetwork::new(log.durable())
+            .new_client(2, &BasicNode::new(addr.to_string()))
+            .await;
+        for commit in [Some(2), Some(3), Some(5), None] {
+            let rpc = AppendEntriesRequest {
+                leader_commit: commit.map(id),
+                ..heartbeat()
+            };
+            let reply = link.append_entries(rpc, RPCOption::new(TTL)).await?;
+            assert!(matches!(reply, AppendEntriesResponse::Success));
+        }
+        assert_eq!(*lock(&peer.commits), vec![Some(2), Some(3), Some(3), None]);
+        Ok(())
     }
 }

@@ -311,3 +311,64 @@ impl DbClosed {
         self.0.strong_count() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use latchkey_core::{Command, Request};
+    use openraft::{CommittedLeaderId, LogId};
+    use tokio::sync::watch;
+
+    use super::*;
+    use crate::durable::DurableState;
+
+    fn put(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Request {
+                now: index,
+                command: Command::Put {
+                    key: format!("k{index}").into_bytes(),
+                    value: b"v".to_vec(),
+                },
+            }),
+        }
+    }
+
+    /// The apply gate is wired in: an entry the leader acknowledged before
+    /// its sync is neither applied nor visible until the sync is reported.
+    #[test]
+    fn apply_waits_for_the_leaders_own_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (_log, mut sm) = crate::open(dir.path(), crate::StorageOptions::default()).unwrap();
+            let (tx, rx) = watch::channel(DurableState {
+                durable: Some(LogId::new(CommittedLeaderId::new(1, 1), 1)),
+                acked_early: Some(3),
+                ..DurableState::default()
+            });
+            sm.durable = DurableLog::new(rx);
+            let reader = sm.reader();
+            let applying = tokio::spawn(async move { sm.apply([put(2), put(3)]).await });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(!applying.is_finished(), "applied before the leader's sync");
+            assert_eq!(reader.last_applied_index(), None, "visible before the sync");
+            tx.send_modify(|d| {
+                d.advance(LogId::new(CommittedLeaderId::new(1, 1), 3));
+            });
+            let replies = tokio::time::timeout(Duration::from_secs(5), applying)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(replies.len(), 2);
+            assert_eq!(reader.last_applied_index(), Some(3));
+        });
+    }
+}
