@@ -9,7 +9,17 @@ use common::*;
 use latchkey_core::{Outcome, Query};
 use latchkey_storage::types::Vote;
 use latchkey_storage::{open, StorageOptions};
+use latchkey_storage::{LogStore, StateMachine};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+
+/// A store in `dir` of replica 1, leading term 1, acknowledging its own
+/// appends early.
+async fn leader_store(dir: &std::path::Path) -> (LogStore, StateMachine) {
+    let (mut log, sm) = open(dir, StorageOptions::default()).unwrap();
+    log.overlap_leader_fsync(1).unwrap();
+    log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+    (log, sm)
+}
 
 #[test]
 fn a_follower_append_is_durable_once_acknowledged() {
@@ -30,10 +40,8 @@ fn a_follower_append_is_durable_once_acknowledged() {
 fn a_leader_applies_its_own_entries_only_once_synced() {
     let dir = tempfile::tempdir().unwrap();
     runtime().block_on(async {
-        let (mut log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        let (mut log, mut sm) = leader_store(dir.path()).await;
         let reader = sm.reader();
-        log.overlap_leader_fsync(1).unwrap();
-        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
         let mut entries = vec![membership(1, 1, &[1, 2, 3])];
         for index in 2..=40 {
             entries.push(command(1, index, index, put(&format!("k{index}"), "v")));
@@ -42,6 +50,8 @@ fn a_leader_applies_its_own_entries_only_once_synced() {
             log.blocking_append([entry.clone()]).await.unwrap();
         }
         // Applying each entry returns only once the log holds it durably.
+        // (The sync is usually quick; the deterministic check of the gate
+        // is `state_machine::tests::apply_waits_for_the_leaders_own_sync`.)
         for entry in entries {
             let index = entry.log_id.index;
             sm.apply([entry]).await.unwrap();
@@ -68,9 +78,7 @@ fn a_leader_applies_its_own_entries_only_once_synced() {
 fn another_leaders_vote_brings_back_synced_acknowledgements() {
     let dir = tempfile::tempdir().unwrap();
     runtime().block_on(async {
-        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        log.overlap_leader_fsync(1).unwrap();
-        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        let (mut log, _sm) = leader_store(dir.path()).await;
         log.blocking_append([blank(1, 1), blank(1, 2)])
             .await
             .unwrap();
@@ -88,9 +96,7 @@ fn another_leaders_vote_brings_back_synced_acknowledgements() {
 fn truncation_takes_back_what_it_removed() {
     let dir = tempfile::tempdir().unwrap();
     runtime().block_on(async {
-        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        log.overlap_leader_fsync(1).unwrap();
-        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        let (mut log, _sm) = leader_store(dir.path()).await;
         let entries: Vec<_> = (1..=6).map(|i| blank(1, i)).collect();
         log.blocking_append(entries).await.unwrap();
         // Deposed before 4..=6 committed; the new leader's log differs there.
@@ -111,9 +117,7 @@ fn reopening_syncs_what_was_recovered() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     rt.block_on(async {
-        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        log.overlap_leader_fsync(1).unwrap();
-        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        let (mut log, _sm) = leader_store(dir.path()).await;
         let entries: Vec<_> = (1..=5).map(|i| blank(1, i)).collect();
         log.blocking_append(entries).await.unwrap();
     });
@@ -145,9 +149,7 @@ fn reopening_syncs_what_was_recovered() {
 fn a_leader_syncs_membership_entries_before_acknowledging_them() {
     let dir = tempfile::tempdir().unwrap();
     runtime().block_on(async {
-        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        log.overlap_leader_fsync(1).unwrap();
-        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        let (mut log, _sm) = leader_store(dir.path()).await;
         // openraft changes membership on its own commit index, so a
         // membership entry is acknowledged only once it is on disk.
         for index in 1..=5 {
