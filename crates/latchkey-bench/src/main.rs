@@ -75,12 +75,14 @@
 //! clones of one `Client`, i.e. one HTTP/2 connection per replica).
 //!
 //! `cargo xtask bench` builds the `latchkey` binary (dev profile, like every
-//! other command: dependencies optimised, our crates at opt-level 1) and
-//! passes it as `--server-bin`. Results: a table on stdout, and
-//! `bench-results/<kv|lock>-<unix time>.json` plus
+//! other command: dependencies and the request-path crates at opt-level 3,
+//! debug assertions on) and passes it as `--server-bin`. Results: a table
+//! on stdout; `bench-results/<kv|lock>-<unix time>.json` plus
 //! `bench-results/<kv|lock>-latest.json` with every number, the
 //! configuration and the machine (cores, CPU, file system, fsync rate, git
-//! commit). Servers are always killed (by pid) and the temporary directory
+//! commit); and the same runs as a small SVG chart,
+//! `bench-results/<kv|lock>-<unix time>.svg` and `-latest.svg`: throughput
+//! bars, and p50 / p99 / p999 latency on a log scale. Servers are always killed (by pid) and the temporary directory
 //! removed, also on errors and Ctrl-C. The total time is bounded: for kv
 //! about 2 × duration per client count, for lock about one duration per
 //! run, plus start-up; a hard budget stops anything that hangs.
@@ -105,6 +107,7 @@
 //! * repeat a run before believing a change of less than ~20 %.
 
 mod args;
+mod chart;
 mod cluster;
 mod fsync;
 mod kv;

@@ -1,4 +1,5 @@
-//! The results: a table on stdout and JSON files, with what the machine was.
+//! The results: a table on stdout, JSON files with what the machine was, and
+//! an SVG chart of the same numbers.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -23,7 +24,7 @@ pub struct Machine {
     /// Uncommitted changes in the work tree when measured.
     pub git_dirty: Option<bool>,
     /// Whether the benchmark itself was built with debug assertions (the
-    /// workspace's dev profile: our crates opt-level 1, dependencies 3).
+    /// workspace's dev profile: optimised, with debug assertions).
     pub debug_assertions: bool,
 }
 
@@ -236,33 +237,72 @@ pub fn table<W: Params>(report: &Report<W>) -> String {
     t
 }
 
-/// Write `<out>/<benchmark>-<unix time>.json` and
-/// `<out>/<benchmark>-latest.json`; the paths.
-pub fn write_json<W: Serialize>(
+/// Write `<out>/<benchmark>-<unix time>.json` and `.svg` (the chart, see
+/// [`crate::chart`]), and the same two as `<out>/<benchmark>-latest.*`;
+/// the stamped JSON's path and the latest chart's.
+pub fn write_files<W: Params + Serialize>(
     report: &Report<W>,
     out: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
     fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let mut text = serde_json::to_string_pretty(report)
+    let mut json = serde_json::to_string_pretty(report)
         .map_err(|e| format!("cannot encode the results as JSON: {e}"))?;
-    text.push('\n');
+    json.push('\n');
+    let svg = chart(report);
     let name = report.benchmark;
-    let stamped = out.join(format!("{name}-{}.json", report.unix_time));
-    let latest = out.join(format!("{name}-latest.json"));
-    for path in [&stamped, &latest] {
-        fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let stamp = report.unix_time;
+    for (ext, text) in [("json", &json), ("svg", &svg)] {
+        for path in [
+            out.join(format!("{name}-{stamp}.{ext}")),
+            out.join(format!("{name}-latest.{ext}")),
+        ] {
+            fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
     }
-    Ok((stamped, latest))
+    Ok((
+        out.join(format!("{name}-{stamp}.json")),
+        out.join(format!("{name}-latest.svg")),
+    ))
 }
 
-/// Print the table and write the JSON files.
+/// The report's chart, titled with what was measured and on what.
+pub fn chart<W: Params>(report: &Report<W>) -> String {
+    let m = &report.machine;
+    let c = &report.config;
+    let title = format!(
+        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run",
+        report.benchmark, c.replicas, m.nproc, c.duration_s
+    );
+    let commit = m
+        .git_commit
+        .as_deref()
+        .map(|h| {
+            let modified = if m.git_dirty == Some(true) {
+                " (modified)"
+            } else {
+                ""
+            };
+            format!("; commit {}{modified}", h.get(..10).unwrap_or(h))
+        })
+        .unwrap_or_default();
+    let subtitle = format!(
+        "{}, {} client; disk {:.0} fsync/s{commit}",
+        c.workload.describe(),
+        c.client_mode,
+        report.fsync.per_second
+    );
+    crate::chart::svg(&title, &subtitle, &report.results)
+}
+
+/// Print the table and write the JSON files and the chart.
 pub fn publish<W: Params + Serialize>(report: &Report<W>, out: &Path) -> Result<(), String> {
     print!("{}", table(report));
-    let (stamped, latest) = write_json(report, out)?;
+    let (stamped, chart) = write_files(report, out)?;
     println!(
-        "\nresults: {} (and {})",
+        "\nresults: {} (and {}-latest.json); chart: {}",
         stamped.display(),
-        latest.display()
+        report.benchmark,
+        chart.display()
     );
     Ok(())
 }
