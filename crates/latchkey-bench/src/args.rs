@@ -25,7 +25,8 @@ OPTIONS:
                        lock-cycle runs (default 1,32)
     --contended LIST   client tasks of lock's contended runs (default 32)
     --value-size N     bytes per kv value (default 128; at most 1 MiB)
-    --out DIR          where the JSON results go (default bench-results)
+    --out DIR          where the JSON results and SVG charts go (default
+                       bench-results)
     --server-bin PATH  the `latchkey` binary to run (default: `latchkey` next to
                        this binary; `cargo xtask bench` passes it)
     --client-mode M    shared (default): every task clones one Client, so all

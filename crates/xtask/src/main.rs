@@ -109,7 +109,7 @@ ARGS (see `cargo run -p latchkey-bench -- --help`):
     --clients LIST       client tasks per run of kv (1,8,64) and lock-cycle (1,32)
     --contended LIST     client tasks per contended run (32)
     --value-size 128     bytes per kv value
-    --out bench-results  where <kv|lock>-<unix time>.json and -latest.json go
+    --out bench-results  where <kv|lock>-<unix time>.json / .svg and -latest.json / .svg go
     --client-mode shared|per-task
 Examples: cargo xtask bench kv --duration 3s
           cargo xtask bench lock --duration 5s
