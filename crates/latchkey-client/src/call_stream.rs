@@ -22,7 +22,13 @@
 //!   `UnknownOutcome` and is never resent;
 //! - a replica that predates the stream answers the open `UNIMPLEMENTED`:
 //!   requests to it go the old way (packing lanes, unary acquires) for
-//!   [`UNSUPPORTED_FOR`], then the stream is tried again.
+//!   [`UNSUPPORTED_FOR`], then the stream is tried again;
+//! - session keep-alives go on the stream too (one call of a frame, instead
+//!   of an HTTP/2 stream each, which matters to a process that keeps
+//!   thousands of sessions). A replica whose stream predates them answers
+//!   such a call as one without a body, having done nothing: that
+//!   keep-alive is sent again as a unary `Lock.KeepAlive`, and so are this
+//!   replica's keep-alives for [`UNSUPPORTED_FOR`].
 //!
 //! The stream ends when its [`CallStream`] is dropped (the client and its
 //! clones are gone) and the replica has answered every call in flight.
@@ -42,6 +48,7 @@ use tonic::Streaming;
 use crate::coalesce::{Answer, Item, BATCH_BYTES, MAX_BATCH_ITEMS};
 use crate::kv::{decode_reply, kv_client};
 use crate::router::Attempt;
+use crate::ReplicaFailure;
 
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
@@ -62,6 +69,8 @@ pub(crate) struct CallStream {
     opening: tokio::sync::Mutex<()>,
     /// Set when the replica answered the open `UNIMPLEMENTED`.
     unsupported_until: Mutex<Option<Instant>>,
+    /// Set when the replica's stream did not know a keep-alive call.
+    keep_alive_unsupported_until: Mutex<Option<Instant>>,
     frames: Arc<AtomicU64>,
 }
 
@@ -130,6 +139,34 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether a deadline is set and not passed yet. A passed one simply reads
+/// as false; the next refusal sets a new one.
+fn still(until: &Mutex<Option<Instant>>) -> bool {
+    matches!(*lock(until), Some(t) if Instant::now() < t)
+}
+
+/// The message of the `InvalidArgument` failure a replica answers, on a
+/// `Kv.Calls` stream, to a call whose body it does not know (it decodes as
+/// none): it ran nothing, so the client may send the request another way.
+/// Part of the wire protocol between clients and replicas.
+pub const UNKNOWN_CALL: &str = "a call without a body";
+
+/// Whether `answer` is a replica's refusal of a call body it does not know.
+/// On the wire the failure's message is its display form
+/// ("invalid argument: ..."); the bare text is accepted too.
+fn is_unknown_call(answer: &Answer) -> bool {
+    match answer {
+        Err(Attempt::Refused(failure @ ReplicaFailure::InvalidArgument(m))) => {
+            m == UNKNOWN_CALL
+                || *failure
+                    == ReplicaFailure::InvalidArgument(
+                        ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).to_string(),
+                    )
+        }
+        _ => false,
+    }
+}
+
 impl CallStream {
     pub(crate) fn new(channel: Channel, frames: Arc<AtomicU64>) -> CallStream {
         CallStream {
@@ -137,6 +174,7 @@ impl CallStream {
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             unsupported_until: Mutex::new(None),
+            keep_alive_unsupported_until: Mutex::new(None),
             frames,
         }
     }
@@ -148,6 +186,23 @@ impl CallStream {
         if self.unsupported() {
             return Err(item);
         }
+        let Item::KeepAlive(keep_alive) = item else {
+            return self.send_on_stream(item, budget).await;
+        };
+        if still(&self.keep_alive_unsupported_until) {
+            return Err(item);
+        }
+        let again = Item::KeepAlive(keep_alive);
+        let answer = self.send_on_stream(item, budget).await?;
+        if is_unknown_call(&answer) {
+            tracing::debug!("replica's call stream has no keep-alives; using unary calls");
+            *lock(&self.keep_alive_unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
+            return Err(again);
+        }
+        Ok(answer)
+    }
+
+    async fn send_on_stream(&self, item: Item, budget: Duration) -> Result<Answer, Item> {
         let open = match self.open(budget).await {
             Ok(open) => open,
             Err(OpenFailure::Unsupported) => return Err(item),
@@ -171,6 +226,7 @@ impl CallStream {
             Item::Write(w) => Body::Write(w),
             Item::Read(r) => Body::Read(r),
             Item::Acquire(a) => Body::Acquire(a),
+            Item::KeepAlive(k) => Body::KeepAlive(k),
         };
         let call = Call {
             id,
@@ -189,9 +245,7 @@ impl CallStream {
     }
 
     fn unsupported(&self) -> bool {
-        // A passed deadline simply reads as false; the next UNIMPLEMENTED
-        // sets a new one.
-        matches!(*lock(&self.unsupported_until), Some(t) if Instant::now() < t)
+        still(&self.unsupported_until)
     }
 
     /// The open stream, or a new one if there is none or it ended.
@@ -289,6 +343,7 @@ fn call_bytes(call: &Call) -> usize {
         Some(Body::Write(w)) => w.command.len(),
         Some(Body::Read(r)) => r.query.len(),
         Some(Body::Acquire(a)) => a.command.len(),
+        Some(Body::KeepAlive(_)) => 8,
         None => 0,
     }
 }

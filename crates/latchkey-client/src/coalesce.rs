@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use latchkey_core::CommandResult;
 use latchkey_proto::v1::{
-    AcquireRequest, ReadBatch, ReadRequest, Replies, WriteBatch, WriteRequest,
+    AcquireRequest, KeepAliveRequest, ReadBatch, ReadRequest, Replies, WriteBatch, WriteRequest,
 };
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -93,6 +93,9 @@ pub(crate) enum Item {
     /// Never packed into a lane's batch: without a call stream it is sent
     /// as its own `Lock.Acquire` call.
     Acquire(AcquireRequest),
+    /// Likewise: without a call stream (or to a replica whose stream does
+    /// not know keep-alives), its own `Lock.KeepAlive` call.
+    KeepAlive(KeepAliveRequest),
 }
 
 impl Item {
@@ -100,7 +103,7 @@ impl Item {
         match self {
             Item::Write(_) => Some(LaneKind::Write),
             Item::Read(_) => Some(LaneKind::Read),
-            Item::Acquire(_) => None,
+            Item::Acquire(_) | Item::KeepAlive(_) => None,
         }
     }
 
@@ -109,6 +112,7 @@ impl Item {
             Item::Write(w) => w.command.len(),
             Item::Read(r) => r.query.len(),
             Item::Acquire(a) => a.command.len(),
+            Item::KeepAlive(_) => 8,
         }
     }
 }
@@ -411,7 +415,7 @@ impl Coalescer {
                 Item::Write(w) => writes.push(w),
                 Item::Read(r) => reads.push(r),
                 // Never queued in a lane (see `send`).
-                Item::Acquire(_) => {}
+                Item::Acquire(_) | Item::KeepAlive(_) => {}
             }
         }
         let mut client = kv_client(self.channel.clone());
@@ -451,6 +455,7 @@ impl Coalescer {
             Item::Write(w) => kv_client(self.channel.clone()).write(w).await,
             Item::Read(r) => kv_client(self.channel.clone()).read(r).await,
             Item::Acquire(a) => lock_client(self.channel.clone()).acquire(a).await,
+            Item::KeepAlive(k) => lock_client(self.channel.clone()).keep_alive(k).await,
         };
         match reply {
             Ok(reply) => decode_reply(reply.into_inner()),

@@ -47,6 +47,7 @@ mod lock;
 mod router;
 
 pub use admin::{MemberInfo, NodeStatus};
+pub use call_stream::UNKNOWN_CALL;
 pub use coalesce::{PackingStats, MAX_BATCH_ITEMS};
 pub use error::Error;
 pub use failure::ReplicaFailure;

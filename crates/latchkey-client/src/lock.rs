@@ -63,9 +63,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::coalesce::Item;
-use crate::kv::{decode_reply, MAX_MESSAGE_BYTES};
+use crate::kv::MAX_MESSAGE_BYTES;
 use crate::lease_clock;
-use crate::router::{classify_status, Attempt, Target};
+use crate::router::{Attempt, Target};
 use crate::{Batch, Client, Consistency, Error};
 
 /// Extra time, past an acquire's wait, that the client gives the leader to
@@ -285,12 +285,9 @@ impl Client {
                         Target::Local(local) => {
                             local.keep_alive(session).await.map_err(Attempt::Refused)
                         }
-                        Target::Remote { channel, .. } => {
+                        Target::Remote { coalescer, .. } => {
                             let request = KeepAliveRequest { session: session.0 };
-                            match lock_client(channel).keep_alive(request).await {
-                                Ok(reply) => decode_reply(reply.into_inner()),
-                                Err(status) => Err(classify_status(&status)),
-                            }
+                            coalescer.send(Item::KeepAlive(request), attempt).await
                         }
                     }
                 }

@@ -1,8 +1,8 @@
 //! The client's request packing against a scripted replica (an in-process
 //! gRPC server on loopback), for the failures a real cluster cannot be made
 //! to produce on cue: a call stream or a batch call that fails in transit,
-//! replies out of order, and a replica that predates the call stream or the
-//! batch calls.
+//! replies out of order, and a replica that predates the call stream, the
+//! batch calls or keep-alives on the stream.
 //!
 //! The lane tests (call stream off) hold the first (unary) call in the
 //! server until every other task has queued behind it (one call slot), so
@@ -17,12 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use latchkey_client::{Client, ClientOptions, Error};
+use latchkey_client::{Client, ClientOptions, Error, ReplicaFailure, UNKNOWN_CALL};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId};
 use latchkey_core::{codec, Command, CommandResult, Outcome, Query};
 use latchkey_proto::v1::kv_server::{Kv, KvServer};
+use latchkey_proto::v1::lock_server::{Lock, LockServer};
 use latchkey_proto::v1::{
-    call::Body, Call, CallFrame, CallReplies, CallReply, ReadBatch, ReadRequest, Replies, Reply,
-    WriteBatch, WriteRequest,
+    call::Body, AcquireRequest, Call, CallFrame, CallReplies, CallReply, KeepAliveRequest,
+    ReadBatch, ReadRequest, Replies, Reply, WriteBatch, WriteRequest,
 };
 use tokio::sync::{mpsc, Notify};
 use tonic::transport::server::TcpIncoming;
@@ -68,6 +70,12 @@ struct Script {
     unary_writes: Mutex<Vec<Command>>,
     batched_writes: Mutex<Vec<Command>>,
     read_batches: AtomicUsize,
+    /// Whether the stream knows keep-alive calls (a replica before them
+    /// answers one as a call without a body).
+    stream_keep_alives: AtomicBool,
+    /// Keep-alives received, on the stream (known or not) and unary.
+    keep_alives_on_stream: AtomicUsize,
+    unary_keep_alives: AtomicUsize,
 }
 
 impl Script {
@@ -87,6 +95,9 @@ impl Script {
             unary_writes: Mutex::new(Vec::new()),
             batched_writes: Mutex::new(Vec::new()),
             read_batches: AtomicUsize::new(0),
+            stream_keep_alives: AtomicBool::new(true),
+            keep_alives_on_stream: AtomicUsize::new(0),
+            unary_keep_alives: AtomicUsize::new(0),
         })
     }
 
@@ -122,19 +133,45 @@ fn answer_read(r: &ReadRequest) -> Reply {
     }
 }
 
+/// The session every `OpenSession` gets.
+const SESSION: SessionId = SessionId(7);
+
 /// The reply to one call on the stream; writes are recorded.
 fn answer_call(script: &Script, call: Call) -> Result<CallReply, Status> {
     let reply = match call.body {
         Some(Body::Write(w)) => {
             let command = codec::decode(&w.command).map_err(|e| Status::internal(e.to_string()))?;
+            let outcome = match &command {
+                Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
+                    Outcome::Lock(LockOutcome::SessionOpened {
+                        session: SESSION,
+                        ttl_ms: *ttl_ms,
+                    })
+                }
+                _ => Outcome::Done,
+            };
             script
                 .stream_writes
                 .lock()
                 .map_err(|_| Status::internal("poisoned"))?
                 .push(command);
-            ok(&Ok(Outcome::Done))
+            ok(&Ok(outcome))
         }
         Some(Body::Read(r)) => answer_read(&r),
+        Some(Body::KeepAlive(k)) => {
+            script.keep_alives_on_stream.fetch_add(1, Ordering::SeqCst);
+            if k.session != SESSION.0 {
+                return Err(Status::internal("keep-alive of an unknown session"));
+            }
+            if script.stream_keep_alives.load(Ordering::SeqCst) {
+                ok(&Ok(Outcome::Done))
+            } else {
+                Reply {
+                    payload: Vec::new(),
+                    failure: Some(ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).into()),
+                }
+            }
+        }
         _ => return Err(Status::internal("unexpected call")),
     };
     Ok(CallReply {
@@ -255,6 +292,26 @@ impl Kv for FakeKv {
     }
 }
 
+struct FakeLock(Arc<Script>);
+
+#[tonic::async_trait]
+impl Lock for FakeLock {
+    async fn acquire(&self, _request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
+        Err(Status::unimplemented("not in this script"))
+    }
+
+    async fn keep_alive(
+        &self,
+        request: Request<KeepAliveRequest>,
+    ) -> Result<Response<Reply>, Status> {
+        if request.into_inner().session != SESSION.0 {
+            return Err(Status::internal("keep-alive of an unknown session"));
+        }
+        self.0.unary_keep_alives.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(ok(&Ok(Outcome::Done))))
+    }
+}
+
 async fn serve(
     script: Arc<Script>,
 ) -> Result<(String, tokio::task::JoinHandle<()>), std::io::Error> {
@@ -262,7 +319,8 @@ async fn serve(
     let addr = listener.local_addr()?.to_string();
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = tonic::transport::Server::builder()
-        .add_service(KvServer::new(FakeKv(script)))
+        .add_service(KvServer::new(FakeKv(script.clone())))
+        .add_service(LockServer::new(FakeLock(script)))
         .serve_with_incoming(incoming);
     let handle = tokio::spawn(async move {
         let _ = server.await;
@@ -557,6 +615,56 @@ async fn a_write_whose_stream_is_never_accepted_was_not_sent(
             "{result:?}"
         );
         assert!(recorded(&script.stream_writes)?.is_empty());
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// Wait (bounded by the test's limit) until `count` reaches `n`.
+async fn until_at_least(count: &AtomicUsize, n: usize) {
+    while count.load(Ordering::SeqCst) < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn keep_alives_travel_on_the_call_stream() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::BreakFirst);
+        // Not the first stream: it would break after TASKS calls.
+        script.streams_opened.store(1, Ordering::SeqCst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        assert_eq!(session.id(), SESSION);
+        until_at_least(&script.keep_alives_on_stream, 2).await;
+        assert!(session.is_live());
+        assert_eq!(script.unary_keep_alives.load(Ordering::SeqCst), 0);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn a_stream_without_keep_alives_gets_them_as_unary_calls(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::BreakFirst);
+        script.streams_opened.store(1, Ordering::SeqCst);
+        script.stream_keep_alives.store(false, Ordering::SeqCst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        // The first keep-alive is refused on the stream (it ran nothing)
+        // and sent again as a unary call; the next ones go unary at once.
+        until_at_least(&script.unary_keep_alives, 3).await;
+        assert!(session.is_live());
+        assert_eq!(script.keep_alives_on_stream.load(Ordering::SeqCst), 1);
+        // Everything else still uses the stream.
+        client.put("k/1", "v").await?;
+        assert_eq!(recorded(&script.stream_writes)?, [b"k/1".to_vec()]);
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })

@@ -1,5 +1,9 @@
-//! The replica's side of `Kv.Calls`: many client calls on one long-lived
-//! stream, each run as its unary call would run, answered by id.
+//! The replica's side of `Kv.Calls`: many client calls (writes, reads,
+//! acquires and session keep-alives) on one long-lived stream, each run as
+//! its unary call would run, answered by id. A call whose body this replica
+//! does not know (a newer client's) decodes as one without a body and is
+//! refused with [`UNKNOWN_CALL`] having run nothing, which tells the client
+//! to send it the old way.
 //!
 //! [`CallStream`] is the response stream. It reads the client's frames and
 //! starts every call at once (so concurrent writes reach the write queue
@@ -24,14 +28,16 @@ use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
-use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS};
+use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS, UNKNOWN_CALL};
 use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies, CallReply, Reply};
 use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 
 use crate::replica::Replica;
-use crate::services::{acquire_one, read_one, status_reply, write_one, REPLIES_BUDGET};
+use crate::services::{
+    acquire_one, keep_alive_one, read_one, status_reply, write_one, REPLIES_BUDGET,
+};
 
 /// Calls of one stream running at once before the replica stops reading
 /// its frames.
@@ -139,8 +145,13 @@ fn run(replica: Arc<Replica>, call: Call) -> Running {
                 false,
             ),
             Some(Body::Acquire(a)) => (acquire_one(&replica, a).await, unknown, true),
+            Some(Body::KeepAlive(k)) => (
+                keep_alive_one(&replica, k.session).await,
+                unavailable,
+                false,
+            ),
             None => {
-                let refused = ReplicaFailure::InvalidArgument("a call without a body".into());
+                let refused = ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into());
                 return Answered {
                     id,
                     reply: failure_reply(refused),

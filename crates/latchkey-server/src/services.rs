@@ -337,6 +337,11 @@ pub(crate) async fn acquire_one(
     reply(replica.acquire(command, hold).await)
 }
 
+/// One keep-alive, exactly as the `KeepAlive` RPC runs it.
+pub(crate) async fn keep_alive_one(replica: &Replica, session: u64) -> Result<Reply, Status> {
+    reply(replica.keep_alive(SessionId(session)).await)
+}
+
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
@@ -349,10 +354,9 @@ impl Lock for LockService {
         &self,
         request: Request<KeepAliveRequest>,
     ) -> Result<Response<Reply>, Status> {
-        let session = SessionId(request.into_inner().session);
-        Ok(Response::new(reply(
-            self.replica.keep_alive(session).await,
-        )?))
+        Ok(Response::new(
+            keep_alive_one(&self.replica, request.into_inner().session).await?,
+        ))
     }
 }
 

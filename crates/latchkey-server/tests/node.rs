@@ -520,11 +520,64 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             .await?;
         let got = replies(&mut answers, 3).await?;
         assert_eq!(failure(&got[&1]), Some(FailureKind::InvalidArgument));
+        // What a client takes for "this replica does not know the call".
+        let unknown =
+            latchkey_client::ReplicaFailure::InvalidArgument(latchkey_client::UNKNOWN_CALL.into());
+        assert_eq!(
+            got[&1]
+                .reply
+                .as_ref()
+                .and_then(|r| r.failure.as_ref())
+                .map(|f| f.message.clone()),
+            Some(unknown.to_string())
+        );
         assert_eq!(failure(&got[&2]), Some(FailureKind::InvalidArgument));
         assert!(matches!(
             result(&got[&3])?,
             Ok(Outcome::Value(Some(v))) if v == b"1"
         ));
+
+        // Keep-alives: of a live session, and of one never opened.
+        let open = latchkey_core::Command::Lock(latchkey_core::lock::LockCommand::OpenSession {
+            ttl_ms: 10_000,
+        });
+        let open = call(
+            40,
+            Body::Write(WriteRequest {
+                command: latchkey_core::codec::encode(&open)?,
+            }),
+        );
+        frames.send(frame(vec![open])).await?;
+        let got = replies(&mut answers, 1).await?;
+        let session = match result(&got[&40])? {
+            Ok(Outcome::Lock(latchkey_core::lock::LockOutcome::SessionOpened {
+                session, ..
+            })) => session,
+            other => return Err(format!("open session: {other:?}").into()),
+        };
+        let keep_alive = |id, session| {
+            call(
+                id,
+                Body::KeepAlive(latchkey_proto::v1::KeepAliveRequest { session }),
+            )
+        };
+        frames
+            .send(frame(vec![
+                keep_alive(41, session.0),
+                keep_alive(42, 999_999),
+            ]))
+            .await?;
+        let got = replies(&mut answers, 2).await?;
+        assert!(
+            result(&got[&41])?.is_ok(),
+            "a live session's keep-alive succeeds: {:?}",
+            got[&41]
+        );
+        assert!(
+            !matches!(result(&got[&42]), Ok(Ok(_))),
+            "a keep-alive of an unknown session is refused: {:?}",
+            got[&42]
+        );
 
         // A frame above the limit runs none of its calls.
         let too_many = (0..=latchkey_client::MAX_BATCH_ITEMS as u64)
