@@ -14,33 +14,15 @@
 //! have no snapshot yet; the follower then catches up from the log, and the
 //! probe says so.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use latchkey::{Batch, Client};
 
+#[path = "probe_cluster.rs"]
+mod probe_cluster;
+use probe_cluster::{rss, ProbeCluster};
+
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn rss(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-struct Kill(Vec<Child>);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 #[tokio::main]
 async fn main() -> Res<()> {
@@ -59,37 +41,8 @@ async fn main() -> Res<()> {
         .transpose()?
         .unwrap_or(10_000);
     let serve_args: Vec<String> = args.iter().skip(4).cloned().collect();
-    let dir = tempfile::tempdir()?;
-    let mut ports = Vec::new();
-    let mut holders = Vec::new();
-    for _ in 0..3 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        ports.push(l.local_addr()?.port());
-        holders.push(l);
-    }
-    drop(holders);
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let members = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let start = |i: usize| -> std::io::Result<Child> {
-        Command::new(bin)
-            .args(["serve", "--id", &(i + 1).to_string(), "--listen", &addrs[i]])
-            .arg("--data-dir")
-            .arg(dir.path().join(format!("n{}", i + 1)))
-            .args(["--initial-members", &members])
-            .args(&serve_args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-    };
-    let mut children = Kill(Vec::new());
-    for i in 0..addrs.len() {
-        children.0.push(start(i)?);
-    }
+    let mut cluster = ProbeCluster::start(bin, serve_args)?;
+    let addrs = cluster.addrs.clone();
     let client = Client::connect(&addrs)?;
     let started = Instant::now();
     while client.put("probe/up", "1").await.is_err() {
@@ -125,7 +78,7 @@ async fn main() -> Res<()> {
         "{keys} keys loaded in {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    for (i, c) in children.0.iter().enumerate() {
+    for (i, c) in cluster.children.iter().enumerate() {
         println!("after keys: node {} {}", i + 1, rss(c.id()));
     }
     let mut open = Vec::with_capacity(sessions);
@@ -159,7 +112,7 @@ async fn main() -> Res<()> {
             .map_err(|c| format!("condition {c}"))?;
     }
     tokio::time::sleep(Duration::from_secs(15)).await;
-    for (i, c) in children.0.iter().enumerate() {
+    for (i, c) in cluster.children.iter().enumerate() {
         println!("after sessions + 15 s: node {} {}", i + 1, rss(c.id()));
     }
 
@@ -168,11 +121,8 @@ async fn main() -> Res<()> {
     let Some(f) = (0..addrs.len()).find(|&i| Some((i + 1) as u64) != leader.leader_id) else {
         return Err("no follower to restart".into());
     };
-    let _ = children.0[f].kill();
-    let _ = children.0[f].wait();
-    std::fs::remove_dir_all(dir.path().join(format!("n{}", f + 1)))?;
     let t0 = Instant::now();
-    children.0[f] = start(f)?;
+    cluster.restart_wiped(f)?;
     let now = client.status().await?;
     let target = now.last_applied;
     // Packed writes make few log entries: without `--snapshot-every`, the
@@ -197,7 +147,7 @@ async fn main() -> Res<()> {
             "the log (the leader had no snapshot)"
         },
         t0.elapsed().as_secs_f64(),
-        rss(children.0[f].id())
+        rss(cluster.children[f].id())
     );
     Ok(())
 }
