@@ -68,7 +68,11 @@ async fn main() -> Res<()> {
     // Let the watchdogs' renewals spread out before measuring.
     tokio::time::sleep(ttl).await;
 
-    let pids: Vec<String> = cluster.children.iter().map(|c| c.id().to_string()).collect();
+    let pids: Vec<String> = cluster
+        .children
+        .iter()
+        .map(|c| c.id().to_string())
+        .collect();
     let cpu = |pid: &str| cpu_seconds(pid).ok_or(format!("cannot read /proc/{pid}/stat"));
     let before: Vec<f64> = pids.iter().map(|p| cpu(p)).collect::<Result<_, _>>()?;
     let self_before = cpu("self")?;

@@ -64,7 +64,13 @@ impl ProbeCluster {
 
     fn spawn(&self, i: usize) -> std::io::Result<Child> {
         Command::new(&self.bin)
-            .args(["serve", "--id", &(i + 1).to_string(), "--listen", &self.addrs[i]])
+            .args([
+                "serve",
+                "--id",
+                &(i + 1).to_string(),
+                "--listen",
+                &self.addrs[i],
+            ])
             .arg("--data-dir")
             .arg(self.data_dir(i))
             .args(["--initial-members", &self.members])

@@ -28,7 +28,11 @@
 //!   thousands of sessions). A replica whose stream predates them answers
 //!   such a call as one without a body, having done nothing: that
 //!   keep-alive is sent again as a unary `Lock.KeepAlive`, and so are this
-//!   replica's keep-alives for [`UNSUPPORTED_FOR`].
+//!   replica's keep-alives for [`UNSUPPORTED_FOR`]. A keep-alive must not
+//!   wait behind a busy stream either (the replica stops reading a
+//!   stream's frames while 4,096 of its calls run, and the lease may run
+//!   out meanwhile): with [`KEEP_ALIVE_BUSY_CALLS`] or more calls of the
+//!   stream waiting for replies, it goes as its own unary call.
 //!
 //! The stream ends when its [`CallStream`] is dropped (the client and its
 //! clones are gone) and the replica has answered every call in flight.
@@ -53,6 +57,12 @@ use crate::ReplicaFailure;
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
 pub(crate) const UNSUPPORTED_FOR: Duration = Duration::from_secs(60);
+
+/// Calls waiting for their replies on a stream from which a keep-alive is
+/// sent as its own unary call instead (an HTTP/2 stream of its own, not
+/// queued behind them). Waiting acquires count too, though the replica
+/// does not count them: that only sends a keep-alive the old way.
+pub(crate) const KEEP_ALIVE_BUSY_CALLS: usize = 1024;
 
 /// Longest wait for a replica to accept a new stream (less if half the
 /// caller's budget is less): a paused or unreachable replica then costs the
@@ -145,10 +155,13 @@ fn still(until: &Mutex<Option<Instant>>) -> bool {
     matches!(*lock(until), Some(t) if Instant::now() < t)
 }
 
-/// The message of the `InvalidArgument` failure a replica answers, on a
-/// `Kv.Calls` stream, to a call whose body it does not know (it decodes as
-/// none): it ran nothing, so the client may send the request another way.
-/// Part of the wire protocol between clients and replicas.
+/// What a replica answers, on a `Kv.Calls` stream, to a call whose body it
+/// does not know (it decodes as none): `ReplicaFailure::InvalidArgument`
+/// of this text, which travels as a failure of kind `INVALID_ARGUMENT`
+/// with the message "invalid argument: a call without a body" (the
+/// failure's display form). The call ran nothing, so the client may send
+/// the request another way. Part of the wire protocol between clients and
+/// replicas.
 pub const UNKNOWN_CALL: &str = "a call without a body";
 
 /// Whether `answer` is a replica's refusal of a call body it does not know.
@@ -189,7 +202,7 @@ impl CallStream {
         let Item::KeepAlive(keep_alive) = item else {
             return self.send_on_stream(item, budget).await;
         };
-        if still(&self.keep_alive_unsupported_until) {
+        if still(&self.keep_alive_unsupported_until) || self.busy() {
             return Err(item);
         }
         let again = Item::KeepAlive(keep_alive);
@@ -246,6 +259,13 @@ impl CallStream {
 
     fn unsupported(&self) -> bool {
         still(&self.unsupported_until)
+    }
+
+    /// Whether the open stream has [`KEEP_ALIVE_BUSY_CALLS`] or more calls
+    /// waiting for replies.
+    fn busy(&self) -> bool {
+        self.usable()
+            .is_some_and(|open| open.waiting.lock().answers.len() >= KEEP_ALIVE_BUSY_CALLS)
     }
 
     /// The open stream, or a new one if there is none or it ended.
@@ -372,4 +392,38 @@ async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>
     };
     tracing::debug!(%why, "call stream ended");
     waiting.end(why);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(failure: ReplicaFailure) -> Answer {
+        Err(Attempt::Refused(failure))
+    }
+
+    #[test]
+    fn an_unknown_call_is_told_from_other_refusals() {
+        // As it travels (the failure's display form) and bare.
+        let wire = ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).to_string();
+        assert_eq!(wire, "invalid argument: a call without a body");
+        assert!(is_unknown_call(&refused(ReplicaFailure::InvalidArgument(
+            wire
+        ))));
+        assert!(is_unknown_call(&refused(ReplicaFailure::InvalidArgument(
+            UNKNOWN_CALL.into()
+        ))));
+        // Any other refusal or answer is the keep-alive's own.
+        for other in [
+            refused(ReplicaFailure::InvalidArgument(
+                "session must not be 0".into(),
+            )),
+            refused(ReplicaFailure::InvalidArgument(format!("x {UNKNOWN_CALL}"))),
+            refused(ReplicaFailure::Unavailable(UNKNOWN_CALL.into())),
+            Err(Attempt::Sent(UNKNOWN_CALL.into())),
+            Ok(Ok(latchkey_core::Outcome::Done)),
+        ] {
+            assert!(!is_unknown_call(&other), "{other:?}");
+        }
+    }
 }

@@ -71,7 +71,8 @@ pub struct PackingStats {
     /// gRPC calls that carried them (`Read` or `ReadMany`).
     pub read_calls: u64,
     /// Frames sent on call streams (`Kv.Calls`); a frame carries every
-    /// request (write, read or acquire) at hand when it was sent. Requests
+    /// request (write, read, acquire or keep-alive) at hand when it was
+    /// sent. Requests
     /// sent this way count in `writes` and `reads` but in no `*_calls`.
     pub stream_frames: u64,
 }

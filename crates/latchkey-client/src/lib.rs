@@ -6,8 +6,8 @@
 //! serves remote programs (over gRPC, [`Client::connect`]) and the
 //! application that embeds a replica (in-process, [`Client::with_local`]).
 //!
-//! Requests to one replica (writes, reads, acquires) share one long-lived
-//! `Kv.Calls` stream: each is sent at once, requests at hand together share
+//! Requests to one replica (writes, reads, acquires, session keep-alives)
+//! share one long-lived `Kv.Calls` stream: each is sent at once, requests at hand together share
 //! a frame, and the replica answers each by id as soon as it is done.
 //! Against a replica without that stream, concurrent requests share gRPC
 //! calls instead: a request that finds a free call slot (at most

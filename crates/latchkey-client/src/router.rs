@@ -72,11 +72,13 @@ pub struct ClientOptions {
     /// Most requests packed into one call (default 256, at most
     /// [`crate::MAX_BATCH_ITEMS`]).
     pub max_batch_items: usize,
-    /// Send writes, reads and acquires on one long-lived `Kv.Calls` stream
-    /// per replica (default true): every request goes out at once, with no
-    /// call slots, and requests at hand together share a frame. The
-    /// packing lanes above then serve only replicas without the stream
-    /// (older versions). Ignored when `max_batch_in_flight` is 0.
+    /// Send writes, reads, acquires and session keep-alives on one
+    /// long-lived `Kv.Calls` stream per replica (default true): every
+    /// request goes out at once, with no call slots, and requests at hand
+    /// together share a frame. The packing lanes above then serve only
+    /// replicas without the stream (older versions). Off (or with
+    /// `max_batch_in_flight` 0, which ignores it), acquires and keep-alives
+    /// are unary calls.
     pub call_stream: bool,
 }
 

@@ -55,6 +55,9 @@ enum StreamMode {
     BreakFirst,
     /// The replica never accepts the stream (a paused process would not).
     NeverAccept,
+    /// Every call is answered at once except puts, which are never
+    /// answered (a busy stream).
+    HoldPuts,
 }
 
 struct Script {
@@ -180,6 +183,13 @@ fn answer_call(script: &Script, call: Call) -> Result<CallReply, Status> {
     })
 }
 
+fn is_put(call: &Call) -> bool {
+    match &call.body {
+        Some(Body::Write(w)) => matches!(codec::decode(&w.command), Ok(Command::Put { .. })),
+        _ => false,
+    }
+}
+
 /// Play `script`'s stream mode on one stream, sending its replies to `out`.
 async fn play_stream(
     script: Arc<Script>,
@@ -192,6 +202,9 @@ async fn play_stream(
     let mut collected = Vec::new();
     while let Some(frame) = incoming.message().await? {
         for call in frame.calls {
+            if script.stream == StreamMode::HoldPuts && is_put(&call) {
+                continue;
+            }
             let reply = answer_call(&script, call)?;
             if collect {
                 collected.push(reply);
@@ -665,6 +678,33 @@ async fn a_stream_without_keep_alives_gets_them_as_unary_calls(
         // Everything else still uses the stream.
         client.put("k/1", "v").await?;
         assert_eq!(recorded(&script.stream_writes)?, [b"k/1".to_vec()]);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn keep_alives_do_not_queue_behind_a_busy_stream() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::HoldPuts);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        // More calls waiting on the stream than a keep-alive queues behind.
+        let mut held = Vec::new();
+        for i in 0..1100 {
+            let client = client.clone();
+            held.push(tokio::spawn(async move {
+                client.put(format!("held/{i}"), "v").await
+            }));
+        }
+        until_at_least(&script.unary_keep_alives, 2).await;
+        assert!(session.is_live());
+        assert_eq!(script.keep_alives_on_stream.load(Ordering::SeqCst), 0);
+        for h in held {
+            h.abort();
+        }
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })

@@ -574,8 +574,12 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             got[&41]
         );
         assert!(
-            !matches!(result(&got[&42]), Ok(Ok(_))),
-            "a keep-alive of an unknown session is refused: {:?}",
+            matches!(
+                result(&got[&42])?,
+                Err(latchkey_core::CommandError::SessionEnded { session })
+                    if session.0 == 999_999
+            ),
+            "a keep-alive of a session that is not live is refused as ended: {:?}",
             got[&42]
         );
 
