@@ -26,12 +26,7 @@ impl ProbeCluster {
         }
         drop(holders);
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let members = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        let members = latchkey::initial_members_arg(&addrs);
         let mut cluster = ProbeCluster {
             addrs,
             children: Vec::new(),

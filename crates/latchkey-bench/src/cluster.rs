@@ -86,12 +86,7 @@ impl Cluster {
     pub fn start(server_bin: &Path, dir: &Path) -> Result<Cluster, String> {
         let ports = free_ports()?;
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let members: Vec<String> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect();
-        let members = members.join(",");
+        let members = latchkey::initial_members_arg(&addrs);
 
         let mut cluster = Cluster {
             servers: Vec::with_capacity(3),

@@ -71,12 +71,7 @@ impl Cluster {
                 }
             }
         }
-        let members = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}={a}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        let members = latchkey::initial_members_arg(&addrs);
         let options = ClientOptions {
             request_timeout: Duration::from_millis(400),
             attempt_timeout: Duration::from_millis(300),

@@ -620,4 +620,21 @@ mod tests {
         assert!(parse_member("a=127.0.0.1:7101").is_err());
         assert!(parse_member("1=localhost").is_err());
     }
+
+    #[test]
+    fn the_members_arg_tools_build_parses_back() {
+        let addrs = ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"];
+        let parsed: Result<Vec<_>, _> = latchkey::initial_members_arg(&addrs)
+            .split(',')
+            .map(parse_member)
+            .collect();
+        assert_eq!(
+            parsed,
+            Ok(vec![
+                (1, addrs[0].to_string()),
+                (2, addrs[1].to_string()),
+                (3, addrs[2].to_string())
+            ])
+        );
+    }
 }

@@ -45,3 +45,20 @@ pub use latchkey_client::{
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{Node, NodeBuilder, NodeError, RaftSettings};
+
+/// The `--initial-members` value of `latchkey serve` for replicas numbered
+/// 1, 2, ... in the order of `addrs` (`ID=HOST:PORT`, comma-separated), as
+/// tools that start a local cluster pass it.
+///
+/// ```
+/// let arg = latchkey::initial_members_arg(&["127.0.0.1:7101", "127.0.0.1:7102"]);
+/// assert_eq!(arg, "1=127.0.0.1:7101,2=127.0.0.1:7102");
+/// ```
+pub fn initial_members_arg<S: AsRef<str>>(addrs: &[S]) -> String {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={}", i + 1, a.as_ref()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
