@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use latchkey::{Client, ClientOptions};
 
-#[path = "probe_cluster.rs"]
-mod probe_cluster;
-use probe_cluster::{cpu_seconds, ProbeCluster};
+#[path = "process_cluster.rs"]
+mod process_cluster;
+use process_cluster::{cpu_seconds, ProcessCluster};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -37,7 +37,7 @@ async fn main() -> Res<()> {
     let ttl = Duration::from_secs(numbers.get(1).copied().unwrap_or(3));
     let seconds = numbers.get(2).copied().unwrap_or(20);
 
-    let cluster = ProbeCluster::start(bin, Vec::new())?;
+    let cluster = ProcessCluster::start(bin, Vec::new())?;
     let client = Client::with_options(
         &cluster.addrs,
         ClientOptions {

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use latchkey::{Batch, Client};
 
-#[path = "probe_cluster.rs"]
-mod probe_cluster;
-use probe_cluster::{rss, ProbeCluster};
+#[path = "process_cluster.rs"]
+mod process_cluster;
+use process_cluster::{rss, ProcessCluster};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -41,7 +41,7 @@ async fn main() -> Res<()> {
         .transpose()?
         .unwrap_or(10_000);
     let serve_args: Vec<String> = args.iter().skip(4).cloned().collect();
-    let mut cluster = ProbeCluster::start(bin, serve_args)?;
+    let mut cluster = ProcessCluster::start(bin, serve_args)?;
     let addrs = cluster.addrs.clone();
     let client = Client::connect(&addrs)?;
     let started = Instant::now();
@@ -116,13 +116,17 @@ async fn main() -> Res<()> {
         println!("after sessions + 15 s: node {} {}", i + 1, rss(c.id()));
     }
 
-    // A follower that lost its disk catches up from the leader's snapshot.
+    // A follower that lost its disk is replaced and catches up from the
+    // leader's snapshot.
     let leader = client.status().await?;
     let Some(f) = (0..addrs.len()).find(|&i| Some((i + 1) as u64) != leader.leader_id) else {
         return Err("no follower to restart".into());
     };
     let t0 = Instant::now();
     cluster.restart_wiped(f)?;
+    // A wiped replica is a new member (a new incarnation): it waits until
+    // it is added, then catches up as a learner and is promoted.
+    client.add_member((f + 1) as u64, &addrs[f], true).await?;
     let now = client.status().await?;
     let target = now.last_applied;
     // Packed writes make few log entries: without `--snapshot-every`, the

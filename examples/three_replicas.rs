@@ -1,15 +1,20 @@
-//! Three replicas in one process, each with its own RocksDB directory: write,
-//! read, stop the leader, watch a new leader take over, and check that every
-//! acknowledged write survived.
+//! Three `latchkey serve` processes on loopback, each with its own RocksDB
+//! directory: write, read, crash the leader with SIGKILL (no shutdown, no
+//! flush: what a power cut or an OOM kill does to a process), watch a new
+//! leader take over, check that every acknowledged write survived, and
+//! bring the crashed replica back on its data.
 //!
-//! Run it with `cargo xtask demo` (or `cargo run -p latchkey --example three_replicas`).
+//! Run it with `cargo xtask demo`, which builds the `latchkey` binary first
+//! (or `cargo run -p latchkey --example three_replicas -- [LATCHKEY_BIN]`,
+//! with the binary next to the example's by default).
 
 use std::time::{Duration, Instant};
 
-use latchkey::ScanRange;
+use latchkey::{Client, ScanRange};
 
-#[path = "support/mod.rs"]
-mod support;
+#[path = "process_cluster.rs"]
+mod process_cluster;
+use process_cluster::ProcessCluster;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -17,60 +22,71 @@ fn say(msg: impl AsRef<str>) {
     println!("[three_replicas] {}", msg.as_ref());
 }
 
+/// The leader as the cluster reports it, waiting up to `within`; `not`
+/// excludes a replica known to be dead.
+async fn leader(client: &Client, not: Option<u64>, within: Duration) -> Result<u64> {
+    let started = Instant::now();
+    loop {
+        if let Ok(s) = client.status().await {
+            if let Some(l) = s.leader_id.filter(|l| Some(*l) != not) {
+                return Ok(l);
+            }
+        }
+        if started.elapsed() > within {
+            return Err(format!("no leader within {within:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    let dirs = tempfile::tempdir()?;
+    let bin = match std::env::args().nth(1) {
+        Some(bin) => bin,
+        None => process_cluster::sibling_server_bin()
+            .ok_or(
+                "no latchkey binary next to this example: run `cargo xtask demo`, or pass its path",
+            )?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let mut cluster = ProcessCluster::start(&bin, Vec::new())?;
+    let addrs = cluster.addrs.clone();
+    say(format!(
+        "started three `latchkey serve` processes: {addrs:?}"
+    ));
+    let client = Client::connect(&addrs)?;
 
-    let (mut nodes, members) = support::start_three(dirs.path()).await?;
-    say(format!("started three replicas: {members:?}"));
+    let first = leader(&client, None, Duration::from_secs(30)).await?;
+    say(format!("node {first} was elected leader"));
 
-    let first = nodes.values().next().ok_or("no node started")?;
-    let leader = first.wait_for_leader(Duration::from_secs(10)).await?;
-    say(format!("node {leader} was elected leader"));
-
-    // Write through a follower's in-process client: it forwards to the leader.
-    let follower = *nodes
-        .keys()
-        .find(|id| **id != leader)
-        .ok_or("no follower")?;
-    let kv = nodes[&follower].client();
     let mut acknowledged = Vec::new();
     for i in 0..20 {
         let key = format!("order/{i:03}");
-        kv.put(&key, format!("paid-{i}")).await?;
+        client.put(&key, format!("paid-{i}")).await?;
         acknowledged.push(key);
     }
     say(format!(
-        "wrote {} keys through node {follower} (forwarded to leader {leader}); each is fsynced on a majority",
+        "wrote {} keys; each was acknowledged only once fsynced on a majority",
         acknowledged.len()
     ));
-    let ids = kv.next_sequence("invoice-ids", 100).await?;
+    let ids = client.next_sequence("invoice-ids", 100).await?;
     say(format!("allocated invoice ids {ids:?}"));
 
-    // Stop the leader.
-    let stopped = nodes.remove(&leader).ok_or("leader vanished")?;
-    stopped.shutdown().await;
-    say(format!("stopped the leader, node {leader}"));
+    // Crash the leader: SIGKILL, no graceful anything.
+    let crashed = (first - 1) as usize;
+    cluster.kill(crashed);
+    say(format!("killed the leader, node {first}, with SIGKILL"));
 
     let started = Instant::now();
-    let survivor = nodes.values().next().ok_or("no survivor")?;
-    let new_leader = loop {
-        match survivor.status().leader_id {
-            Some(l) if l != leader => break l,
-            _ if started.elapsed() > Duration::from_secs(15) => {
-                return Err("no new leader within 15 s".into())
-            }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    };
+    let next = leader(&client, Some(first), Duration::from_secs(30)).await?;
     say(format!(
-        "node {new_leader} took over after {} ms",
+        "node {next} took over {} ms after the crash",
         started.elapsed().as_millis()
     ));
 
     // Every acknowledged write is still there (linearizable reads).
-    let kv = survivor.client();
-    let page = kv.scan(ScanRange::prefix("order/", 0)).await?;
+    let page = client.scan(ScanRange::prefix("order/", 0)).await?;
     let found: Vec<String> = page
         .entries
         .iter()
@@ -83,16 +99,31 @@ async fn main() -> Result<()> {
         "all {} acknowledged writes are served by the new leader",
         found.len()
     ));
-    let more = kv.next_sequence("invoice-ids", 100).await?;
+    let more = client.next_sequence("invoice-ids", 100).await?;
     say(format!(
         "the sequence continues after failover: {more:?} (never reuses {ids:?})"
     ));
-    kv.put("order/020", "paid-20").await?;
+    client.put("order/020", "paid-20").await?;
     say("the two remaining replicas still form a majority and accept writes");
 
-    for node in nodes.into_values() {
-        node.shutdown().await;
+    // The crashed replica restarts on its data and catches up.
+    cluster.restart(crashed)?;
+    let target = client.status().await?.last_applied;
+    let started = Instant::now();
+    loop {
+        match client.status_of(&addrs[crashed]).await {
+            Ok(s) if s.last_applied >= target => break,
+            _ if started.elapsed() > Duration::from_secs(60) => {
+                return Err(format!("node {first} did not catch up within 60 s").into())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
-    say("done");
+    say(format!(
+        "node {first} restarted on its data and caught up in {} ms (it missed order/020)",
+        started.elapsed().as_millis()
+    ));
+    drop(cluster);
+    say("done (the README's \"Replacing a failed disk or node\" shows what to do when a disk is lost)");
     Ok(())
 }

@@ -219,16 +219,25 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
             "node {id} answered calls {answered:?}"
         );
 
-        // Raft transport garbage: an error status, never a crash.
+        // Raft transport garbage: an error status, never a crash. Addressed
+        // to the replica as it is (so the payload is decoded), and also to
+        // another incarnation of it (refused before decoding).
         let mut raft = RaftClient::new(channel(&addr).await?);
+        let incarnation = client.status_of(&addr).await?.incarnation;
         let payloads: [Vec<u8>; 3] = [
             Vec::new(),
             vec![1, 255, 255, 255, 255],
             b"definitely not a raft message".to_vec(),
         ];
-        for payload in payloads {
+        for (payload, to_incarnation) in payloads
+            .iter()
+            .flat_map(|p| [(p.clone(), incarnation), (p.clone(), incarnation ^ 1)])
+        {
             let msg = || RaftMessage {
                 payload: payload.clone().into(),
+                to_id: id,
+                to_incarnation,
+                ..RaftMessage::default()
             };
             let r = raft.append_entries(msg()).await;
             ensure!(

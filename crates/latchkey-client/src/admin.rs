@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use latchkey_proto::v1::{
-    admin_client::AdminClient, AddLearnerRequest, AdminReply, ChangeVotersRequest, StatusReply,
+    admin_client::AdminClient, AddMemberRequest, AdminReply, ChangeVotersRequest, StatusReply,
     StatusRequest,
 };
 use serde::Serialize;
@@ -20,6 +20,10 @@ pub struct MemberInfo {
     pub addr: String,
     /// A voter (counts toward quorums) or a learner (receives the log only).
     pub voter: bool,
+    /// The incarnation of the member's data directory the cluster knows:
+    /// a replica whose directory was wiped has another one and is not this
+    /// member until it is added again.
+    pub incarnation: u64,
 }
 
 /// What one replica reports about itself and the cluster.
@@ -32,9 +36,18 @@ pub struct NodeStatus {
     pub last_applied: u64,
     pub last_log_index: u64,
     pub snapshot_index: u64,
-    /// Leader, Follower, Candidate, Learner or Shutdown.
+    /// Leader, Follower, Candidate, Learner, Shutdown, Waiting (a new data
+    /// directory waiting to be added to an existing cluster) or Failed (the
+    /// replica stopped; `detail` says why).
     pub state: String,
     pub members: Vec<MemberInfo>,
+    /// Why the replica is Waiting or Failed.
+    pub detail: Option<String>,
+    /// This replica's data-directory incarnation.
+    pub incarnation: u64,
+    /// Peers this replica refuses or that refuse it (a follower whose log
+    /// went backwards, a peer addressed with a stale incarnation).
+    pub peer_problems: Vec<String>,
 }
 
 impl From<StatusReply> for NodeStatus {
@@ -55,11 +68,19 @@ impl From<StatusReply> for NodeStatus {
                     id: m.id,
                     addr: m.addr,
                     voter: m.voter,
+                    incarnation: m.incarnation,
                 })
                 .collect(),
+            detail: (!r.detail.is_empty()).then_some(r.detail),
+            incarnation: r.incarnation,
+            peer_problems: r.peer_problems,
         }
     }
 }
+
+/// Longest a `members add` waits: the leader gives a new member two
+/// minutes to catch up before promoting it.
+const ADD_MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 fn admin_client(channel: Channel) -> AdminClient<Channel> {
     AdminClient::new(channel)
@@ -122,19 +143,26 @@ impl Client {
         }))
     }
 
-    /// Add node `id` at `addr` as a learner; returns once it has caught up.
-    pub async fn add_learner(&self, id: u64, addr: &str) -> Result<(), Error> {
+    /// Add the replica answering at `addr` as node `id`: as a learner, and
+    /// with `voter`, promoted once it has caught up. If the cluster knows
+    /// `id` with another data-directory incarnation (its disk was wiped or
+    /// replaced), that member is removed first: this is how a failed node is
+    /// replaced (README: "Replacing a failed disk or node"). Returns once
+    /// the change is committed.
+    pub async fn add_member(&self, id: u64, addr: &str, voter: bool) -> Result<(), Error> {
         crate::router::channel(addr, self.router().options())?;
         let addr = addr.to_string();
+        // The replica waits (up to two minutes) for the new member to catch
+        // up before it promotes it.
         self.router()
-            .call(true, |target, _| {
+            .call_with(true, ADD_MEMBER_TIMEOUT, ADD_MEMBER_TIMEOUT, |target, _| {
                 let addr = addr.clone();
                 async move {
                     let Target::Remote { channel, .. } = target else {
                         return Err(Attempt::NotSent("admin calls go over gRPC".into()));
                     };
                     match admin_client(channel)
-                        .add_learner(AddLearnerRequest { id, addr })
+                        .add_member(AddMemberRequest { id, addr, voter })
                         .await
                     {
                         Ok(r) => admin_result(r.into_inner()),
@@ -175,20 +203,6 @@ impl Client {
                 }
             })
             .await
-    }
-
-    /// Add node `id` at `addr` as a voter: learner first, then promoted.
-    pub async fn add_voter(&self, id: u64, addr: &str) -> Result<(), Error> {
-        self.add_learner(id, addr).await?;
-        let status = self.status().await?;
-        let mut voters: BTreeSet<u64> = status
-            .members
-            .iter()
-            .filter(|m| m.voter)
-            .map(|m| m.id)
-            .collect();
-        voters.insert(id);
-        self.change_voters(voters).await
     }
 
     /// Remove node `id` from the voters (and from the cluster).

@@ -26,8 +26,11 @@
 //! # Ok(()) }
 //! ```
 
+mod bootstrap;
 mod calls;
+mod health;
 mod locks;
+mod membership;
 mod network;
 mod node;
 mod read_gate;
@@ -36,6 +39,8 @@ mod services;
 mod settings;
 mod write_queue;
 
+pub use bootstrap::ClusterState;
+pub use health::Condition;
 pub use latchkey_client::{Client, ClientOptions, NodeStatus};
 pub use node::{Node, NodeBuilder};
 pub use replica::Replica;

@@ -1,5 +1,22 @@
 //! Raft transport to peers over gRPC: one cached HTTP/2 channel per peer,
 //! and on it a few long-lived streams that carry AppendEntries.
+//!
+//! Every request names its addressee (node id and the data-directory
+//! incarnation the membership records, see `latchkey_storage::Member`) and
+//! its sender; the peer refuses one addressed to another incarnation of
+//! itself. Such a refusal reads as "unreachable" to openraft (it backs off)
+//! and is reported in status as a peer problem.
+//!
+//! **A follower whose log went backwards is refused, never followed.**
+//! openraft 0.9 asserts (and so, in a debug build, panics the leader's core)
+//! when a follower that had acknowledged entries up to some index later
+//! reports a conflict at or below it: that follower lost acknowledged state
+//! (a restored backup, a disk that lied). Each peer therefore remembers,
+//! per leader vote, the highest log id it acknowledged; such a conflict is
+//! turned into an "unreachable" error, logged, reported in status, and
+//! every later call to that incarnation is refused the same way. The leader
+//! keeps serving with the others; the operator repairs the follower
+//! (README: "Replacing a failed disk or node").
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,6 +26,7 @@ use latchkey_client::ClientOptions;
 use latchkey_core::codec;
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::RaftMessage;
+use latchkey_storage::Member;
 use latchkey_storage::{DurableLog, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -19,7 +37,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{LogId, Vote};
 use prost::bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::sync::mpsc;
@@ -43,7 +61,7 @@ const MAX_IDLE_STREAMS: usize = 4;
 /// tried again (the peer may have been upgraded).
 const UNARY_FOR: Duration = Duration::from_secs(60);
 
-type PeerMap = BTreeMap<(u64, String), Arc<Peer>>;
+type PeerMap = BTreeMap<(u64, String, u64), Arc<Peer>>;
 
 /// Longest a message carrying only a commit index waits for the leader's
 /// own log sync before it is sent with the commit index capped. The sync
@@ -60,6 +78,9 @@ const COMMIT_NOTICE_WAIT: Duration = Duration::from_millis(2);
 pub struct PeerNetwork {
     peers: Arc<Mutex<PeerMap>>,
     options: ClientOptions,
+    /// This replica's node id and incarnation, sent with every request.
+    me: u64,
+    my_incarnation: u64,
     /// The local log's durability: the commit index sent to followers is
     /// capped at it (see `latchkey_storage::durable`). `None` only in tests
     /// of the network alone.
@@ -70,27 +91,60 @@ impl PeerNetwork {
     /// A network whose AppendEntries tell followers no commit index beyond
     /// what `durable` (the local log) holds on disk. Required when the log
     /// store acknowledges a leader's appends before syncing them.
-    pub fn new(durable: DurableLog) -> Self {
+    pub fn new(me: u64, my_incarnation: u64, durable: DurableLog) -> Self {
         PeerNetwork {
             durable: Some(durable),
+            me,
+            my_incarnation,
             ..PeerNetwork::default()
         }
     }
 
-    fn peer(&self, target: u64, addr: &str) -> Arc<Peer> {
+    fn peer(&self, target: u64, node: &Member) -> Arc<Peer> {
         let mut map = lock(&self.peers);
-        let key = (target, addr.to_string());
+        let key = (target, node.addr.clone(), node.incarnation);
         if let Some(peer) = map.get(&key) {
             return Arc::clone(peer);
         }
         let peer = Arc::new(Peer {
             target,
-            channel: latchkey_client::channel(addr, &self.options).map_err(|e| e.to_string()),
+            incarnation: node.incarnation,
+            me: self.me,
+            my_incarnation: self.my_incarnation,
+            channel: latchkey_client::channel(&node.addr, &self.options).map_err(|e| e.to_string()),
             idle: Mutex::new(Vec::new()),
             unary_until: Mutex::new(None),
+            matched: Mutex::new(None),
+            problem: Mutex::new(None),
         });
         map.insert(key, Arc::clone(&peer));
         peer
+    }
+
+    /// One line per peer this replica refuses (its log went backwards) or
+    /// that refuses this replica (addressed with a stale incarnation).
+    pub(crate) fn problems(&self) -> Vec<String> {
+        lock(&self.peers)
+            .values()
+            .filter_map(|p| lock(&p.problem).as_ref().map(|why| why.text()))
+            .collect()
+    }
+}
+
+/// Why a peer is not replicated to.
+#[derive(Debug, Clone)]
+enum Problem {
+    /// Its log went backwards: refused until it is re-added.
+    Reverted(String),
+    /// It refused our last message; cleared by its next answer.
+    Refuses(String),
+}
+
+impl Problem {
+    fn text(&self) -> String {
+        match self {
+            Problem::Reverted(t) | Problem::Refuses(t) => t.clone(),
+        }
     }
 }
 
@@ -101,9 +155,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerLink;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerLink {
+    async fn new_client(&mut self, target: u64, node: &Member) -> PeerLink {
         PeerLink {
-            peer: self.peer(target, &node.addr),
+            peer: self.peer(target, node),
             durable: self.durable.clone(),
         }
     }
@@ -129,10 +183,18 @@ pub struct PeerLink {
 /// What every link to one peer shares.
 struct Peer {
     target: u64,
+    /// The peer's incarnation as the membership records it.
+    incarnation: u64,
+    /// This replica, as the sender of every request.
+    me: u64,
+    my_incarnation: u64,
     channel: Result<Channel, String>,
     idle: Mutex<Vec<AppendStream>>,
     /// Set when the peer answered UNIMPLEMENTED to the stream.
     unary_until: Mutex<Option<Instant>>,
+    /// The highest log id the peer acknowledged, under which leader vote.
+    matched: Mutex<Option<(Vote<u64>, LogId<u64>)>>,
+    problem: Mutex<Option<Problem>>,
 }
 
 /// An open `AppendEntriesStream`, used by one call at a time, so the next
@@ -147,28 +209,106 @@ enum StreamFailure {
     /// The peer does not implement the stream: use unary calls.
     Unsupported,
     /// The stream is gone (dropped by the caller).
-    Failed(Box<RPCError<u64, BasicNode, RaftError<u64>>>),
+    Failed(Box<RPCError<u64, Member, RaftError<u64>>>),
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct LinkError(String);
 
-type RpcResult<T, E> = Result<T, RPCError<u64, BasicNode, RaftError<u64, E>>>;
+type RpcResult<T, E> = Result<T, RPCError<u64, Member, RaftError<u64, E>>>;
 
 fn status_error<E: std::error::Error>(
-    target: u64,
+    peer: &Peer,
     status: &tonic::Status,
-) -> RPCError<u64, BasicNode, RaftError<u64, E>> {
+) -> RPCError<u64, Member, RaftError<u64, E>> {
+    let target = peer.target;
     let e = LinkError(format!("node {target}: {}", status.message()));
-    if status.code() == tonic::Code::Unavailable {
-        RPCError::Unreachable(Unreachable::new(&e))
-    } else {
-        RPCError::Network(NetworkError::new(&e))
+    match status.code() {
+        tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
+        // The peer is not the incarnation we address: back off, report.
+        tonic::Code::FailedPrecondition => {
+            let text = format!("node {target} refuses this replica: {}", status.message());
+            let mut problem = lock(&peer.problem);
+            if !matches!(&*problem, Some(Problem::Refuses(t)) if *t == text) {
+                tracing::warn!("{text}");
+            }
+            *problem = Some(Problem::Refuses(text));
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
+        _ => RPCError::Network(NetworkError::new(&e)),
     }
 }
 
 impl Peer {
+    /// A request message addressed to this peer.
+    fn message(&self, payload: Bytes) -> RaftMessage {
+        RaftMessage {
+            payload,
+            to_id: self.target,
+            to_incarnation: self.incarnation,
+            from_id: self.me,
+            from_incarnation: self.my_incarnation,
+        }
+    }
+
+    /// The peer answered: whatever it refused before, it takes us now.
+    fn answered(&self) {
+        let mut problem = lock(&self.problem);
+        if matches!(&*problem, Some(Problem::Refuses(_))) {
+            *problem = None;
+        }
+    }
+
+    /// Refuse calls to a peer whose log went backwards.
+    // The error type is openraft's, as `RaftNetwork` returns it.
+    #[allow(clippy::result_large_err)]
+    fn refuse_if_reverted<E: std::error::Error>(&self) -> RpcResult<(), E> {
+        match &*lock(&self.problem) {
+            Some(Problem::Reverted(why)) => Err(RPCError::Unreachable(Unreachable::new(
+                &LinkError(why.clone()),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record that the peer acknowledged everything up to `upto` under the
+    /// leader `vote`.
+    fn acknowledged(&self, vote: &Vote<u64>, upto: Option<LogId<u64>>) {
+        let Some(upto) = upto else { return };
+        let mut matched = lock(&self.matched);
+        match &mut *matched {
+            Some((v, m)) if v == vote => {
+                if upto > *m {
+                    *m = upto;
+                }
+            }
+            _ => *matched = Some((*vote, upto)),
+        }
+    }
+
+    /// Whether a conflict at `prev` under `vote` means the peer lost
+    /// entries it had acknowledged to this leader; if so, refuse it from now
+    /// on and say why.
+    fn reverted(&self, vote: &Vote<u64>, prev: Option<LogId<u64>>) -> Option<String> {
+        let matched = *lock(&self.matched);
+        let (v, m) = matched?;
+        if v != *vote || prev.is_some_and(|p| p.index > m.index) {
+            return None;
+        }
+        let why = format!(
+            "node {} (incarnation {}) lost log entries it had acknowledged: it matched up to \
+             {m} and now lacks {}. It is refused until it is repaired (README: \"Replacing a \
+             failed disk or node\")",
+            self.target,
+            self.incarnation,
+            prev.map_or("the start of the log".to_string(), |p| p.to_string()),
+        );
+        tracing::error!("{why}");
+        *lock(&self.problem) = Some(Problem::Reverted(why.clone()));
+        Some(why)
+    }
+
     fn client(&self) -> Result<RaftClient<Channel>, Unreachable> {
         match &self.channel {
             Ok(c) => Ok(RaftClient::new(c.clone())
@@ -214,10 +354,7 @@ impl Peer {
             Err(status) if status.code() == tonic::Code::Unimplemented => {
                 Err(StreamFailure::Unsupported)
             }
-            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(
-                self.target,
-                &status,
-            )))),
+            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(self, &status)))),
         }
     }
 
@@ -227,7 +364,7 @@ impl Peer {
         stream: &mut AppendStream,
         payload: Bytes,
     ) -> Result<Bytes, StreamFailure> {
-        let outcome = match stream.requests.send(RaftMessage { payload }).await {
+        let outcome = match stream.requests.send(self.message(payload)).await {
             Ok(()) => stream.replies.message().await,
             // The stream's sending side is gone: the stream is dead.
             Err(_) => Ok(None),
@@ -240,10 +377,7 @@ impl Peer {
                     self.target
                 ))),
             )))),
-            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(
-                self.target,
-                &status,
-            )))),
+            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(self, &status)))),
         }
     }
 
@@ -283,16 +417,15 @@ impl PeerLink {
         let payload =
             codec::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut client = self.peer.client()?;
-        let mut req = tonic::Request::new(RaftMessage {
-            payload: payload.into(),
-        });
+        let mut req = tonic::Request::new(self.peer.message(payload.into()));
         req.set_timeout(option.hard_ttl());
         let reply = match kind {
             Rpc::Append => client.append_entries(req).await,
             Rpc::Vote => client.vote(req).await,
             Rpc::Snapshot => client.install_snapshot(req).await,
         };
-        let reply = reply.map_err(|status| status_error(self.peer.target, &status))?;
+        let reply = reply.map_err(|status| status_error(&self.peer, &status))?;
+        self.peer.answered();
         self.decode_reply(&reply.into_inner().payload)
     }
 
@@ -322,7 +455,10 @@ impl PeerLink {
         // Dropping the call at its deadline drops the stream it holds.
         let call = tokio::time::timeout(option.hard_ttl(), self.peer.call_on_stream(payload));
         match call.await {
-            Ok(Ok(reply)) => Some(self.decode_reply(&reply)),
+            Ok(Ok(reply)) => {
+                self.peer.answered();
+                Some(self.decode_reply(&reply))
+            }
             Ok(Err(StreamFailure::Failed(error))) => Some(Err(*error)),
             Ok(Err(StreamFailure::Unsupported)) => {
                 tracing::info!(
@@ -382,12 +518,30 @@ impl RaftNetwork<TypeConfig> for PeerLink {
                 ));
             }
         }
-        if !self.peer.unary_for_now() {
-            if let Some(result) = self.append_on_stream(&rpc, &option).await {
-                return result;
+        self.peer.refuse_if_reverted()?;
+        let result = match self.peer.unary_for_now() {
+            false => match self.append_on_stream(&rpc, &option).await {
+                Some(result) => result,
+                None => self.call(Rpc::Append, &rpc, &option).await,
+            },
+            true => self.call(Rpc::Append, &rpc, &option).await,
+        };
+        match &result {
+            Ok(AppendEntriesResponse::Success) => {
+                let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+                self.peer.acknowledged(&rpc.vote, last);
             }
+            Ok(AppendEntriesResponse::PartialSuccess(upto)) => {
+                self.peer.acknowledged(&rpc.vote, *upto);
+            }
+            Ok(AppendEntriesResponse::Conflict) => {
+                if let Some(why) = self.peer.reverted(&rpc.vote, rpc.prev_log_id) {
+                    return Err(RPCError::Unreachable(Unreachable::new(&LinkError(why))));
+                }
+            }
+            _ => {}
         }
-        self.call(Rpc::Append, &rpc, &option).await
+        result
     }
 
     async fn install_snapshot(
@@ -395,7 +549,12 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
-        self.call(Rpc::Snapshot, &rpc, &option).await
+        self.peer.refuse_if_reverted()?;
+        let result = self.call(Rpc::Snapshot, &rpc, &option).await;
+        if rpc.done && result.is_ok() {
+            self.peer.acknowledged(&rpc.vote, rpc.meta.last_log_id);
+        }
+        result
     }
 
     async fn vote(
@@ -415,7 +574,7 @@ mod tests {
 
     use std::net::SocketAddr;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::time::Duration;
 
     use futures::Stream;
@@ -437,6 +596,10 @@ mod tests {
         close_after: usize,
         /// Hold the first stream request for 2 s, then answer it `Conflict`.
         slow_first: bool,
+        /// Answer `Conflict` to every streamed request whose previous log
+        /// index is at or above this (a follower whose log ends below it);
+        /// 0: never.
+        lacks_from: AtomicU64,
         opens: AtomicUsize,
         unary: AtomicUsize,
         streamed: AtomicUsize,
@@ -446,7 +609,10 @@ mod tests {
 
     fn encode_reply(reply: &Reply) -> Result<RaftMessage, Status> {
         codec::encode(reply)
-            .map(|p| RaftMessage { payload: p.into() })
+            .map(|p| RaftMessage {
+                payload: p.into(),
+                ..RaftMessage::default()
+            })
             .map_err(|e| Status::internal(e.to_string()))
     }
 
@@ -491,8 +657,12 @@ mod tests {
                         assert!(rpc.entries.is_empty());
                         lock(&peer.commits).push(rpc.leader_commit.map(|c| c.index));
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
+                        let from = peer.lacks_from.load(Ordering::SeqCst);
+                        let lacks = from > 0 && rpc.prev_log_id.is_some_and(|p| p.index >= from);
                         let reply = if peer.slow_first && opened == 0 && n == 0 {
                             tokio::time::sleep(Duration::from_secs(2)).await;
+                            Ok(AppendEntriesResponse::Conflict)
+                        } else if lacks {
                             Ok(AppendEntriesResponse::Conflict)
                         } else {
                             Ok(AppendEntriesResponse::Success)
@@ -514,6 +684,13 @@ mod tests {
         ) -> Result<Response<RaftMessage>, Status> {
             Err(Status::unimplemented("install_snapshot"))
         }
+
+        async fn identify(
+            &self,
+            _: Request<latchkey_proto::v1::IdentifyRequest>,
+        ) -> Result<Response<latchkey_proto::v1::IdentifyReply>, Status> {
+            Err(Status::unimplemented("identify"))
+        }
     }
 
     async fn serve(peer: Arc<FakePeer>) -> Result<SocketAddr, Box<dyn std::error::Error>> {
@@ -531,7 +708,7 @@ mod tests {
 
     async fn link_to(addr: SocketAddr) -> PeerLink {
         PeerNetwork::default()
-            .new_client(2, &BasicNode::new(addr.to_string()))
+            .new_client(2, &Member::new(addr.to_string(), 0))
             .await
     }
 
@@ -599,7 +776,7 @@ mod tests {
                 // A fresh link per task, as openraft makes for leadership
                 // checks: the links share the peer's streams.
                 let mut link = network
-                    .new_client(2, &BasicNode::new(addr.to_string()))
+                    .new_client(2, &Member::new(addr.to_string(), 0))
                     .await;
                 tasks.push(tokio::spawn(async move {
                     let mut ok = 0;
@@ -619,7 +796,7 @@ mod tests {
             assert!((1..=8).contains(&opens), "{opens} streams opened");
             // Later links reuse the idle streams instead of opening more.
             let mut link = network
-                .new_client(2, &BasicNode::new(addr.to_string()))
+                .new_client(2, &Member::new(addr.to_string(), 0))
                 .await;
             append(&mut link, TTL).await?;
             assert_eq!(peer.opens.load(Ordering::SeqCst), opens);
@@ -693,6 +870,67 @@ mod tests {
         .await?
     }
 
+    /// A follower that acknowledged entries up to index 5 to this leader and
+    /// then reports a conflict at or below 5 lost acknowledged state: the
+    /// link refuses it (no Conflict reaches openraft, whose core would
+    /// assert), reports it, and refuses every later call without sending.
+    /// A conflict above what it acknowledged is ordinary backing-up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_whose_log_went_backwards_is_refused_not_followed() -> TestResult {
+        use openraft::{CommittedLeaderId, LogId};
+        tokio::time::timeout(LIMIT, async {
+            let network = PeerNetwork::default();
+            let peer = Arc::new(FakePeer {
+                lacks_from: AtomicU64::new(9),
+                ..FakePeer::default()
+            });
+            let addr = serve(Arc::clone(&peer)).await?;
+            let mut link = network
+                .clone()
+                .new_client(2, &Member::new(addr.to_string(), 7))
+                .await;
+            let at = |prev| AppendEntriesRequest {
+                prev_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), prev)),
+                ..heartbeat()
+            };
+            let mut send = async |prev| link.append_entries(at(prev), RPCOption::new(TTL)).await;
+            // Before it acknowledged anything, a conflict is backing up.
+            assert!(matches!(send(9).await?, AppendEntriesResponse::Conflict));
+            assert!(matches!(send(5).await?, AppendEntriesResponse::Success));
+            // Above what it acknowledged: still backing up.
+            assert!(matches!(send(9).await?, AppendEntriesResponse::Conflict));
+            assert!(network.problems().is_empty());
+            // It loses everything from index 3 on (a disk that lied).
+            peer.lacks_from.store(3, Ordering::SeqCst);
+            let refused = send(5).await;
+            assert!(
+                matches!(refused, Err(RPCError::Unreachable(_))),
+                "{refused:?}"
+            );
+            let problems = network.problems();
+            assert!(
+                problems.len() == 1 && problems[0].contains("lost log entries"),
+                "{problems:?}"
+            );
+            // From now on it is refused without being asked.
+            let asked = peer.streamed.load(Ordering::SeqCst);
+            let refused = send(1).await;
+            assert!(matches!(refused, Err(RPCError::Unreachable(_))));
+            assert_eq!(peer.streamed.load(Ordering::SeqCst), asked);
+            // A new incarnation of node 2 (re-added after repair) is a new
+            // peer, with nothing held against it.
+            let mut fresh = network
+                .clone()
+                .new_client(2, &Member::new(addr.to_string(), 8))
+                .await;
+            peer.lacks_from.store(9, Ordering::SeqCst);
+            let reply = fresh.append_entries(at(1), RPCOption::new(TTL)).await?;
+            assert!(matches!(reply, AppendEntriesResponse::Success));
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })
+        .await?
+    }
+
     /// The commit clamp is wired into every AppendEntries: a commit-only
     /// message never tells a follower more than the local log holds on disk
     /// (it waits for the sync a bounded time, then is capped).
@@ -713,8 +951,8 @@ mod tests {
         log.blocking_append(entries).await?;
         let peer = Arc::new(FakePeer::default());
         let addr = serve(Arc::clone(&peer)).await?;
-        let mut link = PeerNetwork::new(log.durable())
-            .new_client(2, &BasicNode::new(addr.to_string()))
+        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable())
+            .new_client(2, &Member::new(addr.to_string(), 0))
             .await;
         for commit in [Some(2), Some(3), Some(5), None] {
             let rpc = AppendEntriesRequest {

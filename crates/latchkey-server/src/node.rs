@@ -12,12 +12,13 @@ use latchkey_proto::v1::{
     raft_server::RaftServer,
 };
 use latchkey_storage::{StorageOptions, TypeConfig};
-use openraft::error::{InitializeError, RaftError};
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::bootstrap::ClusterState;
+use crate::health::Condition;
 use crate::locks::LockShared;
 use crate::network::PeerNetwork;
 use crate::replica::Replica;
@@ -47,6 +48,7 @@ pub struct NodeBuilder {
     advertise: Option<String>,
     data_dir: Option<PathBuf>,
     initial_members: BTreeMap<u64, String>,
+    cluster_state: ClusterState,
     raft: RaftSettings,
     client: ClientOptions,
     storage: StorageOptions,
@@ -88,6 +90,17 @@ impl NodeBuilder {
         S: Into<String>,
     {
         self.initial_members = members.into_iter().map(|(i, a)| (i, a.into())).collect();
+        self
+    }
+
+    /// Whether this node, when its data directory is empty, may form a new
+    /// cluster with the other initial members ([`ClusterState::New`], the
+    /// default: it does so only once every initial member answers and none
+    /// belongs to a cluster yet), or must wait to be added to an existing
+    /// one ([`ClusterState::Existing`], for a node whose disk was replaced).
+    /// A node with data ignores it. See `crate::bootstrap`.
+    pub fn initial_cluster_state(mut self, state: ClusterState) -> Self {
+        self.cluster_state = state;
         self
     }
 
@@ -160,20 +173,24 @@ impl NodeBuilder {
                 .overlap_leader_fsync(id)
                 .map_err(|e| NodeError::Storage(e.to_string()))?;
         }
+        let incarnation = log_store.incarnation();
+        let sentinel = log_store.mark_path();
         // Always capped: the cap is a no-op unless the leader acknowledged
         // its own appends before syncing them.
-        let network = PeerNetwork::new(log_store.durable());
+        let network = PeerNetwork::new(id, incarnation, log_store.durable());
         let reader = state_machine.reader();
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
         let (locks, keep_alives) = LockShared::new();
         let config = self.raft.to_config()?;
-        let raft = Raft::new(id, config, network, log_store, state_machine)
+        let raft = Raft::new(id, config, network.clone(), log_store, state_machine)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let replica = Arc::new(Replica::new(
             id,
+            incarnation,
             raft.clone(),
+            network,
             reader,
             self.raft.write_timeout,
             self.raft.read_timeout,
@@ -232,31 +249,40 @@ impl NodeBuilder {
             }
         });
 
+        let (health_stop, health_stop_rx) = oneshot::channel::<()>();
+        let health_task = tokio::spawn(crate::health::watch(
+            replica.clone(),
+            sentinel,
+            health_stop_rx,
+        ));
+
         let initialized = raft
             .is_initialized()
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
-        if initialized {
-            tracing::info!(node = id, "restarted with existing data; not initialising");
+        let bootstrap = if initialized {
+            tracing::info!(
+                node = id,
+                incarnation,
+                "restarted with existing data; not initialising"
+            );
+            None
         } else if !self.initial_members.is_empty() {
-            let members: BTreeMap<u64, BasicNode> = self
-                .initial_members
-                .iter()
-                .map(|(i, a)| (*i, BasicNode::new(a.clone())))
-                .collect();
-            match raft.initialize(members).await {
-                Ok(()) => tracing::info!(node = id, "initialised the cluster membership"),
-                Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {
-                    tracing::info!(node = id, reason = %e, "already initialised by a peer")
-                }
-                Err(e) => return Err(NodeError::Raft(e.to_string())),
-            }
+            Some(tokio::spawn(crate::bootstrap::run(
+                replica.clone(),
+                self.initial_members.clone(),
+                self.cluster_state,
+                self.client.clone(),
+                self.raft.election_max,
+            )))
         } else {
             tracing::info!(
                 node = id,
-                "no initial members: waiting to be added to a cluster"
+                incarnation,
+                "no initial members: waiting to be added to a cluster (`latchkey members add`)"
             );
-        }
+            None
+        };
 
         let peers: Vec<String> = self
             .initial_members
@@ -277,6 +303,9 @@ impl NodeBuilder {
             server: Some(server),
             lock_stop: Some(lock_stop),
             lock_task: Some(lock_task),
+            health_stop: Some(health_stop),
+            health_task: Some(health_task),
+            bootstrap,
             db_closed,
         })
     }
@@ -298,6 +327,9 @@ pub struct Node {
     server: Option<JoinHandle<()>>,
     lock_stop: Option<oneshot::Sender<()>>,
     lock_task: Option<JoinHandle<()>>,
+    health_stop: Option<oneshot::Sender<()>>,
+    health_task: Option<JoinHandle<()>>,
+    bootstrap: Option<JoinHandle<()>>,
     db_closed: latchkey_storage::DbClosed,
 }
 
@@ -311,6 +343,7 @@ impl Node {
             advertise: None,
             data_dir: None,
             initial_members: BTreeMap::new(),
+            cluster_state: ClusterState::New,
             raft: RaftSettings::default(),
             client: ClientOptions::default(),
             storage: StorageOptions::default(),
@@ -346,7 +379,47 @@ impl Node {
 
     /// True while this replica is the leader.
     pub fn is_leader(&self) -> bool {
-        self.status().leader_id == Some(self.id)
+        self.replica.is_leader()
+    }
+
+    /// This replica's data-directory incarnation: a random identity drawn
+    /// when the directory was created. The cluster's membership records it;
+    /// a wiped directory gets a new one and must be added again.
+    pub fn incarnation(&self) -> u64 {
+        self.replica.incarnation()
+    }
+
+    /// Why this replica has failed, if it has (see [`Node::failed`]).
+    pub fn failure(&self) -> Option<String> {
+        self.replica.health().failure()
+    }
+
+    /// Resolves once this replica has failed for good, with the cause: its
+    /// Raft core stopped (a storage error, a panic) or its data directory
+    /// vanished. From then on it serves nothing (requests get UNAVAILABLE,
+    /// safe to retry elsewhere) and never names itself leader. What to do is
+    /// the application's call; `latchkey serve` exits non-zero so that its
+    /// supervisor restarts it.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: latchkey_server::Node) {
+    /// let cause = node.failed().await;
+    /// eprintln!("latchkey replica failed: {cause}");
+    /// node.shutdown().await;
+    /// std::process::exit(1);
+    /// # }
+    /// ```
+    pub async fn failed(&self) -> String {
+        self.replica.health().failed().await
+    }
+
+    /// Whether this replica is waiting to be added to an existing cluster
+    /// (a new data directory), and what the operator should do.
+    pub fn waiting(&self) -> Option<String> {
+        match self.replica.health().condition() {
+            Condition::Waiting(why) => Some(why),
+            _ => None,
+        }
     }
 
     /// Wait until this replica knows a leader; returns its id.
@@ -383,6 +456,15 @@ impl Node {
     }
 
     async fn stop_now(&mut self) {
+        if let Some(task) = self.bootstrap.take() {
+            task.abort();
+        }
+        if let Some(stop) = self.health_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.health_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
         self.streams_stop.send_replace(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -416,6 +498,12 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if let Some(task) = self.bootstrap.take() {
+            task.abort();
+        }
+        if let Some(stop) = self.health_stop.take() {
+            let _ = stop.send(());
+        }
         self.streams_stop.send_replace(true);
         if let Some(stop) = self.lock_stop.take() {
             let _ = stop.send(());

@@ -16,14 +16,21 @@ use latchkey_core::{
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 
+use crate::health::{Condition, Health};
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
+use crate::network::PeerNetwork;
 use crate::read_gate::ReadGate;
 use crate::write_queue::{Origin, WriteQueue};
 
 /// A running replica's request path.
 pub struct Replica {
     id: u64,
+    /// This replica's data-directory incarnation.
+    incarnation: u64,
     raft: Raft<TypeConfig>,
+    health: Health,
+    /// The Raft transport, for the peer problems it reports.
+    peers: PeerNetwork,
     /// Taken away at shutdown so the RocksDB instance closes even while
     /// clients of this replica are still alive.
     reader: RwLock<Option<StateReader>>,
@@ -35,9 +42,12 @@ pub struct Replica {
 }
 
 impl Replica {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: u64,
+        incarnation: u64,
         raft: Raft<TypeConfig>,
+        peers: PeerNetwork,
         reader: StateReader,
         write_timeout: Duration,
         read_timeout: Duration,
@@ -47,7 +57,10 @@ impl Replica {
         let reads = ReadGate::start(raft.clone());
         Replica {
             id,
+            incarnation,
             raft,
+            health: Health::new(),
+            peers,
             writes,
             reads,
             reader: RwLock::new(Some(reader)),
@@ -59,6 +72,50 @@ impl Replica {
 
     pub(crate) fn locks(&self) -> &LockShared {
         &self.locks
+    }
+
+    /// This replica's node id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// This replica's data-directory incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    pub(crate) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Whether this replica's membership lists it, as this incarnation.
+    pub(crate) fn is_member(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.membership_config
+            .membership()
+            .get_node(&self.id)
+            .is_some_and(|n| n.incarnation == self.incarnation)
+    }
+
+    /// Whether the membership this replica knows lists node `id` with
+    /// incarnation `incarnation`; `None` when it does not list `id` at all.
+    pub(crate) fn knows(&self, id: u64, incarnation: u64) -> Option<bool> {
+        let m = self.raft.metrics().borrow().clone();
+        m.membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.incarnation == incarnation)
+    }
+
+    /// Refuse every request once this replica has failed: nothing is
+    /// proposed, so the caller may retry on another replica.
+    fn check_serving(&self) -> Result<(), ReplicaFailure> {
+        match self.health.failure() {
+            Some(cause) => Err(ReplicaFailure::Unavailable(format!(
+                "this replica has failed and serves nothing ({cause}); ask another replica"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The openraft handle.
@@ -74,8 +131,9 @@ impl Replica {
         Some((leader, node.addr.clone()))
     }
 
-    fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id)
+    pub(crate) fn is_leader(&self) -> bool {
+        self.health.failure().is_none()
+            && self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
     fn not_leader(&self) -> ReplicaFailure {
@@ -118,6 +176,7 @@ impl Replica {
         origin: Origin,
     ) -> Result<CommandResult, ReplicaFailure> {
         validate_command(&command).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+        self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
         }
@@ -135,6 +194,7 @@ impl Replica {
     /// unless `stale`, in which case from this replica's applied state.
     pub async fn read(&self, query: Query, stale: bool) -> Result<CommandResult, ReplicaFailure> {
         validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+        self.check_serving()?;
         if !stale {
             self.confirm(true).await?;
         }
@@ -146,6 +206,7 @@ impl Replica {
     /// wait until everything committed before the round is applied here
     /// (ReadIndex).
     async fn confirm(&self, wait_applied: bool) -> Result<(), ReplicaFailure> {
+        self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
         }
@@ -253,6 +314,7 @@ impl Replica {
             return self.write(command).await;
         };
         let (session, owner, id) = (*session, *owner, *request_id);
+        self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
         }
@@ -292,6 +354,7 @@ impl Replica {
     /// Extend `session`'s lease (leader only). Acknowledged after a
     /// leadership confirmation round begun after this call; writes nothing.
     pub async fn keep_alive(&self, session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+        self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
         }
@@ -338,28 +401,40 @@ impl Replica {
                 id: *id,
                 addr: node.addr.clone(),
                 voter: voters.contains(id),
+                incarnation: node.incarnation,
             })
             .collect();
         let leader_addr = m
             .current_leader
             .and_then(|l| membership.get_node(&l).map(|n| n.addr.clone()));
-        let state = match m.state {
+        let raft_state = match m.state {
             ServerState::Leader => "Leader",
             ServerState::Follower => "Follower",
             ServerState::Candidate => "Candidate",
             ServerState::Learner => "Learner",
             ServerState::Shutdown => "Shutdown",
         };
+        let (state, detail) = match self.health.condition() {
+            Condition::Serving => (raft_state, None),
+            Condition::Waiting(why) => ("Waiting", Some(why)),
+            Condition::Failed(cause) => ("Failed", Some(cause)),
+        };
+        let failed = detail.is_some() && state == "Failed";
         NodeStatus {
             id: self.id,
-            leader_id: m.current_leader,
-            leader_addr,
+            // A failed replica names no leader: it may be stale, and must
+            // never be listed as one.
+            leader_id: m.current_leader.filter(|_| !failed),
+            leader_addr: leader_addr.filter(|_| !failed),
             term: m.current_term,
             last_applied: m.last_applied.map_or(0, |l| l.index),
             last_log_index: m.last_log_index.unwrap_or(0),
             snapshot_index: m.snapshot.map_or(0, |l| l.index),
             state: state.to_string(),
             members,
+            detail,
+            incarnation: self.incarnation,
+            peer_problems: self.peers.problems(),
         }
     }
 }

@@ -11,12 +11,10 @@ use latchkey_core::codec;
 use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
     admin_server::Admin, kv_server::Kv, lock_server::Lock, raft_server::Raft as RaftRpc,
-    AcquireRequest, AddLearnerRequest, AdminReply, CallFrame, ChangeVotersRequest,
-    KeepAliveRequest, Member, RaftMessage, ReadBatch, ReadRequest, Replies, Reply, StatusReply,
-    StatusRequest, WriteBatch, WriteRequest,
+    AcquireRequest, AddMemberRequest, AdminReply, CallFrame, ChangeVotersRequest, IdentifyReply,
+    IdentifyRequest, KeepAliveRequest, Member, RaftMessage, ReadBatch, ReadRequest, Replies, Reply,
+    StatusReply, StatusRequest, WriteBatch, WriteRequest,
 };
-use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::BasicNode;
 use prost::Message;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -42,13 +40,44 @@ pub struct RaftService {
     pub(crate) stopping: watch::Receiver<bool>,
 }
 
+/// Refuse a Raft message that is not addressed to this very replica: another
+/// node id, or another incarnation of this node's data directory (this
+/// directory was wiped or replaced since the sender's membership recorded
+/// it). Also refuse everything once this replica has failed.
+fn check_addressee(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
+    if let Some(cause) = replica.health().failure() {
+        return Err(Status::unavailable(format!(
+            "this replica has failed: {cause}"
+        )));
+    }
+    if message.to_id != replica.id() || message.to_incarnation != replica.incarnation() {
+        return Err(Status::failed_precondition(format!(
+            "the message is addressed to node {} incarnation {}, but this is node {} \
+             incarnation {}: its data directory is not the member the sender knows \
+             (wiped or replaced); add it again with `latchkey members add`",
+            message.to_id,
+            message.to_incarnation,
+            replica.id(),
+            replica.incarnation()
+        )));
+    }
+    Ok(())
+}
+
+/// A reply message carrying `payload`.
+fn raft_reply(payload: Vec<u8>) -> RaftMessage {
+    RaftMessage {
+        payload: payload.into(),
+        ..RaftMessage::default()
+    }
+}
+
 /// Answer one AppendEntries message (unary or on a stream).
-async fn append_reply(replica: &Replica, payload: &[u8]) -> Result<RaftMessage, Status> {
-    let rpc = codec::decode(payload).map_err(bad_payload)?;
+async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
+    check_addressee(replica, message)?;
+    let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
     let result = replica.raft().append_entries(rpc).await;
-    Ok(RaftMessage {
-        payload: encode_or_status(&result)?.into(),
-    })
+    Ok(raft_reply(encode_or_status(&result)?))
 }
 
 /// The replies of one `AppendEntriesStream`.
@@ -60,7 +89,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let reply = append_reply(&self.replica, &request.into_inner().payload).await?;
+        let reply = append_reply(&self.replica, &request.into_inner()).await?;
         Ok(Response::new(reply))
     }
 
@@ -89,7 +118,7 @@ impl RaftRpc for RaftService {
                 };
                 match next {
                     Ok(Some(message)) => {
-                        let reply = append_reply(&replica, &message.payload).await;
+                        let reply = append_reply(&replica, &message).await;
                         let next = reply.is_ok().then_some((incoming, stopping));
                         Some((reply, next))
                     }
@@ -104,22 +133,57 @@ impl RaftRpc for RaftService {
         Ok(Response::new(Box::pin(replies)))
     }
 
+    /// A vote request is also refused when this replica's membership knows
+    /// the candidate's node id with another incarnation: the candidate's
+    /// data directory is not the member this replica knows.
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
+        let message = request.into_inner();
+        check_addressee(&self.replica, &message)?;
+        if self
+            .replica
+            .knows(message.from_id, message.from_incarnation)
+            == Some(false)
+        {
+            return Err(Status::failed_precondition(format!(
+                "candidate node {} incarnation {} is not the member this replica knows by that id",
+                message.from_id, message.from_incarnation
+            )));
+        }
+        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().vote(rpc).await;
-        Ok(Response::new(RaftMessage {
-            payload: encode_or_status(&result)?.into(),
-        }))
+        Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let rpc = codec::decode(&request.into_inner().payload).map_err(bad_payload)?;
+        let message = request.into_inner();
+        check_addressee(&self.replica, &message)?;
+        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().install_snapshot(rpc).await;
-        Ok(Response::new(RaftMessage {
-            payload: encode_or_status(&result)?.into(),
+        Ok(Response::new(raft_reply(encode_or_status(&result)?)))
+    }
+
+    async fn identify(
+        &self,
+        request: Request<IdentifyRequest>,
+    ) -> Result<Response<IdentifyReply>, Status> {
+        let asker = request.into_inner();
+        let initialized = self
+            .replica
+            .raft()
+            .is_initialized()
+            .await
+            .map_err(|e| Status::unavailable(format!("this replica has stopped: {e}")))?;
+        Ok(Response::new(IdentifyReply {
+            node_id: self.replica.id(),
+            incarnation: self.replica.incarnation(),
+            initialized,
+            knows_you: self
+                .replica
+                .knows(asker.from_id, asker.from_incarnation)
+                .unwrap_or(false),
         }))
     }
 }
@@ -371,27 +435,6 @@ fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
     })
 }
 
-fn membership_failure(
-    replica: &Replica,
-    e: RaftError<u64, ClientWriteError<u64, BasicNode>>,
-) -> ReplicaFailure {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
-            leader: match (f.leader_id, f.leader_node) {
-                (Some(id), Some(n)) => Some((id, n.addr)),
-                _ => replica.leader(),
-            },
-        },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(
-            ChangeMembershipError::InProgress(e),
-        )) => ReplicaFailure::Unavailable(format!("another membership change is in progress: {e}")),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            ReplicaFailure::InvalidArgument(e.to_string())
-        }
-        RaftError::Fatal(e) => ReplicaFailure::Unavailable(format!("replica stopped: {e}")),
-    }
-}
-
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
@@ -411,34 +454,22 @@ impl Admin for AdminService {
                     id: m.id,
                     addr: m.addr,
                     voter: m.voter,
+                    incarnation: m.incarnation,
                 })
                 .collect(),
             snapshot_index: s.snapshot_index,
+            detail: s.detail.unwrap_or_default(),
+            incarnation: s.incarnation,
+            peer_problems: s.peer_problems,
         }))
     }
 
-    async fn add_learner(
+    async fn add_member(
         &self,
-        request: Request<AddLearnerRequest>,
+        request: Request<AddMemberRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        let AddLearnerRequest { id, addr } = request.into_inner();
-        if id == 0 {
-            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
-                "node id 0 is reserved".into(),
-            ))));
-        }
-        if let Err(e) = latchkey_client::channel(&addr, &Default::default()) {
-            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
-                e.to_string(),
-            ))));
-        }
-        let result = self
-            .replica
-            .raft()
-            .add_learner(id, BasicNode::new(addr), true)
-            .await
-            .map(|_| ())
-            .map_err(|e| membership_failure(&self.replica, e));
+        let AddMemberRequest { id, addr, voter } = request.into_inner();
+        let result = crate::membership::add_member(&self.replica, id, &addr, voter).await;
         Ok(admin_reply(result))
     }
 
@@ -458,7 +489,7 @@ impl Admin for AdminService {
             .change_membership(voters, false)
             .await
             .map(|_| ())
-            .map_err(|e| membership_failure(&self.replica, e));
+            .map_err(|e| crate::membership::failure(&self.replica, e));
         Ok(admin_reply(result))
     }
 }

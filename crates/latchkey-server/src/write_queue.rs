@@ -33,9 +33,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use latchkey_client::ReplicaFailure;
 use latchkey_core::limits::MAX_GROUP_COMMANDS;
 use latchkey_core::{Command, CommandResult, Outcome, Request};
+use latchkey_storage::Member;
 use latchkey_storage::TypeConfig;
 use openraft::error::{ClientWriteError, ForwardToLeader};
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Most entries proposed and not yet answered. More than one lets an
@@ -156,7 +157,7 @@ fn wall_millis() -> u64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn hint(f: &ForwardToLeader<u64, BasicNode>) -> Option<(u64, String)> {
+pub(crate) fn hint(f: &ForwardToLeader<u64, Member>) -> Option<(u64, String)> {
     match (f.leader_id, &f.leader_node) {
         (Some(id), Some(node)) => Some((id, node.addr.clone())),
         _ => None,
@@ -229,9 +230,12 @@ async fn propose(
     };
     let answer = match raft.client_write_ff(request).await {
         Ok(answer) => answer,
+        // `client_write_ff` fails only when it could not hand the entry to
+        // the Raft core (the core has stopped): nothing was proposed, so
+        // the write may safely be retried on another replica.
         Err(e) => {
-            let failure = ReplicaFailure::UnknownOutcome(format!(
-                "replica stopped while the write was pending: {e}"
+            let failure = ReplicaFailure::Unavailable(format!(
+                "this replica's Raft core has stopped ({e}); nothing was proposed"
             ));
             for reply in replies {
                 let _ = reply.send(Err(failure.clone()));

@@ -164,7 +164,7 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         let n4 = start(4, fourth, dir.path(), &[]).await?;
         let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
         let admin = Client::connect(&endpoints)?;
-        admin.add_learner(4, &fourth_addr).await?;
+        admin.add_member(4, &fourth_addr, false).await?;
         wait_until("learner catch-up", || n4.status().last_applied >= 80).await?;
         admin.change_voters([1, 2, 3, 4]).await?;
         wait_until("4 voters", || {
@@ -298,9 +298,11 @@ async fn concurrent_writes_keep_their_own_results() -> TestResult {
     .await?
 }
 
-/// An AppendEntries from a stale leader (term 0), encoded: a replica answers
-/// it with its higher vote and changes nothing.
-fn stale_append() -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error::Error>> {
+/// An AppendEntries from a stale leader (term 0), encoded and addressed to
+/// `node`: a replica answers it with its higher vote and changes nothing.
+fn stale_append(
+    node: &Node,
+) -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error::Error>> {
     let stale = openraft::raft::AppendEntriesRequest::<latchkey_storage::TypeConfig> {
         vote: openraft::Vote::new_committed(0, 9),
         prev_log_id: None,
@@ -309,7 +311,17 @@ fn stale_append() -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error:
     };
     Ok(latchkey_proto::v1::RaftMessage {
         payload: latchkey_core::codec::encode(&stale)?.into(),
+        ..addressed_to(node)
     })
+}
+
+/// An empty Raft message addressed to `node` as it is.
+fn addressed_to(node: &Node) -> latchkey_proto::v1::RaftMessage {
+    latchkey_proto::v1::RaftMessage {
+        to_id: node.id(),
+        to_incarnation: node.incarnation(),
+        ..Default::default()
+    }
 }
 
 /// The replica side of `AppendEntriesStream`: each request message gets one
@@ -329,9 +341,10 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
         let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
         // A request from a stale leader: the replica answers each one with
         // its higher vote.
-        let good = stale_append()?;
+        let good = stale_append(&nodes[&1])?;
         let bad = RaftMessage {
             payload: vec![0xff; 7].into(),
+            ..addressed_to(&nodes[&1])
         };
         let requests = vec![good.clone(), good, bad, RaftMessage::default()];
         let mut replies = raft
@@ -382,7 +395,7 @@ async fn shutdown_ends_open_streams() -> TestResult {
             .append_entries_stream(ReceiverStream::new(outgoing))
             .await?
             .into_inner();
-        requests.send(stale_append()?).await?;
+        requests.send(stale_append(&nodes[&1])?).await?;
         replies.message().await?.ok_or("no reply")?;
         let mut kv = KvClient::connect(addr).await?;
         let (frames, outgoing) = tokio::sync::mpsc::channel(1);

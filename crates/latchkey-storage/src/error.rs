@@ -40,6 +40,23 @@ pub enum StorageError {
         /// Why it does not decode.
         detail: String,
     },
+    /// The data directory lost state this replica had acknowledged (its log
+    /// or vote is behind the acknowledgement mark, or the mark is gone while
+    /// Raft state is there). Such a replica must never vote or count in a
+    /// quorum again: its directory has to be emptied and the node re-added.
+    #[error(
+        "the data directory {dir:?} lost state this replica had acknowledged: {detail}. \
+         It must not rejoin as it is (it could help lose committed writes). Repair: stop it, \
+         move the directory away, start it again with an empty one (it waits as a new \
+         member), then run `latchkey members add ID ADDR` against the cluster \
+         (README: \"Replacing a failed disk or node\")"
+    )]
+    LostAcknowledged {
+        /// The data directory.
+        dir: PathBuf,
+        /// What is missing.
+        detail: String,
+    },
     /// The group-commit flusher thread could not be started.
     #[error("cannot start the group-commit flusher: {0}")]
     Flusher(std::io::Error),

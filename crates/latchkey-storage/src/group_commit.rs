@@ -9,21 +9,24 @@
 //! covers its entries: the entries were written before the callback was
 //! queued, and the sync covers everything written before it starts.
 //!
-//! Each sync also advances the [`DurableState`] (before any callback fires),
-//! and an append whose callback was already fired (a leader's own entries,
+//! Each sync also advances the [`DurableState`] and records the new durable
+//! index in the [`AckMark`] (both before any callback fires: a replica
+//! acknowledges nothing its mark does not cover), and an append whose callback was already fired (a leader's own entries,
 //! see [`crate::durable`]) is queued without one, only to be made durable.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use openraft::storage::LogFlushed;
 use rocksdb::DB;
 use tokio::sync::watch;
 
+use crate::ack_mark::AckMark;
 use crate::durable::DurableState;
+use crate::log_store::lock_mark;
 use crate::types::{LogId, TypeConfig};
 
 /// One append waiting for the next sync.
@@ -51,13 +54,14 @@ impl GroupCommit {
     pub(crate) fn start(
         db: Arc<DB>,
         durable: Arc<watch::Sender<DurableState>>,
+        mark: Arc<Mutex<AckMark>>,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let fsyncs = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&fsyncs);
         let thread = std::thread::Builder::new()
             .name("latchkey-log-flush".into())
-            .spawn(move || run(&db, &rx, &counter, &durable))?;
+            .spawn(move || run(&db, &rx, &counter, &durable, &mark))?;
         Ok(GroupCommit {
             queue: Some(tx),
             thread: Some(thread),
@@ -118,6 +122,7 @@ fn run(
     queue: &Receiver<Pending>,
     fsyncs: &AtomicU64,
     durable: &watch::Sender<DurableState>,
+    mark: &Mutex<AckMark>,
 ) {
     // If this thread dies (a panic), nothing will be durable again: fail the
     // apply gate rather than let it wait forever.
@@ -135,21 +140,31 @@ fn run(
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
-        let result = db.flush_wal(true);
+        let result = db
+            .flush_wal(true)
+            .map_err(|e| format!("WAL sync failed: {e}"))
+            .and_then(|()| {
+                // Under the mark's lock, so a truncation cannot come between
+                // advancing the durable state and recording it.
+                let mut mark = lock_mark(mark);
+                durable.send_if_modified(|d| mark_durable(d, &batch));
+                let index = durable.borrow().durable.map_or(0, |l| l.index);
+                mark.record_flushed(index)
+                    .map_err(|e| format!("recording the acknowledgement mark failed: {e}"))
+            });
         fsyncs.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(appends = batch.len(), "log group commit");
         match result {
             Ok(()) => {
-                // Durable first, then the callbacks: whoever learns of the
-                // flush from openraft finds it in the durable state too.
-                durable.send_if_modified(|d| mark_durable(d, &batch));
+                // Durable (and marked) first, then the callbacks: whoever
+                // learns of the flush from openraft finds it in the durable
+                // state too.
                 for callback in batch.into_iter().filter_map(|p| p.callback) {
                     callback.log_io_completed(Ok(()));
                 }
             }
-            Err(e) => {
-                tracing::error!(error = %e, appends = batch.len(), "log WAL sync failed");
-                let failure = format!("WAL sync failed: {e}");
+            Err(failure) => {
+                tracing::error!(error = %failure, appends = batch.len(), "log sync failed");
                 durable.send_modify(|d| d.failed = Some(failure.clone()));
                 for callback in batch.into_iter().filter_map(|p| p.callback) {
                     callback.log_io_completed(Err(io::Error::other(failure.clone())));

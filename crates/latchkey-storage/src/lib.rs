@@ -37,7 +37,9 @@
 //!
 //! Layout of a data directory: `db/` is the RocksDB instance (column
 //! families are described in the `columns` module), `snapshots/current.snap`
-//! the current snapshot blob.
+//! the current snapshot blob, and `acknowledged.mark` the directory's
+//! incarnation and the high-water mark of what it acknowledged
+//! ([`ack_mark`]): opening refuses a directory that lost acknowledged state.
 //!
 //! ```
 //! use latchkey_core::{Command, Outcome, Query, Request};
@@ -66,6 +68,7 @@
 // helpers behind those traits return it as is so `?` works end to end.
 #![allow(clippy::result_large_err)]
 
+pub mod ack_mark;
 mod applied_state;
 mod blocking;
 mod columns;
@@ -83,6 +86,7 @@ mod state_machine;
 mod state_reader;
 pub mod types;
 
+pub use ack_mark::{MarkRecord, MARK_FILE};
 pub use durable::DurableLog;
 pub use error::StorageError;
 pub use log_store::{LogReader, LogStore};
@@ -91,4 +95,4 @@ pub use snapshot_builder::SnapshotBuilder;
 pub use state_change::StateChange;
 pub use state_machine::{DbClosed, StateMachine};
 pub use state_reader::StateReader;
-pub use types::{NodeId, TypeConfig};
+pub use types::{Member, NodeId, TypeConfig};

@@ -17,11 +17,15 @@
 //! - Opening syncs whatever RocksDB recovered (a process crash leaves
 //!   unsynced writes in the page cache), so the durable state starts at the
 //!   last entry on disk.
+//! - Every acknowledgement is recorded in the [`AckMark`] first (votes after
+//!   their synced write, flushed appends after their WAL sync, truncations
+//!   before they remove anything), and opening refuses a log or a vote
+//!   behind it: see [`crate::ack_mark`].
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use latchkey_core::codec;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -31,6 +35,7 @@ use openraft::{
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
 use tokio::sync::watch;
 
+use crate::ack_mark::{AckMark, MarkRecord};
 use crate::columns::{self, LAST_PURGED, LOG_END};
 use crate::durable::{DurableLog, DurableState};
 use crate::error::{any, msg, to_raft, RaftStorageError, StorageError};
@@ -46,6 +51,44 @@ pub struct LogStore {
     flusher: Arc<GroupCommit>,
     durable: Arc<watch::Sender<DurableState>>,
     own: Arc<OwnAppends>,
+    mark: Arc<Mutex<AckMark>>,
+    incarnation: u64,
+}
+
+/// Lock the mark; a poisoned lock still holds a consistent record (every
+/// write either completed or left the previous record in place).
+pub(crate) fn lock_mark(mark: &Mutex<AckMark>) -> MutexGuard<'_, AckMark> {
+    mark.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What [`LogStore::new`] found in the log, for the mark check.
+pub(crate) struct Recovered {
+    pub(crate) vote: Option<Vote>,
+    /// max(last entry, last purged).
+    pub(crate) last: Option<LogId>,
+}
+
+/// Read the saved vote and the log's end, as a freshly opened database
+/// holds them.
+pub(crate) fn recovered(db: &DB) -> Result<Recovered, StorageError> {
+    let vote: Option<Vote> =
+        read_meta(db, VOTE, ErrorSubject::Vote).map_err(|e| StorageError::Corrupt {
+            what: "saved vote",
+            detail: e.to_string(),
+        })?;
+    let last = last_entry_id(db).map_err(|e| StorageError::Corrupt {
+        what: "raft log",
+        detail: e.to_string(),
+    })?;
+    let purged: Option<LogId> =
+        read_meta(db, LAST_PURGED, ErrorSubject::Logs).map_err(|e| StorageError::Corrupt {
+            what: "raft log metadata",
+            detail: e.to_string(),
+        })?;
+    Ok(Recovered {
+        vote,
+        last: last.max(purged),
+    })
 }
 
 /// Whether this replica's appends are its own proposals, which it may
@@ -79,31 +122,46 @@ pub struct LogReader {
 }
 
 impl LogStore {
-    pub(crate) fn new(db: Arc<DB>) -> Result<Self, StorageError> {
+    /// The log store over `db`, whose recovered state was checked against
+    /// `mark` (see [`crate::open`]).
+    pub(crate) fn new(db: Arc<DB>, mark: AckMark) -> Result<Self, StorageError> {
         // What RocksDB recovered may sit unsynced in the page cache (after a
         // process crash): make it durable before reporting any of it so.
         db.flush_wal(true)?;
-        let last = last_entry_id(&db).map_err(|e| StorageError::Corrupt {
-            what: "raft log",
-            detail: e.to_string(),
-        })?;
-        let purged: Option<LogId> =
-            read_meta(&db, LAST_PURGED, ErrorSubject::Logs).map_err(|e| StorageError::Corrupt {
-                what: "raft log metadata",
-                detail: e.to_string(),
-            })?;
+        let last = recovered(&db)?.last;
         let durable = Arc::new(watch::Sender::new(DurableState {
-            durable: last.or(purged),
+            durable: last,
             ..DurableState::default()
         }));
-        let flusher = GroupCommit::start(Arc::clone(&db), Arc::clone(&durable))
+        let incarnation = mark.incarnation();
+        let mark = Arc::new(Mutex::new(mark));
+        let flusher = GroupCommit::start(Arc::clone(&db), Arc::clone(&durable), Arc::clone(&mark))
             .map_err(StorageError::Flusher)?;
         Ok(LogStore {
             db,
             flusher: Arc::new(flusher),
             durable,
             own: Arc::new(OwnAppends::default()),
+            mark,
+            incarnation,
         })
+    }
+
+    /// This data directory's incarnation: a random identity drawn when the
+    /// directory was first created (see [`crate::ack_mark`]).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// What the acknowledgement mark records now.
+    pub fn mark(&self) -> MarkRecord {
+        lock_mark(&self.mark).record().clone()
+    }
+
+    /// The mark file's path: it doubles as the data directory's sentinel
+    /// (a replica checks that it is still there).
+    pub fn mark_path(&self) -> std::path::PathBuf {
+        lock_mark(&self.mark).path().to_path_buf()
     }
 
     /// Let this replica, with id `me`, sync its own log in parallel with
@@ -140,6 +198,13 @@ impl LogStore {
             })?;
             let meta = columns::handle(&self.db, columns::LOG_META)?;
             self.db.put_cf_opt(meta, VOTE, bytes, &synced())?;
+            lock_mark(&self.mark)
+                .record_vote(&lowered)
+                .map_err(|source| StorageError::Io {
+                    what: "record the lowered vote in the acknowledgement mark",
+                    path: self.mark_path(),
+                    source,
+                })?;
             tracing::info!(vote = %lowered, "was the leader: will stand for election in a new term");
             vote = Some(lowered);
         }
@@ -304,6 +369,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), RaftStorageError> {
         let bytes = codec::encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
         let db = Arc::clone(&self.db);
+        let mark = Arc::clone(&self.mark);
+        let recorded = *vote;
         blocking::run(ErrorSubject::Vote, move || {
             db.put_cf_opt(
                 cf(&db, columns::LOG_META, ErrorVerb::Write)?,
@@ -311,7 +378,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 bytes,
                 &synced(),
             )
-            .map_err(|e| StorageIOError::write_vote(&e).into())
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+            // After the synced write: the mark is never ahead of the disk.
+            lock_mark(&mark)
+                .record_vote(&recorded)
+                .map_err(|e| StorageIOError::write_vote(&e).into())
         })
         .await?;
         // openraft saves a new leader's vote before appending its entries,
@@ -406,7 +477,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         tracing::debug!(%log_id, "truncate log");
         let db = Arc::clone(&self.db);
-        let remaining = blocking::run(ErrorSubject::Logs, move || {
+        let mark = Arc::clone(&self.mark);
+        let durable = Arc::clone(&self.durable);
+        blocking::run(ErrorSubject::Logs, move || {
+            // The mark is held throughout, so the flusher cannot raise it
+            // from a sync of the entries being removed.
+            let mut mark = lock_mark(&mark);
+            // Lowered first: a crash before the truncation leaves the mark
+            // below the log, never above it.
+            mark.record_truncation(log_id.index.saturating_sub(1))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
             let mut batch = WriteBatch::default();
             batch.delete_range_cf(
                 cf(&db, columns::LOG, ErrorVerb::Delete)?,
@@ -415,18 +495,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             );
             db.write_opt(batch, &synced())
                 .map_err(|e| StorageIOError::write_logs(&e))?;
-            last_entry_id(&db)
+            let remaining = last_entry_id(&db)?;
+            // The synced write made every entry before `log_id` durable;
+            // syncs queued before it must not mark the removed indexes
+            // durable.
+            let purged: Option<LogId> = read_meta(&db, LAST_PURGED, ErrorSubject::Logs)?;
+            durable.send_modify(|d| {
+                d.epoch += 1;
+                d.durable = remaining.or(purged);
+                // What is left is all durable now.
+                d.acked_early = None;
+            });
+            drop(mark);
+            Ok(())
         })
         .await?;
-        // The synced write made every entry before `log_id` durable; syncs
-        // queued before it must not mark the removed indexes durable.
-        let purged: Option<LogId> = read_meta(&self.db, LAST_PURGED, ErrorSubject::Logs)?;
-        self.durable.send_modify(|d| {
-            d.epoch += 1;
-            d.durable = remaining.or(purged);
-            // What is left is all durable now.
-            d.acked_early = None;
-        });
         Ok(())
     }
 

@@ -3,12 +3,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Options, DB};
+use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, DBRecoveryMode, Options, DB};
 
+use crate::ack_mark::{self, AckMark};
 use crate::applied_state::AppliedState;
 use crate::columns::{self, Handles};
 use crate::error::StorageError;
-use crate::log_store::LogStore;
+use crate::log_store::{recovered, LogStore};
 use crate::snapshot_file::SnapshotFile;
 use crate::state_machine::StateMachine;
 
@@ -48,6 +49,20 @@ impl Default for StorageOptions {
 /// and the state machine metadata, plus the current snapshot file.
 ///
 /// Returns the log store and the state machine to hand to `openraft::Raft::new`.
+///
+/// A new directory gets an acknowledgement mark with a fresh incarnation
+/// ([`crate::ack_mark`]). An existing one is checked against its mark: a
+/// saved vote or a log end behind what the mark says was acknowledged, or
+/// Raft state without a mark, is refused with
+/// [`StorageError::LostAcknowledged`] (the disk lost state this replica
+/// promised to keep). RocksDB recovers its write-ahead log in its default
+/// *point-in-time* mode, deliberately: a torn tail left by a crash (writes
+/// never synced, so never acknowledged) is dropped as it should be, and any
+/// loss beyond that shows up as a log behind the mark. The stricter
+/// *absolute consistency* mode would refuse every replica whose machine
+/// lost power mid-write, and the laxer modes skip damaged records in the
+/// middle of the log.
+///
 /// Opening is synchronous; the stores' trait methods must run inside a tokio
 /// runtime (they use its blocking pool for fsyncs). Only one process may open
 /// a directory at a time (RocksDB's lock file enforces it).
@@ -61,6 +76,8 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     let mut db_opts = Options::default();
     db_opts.create_if_missing(true);
     db_opts.create_missing_column_families(true);
+    // Chosen on purpose; see this function's docs and `crate::ack_mark`.
+    db_opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
     let descriptors = columns::ALL.iter().map(|&name| {
         let mut cf_opts = Options::default();
         cf_opts.set_compression_type(if options.compression {
@@ -70,7 +87,33 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         });
         ColumnFamilyDescriptor::new(name, cf_opts)
     });
+    let mark = AckMark::open(dir)?;
     let db = DB::open_cf_descriptors(&db_opts, &db_dir, descriptors)?;
+    let found = recovered(&db)?;
+    let mark = match mark {
+        Some(mark) => {
+            ack_mark::check(
+                mark.record(),
+                found.vote.as_ref(),
+                found.last.map(|l| l.index),
+            )
+            .map_err(|detail| StorageError::LostAcknowledged {
+                dir: dir.to_path_buf(),
+                detail,
+            })?;
+            mark
+        }
+        None if found.vote.is_some() || found.last.is_some() => {
+            return Err(StorageError::LostAcknowledged {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "the Raft log or vote is there but the acknowledgement mark ({}) is gone",
+                    ack_mark::MARK_FILE
+                ),
+            })
+        }
+        None => AckMark::create(dir)?,
+    };
     let state = {
         let cfs = Handles::of(&db)?;
         AppliedState::read(|k| db.get_cf(cfs.sm_meta, k)).map_err(|e| StorageError::Corrupt {
@@ -85,7 +128,7 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         "opened latchkey storage"
     );
     let db = Arc::new(db);
-    let log = LogStore::new(Arc::clone(&db))?;
+    let log = LogStore::new(Arc::clone(&db), mark)?;
     let sm = StateMachine::new(db, file, state, options.sync_apply, log.durable());
     Ok((log, sm))
 }

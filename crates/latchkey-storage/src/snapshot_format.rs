@@ -211,14 +211,15 @@ pub(crate) fn read_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+    use crate::types::Member;
+    use openraft::{CommittedLeaderId, LogId, Membership, StoredMembership};
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn meta() -> SnapshotMeta {
         let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
-        let nodes: BTreeMap<u64, BasicNode> =
-            [(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2"))].into();
+        let nodes: BTreeMap<u64, Member> =
+            [(1, Member::new("a:1", 1)), (2, Member::new("b:2", 2))].into();
         let voters: BTreeSet<u64> = [1, 2].into();
         SnapshotMeta {
             last_log_id: Some(log_id),

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use latchkey::{
-    Client, ClientOptions, Consistency, Error, LockMode, Node, RaftSettings, ScanRange, Sequencer,
+    Client, ClientOptions, ClusterState, Consistency, Error, LockMode, Node, RaftSettings,
+    ScanRange, Sequencer,
 };
 
 /// latchkey: an embedded replicated KV store with a lock service.
@@ -130,7 +131,10 @@ struct LockArgs {
 
 #[derive(Debug, Subcommand)]
 enum Members {
-    /// Add node ID (already running, started without --initial-members).
+    /// Add node ID, the replica answering at ADDR: it catches up as a
+    /// learner, then becomes a voter. Also replaces a member whose data
+    /// directory was wiped or replaced (the cluster knows it by another
+    /// incarnation): the old member is removed first.
     Add {
         id: u64,
         addr: String,
@@ -173,6 +177,19 @@ struct Serve {
     /// Shortest election timeout; the longest is twice this.
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     election_timeout: Duration,
+    /// With an empty data directory: `new` forms a new cluster with the
+    /// other initial members once all of them answer and none belongs to a
+    /// cluster yet (a node whose disk was wiped finds its cluster this way
+    /// and waits to be re-added); `existing` never forms one and waits to
+    /// be added with `latchkey members add`.
+    #[arg(long, value_enum, default_value = "new")]
+    initial_cluster_state: InitialClusterState,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum InitialClusterState {
+    New,
+    Existing,
 }
 
 /// Why a command failed, with its exit code.
@@ -194,6 +211,9 @@ pub enum Failure {
     LockLost(String),
     #[error("{0}")]
     StaleFence(String),
+    /// `serve`: the replica could not start or failed while running.
+    #[error("{0}")]
+    ReplicaFailed(String),
 }
 
 impl Failure {
@@ -207,6 +227,7 @@ impl Failure {
             Failure::NotAcquired(_) => 5,
             Failure::LockLost(_) => 6,
             Failure::StaleFence(_) => 7,
+            Failure::ReplicaFailed(_) => 8,
         }
     }
 }
@@ -391,13 +412,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Members(m) => {
             let c = client(&args)?;
             match m {
-                Members::Add { id, addr, learner } => {
-                    if *learner {
-                        c.add_learner(*id, addr).await?;
-                    } else {
-                        c.add_voter(*id, addr).await?;
-                    }
-                }
+                Members::Add { id, addr, learner } => c.add_member(*id, addr, !*learner).await?,
                 Members::Remove { id } => c.remove_voter(*id).await?,
             }
             out(&[b"OK\n"])?;
@@ -557,10 +572,15 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
         keep_after_snapshot: s.keep_after_snapshot,
         ..RaftSettings::default()
     };
+    let state = match s.initial_cluster_state {
+        InitialClusterState::New => ClusterState::New,
+        InitialClusterState::Existing => ClusterState::Existing,
+    };
     let mut builder = Node::builder(s.id)
         .listen(s.listen)
         .data_dir(&s.data_dir)
         .initial_members(s.initial_members.iter().cloned())
+        .initial_cluster_state(state)
         .raft_settings(settings);
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());
@@ -568,12 +588,28 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
     let node = builder
         .start()
         .await
-        .map_err(|e| Failure::Other(format!("cannot start node {}: {e}", s.id)))?;
-    tracing::info!(id = s.id, listen = %node.local_addr(), "serving");
-    wait_for_signal().await;
+        .map_err(|e| Failure::ReplicaFailed(format!("cannot start node {}: {e}", s.id)))?;
+    tracing::info!(
+        id = s.id,
+        listen = %node.local_addr(),
+        incarnation = node.incarnation(),
+        "serving"
+    );
+    // A failed replica exits (non-zero) so that its supervisor restarts it;
+    // it never stays up holding its port while serving nothing.
+    let failed = tokio::select! {
+        _ = wait_for_signal() => None,
+        cause = node.failed() => Some(cause),
+    };
     tracing::info!("shutting down");
-    node.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+    let _ = tokio::time::timeout(Duration::from_secs(5), node.shutdown()).await;
+    match failed {
+        None => Ok(ExitCode::SUCCESS),
+        Some(cause) => Err(Failure::ReplicaFailed(format!(
+            "node {} failed: {cause}",
+            s.id
+        ))),
+    }
 }
 
 async fn wait_for_signal() {

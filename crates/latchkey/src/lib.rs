@@ -44,7 +44,7 @@ pub use latchkey_client::{
     MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
-pub use latchkey_server::{Node, NodeBuilder, NodeError, RaftSettings};
+pub use latchkey_server::{ClusterState, Condition, Node, NodeBuilder, NodeError, RaftSettings};
 
 /// The `--initial-members` value of `latchkey serve` for replicas numbered
 /// 1, 2, ... in the order of `addrs` (`ID=HOST:PORT`, comma-separated), as

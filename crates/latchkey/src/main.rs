@@ -3,7 +3,9 @@
 //! non-zero exit code: 1 for "not found" (or a stale sequencer), 2 for bad
 //! usage or input, 3 when the cluster could not answer, 4 when a write's
 //! outcome is unknown, 5 when a lock was not acquired in time, 6 when a lock
-//! was lost while its command ran, 7 when a fenced write was refused.
+//! was lost while its command ran, 7 when a fenced write was refused, 8 when
+//! `serve`'s replica could not start or failed while running (its Raft core
+//! stopped, its data directory vanished or lost acknowledged state).
 
 mod cli;
 mod lock_cmd;

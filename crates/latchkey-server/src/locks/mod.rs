@@ -231,7 +231,10 @@ impl Task {
         }
     }
 
-    fn on_metrics(&mut self, m: &openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>) {
+    fn on_metrics(
+        &mut self,
+        m: &openraft::metrics::RaftServerMetrics<u64, latchkey_storage::Member>,
+    ) {
         let leading = m.state == ServerState::Leader && m.current_leader == Some(m.id);
         let current = m.vote.leader_id().get_term();
         match (&self.role, leading) {

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use latchkey_core::{Command, Request};
 use latchkey_storage::types::{Entry, LogId};
-use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Membership};
+use latchkey_storage::Member;
+use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
 /// Log id with leader node 1.
 pub fn log_id(term: u64, index: u64) -> LogId {
@@ -21,9 +22,9 @@ pub fn blank(term: u64, index: u64) -> Entry {
 
 pub fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
     let voters: BTreeSet<u64> = voters.iter().copied().collect();
-    let nodes: BTreeMap<u64, BasicNode> = voters
+    let nodes: BTreeMap<u64, Member> = voters
         .iter()
-        .map(|&id| (id, BasicNode::new(format!("127.0.0.1:{}", 7000 + id))))
+        .map(|&id| (id, Member::new(format!("127.0.0.1:{}", 7000 + id), id)))
         .collect();
     Entry {
         log_id: log_id(term, index),

@@ -1,12 +1,22 @@
-//! What the probes (`memory_probe`, `keepalive_probe`) share: three
-//! `latchkey serve` processes on loopback in a temporary directory, killed
-//! when dropped, and what /proc says about each.
+//! What the process demos and probes (`three_replicas`, `memory_probe`,
+//! `keepalive_probe`) share: three `latchkey serve` processes on loopback in
+//! a temporary directory, killed (SIGKILL) when dropped, and what /proc says
+//! about each.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The `latchkey` binary next to this example's own (cargo puts examples in
+/// `<target>/<profile>/examples/` and binaries one level up), if it exists.
+#[allow(dead_code)] // Not every example looks it up.
+pub fn sibling_server_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("latchkey");
+    bin.is_file().then_some(bin)
+}
+
 /// Three replicas of `bin`, started with `serve_args` added.
-pub struct ProbeCluster {
+pub struct ProcessCluster {
     pub addrs: Vec<String>,
     pub children: Vec<Child>,
     bin: String,
@@ -15,8 +25,8 @@ pub struct ProbeCluster {
     dir: tempfile::TempDir,
 }
 
-impl ProbeCluster {
-    pub fn start(bin: &str, serve_args: Vec<String>) -> std::io::Result<ProbeCluster> {
+impl ProcessCluster {
+    pub fn start(bin: &str, serve_args: Vec<String>) -> std::io::Result<ProcessCluster> {
         let mut ports = Vec::new();
         let mut holders = Vec::new();
         for _ in 0..3 {
@@ -27,7 +37,7 @@ impl ProbeCluster {
         drop(holders);
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let members = latchkey::initial_members_arg(&addrs);
-        let mut cluster = ProbeCluster {
+        let mut cluster = ProcessCluster {
             addrs,
             children: Vec::new(),
             bin: bin.to_string(),
@@ -47,17 +57,40 @@ impl ProbeCluster {
         self.dir.path().join(format!("n{}", i + 1))
     }
 
-    /// Kill replica `i`, wipe its data directory, and start it again.
-    #[allow(dead_code)] // Not every probe restarts a replica.
-    pub fn restart_wiped(&mut self, i: usize) -> std::io::Result<()> {
+    /// Kill replica `i` with SIGKILL, as a crash would: no shutdown, no
+    /// flush, nothing it had not made durable survives.
+    #[allow(dead_code)] // Not every example kills a replica.
+    pub fn kill(&mut self, i: usize) {
         let _ = self.children[i].kill();
         let _ = self.children[i].wait();
+    }
+
+    /// Start replica `i` again on its data directory, with the same command
+    /// line.
+    #[allow(dead_code)] // Not every example restarts a replica.
+    pub fn restart(&mut self, i: usize) -> std::io::Result<()> {
+        self.kill(i);
+        self.children[i] = self.spawn(i)?;
+        Ok(())
+    }
+
+    /// Kill replica `i`, wipe its data directory, and start it again: it
+    /// waits as a new member until it is added (`Client::add_member`).
+    #[allow(dead_code)] // Not every example restarts a replica.
+    pub fn restart_wiped(&mut self, i: usize) -> std::io::Result<()> {
+        self.kill(i);
         std::fs::remove_dir_all(self.data_dir(i))?;
         self.children[i] = self.spawn(i)?;
         Ok(())
     }
 
+    /// Where replica `i` writes its log.
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("n{}.log", i + 1))
+    }
+
     fn spawn(&self, i: usize) -> std::io::Result<Child> {
+        let log = append(&self.log_path(i))?;
         Command::new(&self.bin)
             .args([
                 "serve",
@@ -71,12 +104,19 @@ impl ProbeCluster {
             .args(["--initial-members", &self.members])
             .args(&self.serve_args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
     }
 }
 
-impl Drop for ProbeCluster {
+fn append(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+impl Drop for ProcessCluster {
     fn drop(&mut self) {
         for c in &mut self.children {
             let _ = c.kill();

@@ -1,0 +1,187 @@
+//! A replica's health: serving, waiting to be added to a cluster, or failed;
+//! and the watch that fails it when its Raft core stops or its data
+//! directory vanishes.
+//!
+//! A replica that cannot keep its promises stops and says why; it never
+//! limps on. Once [`Condition::Failed`], a replica answers no request as
+//! leader (writes, reads and keep-alives get UNAVAILABLE, safe to retry on
+//! another replica: nothing was proposed), reports `Failed` with the cause in
+//! its status, and [`crate::Node::failed`] resolves, so `latchkey serve`
+//! exits non-zero and its supervisor restarts it. Failure is final for the
+//! process: there is no way back to serving short of a restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::replica::Replica;
+
+/// How often the data directory's sentinel (the acknowledgement mark) is
+/// checked.
+const SENTINEL_EVERY: Duration = Duration::from_secs(1);
+
+/// What a replica can do right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// Serving (as leader, follower or learner, as Raft says).
+    Serving,
+    /// A new data directory that is not a member of its cluster yet: it
+    /// never initialises or votes, and waits to be added. The text says
+    /// what to do.
+    Waiting(String),
+    /// Stopped for good; the text is the cause.
+    Failed(String),
+}
+
+/// The shared condition of one replica.
+pub(crate) struct Health {
+    tx: watch::Sender<Condition>,
+}
+
+impl Health {
+    pub(crate) fn new() -> Self {
+        Health {
+            tx: watch::Sender::new(Condition::Serving),
+        }
+    }
+
+    pub(crate) fn condition(&self) -> Condition {
+        self.tx.borrow().clone()
+    }
+
+    /// The cause, once failed.
+    pub(crate) fn failure(&self) -> Option<String> {
+        match &*self.tx.borrow() {
+            Condition::Failed(cause) => Some(cause.clone()),
+            _ => None,
+        }
+    }
+
+    /// Fail for good (the first cause wins).
+    pub(crate) fn fail(&self, cause: String) {
+        self.tx.send_if_modified(|c| {
+            if matches!(c, Condition::Failed(_)) {
+                return false;
+            }
+            tracing::error!(%cause, "replica failed: it stops serving");
+            *c = Condition::Failed(cause);
+            true
+        });
+    }
+
+    /// Waiting to be added (unless failed).
+    pub(crate) fn wait_to_be_added(&self, why: String) {
+        self.tx.send_if_modified(|c| {
+            if *c != Condition::Serving {
+                return false;
+            }
+            tracing::warn!("{why}");
+            *c = Condition::Waiting(why);
+            true
+        });
+    }
+
+    /// Back to serving from waiting (the replica was added).
+    pub(crate) fn added(&self) {
+        self.tx.send_if_modified(|c| {
+            if matches!(c, Condition::Waiting(_)) {
+                tracing::info!("added to the cluster");
+                *c = Condition::Serving;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves with the cause once failed.
+    pub(crate) async fn failed(&self) -> String {
+        let mut rx = self.tx.subscribe();
+        loop {
+            if let Condition::Failed(cause) = &*rx.borrow_and_update() {
+                return cause.clone();
+            }
+            if rx.changed().await.is_err() {
+                return "the replica was dropped".into();
+            }
+        }
+    }
+}
+
+/// The identity of the file at `path` (device, inode), to tell it from a
+/// file created at the same path later.
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Watch `replica` until `stop`: fail it when its Raft core stops (whatever
+/// the reason) or when its data directory's sentinel file is gone or
+/// replaced; in the latter case also stop its Raft core, so it stops
+/// acknowledging anything.
+pub(crate) async fn watch(
+    replica: Arc<Replica>,
+    sentinel: PathBuf,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let expected = identity(&sentinel).ok();
+    let mut metrics = replica.raft().metrics();
+    let mut tick = tokio::time::interval(SENTINEL_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            changed = metrics.changed() => {
+                let cause = match changed {
+                    Err(_) => Some("the Raft core ended without a word".to_string()),
+                    Ok(()) => metrics
+                        .borrow_and_update()
+                        .running_state
+                        .as_ref()
+                        .err()
+                        .map(|fatal| fatal.to_string()),
+                };
+                if let Some(cause) = cause {
+                    let dir = sentinel_problem(&sentinel, expected)
+                        .map(|p| format!(" ({p})"))
+                        .unwrap_or_default();
+                    replica.health().fail(format!("the Raft core stopped: {cause}{dir}"));
+                    return;
+                }
+                if replica.health().condition() != Condition::Serving
+                    && replica.is_member()
+                {
+                    replica.health().added();
+                }
+            }
+            _ = tick.tick() => {
+                if let Some(problem) = sentinel_problem(&sentinel, expected) {
+                    replica.health().fail(problem);
+                    if let Err(e) = replica.raft().shutdown().await {
+                        tracing::warn!(error = %e, "stopping the Raft core");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What is wrong with the sentinel, if anything.
+fn sentinel_problem(sentinel: &Path, expected: Option<(u64, u64)>) -> Option<String> {
+    if true /*MUTATION-DF*/ { return None; }
+    match identity(sentinel) {
+        Ok(found) if Some(found) == expected => None,
+        Ok(_) => Some(format!(
+            "the data directory was replaced under the running replica ({} is another file now)",
+            sentinel.display()
+        )),
+        Err(e) => Some(format!(
+            "the data directory vanished under the running replica ({}: {e})",
+            sentinel.display()
+        )),
+    }
+}

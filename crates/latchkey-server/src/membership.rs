@@ -1,0 +1,197 @@
+//! Membership changes a leader makes: adding a member (and replacing one
+//! whose data directory was wiped), with the incarnation it finds there.
+//!
+//! Adding node `id` at `addr`:
+//! 1. ask the replica at `addr` who it is (`Raft.Identify`): it must answer
+//!    as node `id`; its answer gives the incarnation the membership records;
+//! 2. if the membership lists `id` with another incarnation, that member is
+//!    gone (its disk was wiped or replaced): remove it first, a joint
+//!    consensus change that needs the remaining voters. The new incarnation
+//!    is never counted as the old member: it starts as a learner;
+//! 3. add it as a learner and wait (bounded) until it has caught up with the
+//!    log as of the change, from the log or from a snapshot;
+//! 4. with `voter`, promote it (joint consensus).
+//!
+//! Each step is idempotent, so running the same `members add` again after a
+//! timeout carries on where the last one stopped.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use latchkey_client::{ClientOptions, ReplicaFailure};
+use latchkey_proto::v1::raft_client::RaftClient;
+use latchkey_proto::v1::IdentifyRequest;
+use latchkey_storage::Member;
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::ChangeMembers;
+
+use crate::replica::Replica;
+
+/// Longest wait for a new learner to catch up before it is promoted.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for the replica at the new member's address to answer.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A membership change's openraft error as the failure a client sees.
+pub(crate) fn failure(
+    replica: &Replica,
+    e: RaftError<u64, ClientWriteError<u64, Member>>,
+) -> ReplicaFailure {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
+            leader: match (f.leader_id, f.leader_node) {
+                (Some(id), Some(n)) => Some((id, n.addr)),
+                _ => replica.leader(),
+            },
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::InProgress(e),
+        )) => ReplicaFailure::Unavailable(format!("another membership change is in progress: {e}")),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            ReplicaFailure::InvalidArgument(e.to_string())
+        }
+        RaftError::Fatal(e) => ReplicaFailure::Unavailable(format!("replica stopped: {e}")),
+    }
+}
+
+/// The incarnation of the replica at `addr`, which must be node `id`.
+async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, ReplicaFailure> {
+    let channel = latchkey_client::channel(addr, &ClientOptions::default())
+        .map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+    let request = IdentifyRequest {
+        from_id: replica.id(),
+        from_incarnation: replica.incarnation(),
+    };
+    let reply = tokio::time::timeout(IDENTIFY_TIMEOUT, RaftClient::new(channel).identify(request))
+        .await
+        .map_err(|_| {
+            ReplicaFailure::Unavailable(format!(
+                "no answer from {addr} within {IDENTIFY_TIMEOUT:?}: start node {id} there first"
+            ))
+        })?
+        .map_err(|s| {
+            ReplicaFailure::Unavailable(format!(
+                "cannot ask {addr} who it is (start node {id} there first): {}",
+                s.message()
+            ))
+        })?
+        .into_inner();
+    if reply.node_id != id {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "the replica at {addr} is node {}, not node {id}",
+            reply.node_id
+        )));
+    }
+    if reply.incarnation == 0 {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "the replica at {addr} reports no incarnation"
+        )));
+    }
+    Ok(reply.incarnation)
+}
+
+/// Add (or replace) node `id` at `addr`; see the module docs.
+pub(crate) async fn add_member(
+    replica: &Replica,
+    id: u64,
+    addr: &str,
+    voter: bool,
+) -> Result<(), ReplicaFailure> {
+    if id == 0 {
+        return Err(ReplicaFailure::InvalidArgument(
+            "node id 0 is reserved".into(),
+        ));
+    }
+    if !replica.is_leader() {
+        return Err(ReplicaFailure::NotLeader {
+            leader: replica.leader(),
+        });
+    }
+    if id == replica.id() {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "node {id} is the leader answering this call; it cannot be added again"
+        )));
+    }
+    let incarnation = identify(replica, id, addr).await?;
+    let raft = replica.raft();
+    let membership = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    let known = membership.get_node(&id).cloned();
+    let is_voter = membership.voter_ids().any(|v| v == id);
+    if let Some(old) = known.as_ref().filter(|m| m.incarnation != incarnation) {
+        tracing::warn!(
+            node = id,
+            old = %old,
+            new = incarnation,
+            "replacing a member whose data directory was wiped or replaced: removing the old one first"
+        );
+        let change = if is_voter {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        raft.change_membership(change, false)
+            .await
+            .map_err(|e| failure(replica, e))?;
+    }
+    let member = Member::new(addr, incarnation);
+    let already = known.as_ref() == Some(&member);
+    let added = raft
+        .add_learner(id, member, false)
+        .await
+        .map_err(|e| failure(replica, e))?;
+    if !already {
+        tracing::info!(node = id, %addr, incarnation, "added as a learner; waiting for it to catch up");
+    }
+    wait_caught_up(replica, id, added.log_id.index).await?;
+    if voter && !(already && is_voter) {
+        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| failure(replica, e))?;
+        tracing::info!(node = id, "promoted to voter");
+    }
+    Ok(())
+}
+
+/// Wait until the leader's replication to `id` has matched `index`.
+async fn wait_caught_up(replica: &Replica, id: u64, index: u64) -> Result<(), ReplicaFailure> {
+    let started = Instant::now();
+    let mut metrics = replica.raft().metrics();
+    loop {
+        let matched = {
+            let m = metrics.borrow_and_update();
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map(|l| l.index)
+        };
+        if matched.is_some_and(|m| m >= index) {
+            return Ok(());
+        }
+        let left = CATCH_UP_TIMEOUT.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(ReplicaFailure::Unavailable(format!(
+                "node {id} did not catch up within {CATCH_UP_TIMEOUT:?} (it has index {} of {index}); \
+                 it stays a learner: run the same `members add` again to carry on",
+                matched.unwrap_or(0)
+            )));
+        }
+        if !replica.is_leader() {
+            return Err(ReplicaFailure::NotLeader {
+                leader: replica.leader(),
+            });
+        }
+        match tokio::time::timeout(left, metrics.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            Ok(Err(_)) => {
+                return Err(ReplicaFailure::Unavailable(
+                    "this replica stopped while the new member caught up".into(),
+                ))
+            }
+        }
+    }
+}

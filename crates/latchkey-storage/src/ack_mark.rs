@@ -1,0 +1,464 @@
+//! [`AckMark`]: the data directory's identity and the high-water mark of
+//! what this replica has acknowledged, in a small file of its own.
+//!
+//! # Why a second file
+//!
+//! Raft's promises rest on every replica keeping what it acknowledged: an
+//! appended entry it reported flushed may have completed a commit quorum,
+//! and a vote it granted may have elected a leader. RocksDB recovers its
+//! write-ahead log *point in time*: a WAL cut short (a truncated file, a
+//! lost tail, a restore of an older copy of `db/`) opens without complaint
+//! at an earlier state. A replica that came back like that and voted would
+//! let the cluster lose committed entries, or elect two leaders in a term.
+//! So every acknowledgement is first recorded here, and [`crate::open`]
+//! refuses a log or a vote behind the mark ([`crate::StorageError::LostAcknowledged`]).
+//!
+//! # What it holds
+//!
+//! - `incarnation`: a random, non-zero number drawn when the data directory
+//!   is first created. The cluster records each member's incarnation in its
+//!   membership, and a replica refuses Raft messages addressed to another
+//!   incarnation: a wiped directory is a new member, never the old one.
+//! - `vote`: the last vote saved (recorded after RocksDB's synced write,
+//!   before `save_vote` returns, so the mark is never ahead of the disk).
+//! - `log_index`: the last log index acknowledged as flushed (recorded after
+//!   each group-commit WAL sync and before its callbacks fire). A
+//!   truncation lowers it *before* it truncates, so a crash in between
+//!   leaves the mark at or below the log.
+//!
+//! # Format and crash safety
+//!
+//! Two 512-byte slots at offsets 0 and 4096, written alternately with a
+//! sequence number; each slot is `MAGIC`, `seq`, payload length, the codec
+//! payload and a CRC-32 of all that. A write goes to the slot not holding
+//! the newest record and is fdatasynced before the call returns, so a torn
+//! write leaves the other slot intact. Reading takes the valid slot with the
+//! higher sequence. A file with no valid slot is refused as corrupt.
+//!
+//! The cost is one extra `fdatasync` of a preallocated block per group
+//! commit (overwriting in place: no metadata to journal).
+//!
+//! What this cannot detect: a *whole* data directory replaced by an older
+//! copy of itself (the mark comes back with it). The leader's network layer
+//! refuses a follower whose log went backwards (latchkey-server), and the
+//! README's repair guide says never to restore a replica's directory from a
+//! backup.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use latchkey_core::codec;
+use serde::{Deserialize, Serialize};
+
+use crate::error::StorageError;
+use crate::types::Vote;
+
+/// File name of the mark inside the data directory.
+pub const MARK_FILE: &str = "acknowledged.mark";
+
+const MAGIC: &[u8; 8] = b"LKMARK01";
+const SLOT_BYTES: usize = 512;
+const SLOT_OFFSETS: [u64; 2] = [0, 4096];
+/// magic (8) + seq (8) + length (4) ... payload ... + crc (4)
+const HEADER_BYTES: usize = 20;
+
+/// What one slot records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkRecord {
+    /// This data directory's identity (non-zero).
+    pub incarnation: u64,
+    /// The last vote this replica saved.
+    pub vote: Option<Vote>,
+    /// The last log index this replica acknowledged as flushed (0: none).
+    pub log_index: u64,
+}
+
+/// The open mark file with its current record.
+#[derive(Debug)]
+pub struct AckMark {
+    file: File,
+    path: PathBuf,
+    record: MarkRecord,
+    seq: u64,
+    /// Slot holding the current record.
+    slot: usize,
+}
+
+fn io_err(what: &'static str, path: &Path, source: io::Error) -> StorageError {
+    StorageError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn corrupt(detail: impl Into<String>) -> StorageError {
+    StorageError::Corrupt {
+        what: "acknowledgement mark",
+        detail: detail.into(),
+    }
+}
+
+/// Encode `record` as slot bytes with sequence number `seq`.
+fn encode_slot(seq: u64, record: &MarkRecord) -> Result<Vec<u8>, StorageError> {
+    let payload = codec::encode(record).map_err(|e| corrupt(e.to_string()))?;
+    if HEADER_BYTES + payload.len() > SLOT_BYTES {
+        return Err(corrupt(format!(
+            "record of {} bytes does not fit a slot",
+            payload.len()
+        )));
+    }
+    let mut slot = Vec::with_capacity(SLOT_BYTES);
+    slot.extend_from_slice(MAGIC);
+    slot.extend_from_slice(&seq.to_le_bytes());
+    slot.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    slot.extend_from_slice(&payload);
+    let crc = crc32fast::hash(&slot);
+    slot.extend_from_slice(&crc.to_le_bytes());
+    slot.resize(SLOT_BYTES, 0);
+    Ok(slot)
+}
+
+/// Decode slot bytes; `None` when the slot is empty, torn or damaged.
+fn decode_slot(bytes: &[u8]) -> Option<(u64, MarkRecord)> {
+    if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
+        return None;
+    }
+    let seq = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
+    let len = u32::from_le_bytes(bytes[16..20].try_into().ok()?) as usize;
+    let end = 20usize.checked_add(len)?;
+    let crc_end = end.checked_add(4)?;
+    if crc_end > bytes.len() {
+        return None;
+    }
+    let crc = u32::from_le_bytes(bytes[end..crc_end].try_into().ok()?);
+    if crc32fast::hash(&bytes[..end]) != crc {
+        return None;
+    }
+    let record: MarkRecord = codec::decode(&bytes[20..end]).ok()?;
+    (record.incarnation != 0).then_some((seq, record))
+}
+
+/// A fresh random incarnation (never 0).
+fn new_incarnation() -> Result<u64, StorageError> {
+    loop {
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).map_err(|e| StorageError::Io {
+            what: "draw a random incarnation",
+            path: PathBuf::new(),
+            source: io::Error::other(e.to_string()),
+        })?;
+        let n = u64::from_le_bytes(bytes);
+        if n != 0 {
+            return Ok(n);
+        }
+    }
+}
+
+impl AckMark {
+    /// Open the mark in `dir`; `None` when there is no mark file.
+    pub(crate) fn open(dir: &Path) -> Result<Option<AckMark>, StorageError> {
+        let path = dir.join(MARK_FILE);
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("open acknowledgement mark", &path, e)),
+        };
+        let mut best: Option<(u64, MarkRecord, usize)> = None;
+        for (slot, offset) in SLOT_OFFSETS.iter().enumerate() {
+            let mut bytes = vec![0u8; SLOT_BYTES];
+            let read = read_up_to(&file, &mut bytes, *offset)
+                .map_err(|e| io_err("read acknowledgement mark", &path, e))?;
+            bytes.truncate(read);
+            if let Some((seq, record)) = decode_slot(&bytes) {
+                if best.as_ref().is_none_or(|(s, _, _)| seq > *s) {
+                    best = Some((seq, record, slot));
+                }
+            }
+        }
+        let Some((seq, record, slot)) = best else {
+            return Err(corrupt(format!(
+                "{} holds no valid record (damaged or not a latchkey mark)",
+                path.display()
+            )));
+        };
+        Ok(Some(AckMark {
+            file,
+            path,
+            record,
+            seq,
+            slot,
+        }))
+    }
+
+    /// Create a new mark in `dir` with a fresh incarnation, durably (file
+    /// and directory entry synced).
+    pub(crate) fn create(dir: &Path) -> Result<AckMark, StorageError> {
+        let path = dir.join(MARK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_err("create acknowledgement mark", &path, e))?;
+        let record = MarkRecord {
+            incarnation: new_incarnation()?,
+            vote: None,
+            log_index: 0,
+        };
+        let mut mark = AckMark {
+            file,
+            path,
+            record: record.clone(),
+            seq: 0,
+            slot: 1,
+        };
+        mark.write(record)?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err("sync data directory", dir, e))?;
+        tracing::info!(
+            incarnation = mark.record.incarnation,
+            "new data directory: drew a new incarnation"
+        );
+        Ok(mark)
+    }
+
+    /// The current record.
+    pub fn record(&self) -> &MarkRecord {
+        &self.record
+    }
+
+    /// This data directory's incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.record.incarnation
+    }
+
+    /// Where the mark lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Durably record `vote` (call after the vote itself is synced).
+    pub(crate) fn record_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        if self.record.vote.as_ref() == Some(vote) {
+            return Ok(());
+        }
+        let record = MarkRecord {
+            vote: Some(*vote),
+            ..self.record.clone()
+        };
+        self.write(record).map_err(io::Error::other)
+    }
+
+    /// Durably record that the log is acknowledged up to `index` (call after
+    /// the sync covering it, before acknowledging). Never lowers the mark.
+    pub(crate) fn record_flushed(&mut self, index: u64) -> io::Result<()> {
+        if index <= self.record.log_index {
+            return Ok(());
+        }
+        let record = MarkRecord {
+            log_index: index,
+            ..self.record.clone()
+        };
+        self.write(record).map_err(io::Error::other)
+    }
+
+    /// Durably lower the mark to `index` ahead of a truncation that leaves
+    /// the log ending there.
+    pub(crate) fn record_truncation(&mut self, index: u64) -> io::Result<()> {
+        if index >= self.record.log_index {
+            return Ok(());
+        }
+        let record = MarkRecord {
+            log_index: index,
+            ..self.record.clone()
+        };
+        self.write(record).map_err(io::Error::other)
+    }
+
+    fn write(&mut self, record: MarkRecord) -> Result<(), StorageError> {
+        let seq = self.seq + 1;
+        let slot = 1 - self.slot;
+        let bytes = encode_slot(seq, &record)?;
+        self.file
+            .write_all_at(&bytes, SLOT_OFFSETS[slot])
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| io_err("write acknowledgement mark", &self.path, e))?;
+        self.seq = seq;
+        self.slot = slot;
+        self.record = record;
+        Ok(())
+    }
+}
+
+/// Whether a freshly opened log (`vote`, and `last_index`, the index of its
+/// last entry or purged entry) still holds everything `mark` says was
+/// acknowledged; the error says what is missing.
+pub(crate) fn check(
+    mark: &MarkRecord,
+    vote: Option<&Vote>,
+    last_index: Option<u64>,
+) -> Result<(), String> {
+    let last = last_index.unwrap_or(0);
+    if false /*MUTATION-DF*/ && last < mark.log_index {
+        return Err(format!(
+            "the Raft log ends at index {last} but entries up to {} were acknowledged \
+             (a write-ahead log cut short or a part of the directory replaced)",
+            mark.log_index
+        ));
+    }
+    if let Some(acked) = mark.vote.as_ref().filter(|_| false /*MUTATION-DF*/) {
+        if !vote_kept(vote, acked) {
+            let found = vote.map_or("none".to_string(), |v| v.to_string());
+            return Err(format!(
+                "the saved vote is {found} but vote {acked} was acknowledged"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `found` (read from the disk) still holds the promise of `acked`:
+/// a later term, or the same term with the same candidate. The `committed`
+/// flag is not compared: a replica lowers its own committed vote on purpose
+/// at start (see `LogStore::overlap_leader_fsync`), and losing the flag
+/// only makes it stand for election again.
+///
+/// Written out rather than through `Vote`'s `PartialOrd`, which panics on
+/// two committed votes of different leaders in one term: bytes read from a
+/// disk must never panic the replica.
+fn vote_kept(found: Option<&Vote>, acked: &Vote) -> bool {
+    let Some(found) = found else {
+        return false;
+    };
+    let (f, a) = (found.leader_id(), acked.leader_id());
+    match f.term.cmp(&a.term) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => match (f.voted_for(), a.voted_for()) {
+            (_, None) => true,
+            (Some(x), Some(y)) => x == y,
+            (None, Some(_)) => false,
+        },
+    }
+}
+
+/// Read as much of `buf` as the file holds from `offset`.
+fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::Vote;
+
+    use super::*;
+
+    #[test]
+    fn a_new_mark_reads_back_and_records_survive_reopening(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let mut mark = AckMark::create(dir.path())?;
+        let incarnation = mark.incarnation();
+        assert_ne!(incarnation, 0);
+        mark.record_flushed(7)?;
+        mark.record_vote(&Vote::new(3, 2))?;
+        mark.record_flushed(5)?; // never lowers
+        drop(mark);
+        let again = AckMark::open(dir.path())?.ok_or("mark vanished")?;
+        assert_eq!(
+            again.record(),
+            &MarkRecord {
+                incarnation,
+                vote: Some(Vote::new(3, 2)),
+                log_index: 7
+            }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_torn_newest_slot_falls_back_to_the_other() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let mut mark = AckMark::create(dir.path())?;
+        mark.record_flushed(10)?;
+        mark.record_flushed(20)?;
+        let slot = mark.slot;
+        drop(mark);
+        // Damage the newest slot's payload.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(MARK_FILE))?;
+        file.write_all_at(&[0xff; 4], SLOT_OFFSETS[slot] + 22)?;
+        let again = AckMark::open(dir.path())?.ok_or("mark vanished")?;
+        assert_eq!(again.record().log_index, 10);
+        Ok(())
+    }
+
+    #[test]
+    fn a_mark_with_no_valid_slot_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join(MARK_FILE), b"garbage")?;
+        assert!(matches!(
+            AckMark::open(dir.path()),
+            Err(StorageError::Corrupt { .. })
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn check_refuses_a_log_or_vote_behind_the_mark() {
+        let mark = MarkRecord {
+            incarnation: 1,
+            vote: Some(Vote::new(4, 2)),
+            log_index: 10,
+        };
+        assert!(check(&mark, Some(&Vote::new(4, 2)), Some(10)).is_ok());
+        assert!(check(&mark, Some(&Vote::new(5, 3)), Some(12)).is_ok());
+        let short = check(&mark, Some(&Vote::new(4, 2)), Some(9));
+        assert!(short.is_err_and(|e| e.contains("ends at index 9")));
+        assert!(check(&mark, Some(&Vote::new(4, 2)), None).is_err());
+        assert!(check(&mark, Some(&Vote::new(3, 2)), Some(10)).is_err());
+        assert!(check(&mark, None, Some(10)).is_err());
+        // Same term, another candidate: the acknowledged vote was lost.
+        assert!(check(&mark, Some(&Vote::new(4, 3)), Some(10)).is_err());
+        // Committed votes of two leaders in one term: refused, no panic.
+        let committed = MarkRecord {
+            vote: Some(Vote::new_committed(4, 2)),
+            ..mark.clone()
+        };
+        assert!(check(&committed, Some(&Vote::new_committed(4, 3)), Some(10)).is_err());
+        // Only the committed flag lost (a leader's vote lowered at start).
+        assert!(check(&committed, Some(&Vote::new(4, 2)), Some(10)).is_ok());
+        let fresh = MarkRecord {
+            incarnation: 1,
+            vote: None,
+            log_index: 0,
+        };
+        assert!(check(&fresh, None, None).is_ok());
+    }
+
+    #[test]
+    fn truncation_lowers_the_mark() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let mut mark = AckMark::create(dir.path())?;
+        mark.record_flushed(10)?;
+        mark.record_truncation(6)?;
+        assert_eq!(mark.record().log_index, 6);
+        mark.record_truncation(8)?; // never raises
+        assert_eq!(mark.record().log_index, 6);
+        Ok(())
+    }
+}
