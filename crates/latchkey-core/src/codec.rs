@@ -7,7 +7,11 @@
 use serde::{de::DeserializeOwned, Serialize};
 
 /// Version byte written in front of every encoded value.
-pub const FORMAT_VERSION: u8 = 1;
+///
+/// 2: the membership in log entries and snapshots records each member's
+/// data-directory incarnation (`latchkey_storage::Member`), and Raft
+/// messages carry it.
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

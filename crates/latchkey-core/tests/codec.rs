@@ -556,7 +556,8 @@ fn large_values_round_trip() {
 }
 
 /// The log and snapshots outlive builds: a change of these bytes is a format
-/// change and must come with a new [`FORMAT_VERSION`].
+/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 2
+/// since members carry incarnations).
 #[test]
 fn format_is_frozen() {
     let bytes = encode(&Request {
@@ -567,14 +568,14 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [1, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [2, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
     // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [1, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+    assert_eq!(bytes, [2, 0, 5, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
     // LockCommand variant 0 (OpenSession), ttl 3000.
     let bytes = encode(&Request {
@@ -582,14 +583,14 @@ fn format_is_frozen() {
         command: Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
     })
     .expect("encodes");
-    assert_eq!(bytes, [1, 1, 8, 0, 0xfb, 0xb8, 0x0b]);
+    assert_eq!(bytes, [2, 1, 8, 0, 0xfb, 0xb8, 0x0b]);
     // Lock errors come after the KV errors: CommandError variant 2 is
     // UnknownSession.
     let bytes = encode(&Err::<Outcome, _>(CommandError::UnknownSession {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [1, 1, 2, 5]);
+    assert_eq!(bytes, [2, 1, 2, 5]);
 }
 
 // ---------------------------------------------------------------- refusals

@@ -22,7 +22,9 @@
 //!   longest election timeout) first and usually find they were initialised
 //!   by its first entries meanwhile. Each initialisation starts an election
 //!   at once, so initialising everywhere together would make the first
-//!   elections collide.
+//!   elections collide. After the wait they ask everyone again and
+//!   initialise only if every answer is the same as before (a member wiped
+//!   meanwhile would otherwise be recorded with a stale incarnation).
 //!
 //! A new cluster therefore forms once **every** initial member is up (etcd
 //! forms with a majority, because its member ids are derived from the
@@ -133,7 +135,7 @@ pub(crate) async fn run(
             inc = replica.incarnation()
         )
     };
-    if false /*MUTATION-DF*/ && state == ClusterState::Existing {
+    if state == ClusterState::Existing {
         if !replica.is_member() {
             replica
                 .health()
@@ -142,6 +144,8 @@ pub(crate) async fn run(
         return;
     }
     let mut last_log: Option<Instant> = None;
+    // The answers of the previous round, when everyone answered "fresh".
+    let mut agreed: Option<BTreeMap<u64, Member>> = None;
     loop {
         if replica.is_member() || replica.health().failure().is_some() {
             return;
@@ -175,13 +179,14 @@ pub(crate) async fn run(
                 Answer::Nothing => missing.push(id),
             }
         }
-        if missing.is_empty() {
-            if members.keys().next() != Some(&me) {
-                tokio::time::sleep(stagger).await;
-                if replica.is_member() {
-                    return;
-                }
-            }
+        if !missing.is_empty() {
+            agreed = None;
+        } else if members.keys().next() != Some(&me) && agreed.as_ref() != Some(&incarnations) {
+            // Not the first to initialise: wait, then ask again.
+            agreed = Some(incarnations);
+            tokio::time::sleep(stagger).await;
+            continue;
+        } else {
             match replica.raft().initialize(incarnations).await {
                 Ok(()) => tracing::info!(node = me, "initialised the cluster membership"),
                 Err(RaftError::APIError(InitializeError::NotAllowed(e))) => {

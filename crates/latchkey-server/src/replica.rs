@@ -97,6 +97,18 @@ impl Replica {
             .is_some_and(|n| n.incarnation == self.incarnation)
     }
 
+    /// Whether this replica holds a membership (it belongs to a cluster).
+    pub(crate) fn has_membership(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .next()
+            .is_some()
+    }
+
     /// Whether the membership this replica knows lists node `id` with
     /// incarnation `incarnation`; `None` when it does not list `id` at all.
     pub(crate) fn knows(&self, id: u64, incarnation: u64) -> Option<bool> {

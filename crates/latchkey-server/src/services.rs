@@ -170,16 +170,19 @@ impl RaftRpc for RaftService {
         request: Request<IdentifyRequest>,
     ) -> Result<Response<IdentifyReply>, Status> {
         let asker = request.into_inner();
-        let initialized = self
-            .replica
-            .raft()
-            .is_initialized()
-            .await
-            .map_err(|e| Status::unavailable(format!("this replica has stopped: {e}")))?;
+        if let Some(cause) = self.replica.health().failure() {
+            return Err(Status::unavailable(format!(
+                "this replica has failed: {cause}"
+            )));
+        }
         Ok(Response::new(IdentifyReply {
             node_id: self.replica.id(),
             incarnation: self.replica.incarnation(),
-            initialized,
+            // A membership, not merely a vote: a replica that granted a vote
+            // to a leader who never replicated anything is not in a cluster
+            // (nothing can have been committed without a majority holding
+            // the membership entry).
+            initialized: self.replica.has_membership(),
             knows_you: self
                 .replica
                 .knows(asker.from_id, asker.from_incarnation)

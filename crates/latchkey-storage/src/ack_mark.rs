@@ -22,9 +22,18 @@
 //! - `vote`: the last vote saved (recorded after RocksDB's synced write,
 //!   before `save_vote` returns, so the mark is never ahead of the disk).
 //! - `log_index`: the last log index acknowledged as flushed (recorded after
-//!   each group-commit WAL sync and before its callbacks fire). A
-//!   truncation lowers it *before* it truncates, so a crash in between
-//!   leaves the mark at or below the log.
+//!   each group-commit WAL sync and before the new durable index is
+//!   published or any callback fires). A truncation lowers it *before* it
+//!   truncates, so a crash in between leaves the mark at or below the log;
+//! - `floor`: the highest index flushed while the saved vote (its term and
+//!   candidate) was the current one. Those entries were acknowledged to the
+//!   current leader, who may have counted them in a commit quorum, so a
+//!   truncation never lowers the mark below them. Raft itself never
+//!   truncates them (a leader never sends entries conflicting with what a
+//!   follower matched), but openraft 0.9 installing a snapshot first
+//!   truncates the log from the local commit index on: a crash before the
+//!   snapshot is in place would otherwise come back with fewer acknowledged
+//!   entries and a mark that agrees. With the floor it is refused instead.
 //!
 //! # Format and crash safety
 //!
@@ -73,6 +82,9 @@ pub struct MarkRecord {
     pub vote: Option<Vote>,
     /// The last log index this replica acknowledged as flushed (0: none).
     pub log_index: u64,
+    /// The highest index flushed under the current vote (see the module
+    /// docs); truncations never lower `log_index` below it.
+    pub floor: u64,
 }
 
 /// The open mark file with its current record.
@@ -195,27 +207,36 @@ impl AckMark {
 
     /// Create a new mark in `dir` with a fresh incarnation, durably (file
     /// and directory entry synced).
+    ///
+    /// The first record is written and synced under a temporary name and
+    /// then renamed into place, so a crash never leaves a mark file without
+    /// a valid record (which would be refused as corrupt ever after).
     pub(crate) fn create(dir: &Path) -> Result<AckMark, StorageError> {
         let path = dir.join(MARK_FILE);
+        let temp = dir.join(format!("{MARK_FILE}.new"));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_err("create acknowledgement mark", &path, e))?;
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .map_err(|e| io_err("create acknowledgement mark", &temp, e))?;
         let record = MarkRecord {
             incarnation: new_incarnation()?,
             vote: None,
             log_index: 0,
+            floor: 0,
         };
         let mut mark = AckMark {
             file,
-            path,
+            path: path.clone(),
             record: record.clone(),
             seq: 0,
             slot: 1,
         };
         mark.write(record)?;
+        std::fs::rename(&temp, &mark.path)
+            .map_err(|e| io_err("put the acknowledgement mark in place", &mark.path, e))?;
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io_err("sync data directory", dir, e))?;
@@ -246,8 +267,15 @@ impl AckMark {
         if self.record.vote.as_ref() == Some(vote) {
             return Ok(());
         }
+        // Another leader (or candidate): what was acknowledged to the
+        // previous one may be truncated if it conflicts.
+        let same_leader = self
+            .record
+            .vote
+            .is_some_and(|v| v.leader_id() == vote.leader_id());
         let record = MarkRecord {
             vote: Some(*vote),
+            floor: if same_leader { self.record.floor } else { 0 },
             ..self.record.clone()
         };
         self.write(record).map_err(io::Error::other)
@@ -261,19 +289,30 @@ impl AckMark {
         }
         let record = MarkRecord {
             log_index: index,
+            floor: self.record.floor.max(index),
             ..self.record.clone()
         };
         self.write(record).map_err(io::Error::other)
     }
 
     /// Durably lower the mark to `index` ahead of a truncation that leaves
-    /// the log ending there.
+    /// the log ending there, but never below what was acknowledged to the
+    /// current leader (`floor`).
     pub(crate) fn record_truncation(&mut self, index: u64) -> io::Result<()> {
-        if index >= self.record.log_index {
+        let kept = index.max(self.record.floor);
+        if index < self.record.floor {
+            tracing::warn!(
+                truncated_from = index + 1,
+                acknowledged_to_leader = self.record.floor,
+                "truncating entries acknowledged to the current leader (openraft installs a \
+                 snapshot this way): until the snapshot is in place, a restart is refused"
+            );
+        }
+        if kept >= self.record.log_index {
             return Ok(());
         }
         let record = MarkRecord {
-            log_index: index,
+            log_index: kept,
             ..self.record.clone()
         };
         self.write(record).map_err(io::Error::other)
@@ -303,14 +342,14 @@ pub(crate) fn check(
     last_index: Option<u64>,
 ) -> Result<(), String> {
     let last = last_index.unwrap_or(0);
-    if false /*MUTATION-DF*/ && last < mark.log_index {
+    if last < mark.log_index {
         return Err(format!(
             "the Raft log ends at index {last} but entries up to {} were acknowledged \
              (a write-ahead log cut short or a part of the directory replaced)",
             mark.log_index
         ));
     }
-    if let Some(acked) = mark.vote.as_ref().filter(|_| false /*MUTATION-DF*/) {
+    if let Some(acked) = &mark.vote {
         if !vote_kept(vote, acked) {
             let found = vote.map_or("none".to_string(), |v| v.to_string());
             return Err(format!(
@@ -383,7 +422,8 @@ mod tests {
             &MarkRecord {
                 incarnation,
                 vote: Some(Vote::new(3, 2)),
-                log_index: 7
+                log_index: 7,
+                floor: 0,
             }
         );
         Ok(())
@@ -424,6 +464,7 @@ mod tests {
             incarnation: 1,
             vote: Some(Vote::new(4, 2)),
             log_index: 10,
+            floor: 10,
         };
         assert!(check(&mark, Some(&Vote::new(4, 2)), Some(10)).is_ok());
         assert!(check(&mark, Some(&Vote::new(5, 3)), Some(12)).is_ok());
@@ -446,19 +487,29 @@ mod tests {
             incarnation: 1,
             vote: None,
             log_index: 0,
+            floor: 0,
         };
         assert!(check(&fresh, None, None).is_ok());
     }
 
     #[test]
-    fn truncation_lowers_the_mark() -> Result<(), Box<dyn std::error::Error>> {
+    fn truncation_lowers_the_mark_but_not_below_the_current_leaders_acks(
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let mut mark = AckMark::create(dir.path())?;
+        mark.record_vote(&Vote::new(1, 1))?;
         mark.record_flushed(10)?;
+        // A new leader: what the old one was sent may be truncated.
+        mark.record_vote(&Vote::new(2, 2))?;
         mark.record_truncation(6)?;
         assert_eq!(mark.record().log_index, 6);
         mark.record_truncation(8)?; // never raises
         assert_eq!(mark.record().log_index, 6);
+        // Acknowledged to leader 2 up to 9: a truncation to 4 keeps 9.
+        mark.record_flushed(9)?;
+        mark.record_vote(&Vote::new_committed(2, 2))?; // same leader, committed
+        mark.record_truncation(4)?;
+        assert_eq!(mark.record().log_index, 9);
         Ok(())
     }
 }

@@ -145,12 +145,19 @@ fn run(
             .map_err(|e| format!("WAL sync failed: {e}"))
             .and_then(|()| {
                 // Under the mark's lock, so a truncation cannot come between
-                // advancing the durable state and recording it.
+                // recording the new durable index and publishing it. The mark
+                // first: everything that acts on the durable state (the
+                // apply gate, the commit clamp, openraft through the
+                // callbacks) must find it covered by the mark.
                 let mut mark = lock_mark(mark);
+                let mut next = durable.borrow().clone();
+                if !mark_durable(&mut next, &batch) {
+                    return Ok(());
+                }
+                mark.record_flushed(next.durable.map_or(0, |l| l.index))
+                    .map_err(|e| format!("recording the acknowledgement mark failed: {e}"))?;
                 durable.send_if_modified(|d| mark_durable(d, &batch));
-                let index = durable.borrow().durable.map_or(0, |l| l.index);
-                mark.record_flushed(index)
-                    .map_err(|e| format!("recording the acknowledgement mark failed: {e}"))
+                Ok(())
             });
         fsyncs.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(appends = batch.len(), "log group commit");

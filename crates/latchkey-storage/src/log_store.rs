@@ -198,11 +198,12 @@ impl LogStore {
             })?;
             let meta = columns::handle(&self.db, columns::LOG_META)?;
             self.db.put_cf_opt(meta, VOTE, bytes, &synced())?;
+            let path = self.mark_path();
             lock_mark(&self.mark)
                 .record_vote(&lowered)
                 .map_err(|source| StorageError::Io {
                     what: "record the lowered vote in the acknowledgement mark",
-                    path: self.mark_path(),
+                    path,
                     source,
                 })?;
             tracing::info!(vote = %lowered, "was the leader: will stand for election in a new term");

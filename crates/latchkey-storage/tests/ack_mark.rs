@@ -105,15 +105,35 @@ fn raft_state_without_a_mark_is_refused() {
 }
 
 #[test]
-fn a_truncation_lowers_the_mark_first_so_reopening_is_fine() {
+fn a_new_leaders_truncation_lowers_the_mark_first_so_reopening_is_fine() {
     let dir = tempfile::tempdir().unwrap();
     acknowledge_ten(dir.path());
     runtime().block_on(async {
         let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        // A new leader (vote saved first, as openraft does) truncates a
+        // conflicting tail that was acknowledged to the previous one.
+        log.save_vote(&Vote::new_committed(4, 3)).await.unwrap();
         log.truncate(log_id(3, 8)).await.unwrap();
         assert_eq!(log.mark().log_index, 7);
     });
     let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
     let state = runtime().block_on(log.get_log_state()).unwrap();
     assert_eq!(state.last_log_id, Some(log_id(3, 7)));
+}
+
+/// openraft 0.9 installs a snapshot by first truncating the log from the
+/// local commit index, even entries acknowledged to the current leader. The
+/// mark keeps those: a crash before the snapshot is in place is refused at
+/// start rather than coming back with fewer acknowledged entries.
+#[test]
+fn a_truncation_under_the_same_leader_keeps_the_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    acknowledge_ten(dir.path());
+    runtime().block_on(async {
+        let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        log.truncate(log_id(3, 8)).await.unwrap();
+        assert_eq!(log.mark().log_index, 10);
+    });
+    let message = lost(open(dir.path(), StorageOptions::default()));
+    assert!(message.contains("ends at index 7"), "{message}");
 }

@@ -460,20 +460,39 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
         for (addr, e) in &errors {
             text.push_str(&format!("{addr:<22} unreachable: {e}\n"));
         }
-        if let Some(s) = rows.values().next() {
+        // Why a replica waits or failed, and peers it refuses or that
+        // refuse it: what an operator must act on.
+        for (addr, s) in &rows {
+            if let Some(detail) = &s.detail {
+                text.push_str(&format!("{addr} ({}): {detail}\n", s.state));
+            }
+            for problem in &s.peer_problems {
+                text.push_str(&format!("{addr}: {problem}\n"));
+            }
+        }
+        // The membership as the leader (else the first answer) knows it.
+        let view = rows
+            .values()
+            .find(|s| s.leader_id == Some(s.id))
+            .or_else(|| rows.values().next());
+        if let Some(s) = view {
             let members: Vec<String> = s
                 .members
                 .iter()
                 .map(|m| {
                     format!(
-                        "{}={}{}",
+                        "{}={}#{}{}",
                         m.id,
                         m.addr,
+                        m.incarnation,
                         if m.voter { "" } else { " (learner)" }
                     )
                 })
                 .collect();
-            text.push_str(&format!("members: {}\n", members.join(", ")));
+            text.push_str(&format!(
+                "members (id=address#incarnation): {}\n",
+                members.join(", ")
+            ));
         }
         out(&[text.as_bytes()])?;
     }
