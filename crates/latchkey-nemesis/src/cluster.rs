@@ -1,13 +1,14 @@
 //! The cluster under test: three `latchkey serve` processes, each in its
 //! own network namespace (or, without root, on loopback), that the nemesis
-//! kills, restarts, pauses and partitions.
+//! kills, restarts, pauses, partitions and whose data directories it
+//! damages (disk faults), then repairs.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use latchkey::{Client, ClientOptions};
@@ -17,6 +18,11 @@ use crate::net::Netns;
 
 /// The port every replica listens on inside its namespace.
 const NETNS_PORT: u16 = 7400;
+
+/// `latchkey serve`'s exit code when the replica could not start or failed
+/// while running (lost acknowledged state, data directory gone, Raft core
+/// stopped).
+pub const EXIT_REPLICA_FAILED: i32 = 8;
 
 /// One replica.
 #[derive(Debug)]
@@ -28,6 +34,31 @@ struct Replica {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// A disk fault is being carried out on it: the fault watches its exit,
+    /// which is not an error of the run.
+    exempt: bool,
+    /// Its disk was damaged and it started anyway (a flipped byte nobody
+    /// read yet): why. If it exits later with [`EXIT_REPLICA_FAILED`],
+    /// that is the damage found, not an error; it gets repaired.
+    suspect: Option<String>,
+    /// Such a late exit, waiting for its repair: when, and how.
+    late_exit: Option<(u64, ExitStatus)>,
+    /// Damaged data directories moved aside so far.
+    discarded: u32,
+    /// The length of its log file when its current process started.
+    log_at_spawn: u64,
+}
+
+/// A replica that exited on its own because of earlier damage to its disk.
+#[derive(Debug)]
+pub struct LateExit {
+    /// The replica's index.
+    pub index: usize,
+    /// When the harness saw it gone (CLOCK_MONOTONIC, ns).
+    pub time_ns: u64,
+    pub status: ExitStatus,
+    /// What the replica damaged earlier, and when.
+    pub cause: String,
 }
 
 /// Three replicas and the hosts they run on.
@@ -89,6 +120,11 @@ impl Cluster {
                 log: dir.join(format!("logs/n{}.log", i + 1)),
                 child: None,
                 paused: false,
+                exempt: false,
+                suspect: None,
+                late_exit: None,
+                discarded: 0,
+                log_at_spawn: 0,
             })
             .collect();
         std::fs::create_dir_all(dir.join("logs")).map_err(Error::io("create logs/"))?;
@@ -123,6 +159,7 @@ impl Cluster {
             .open(&r.log)
             .map_err(Error::io(format!("open {}", r.log.display())))?;
         let _ = writeln!(log, "==== harness: starting replica {}", r.id);
+        let log_at_spawn = log.metadata().map_or(0, |m| m.len());
         let log_err = log.try_clone().map_err(Error::io("clone a log handle"))?;
         let mut cmd = match &self.net {
             Some(n) => n.command(i, &self.server_bin),
@@ -154,7 +191,142 @@ impl Cluster {
         let r = &mut self.replicas[i];
         r.child = Some(child);
         r.paused = false;
+        r.late_exit = None;
+        r.log_at_spawn = log_at_spawn;
         Ok(())
+    }
+
+    /// Replica `i`'s address (what clients and peers dial).
+    pub fn addr(&self, i: usize) -> &str {
+        &self.replicas[i].addr
+    }
+
+    /// Replica `i`'s node id.
+    pub fn id(&self, i: usize) -> u64 {
+        self.replicas[i].id
+    }
+
+    /// Replica `i`'s data directory: always the same path, on every
+    /// restart (a repair moves the damaged one aside first).
+    pub fn data_dir(&self, i: usize) -> &Path {
+        &self.replicas[i].data
+    }
+
+    /// Whether replica `i` has a process (running or paused).
+    pub fn running(&self, i: usize) -> bool {
+        self.replicas[i].child.is_some()
+    }
+
+    /// A disk fault on replica `i` starts (`true`) or ends: while it runs,
+    /// [`Cluster::check_alive`] leaves the replica to the fault.
+    pub fn set_exempt(&mut self, i: usize, exempt: bool) {
+        self.replicas[i].exempt = exempt;
+    }
+
+    /// Replica `i` runs on a damaged disk (`Some(why)`), or on a sound one.
+    pub fn set_suspect(&mut self, i: usize, why: Option<String>) {
+        self.replicas[i].suspect = why;
+    }
+
+    /// The status of replica `i` if it has exited (it is then reaped and
+    /// counts as down).
+    pub fn try_exit(&mut self, i: usize) -> Option<ExitStatus> {
+        let r = &mut self.replicas[i];
+        let status = r.child.as_mut().and_then(|c| c.try_wait().ok().flatten())?;
+        r.child = None;
+        r.paused = false;
+        Some(status)
+    }
+
+    /// The replicas that exited because of earlier damage to their disk
+    /// and wait for a repair (each reported once).
+    pub fn take_late_exits(&mut self) -> Vec<LateExit> {
+        let mut out = Vec::new();
+        for (index, r) in self.replicas.iter_mut().enumerate() {
+            if let Some((time_ns, status)) = r.late_exit.take() {
+                out.push(LateExit {
+                    index,
+                    time_ns,
+                    status,
+                    cause: r.suspect.clone().unwrap_or_default(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Deletes replica `i`'s data directory (running or not).
+    pub fn remove_data(&mut self, i: usize) -> Result<()> {
+        let dir = &self.replicas[i].data;
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::Io {
+                context: format!("delete {}", dir.display()),
+                source: e,
+            }),
+        }
+    }
+
+    /// Moves replica `i`'s (stopped) data directory aside, to
+    /// `<dir>.discarded-<n>`, kept for a failed run's post-mortem; returns
+    /// where it went, or `None` when there was none.
+    pub fn discard_data(&mut self, i: usize) -> Result<Option<PathBuf>> {
+        let r = &mut self.replicas[i];
+        if !r.data.exists() {
+            return Ok(None);
+        }
+        r.discarded += 1;
+        let mut name = r.data.as_os_str().to_owned();
+        name.push(format!(".discarded-{}", r.discarded));
+        let to = PathBuf::from(name);
+        std::fs::rename(&r.data, &to).map_err(Error::io(format!(
+            "move {} to {}",
+            r.data.display(),
+            to.display()
+        )))?;
+        Ok(Some(to))
+    }
+
+    /// The line replica `i`'s last process said why it stopped with:
+    /// `latchkey serve`'s last line (`latchkey: ...`), else the last line
+    /// naming the problem.
+    pub fn exit_message(&self, i: usize) -> Option<String> {
+        let r = &self.replicas[i];
+        let text = std::fs::read(&r.log).ok()?;
+        let start = usize::try_from(r.log_at_spawn).unwrap_or(0).min(text.len());
+        let text = String::from_utf8_lossy(&text[start..]);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let pick = lines
+            .iter()
+            .rev()
+            .find(|l| l.starts_with("latchkey: "))
+            .or_else(|| {
+                lines.iter().rev().find(|l| {
+                    l.contains("lost state") || l.contains("ERROR") || l.contains("failed")
+                })
+            })?;
+        Some(shorten(pick, 400))
+    }
+
+    /// The first panic replica `i`'s last process logged (`panicked at`,
+    /// with the message line after it), if it panicked.
+    pub fn panic_message(&self, i: usize) -> Option<String> {
+        let r = &self.replicas[i];
+        let text = std::fs::read(&r.log).ok()?;
+        let start = usize::try_from(r.log_at_spawn).unwrap_or(0).min(text.len());
+        let text = String::from_utf8_lossy(&text[start..]);
+        let mut lines = text.lines();
+        let at = lines.by_ref().find(|l| l.contains("panicked at"))?;
+        let what = lines.next().unwrap_or("");
+        Some(shorten(&format!("{} {}", at.trim(), what.trim()), 500))
+    }
+
+    /// Appends a line to replica `i`'s log: what the harness did to it.
+    pub fn log_note(&self, i: usize, note: &str) {
+        if let Ok(mut log) = OpenOptions::new().append(true).open(&self.replicas[i].log) {
+            let _ = writeln!(log, "==== harness: {note}");
+        }
     }
 
     fn pid(&self, i: usize) -> Option<i32> {
@@ -216,14 +388,25 @@ impl Cluster {
     }
 
     /// An error if a replica exited although the harness did not kill it:
-    /// replicas must survive every fault.
+    /// replicas must survive every fault. Two exceptions: a replica under a
+    /// disk fault (the fault watches it), and a replica that runs on a disk
+    /// damaged earlier and exits with [`EXIT_REPLICA_FAILED`] (it found the
+    /// damage: [`Cluster::take_late_exits`] hands it over for repair).
     pub fn check_alive(&mut self) -> Result<()> {
         for r in &mut self.replicas {
+            if r.exempt {
+                continue;
+            }
             let Some(child) = r.child.as_mut() else {
                 continue;
             };
             if let Ok(Some(status)) = child.try_wait() {
                 r.child = None;
+                r.paused = false;
+                if r.suspect.is_some() && status.code() == Some(EXIT_REPLICA_FAILED) {
+                    r.late_exit = Some((crate::clock::now_ns(), status));
+                    continue;
+                }
                 return Err(Error::Cluster(format!(
                     "replica {} exited on its own ({status}); see {}",
                     r.id,
@@ -264,19 +447,24 @@ impl Cluster {
         }
     }
 
-    /// Every replica up, running and connected: heal, resume, restart.
+    /// Every replica up, running and connected: heal, resume, restart;
+    /// except a replica waiting for the repair of its disk (see
+    /// [`Cluster::take_late_exits`]), which restarting would not mend.
     pub fn restore_all(&mut self) -> Result<()> {
         self.heal()?;
         for i in 0..self.replicas.len() {
             if self.replicas[i].paused {
                 self.resume(i);
             }
-            self.restart(i)?;
+            if self.replicas[i].late_exit.is_none() {
+                self.restart(i)?;
+            }
         }
         Ok(())
     }
 
-    /// Kill every replica at once (SIGKILL), then start them all again.
+    /// Kill every replica at once (SIGKILL), then start them all again, each
+    /// on its current data directory.
     pub fn kill_all_and_restart(&mut self) -> Result<()> {
         for i in 0..self.replicas.len() {
             self.kill(i);
@@ -356,6 +544,14 @@ pub async fn leader_of(status: &Client, endpoints: &[String]) -> Option<(usize, 
         }
     }
     best
+}
+
+/// `s`, cut to at most `max` characters.
+pub fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
 }
 
 /// Sends `sig` to `pid`.

@@ -4,12 +4,16 @@
 //! network namespace of its own joined to a bridge the harness creates
 //! (root; on loopback without partitions otherwise), client processes
 //! running the workloads and recording histories, a seeded nemesis that
-//! kills, pauses and partitions, and the `latchkey-check` checkers run over
-//! the merged history at the end. Each run writes a report folder with the
-//! verdicts, counts, histories and an SVG timeline.
+//! kills, pauses, partitions and damages data directories (disk faults:
+//! wipe, truncate-wal, flip-sst, delete-running; see [`disk`]), repairing
+//! a replica that lost its disk the documented way (a new data directory,
+//! `members add`), and the `latchkey-check` checkers run over the merged
+//! history at the end. Each run writes a report folder with the verdicts,
+//! counts, histories, fault outcomes and repairs, and an SVG timeline.
 //!
 //! Run it through `cargo xtask soak [--minutes N] [--seed S] [--nemesis
-//! kill,pause,partition]`; `cargo xtask test` runs a two-minute version.
+//! kill,pause,partition,disk]`; `cargo xtask test` runs a 100-second
+//! version with every kind.
 //!
 //! The workloads (see [`worker`]): lock clients that take a lock, write
 //! through a fence gate and to a fenced KV key, and release; a register
@@ -23,6 +27,7 @@
 
 mod clock;
 mod cluster;
+mod disk;
 mod error;
 mod gate;
 mod nemesis;
@@ -68,8 +73,10 @@ enum Cmd {
         /// printed, to replay the run).
         #[arg(long)]
         seed: Option<u64>,
-        /// Fault kinds, separated by commas: kill, pause, partition.
-        #[arg(long, default_value = "kill,pause,partition", value_delimiter = ',', value_parser = parse_kinds)]
+        /// Fault kinds, separated by commas: kill, pause, partition, disk
+        /// (wipe, truncate-wal, flip-sst or delete-running on one replica,
+        /// then its repair).
+        #[arg(long, default_value = "kill,pause,partition,disk", value_delimiter = ',', value_parser = parse_kinds)]
         nemesis: Vec<Kind>,
         /// The report folder (default: soak-results/<time>-seed<S>).
         #[arg(long)]
@@ -131,7 +138,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_kinds(s: &str) -> Result<Kind, String> {
-    Kind::parse(s).ok_or_else(|| format!("unknown fault kind {s:?}: use kill, pause or partition"))
+    Kind::parse(s)
+        .ok_or_else(|| format!("unknown fault kind {s:?}: use kill, pause, partition or disk"))
 }
 
 /// Resolves on SIGINT or SIGTERM, with the signal's name.
@@ -296,6 +304,7 @@ mod tests {
     #[test]
     fn kinds() {
         assert_eq!(parse_kinds("kill"), Ok(Kind::Kill));
+        assert_eq!(parse_kinds("disk"), Ok(Kind::Disk));
         assert!(parse_kinds("flood").is_err());
     }
 }

@@ -1,11 +1,13 @@
 //! The report folder of a run:
 //!
 //! - `summary.md`: the verdicts (with witnesses), operation counts, the
-//!   faults carried out, how to replay the run;
+//!   faults carried out (for disk faults: what the replica did, and each
+//!   repair with its start, end and outcome), how to replay the run;
 //! - `verdicts.json`: the verdicts, machine-readable;
 //! - `history.jsonl`: the merged history the checkers read (re-check it
 //!   with `latchkey-nemesis check <folder>`);
-//! - `nemesis.jsonl`, `leaders.jsonl`: fault windows and leader samples;
+//! - `nemesis.jsonl`, `leaders.jsonl`: fault windows (disk faults and
+//!   repairs with a `detail`) and leader samples;
 //! - `timeline.svg`: faults, leader, lock holders with their tokens, and
 //!   refused stale writes on one time axis;
 //! - `schedule.txt`, `logs/` (replicas), `workers/` (per-process histories
@@ -439,6 +441,27 @@ pub fn summary(
             w.target
         );
     }
+    let disk: Vec<&FaultWindow> = windows.iter().filter(|w| w.detail.is_some()).collect();
+    if !disk.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Disk faults and repairs\n\nWhat each disk fault did and what the replica made \
+             of it (the fault's window ends when that was seen), then each repair: a new data \
+             directory, `members add`, until the leader lists the new incarnation as a voter \
+             and the replica has caught up.\n"
+        );
+        for w in disk {
+            let _ = writeln!(
+                s,
+                "- {:.1} s to {:.1} s, **{}** {}: {}",
+                secs(w.start_ns.saturating_sub(info.start_ns)),
+                secs(w.end_ns.saturating_sub(info.start_ns)),
+                w.kind,
+                w.target,
+                w.detail.as_deref().unwrap_or("")
+            );
+        }
+    }
     let _ = writeln!(s, "\nSchedule as planned:\n\n```text\n{}```", info.schedule);
     if !info.notes.is_empty() {
         let _ = writeln!(s, "\n## Notes\n");
@@ -528,6 +551,50 @@ mod tests {
             failure: None,
             notes: vec![],
         }
+    }
+
+    #[test]
+    fn disk_faults_and_repairs_are_in_the_summary() {
+        let windows = vec![
+            FaultWindow {
+                kind: "kill".into(),
+                target: "n1".into(),
+                start_ns: 1_000_000_000,
+                end_ns: 2_000_000_000,
+                detail: None,
+            },
+            FaultWindow {
+                kind: "wipe".into(),
+                target: "n2".into(),
+                start_ns: 3_000_000_000,
+                end_ns: 4_000_000_000,
+                detail: Some("deleted the data directory; restarted: Waiting".into()),
+            },
+            FaultWindow {
+                kind: "repair".into(),
+                target: "n2".into(),
+                start_ns: 4_000_000_000,
+                end_ns: 9_500_000_000,
+                detail: Some("ok in 5.5 s: incarnation 1 -> 2".into()),
+            },
+        ];
+        let s = summary(&info(), &[], &Counts::default(), &[], &windows, true);
+        assert!(
+            s.contains("Carried out: kill: 1, repair: 1, wipe: 1"),
+            "{s}"
+        );
+        assert!(s.contains("## Disk faults and repairs"), "{s}");
+        assert!(
+            s.contains("- 4.0 s to 9.5 s, **repair** n2: ok in 5.5 s: incarnation 1 -> 2"),
+            "{s}"
+        );
+        assert!(s.contains("**wipe** n2: deleted the data directory"), "{s}");
+        // Windows of older runs, without details, still read back.
+        let w: FaultWindow =
+            serde_json::from_str(r#"{"kind":"kill","target":"n1","start_ns":1,"end_ns":2}"#)
+                .unwrap();
+        assert_eq!(w.detail, None);
+        assert!(!json_lines(&[w]).contains("detail"));
     }
 
     #[test]

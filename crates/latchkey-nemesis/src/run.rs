@@ -1,7 +1,8 @@
 //! The controller: sets up the hosts and the cluster, starts the workload
-//! processes, carries out the nemesis schedule, then restores the cluster,
-//! checks durability after a full restart, merges the histories, runs the
-//! checkers and writes the report.
+//! processes, carries out the nemesis schedule (repairing replicas whose
+//! disk faults left them unable to serve, see [`crate::disk`]), then
+//! restores the cluster, checks durability after a full restart, merges the
+//! histories, runs the checkers and writes the report.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -15,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::clock::now_ns;
 use crate::cluster::{detach, leader_of, log_file, signal, Cluster};
+use crate::disk;
 use crate::error::{Error, Result};
 use crate::gate;
 use crate::nemesis::{self, Fault, FaultWindow, Kind, PlanInput, Target};
@@ -170,6 +172,12 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
             failure = Some(e);
             break;
         }
+        // A replica that found earlier damage to its disk is repaired
+        // before the next fault, which could take down a second replica.
+        if let Err(e) = repair_late(&mut cluster, &mut workers, &mut windows, run_start).await {
+            failure = Some(e);
+            break;
+        }
         eprintln!(
             "nemesis: [{:>6.1}s] {}. {}",
             now_ns().saturating_sub(run_start) as f64 / 1e9,
@@ -182,9 +190,14 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
             &mut workers,
             &mut rng,
             &mut windows,
+            run_start,
         )
         .await
         {
+            failure = Some(e);
+            break;
+        }
+        if let Err(e) = repair_late(&mut cluster, &mut workers, &mut windows, run_start).await {
             failure = Some(e);
             break;
         }
@@ -204,6 +217,11 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         }
     }
     if failure.is_none() {
+        if let Err(e) = repair_late(&mut cluster, &mut workers, &mut windows, run_start).await {
+            failure = Some(e);
+        }
+    }
+    if failure.is_none() {
         match cluster.wait_ready(Duration::from_secs(60)).await {
             Ok(l) => eprintln!("nemesis: every fault healed; leader n{}", l + 1),
             Err(e) => failure = Some(e),
@@ -215,6 +233,11 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
             failure = Some(e);
         }
     }
+    if failure.is_none() {
+        if let Err(e) = repair_late(&mut cluster, &mut workers, &mut windows, run_start).await {
+            failure = Some(e);
+        }
+    }
     notes.extend(stop_workers(&mut workers, Duration::from_secs(20)).await);
     let clients_end = now_ns();
     let _ = stop_tx.send(true);
@@ -223,9 +246,22 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     // Durability: kill every replica at once, restart, read everything.
     let controller = Recorder::create(&cfg.out.join("workers/controller.jsonl"))?;
     if failure.is_none() {
-        if let Err(e) = check_durability(&mut cluster, &controller).await {
+        if let Err(e) = check_durability(&mut cluster, &controller, &mut windows, run_start).await {
             failure = Some(e);
         }
+    }
+    for late in cluster.take_late_exits() {
+        notes.push(format!(
+            "n{} exited {} at {:.1} s, after the last repair: {}; its disk was damaged \
+             earlier: {}",
+            late.index + 1,
+            disk::describe(late.status),
+            late.time_ns.saturating_sub(run_start) as f64 / 1e9,
+            cluster
+                .exit_message(late.index)
+                .unwrap_or_else(|| "(no message)".into()),
+            late.cause
+        ));
     }
     notes.extend(cluster.stop(Duration::from_secs(10)));
     drop(cluster);
@@ -371,22 +407,50 @@ async fn stop_workers(workers: &mut Workers, grace: Duration) -> Vec<String> {
     notes
 }
 
+/// An error if a worker exited during the run.
+fn workers_alive(workers: &mut Workers) -> Result<()> {
+    for w in &mut workers.0 {
+        if let Some(c) = w.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Err(Error::Worker(format!(
+                    "worker w{} ({:?}) exited during the run with {status}",
+                    w.index, w.role
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Repairs the replicas that exited because of earlier damage to their
+/// disk (see [`disk::repair_late_exits`]), watching the rest meanwhile.
+async fn repair_late(
+    cluster: &mut Cluster,
+    workers: &mut Workers,
+    windows: &mut Vec<FaultWindow>,
+    run_start: u64,
+) -> Result<()> {
+    let mut alive = |c: &mut Cluster| -> Result<()> {
+        c.check_alive()?;
+        workers_alive(workers)
+    };
+    let mut ctx = disk::Ctx {
+        cluster,
+        alive: &mut alive,
+        windows,
+        run_start,
+    };
+    disk::repair_late_exits(&mut ctx).await
+}
+
 /// Waits `d`, checking every 100 ms that no replica and no worker died on
-/// its own.
+/// its own (a replica that found earlier damage to its disk is left for
+/// [`repair_late`]).
 async fn quiet(cluster: &mut Cluster, workers: &mut Workers, d: Duration) -> Result<()> {
     let end = Instant::now() + d;
     loop {
         cluster.check_alive()?;
-        for w in &mut workers.0 {
-            if let Some(c) = w.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    return Err(Error::Worker(format!(
-                        "worker w{} ({:?}) exited during the run with {status}",
-                        w.index, w.role
-                    )));
-                }
-            }
-        }
+        workers_alive(workers)?;
         let now = Instant::now();
         if now >= end {
             return Ok(());
@@ -449,6 +513,9 @@ async fn parts(
             Box::pin(parts(a, cluster, rng, out)).await;
             Box::pin(parts(b, cluster, rng, out)).await;
         }
+        // Never part of a pair (see `nemesis::plan`): `execute` carries a
+        // disk fault out on its own.
+        Fault::Disk { .. } => {}
     }
 }
 
@@ -457,13 +524,35 @@ fn node(i: usize) -> String {
 }
 
 /// Carries out one fault: starts every part, ends each after its length.
+/// A disk fault runs on its own, with its repair.
 async fn execute(
     fault: &Fault,
     cluster: &mut Cluster,
     workers: &mut Workers,
     rng: &mut Rng,
     windows: &mut Vec<FaultWindow>,
+    run_start: u64,
 ) -> Result<()> {
+    if let Fault::Disk { target, what, down } = fault {
+        let i = resolve(cluster, *target, rng).await;
+        let mut alive = |c: &mut Cluster| -> Result<()> {
+            c.check_alive()?;
+            workers_alive(workers)
+        };
+        let mut ctx = disk::Ctx {
+            cluster,
+            alive: &mut alive,
+            windows,
+            run_start,
+        };
+        let pick = rng.next_u64();
+        return disk::carry_out(&mut ctx, i, *what, *down, pick).await;
+    }
+    if fault.has_disk() {
+        return Err(Error::Usage(format!(
+            "a disk fault cannot be paired with another fault: {fault}"
+        )));
+    }
     let mut list = Vec::new();
     parts(fault, cluster, rng, &mut list).await;
     let begin = Instant::now();
@@ -484,6 +573,7 @@ async fn execute(
             target,
             start_ns,
             end_ns: now_ns(),
+            detail: None,
         });
     }
     Ok(())
@@ -536,12 +626,29 @@ async fn sample_leaders(
     }
 }
 
-/// Kills every replica at once, restarts them, and reads back every key of
-/// the durability workload, recorded as the controller's `read_all`.
-async fn check_durability(cluster: &mut Cluster, rec: &Recorder) -> Result<()> {
+/// Kills every replica at once, restarts them (each on its current data
+/// directory), and reads back every key of the durability workload,
+/// recorded as the controller's `read_all`. A replica whose disk was
+/// damaged earlier may refuse to restart: it is repaired first.
+async fn check_durability(
+    cluster: &mut Cluster,
+    rec: &Recorder,
+    windows: &mut Vec<FaultWindow>,
+    run_start: u64,
+) -> Result<()> {
     eprintln!("nemesis: durability: kill -9 every replica, restart, read back");
     cluster.kill_all_and_restart()?;
     cluster.wait_ready(Duration::from_secs(60)).await?;
+    {
+        let mut alive = |c: &mut Cluster| -> Result<()> { c.check_alive() };
+        let mut ctx = disk::Ctx {
+            cluster: &mut *cluster,
+            alive: &mut alive,
+            windows,
+            run_start,
+        };
+        disk::repair_late_exits(&mut ctx).await?;
+    }
     let options = ClientOptions {
         request_timeout: Duration::from_secs(20),
         ..ClientOptions::default()

@@ -2,7 +2,9 @@
 //!
 //! Rows, top to bottom:
 //! - one per replica: green where it was the leader (sampled every 250 ms),
-//!   red while killed, orange while paused, purple while partitioned;
+//!   red while killed, orange while paused, purple while partitioned,
+//!   brown from a disk fault until its outcome was seen, teal while being
+//!   repaired (a black tick: a late exit on a damaged disk);
 //! - one per lock client process that was paused (orange);
 //! - one per lock resource: a bar per grant, from the grant to the moment
 //!   its holder stopped believing it held the lock, labelled with the
@@ -93,6 +95,9 @@ fn fault_color(kind: &str) -> &'static str {
         "kill" => "#d62728",
         "pause" | "pause-client" => "#ff7f0e",
         "partition" => "#9467bd",
+        "wipe" | "truncate-wal" | "flip-sst" | "delete-running" => "#8c564b",
+        "repair" => "#17becf",
+        "late-exit" => "#000000",
         _ => "#7f7f7f",
     }
 }
@@ -179,13 +184,17 @@ pub fn render(
     for f in faults {
         let row = rows.iter().position(|r| *r == f.target);
         if let Some(row) = row {
-            let title = format!(
+            let mut title = format!(
                 "{} {} from {:.2}s to {:.2}s",
                 f.kind,
                 f.target,
                 c.secs(f.start_ns),
                 c.secs(f.end_ns)
             );
+            if let Some(d) = &f.detail {
+                title.push_str(": ");
+                title.push_str(d);
+            }
             c.rect(row, f.start_ns, f.end_ns, 3.0, fault_color(&f.kind), &title);
         }
     }
@@ -311,7 +320,7 @@ pub fn render(
     );
     let _ = writeln!(
         svg,
-        r##"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="16" font-size="13">latchkey nemesis run, {:.0} s to {:.0} s. Replica rows: green = leader, red = killed, orange = paused (SIGSTOP), purple = partitioned. Lock rows: one bar per grant (label: fencing token); red marks: stale writes refused (top: fence gate, bottom: fenced KV).</text>"##,
+        r##"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="16" font-size="13">latchkey nemesis run, {:.0} s to {:.0} s. Replica rows: green = leader, red = killed, orange = paused (SIGSTOP), purple = partitioned, brown = disk fault, teal = repair. Lock rows: one bar per grant (label: fencing token); red marks: stale writes refused (top: fence gate, bottom: fenced KV).</text>"##,
         offset,
         offset + span_s
     );
@@ -381,12 +390,21 @@ mod tests {
                 target: "n2".into(),
                 start_ns: 2_000_000_000,
                 end_ns: 3_000_000_000,
+                detail: None,
             },
             FaultWindow {
                 kind: "pause-client".into(),
                 target: "w1".into(),
                 start_ns: 2_000_000_000,
                 end_ns: 5_000_000_000,
+                detail: None,
+            },
+            FaultWindow {
+                kind: "repair".into(),
+                target: "n3".into(),
+                start_ns: 6_000_000_000,
+                end_ns: 8_000_000_000,
+                detail: Some("ok in 2.0 s".into()),
             },
         ];
         let leaders = vec![
@@ -407,6 +425,8 @@ mod tests {
         assert!(svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("kill n2 from 2.00s to 3.00s"));
         assert!(svg.contains("pause-client w1"));
+        assert!(svg.contains("repair n3 from 6.00s to 8.00s: ok in 2.0 s"));
+        assert!(svg.contains("#17becf"));
         assert!(svg.contains("n1 leads") && svg.contains("n3 leads"));
         assert!(svg.contains("token 7 held by p1/s1"));
         assert!(svg.contains("fence gate refused stale token 7"));

@@ -178,24 +178,7 @@ impl AckMark {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err("open acknowledgement mark", &path, e)),
         };
-        let mut best: Option<(u64, MarkRecord, usize)> = None;
-        for (slot, offset) in SLOT_OFFSETS.iter().enumerate() {
-            let mut bytes = vec![0u8; SLOT_BYTES];
-            let read = read_up_to(&file, &mut bytes, *offset)
-                .map_err(|e| io_err("read acknowledgement mark", &path, e))?;
-            bytes.truncate(read);
-            if let Some((seq, record)) = decode_slot(&bytes) {
-                if best.as_ref().is_none_or(|(s, _, _)| seq > *s) {
-                    best = Some((seq, record, slot));
-                }
-            }
-        }
-        let Some((seq, record, slot)) = best else {
-            return Err(corrupt(format!(
-                "{} holds no valid record (damaged or not a latchkey mark)",
-                path.display()
-            )));
-        };
+        let (seq, record, slot) = newest_slot(&file, &path)?;
         Ok(Some(AckMark {
             file,
             path,
@@ -331,6 +314,51 @@ impl AckMark {
         self.record = record;
         Ok(())
     }
+}
+
+/// The mark in `dir` as it is on disk, read without opening it for
+/// writing: for tools and test harnesses that inspect a data directory
+/// (a running replica keeps writing it). `Ok(None)` when there is no mark.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// assert!(latchkey_storage::ack_mark::read(dir.path())?.is_none());
+/// let (log, _sm) = latchkey_storage::open(dir.path(), Default::default())?;
+/// let mark = latchkey_storage::ack_mark::read(dir.path())?.ok_or("no mark")?;
+/// assert_eq!(mark.incarnation, log.incarnation());
+/// # Ok(()) }
+/// ```
+pub fn read(dir: &Path) -> Result<Option<MarkRecord>, StorageError> {
+    let path = dir.join(MARK_FILE);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("open acknowledgement mark", &path, e)),
+    };
+    newest_slot(&file, &path).map(|(_, record, _)| Some(record))
+}
+
+/// The valid slot with the highest sequence: (sequence, record, slot).
+fn newest_slot(file: &File, path: &Path) -> Result<(u64, MarkRecord, usize), StorageError> {
+    let mut best: Option<(u64, MarkRecord, usize)> = None;
+    for (slot, offset) in SLOT_OFFSETS.iter().enumerate() {
+        let mut bytes = vec![0u8; SLOT_BYTES];
+        let read = read_up_to(file, &mut bytes, *offset)
+            .map_err(|e| io_err("read acknowledgement mark", path, e))?;
+        bytes.truncate(read);
+        if let Some((seq, record)) = decode_slot(&bytes) {
+            if best.as_ref().is_none_or(|(s, _, _)| seq > *s) {
+                best = Some((seq, record, slot));
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        corrupt(format!(
+            "{} holds no valid record (damaged or not a latchkey mark)",
+            path.display()
+        ))
+    })
 }
 
 /// Whether a freshly opened log (`vote`, and `last_index`, the index of its

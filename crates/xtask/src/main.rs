@@ -62,8 +62,10 @@ Runs a demo example of the latchkey package (`cargo run -p latchkey --example ..
 passing ARGS to it.
 
 DEMOS:
-    three_replicas  (default) a three-replica cluster in one process: kills the
-                    leader and shows that nothing acknowledged is lost
+    three_replicas  (default) three `latchkey serve` processes: crashes the
+                    leader with SIGKILL, shows that nothing acknowledged is
+                    lost, restarts it (builds the `latchkey` binary first and
+                    passes its path as the demo's first argument)
     fenced          (fenced_storage) a paused lock holder's stale fencing token
                     is refused by the storage it guards
 ";
@@ -76,10 +78,11 @@ Runs, in order, stopping at the first failure (exit code = that step's):
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
     3. cargo test --workspace [CARGO_TEST_ARGS...]
     4. cargo build -p latchkey --bin latchkey   (skipped with --quick)
-    5. a nemesis run of 100 s of faults (kill, pause, partition; fixed seed),
-       as `cargo xtask soak --seconds 100 --seed 20261121` would run it; its
-       report goes to soak-results/ci-<unix time>-seed20261121/ (skipped with
-       --quick)
+    5. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
+       seed; at least one disk fault, with its repair), as `cargo xtask soak
+       --seconds 100 --seed 20261121 --nemesis kill,pause,partition,disk`
+       would run it; its report goes to
+       soak-results/ci-<unix time>-seed20261121/ (skipped with --quick)
 Example: cargo xtask test --quick -- -p latchkey-core -- --nocapture
 
 OPTIONS:
@@ -125,26 +128,46 @@ Runs the fault-injection harness (package latchkey-nemesis): three `latchkey
 serve` replicas, each in a network namespace of its own on a bridge the
 harness creates (needs root; without it, loopback and no partitions), lock,
 register, sequence and durability workloads in client processes, and a
-seeded nemesis; then every replica is killed and restarted at once and the
-acknowledged puts are read back, and the checkers of latchkey-check judge the
-merged history. Builds the `latchkey` server first.
+seeded nemesis; then every replica is killed and restarted at once (each on
+its current data directory) and the acknowledged puts are read back, and the
+checkers of latchkey-check judge the merged history. Builds the `latchkey`
+server first.
+
+FAULT KINDS (one at a time, some pairs; the schedule is printed first):
+    kill       kill -9 a replica (the leader or a random one), restart it
+    pause      SIGSTOP a replica or a lock client for longer than the TTL
+    partition  isolate a replica from its peers (needs root)
+    disk       on one replica, never paired with another fault: wipe (kill
+               -9, delete its data directory, restart), truncate-wal (kill
+               -9, cut the newest db/*.log to half, restart), flip-sst (kill
+               -9, flip a byte of an SST, restart) or delete-running (delete
+               the data directory under the running replica, which must exit
+               within 10 s, else the run fails: a zombie replica). What the
+               replica did (exit code 8, Waiting, ran on) is recorded; one
+               that refused, exited or waits is repaired the documented way
+               (new data directory, restart, `members add`) until it is a
+               voter with its new incarnation and caught up. The run fails if
+               a damaged replica panics, or serves on a log shorter than what
+               it had made durable before the fault.
 
 OPTIONS:
     --minutes N        length of the fault phase in minutes (default: 2)
     --seconds N        ... or in seconds
     --seed S           seed of the schedule and workloads (default: random,
                        printed; the same seed replays the same faults)
-    --nemesis KINDS    fault kinds, comma-separated: kill,pause,partition (all)
+    --nemesis KINDS    fault kinds, comma-separated: kill,pause,partition,disk
+                       (all)
     --out DIR          report folder (default: soak-results/<time>-seed<S>)
     --loopback         run on loopback even as root (no partitions)
     --lock-workers N   lock client processes (3, two tasks each)
     --ttl D            lock sessions' TTL (3s; pauses outlast it)
 
 Exits 0 when every checker passed and every workload made progress, 1 when
-one failed, 2 when the run could not be carried out. The report folder holds
-summary.md (verdicts, witnesses, counts, faults), timeline.svg, the merged
-history.jsonl (re-check: cargo run -p latchkey-nemesis -- check DIR), the
-schedule, replica logs and per-worker histories.
+one failed (or a disk-faulted replica misbehaved or could not be repaired),
+2 when the run could not be carried out. The report folder holds summary.md
+(verdicts, witnesses, counts, faults, disk faults and repairs), timeline.svg,
+the merged history.jsonl (re-check: cargo run -p latchkey-nemesis -- check
+DIR), the schedule, replica logs and per-worker histories.
 Example: cargo xtask soak --minutes 30
 ";
 
@@ -301,9 +324,20 @@ fn cmd_demo(rest: &[OsString]) -> Result {
 
     setup::ensure(setup::Mode::Quiet)?;
     let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
-    if !passthrough.is_empty() {
-        cmd.arg("--").args(passthrough);
+    // The process demo runs `latchkey serve` processes: build the binary
+    // and hand it over.
+    let server = if example == "three_replicas" {
+        Some(build_server()?)
+    } else {
+        None
+    };
+    if server.is_some() || !passthrough.is_empty() {
+        cmd.arg("--");
     }
+    if let Some(server) = server {
+        cmd.arg(server);
+    }
+    cmd.args(passthrough);
     println!("xtask: {}", display(&cmd));
     run::run(&mut cmd)
 }
@@ -668,7 +702,7 @@ fn ci_nemesis() -> Result<Command> {
         "--seed".into(),
         CI_SEED.into(),
         "--nemesis".into(),
-        "kill,pause,partition".into(),
+        "kill,pause,partition,disk".into(),
         "--out".into(),
         out.into_os_string(),
     ];
