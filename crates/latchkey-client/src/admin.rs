@@ -3,80 +3,13 @@
 use std::collections::BTreeSet;
 
 use latchkey_proto::v1::{
-    admin_client::AdminClient, AddMemberRequest, AdminReply, ChangeVotersRequest, StatusReply,
-    StatusRequest,
+    admin_client::AdminClient, AddMemberRequest, AdminReply, ChangeVotersRequest, StatusRequest,
 };
-use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::kv::MAX_MESSAGE_BYTES;
 use crate::router::{classify_status, Attempt, Target};
-use crate::{Client, Error};
-
-/// One member of the cluster as a replica sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MemberInfo {
-    pub id: u64,
-    pub addr: String,
-    /// A voter (counts toward quorums) or a learner (receives the log only).
-    pub voter: bool,
-    /// The incarnation of the member's data directory the cluster knows:
-    /// a replica whose directory was wiped has another one and is not this
-    /// member until it is added again.
-    pub incarnation: u64,
-}
-
-/// What one replica reports about itself and the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NodeStatus {
-    pub id: u64,
-    pub leader_id: Option<u64>,
-    pub leader_addr: Option<String>,
-    pub term: u64,
-    pub last_applied: u64,
-    pub last_log_index: u64,
-    pub snapshot_index: u64,
-    /// Leader, Follower, Candidate, Learner, Shutdown, Waiting (a new data
-    /// directory waiting to be added to an existing cluster) or Failed (the
-    /// replica stopped; `detail` says why).
-    pub state: String,
-    pub members: Vec<MemberInfo>,
-    /// Why the replica is Waiting or Failed.
-    pub detail: Option<String>,
-    /// This replica's data-directory incarnation.
-    pub incarnation: u64,
-    /// Peers this replica refuses or that refuse it (a follower whose log
-    /// went backwards, a peer addressed with a stale incarnation).
-    pub peer_problems: Vec<String>,
-}
-
-impl From<StatusReply> for NodeStatus {
-    fn from(r: StatusReply) -> Self {
-        NodeStatus {
-            id: r.id,
-            leader_id: (r.leader_id != 0).then_some(r.leader_id),
-            leader_addr: (!r.leader_addr.is_empty()).then_some(r.leader_addr),
-            term: r.term,
-            last_applied: r.last_applied,
-            last_log_index: r.last_log_index,
-            snapshot_index: r.snapshot_index,
-            state: r.state,
-            members: r
-                .members
-                .into_iter()
-                .map(|m| MemberInfo {
-                    id: m.id,
-                    addr: m.addr,
-                    voter: m.voter,
-                    incarnation: m.incarnation,
-                })
-                .collect(),
-            detail: (!r.detail.is_empty()).then_some(r.detail),
-            incarnation: r.incarnation,
-            peer_problems: r.peer_problems,
-        }
-    }
-}
+use crate::{Client, Error, NodeStatus};
+use latchkey_proto::MAX_MESSAGE_BYTES;
 
 /// Longest a `members add` waits: the leader gives a new member two
 /// minutes to catch up before promoting it.

@@ -49,10 +49,11 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::coalesce::{Answer, Item, BATCH_BYTES, MAX_BATCH_ITEMS};
+use crate::coalesce::{Answer, Item, BATCH_BYTES};
 use crate::kv::{decode_reply, kv_client};
 use crate::router::Attempt;
 use crate::ReplicaFailure;
+use latchkey_proto::{MAX_BATCH_ITEMS, UNKNOWN_CALL};
 
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
@@ -154,15 +155,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn still(until: &Mutex<Option<Instant>>) -> bool {
     matches!(*lock(until), Some(t) if Instant::now() < t)
 }
-
-/// What a replica answers, on a `Kv.Calls` stream, to a call whose body it
-/// does not know (it decodes as none): `ReplicaFailure::InvalidArgument`
-/// of this text, which travels as a failure of kind `INVALID_ARGUMENT`
-/// with the message "invalid argument: a call without a body" (the
-/// failure's display form). The call ran nothing, so the client may send
-/// the request another way. Part of the wire protocol between clients and
-/// replicas.
-pub const UNKNOWN_CALL: &str = "a call without a body";
 
 /// Whether `answer` is a replica's refusal of a call body it does not know.
 /// On the wire the failure's message is its display form

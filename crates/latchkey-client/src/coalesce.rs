@@ -42,6 +42,7 @@ use latchkey_core::CommandResult;
 use latchkey_proto::v1::{
     AcquireRequest, KeepAliveRequest, ReadBatch, ReadRequest, Replies, WriteBatch, WriteRequest,
 };
+use latchkey_proto::MAX_BATCH_ITEMS;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -49,10 +50,6 @@ use crate::call_stream::CallStream;
 use crate::kv::{decode_reply, kv_client};
 use crate::lock::lock_client;
 use crate::router::{classify_status, Attempt};
-
-/// Most items a replica accepts in one `WriteMany` or `ReadMany` call; a
-/// larger batch is rejected as a whole (nothing executed).
-pub const MAX_BATCH_ITEMS: usize = 1024;
 
 /// Most request bytes the client packs into one batch call (a single item
 /// above it is still sent, alone); far below the 64 MiB message limit.

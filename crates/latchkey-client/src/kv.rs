@@ -5,14 +5,13 @@ use std::sync::Arc;
 
 use latchkey_core::{codec, BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange};
 use latchkey_proto::v1::{kv_client::KvClient, ReadRequest, Reply, WriteRequest};
+use latchkey_proto::MAX_MESSAGE_BYTES;
 use tonic::transport::Channel;
 
 use crate::coalesce::{Item, PackingStats};
-use crate::router::{Attempt, ClientOptions, LocalReplica, Router, Target};
+use crate::router::{Attempt, ClientOptions, Router, Target};
 use crate::Error;
-
-/// Largest gRPC message the client sends or accepts.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+use crate::LocalReplica;
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

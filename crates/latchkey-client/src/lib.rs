@@ -39,21 +39,23 @@ mod admin;
 mod call_stream;
 mod coalesce;
 mod error;
-mod failure;
 mod fence;
 mod kv;
 mod lease_clock;
 mod lock;
 mod router;
 
-pub use admin::{MemberInfo, NodeStatus};
-pub use call_stream::UNKNOWN_CALL;
-pub use coalesce::{PackingStats, MAX_BATCH_ITEMS};
+pub use coalesce::PackingStats;
 pub use error::Error;
-pub use failure::ReplicaFailure;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
-pub use kv::{Batch, Client, Consistency, ScanPage, MAX_MESSAGE_BYTES};
+pub use kv::{Batch, Client, Consistency, ScanPage};
+// The contract shared with replicas lives in latchkey-proto; re-exported
+// here because client users meet these types.
 pub use latchkey_core::lock::{HolderInfo, LockInfo, LockMode, Sequencer, SessionId, Token};
 pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
+pub use latchkey_proto::{
+    BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure, MAX_BATCH_ITEMS,
+    MAX_MESSAGE_BYTES, UNKNOWN_CALL,
+};
 pub use lock::{Lock, LockGuard, Session};
-pub use router::{channel, BoxFuture, ClientOptions, LocalReplica};
+pub use router::{channel, ClientOptions};

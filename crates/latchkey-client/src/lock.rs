@@ -63,10 +63,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::coalesce::Item;
-use crate::kv::MAX_MESSAGE_BYTES;
 use crate::lease_clock;
 use crate::router::{Attempt, Target};
 use crate::{Batch, Client, Consistency, Error};
+use latchkey_proto::MAX_MESSAGE_BYTES;
 
 /// Extra time, past an acquire's wait, that the client gives the leader to
 /// cancel the wait itself before the client cancels it.

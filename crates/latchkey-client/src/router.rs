@@ -7,47 +7,13 @@
 //! once they may have reached a leader (see [`Attempt::Sent`]).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latchkey_core::lock::SessionId;
-use latchkey_core::{Command, CommandResult, Query};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::coalesce::{Coalescer, PackingStats};
-use crate::{Error, ReplicaFailure};
-
-/// A boxed future, for the object-safe [`LocalReplica`] trait.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A replica in this process, called directly instead of over gRPC.
-///
-/// Implemented by the server crate's embedding `Node`; a client built with
-/// [`crate::Client::with_local`] sends requests here first while this replica
-/// is (or may be) the leader, and over gRPC to the leader otherwise.
-pub trait LocalReplica: Send + Sync + 'static {
-    /// Propose a write; answers `NotLeader` without proposing if not leader.
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Serve a read, linearizable unless `stale`.
-    fn read(
-        &self,
-        query: Query,
-        stale: bool,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Propose an acquire and, if it queues, wait up to `hold` for its grant
-    /// or cancel (see the `Lock.Acquire` RPC).
-    fn acquire(
-        &self,
-        command: Command,
-        hold: Duration,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Extend a session's lease (see the `Lock.KeepAlive` RPC).
-    fn keep_alive(
-        &self,
-        session: SessionId,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-}
+use crate::{Error, LocalReplica, ReplicaFailure};
 
 /// Timeouts and backoff of a client.
 #[derive(Debug, Clone)]
@@ -173,35 +139,15 @@ pub struct Router {
     options: ClientOptions,
 }
 
-/// Parse `host:port` (an optional `http://` prefix is accepted) into a lazy channel.
+/// Parse `host:port` (an optional `http://` prefix is accepted) into a lazy
+/// channel with `options`' connect timeout (see [`latchkey_proto::channel`]).
 pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
-    let bad = |reason: String| Error::BadEndpoint {
-        endpoint: addr.to_string(),
-        reason,
-    };
-    if tokio::runtime::Handle::try_current().is_err() {
-        // tonic spawns the connection task at once and would panic.
-        return Err(Error::NoRuntime);
-    }
-    let trimmed = addr.trim();
-    let host_port = trimmed.strip_prefix("http://").unwrap_or(trimmed);
-    if host_port.is_empty() {
-        return Err(bad("empty address".into()));
-    }
-    let Some((host, port)) = host_port.rsplit_once(':') else {
-        return Err(bad("expected host:port".into()));
-    };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(bad("expected host:port with a port from 1 to 65535".into()));
-    }
-    let endpoint = Endpoint::from_shared(format!("http://{host_port}"))
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(options.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true);
-    Ok(endpoint.connect_lazy())
+    latchkey_proto::channel(addr, options.connect_timeout).map_err(|e| match e {
+        latchkey_proto::ChannelError::BadEndpoint { endpoint, reason } => {
+            Error::BadEndpoint { endpoint, reason }
+        }
+        latchkey_proto::ChannelError::NoRuntime => Error::NoRuntime,
+    })
 }
 
 impl Router {

@@ -1,12 +1,33 @@
 //! # latchkey-proto
 //!
-//! The gRPC services and messages of latchkey, generated at build time from
-//! `proto/latchkey.proto`. It holds no logic: conversion to and from the
-//! core's types lives with the server and client.
+//! The contract between latchkey's clients and replicas, in one place: the
+//! gRPC services and messages generated at build time from
+//! `proto/latchkey.proto` (module [`v1`]), the limits both sides enforce
+//! ([`MAX_MESSAGE_BYTES`], [`MAX_BATCH_ITEMS`]), how a refusal is classified
+//! ([`ReplicaFailure`], with its wire form), how either side opens a channel
+//! ([`channel`]), what a replica reports about itself ([`NodeStatus`]), and
+//! the trait by which a client reaches a replica in its own process
+//! ([`LocalReplica`]).
+//!
+//! Both latchkey-server and latchkey-client depend on this crate; neither
+//! depends on the other. It must not hold request handling, retry policy or
+//! anything else one side decides alone, and it performs no I/O beyond
+//! making a lazy channel.
 
-#![allow(clippy::all, missing_docs)]
+mod channel;
+mod failure;
+mod limits;
+mod local;
+mod status;
 
-/// Version 1 of the latchkey protocol.
+pub use channel::{channel, ChannelError};
+pub use failure::ReplicaFailure;
+pub use limits::{MAX_BATCH_ITEMS, MAX_MESSAGE_BYTES, UNKNOWN_CALL};
+pub use local::{BoxFuture, LocalReplica};
+pub use status::{MemberInfo, NodeStatus};
+
+/// Version 1 of the latchkey protocol (generated code).
+#[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("latchkey.v1");
 }

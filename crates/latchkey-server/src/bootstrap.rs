@@ -35,7 +35,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_client::ClientOptions;
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::{IdentifyReply, IdentifyRequest};
 use latchkey_storage::Member;
@@ -72,14 +71,8 @@ enum Answer {
     Nothing,
 }
 
-async fn ask(
-    replica: &Replica,
-    id: u64,
-    addr: &str,
-    options: &ClientOptions,
-    warn: bool,
-) -> Answer {
-    let Ok(channel) = latchkey_client::channel(addr, options) else {
+async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
+    let Ok(channel) = latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT) else {
         return Answer::Nothing;
     };
     let request = IdentifyRequest {
@@ -122,7 +115,6 @@ pub(crate) async fn run(
     replica: Arc<Replica>,
     members: BTreeMap<u64, String>,
     state: ClusterState,
-    options: ClientOptions,
     stagger: Duration,
 ) {
     let me = replica.id();
@@ -158,7 +150,7 @@ pub(crate) async fn run(
                 incarnations.insert(id, Member::new(addr.clone(), replica.incarnation()));
                 continue;
             }
-            match ask(&replica, id, addr, &options, warn).await {
+            match ask(&replica, id, addr, warn).await {
                 Answer::Fresh(inc) => {
                     incarnations.insert(id, Member::new(addr.clone(), inc));
                 }

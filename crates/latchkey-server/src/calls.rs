@@ -28,8 +28,8 @@ use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
-use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS, UNKNOWN_CALL};
 use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies, CallReply, Reply};
+use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS, UNKNOWN_CALL};
 use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};

@@ -6,7 +6,7 @@
 //! limps on. Once [`Condition::Failed`], a replica answers no request as
 //! leader (writes, reads and keep-alives get UNAVAILABLE, safe to retry on
 //! another replica: nothing was proposed), reports `Failed` with the cause in
-//! its status, and [`crate::Node::failed`] resolves, so `latchkey serve`
+//! its status, and [`crate::Server::failed`] resolves, so `latchkey serve`
 //! exits non-zero and its supervisor restarts it. Failure is final for the
 //! process: there is no way back to serving short of a restart.
 

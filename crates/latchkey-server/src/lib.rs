@@ -1,8 +1,11 @@
 //! # latchkey-server
 //!
 //! The replica: openraft wired to latchkey's RocksDB stores, the gRPC
-//! services (Raft transport, KV, admin), and [`Node`], the handle an
-//! application embeds to run one replica in its own process.
+//! services (Raft transport, KV, admin), and [`Server`], one replica serving
+//! in this process (the facade crate's `Node` adds an in-process client).
+//!
+//! It depends on the wire contract (`latchkey-proto`), never on the client
+//! crate: whatever both sides must agree on lives in the contract.
 //!
 //! This crate performs I/O and reads clocks so that `latchkey-core` does not:
 //! the leader stamps each entry with its clock, proposes it through Raft and
@@ -15,14 +18,14 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use latchkey_server::Node;
+//! use latchkey_server::Server;
 //! let members = [(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")];
-//! let node = Node::builder(1)
+//! let server = Server::builder(1)
 //!     .data_dir("/tmp/latchkey-1")
 //!     .initial_members(members)
 //!     .start()
 //!     .await?;
-//! node.client().put("config/mode", "blue").await?;
+//! println!("{:?}", server.status());
 //! # Ok(()) }
 //! ```
 
@@ -32,24 +35,28 @@ mod health;
 mod locks;
 mod membership;
 mod network;
-mod node;
 mod read_gate;
 mod replica;
+mod server;
 mod services;
 mod settings;
 mod write_queue;
 
 pub use bootstrap::ClusterState;
 pub use health::Condition;
-pub use latchkey_client::{Client, ClientOptions, NodeStatus};
-pub use node::{Node, NodeBuilder};
+pub use latchkey_proto::NodeStatus;
+pub use latchkey_storage::StorageOptions;
 pub use replica::Replica;
+pub use server::{Server, ServerBuilder};
 pub use settings::RaftSettings;
 
 /// Largest gRPC message a replica accepts or sends.
-pub const MAX_MESSAGE_BYTES: usize = latchkey_client::MAX_MESSAGE_BYTES;
+pub const MAX_MESSAGE_BYTES: usize = latchkey_proto::MAX_MESSAGE_BYTES;
 
-/// Why a [`Node`] could not start or answer.
+/// How long a replica waits for a TCP connection to a peer.
+pub(crate) const PEER_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why a [`Server`] could not start or answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {
     /// The node's configuration is wrong; fix it and start again.
@@ -67,7 +74,4 @@ pub enum NodeError {
     /// Something did not happen in time.
     #[error("timed out: {0}")]
     Timeout(String),
-    /// A client call through the node failed.
-    #[error(transparent)]
-    Client(#[from] latchkey_client::Error),
 }

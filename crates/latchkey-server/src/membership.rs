@@ -18,9 +18,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use latchkey_client::{ClientOptions, ReplicaFailure};
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::IdentifyRequest;
+use latchkey_proto::ReplicaFailure;
 use latchkey_storage::Member;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::ChangeMembers;
@@ -56,7 +56,7 @@ pub(crate) fn failure(
 
 /// The incarnation of the replica at `addr`, which must be node `id`.
 async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, ReplicaFailure> {
-    let channel = latchkey_client::channel(addr, &ClientOptions::default())
+    let channel = latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT)
         .map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
     let request = IdentifyRequest {
         from_id: replica.id(),

@@ -22,7 +22,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use latchkey_client::ClientOptions;
 use latchkey_core::codec;
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::RaftMessage;
@@ -77,7 +76,6 @@ const COMMIT_NOTICE_WAIT: Duration = Duration::from_millis(2);
 #[derive(Clone, Default)]
 pub struct PeerNetwork {
     peers: Arc<Mutex<PeerMap>>,
-    options: ClientOptions,
     /// This replica's node id and incarnation, sent with every request.
     me: u64,
     my_incarnation: u64,
@@ -111,7 +109,8 @@ impl PeerNetwork {
             incarnation: node.incarnation,
             me: self.me,
             my_incarnation: self.my_incarnation,
-            channel: latchkey_client::channel(&node.addr, &self.options).map_err(|e| e.to_string()),
+            channel: latchkey_proto::channel(&node.addr, crate::PEER_CONNECT_TIMEOUT)
+                .map_err(|e| e.to_string()),
             idle: Mutex::new(Vec::new()),
             unary_until: Mutex::new(None),
             matched: Mutex::new(None),

@@ -9,7 +9,7 @@
 //! with every other read that queued meanwhile. So reads cost heartbeats per
 //! round, not per read, and none is served from a round that began before it.
 
-use latchkey_client::ReplicaFailure;
+use latchkey_proto::ReplicaFailure;
 use latchkey_storage::TypeConfig;
 use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::Raft;

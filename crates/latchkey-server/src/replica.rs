@@ -6,13 +6,13 @@
 use std::sync::RwLock;
 use std::time::Duration;
 
-use latchkey_client::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
 use latchkey_core::lock::{
     LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState, WaitEnd,
 };
 use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
+use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 

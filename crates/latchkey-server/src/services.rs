@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use futures::Stream;
-use latchkey_client::{ReplicaFailure, MAX_BATCH_ITEMS};
 use latchkey_core::codec;
 use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
@@ -15,6 +14,7 @@ use latchkey_proto::v1::{
     IdentifyRequest, KeepAliveRequest, Member, RaftMessage, ReadBatch, ReadRequest, Replies, Reply,
     StatusReply, StatusRequest, WriteBatch, WriteRequest,
 };
+use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS};
 use prost::Message;
 use serde::Serialize;
 use tokio::sync::watch;

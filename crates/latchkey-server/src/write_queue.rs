@@ -30,9 +30,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use latchkey_client::ReplicaFailure;
 use latchkey_core::limits::MAX_GROUP_COMMANDS;
 use latchkey_core::{Command, CommandResult, Outcome, Request};
+use latchkey_proto::ReplicaFailure;
 use latchkey_storage::Member;
 use latchkey_storage::TypeConfig;
 use openraft::error::{ClientWriteError, ForwardToLeader};

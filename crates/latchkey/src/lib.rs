@@ -4,8 +4,9 @@
 //! of a clustered application runs one Raft replica (openraft) whose log and
 //! state live in RocksDB; three such processes form a cluster.
 //!
-//! This crate is the one to depend on: it re-exports the embedding [`Node`],
-//! the remote [`Client`], and the core types. It adds nothing of its own but
+//! This crate is the one to depend on: the embedding [`Node`] (a replica
+//! from latchkey-server with an in-process client from latchkey-client: the
+//! one place the two meet), the remote [`Client`], and the core types; and
 //! the `latchkey` command-line tool (`src/main.rs`).
 //!
 //! Embedding a replica in your application:
@@ -44,7 +45,10 @@ pub use latchkey_client::{
     MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
-pub use latchkey_server::{ClusterState, Condition, Node, NodeBuilder, NodeError, RaftSettings};
+pub use latchkey_server::{ClusterState, Condition, NodeError, RaftSettings, StorageOptions};
+pub use node::{Node, NodeBuilder};
+
+mod node;
 
 /// The `--initial-members` value of `latchkey serve` for replicas numbered
 /// 1, 2, ... in the order of `addrs` (`ID=HOST:PORT`, comma-separated), as

@@ -45,9 +45,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_client::ReplicaFailure;
 use latchkey_core::lock::{LockOutcome, LockQuery, SessionId, SessionInfo, TimerState};
 use latchkey_core::{CommandError, CommandResult, Event, Outcome, Query};
+use latchkey_proto::ReplicaFailure;
 use latchkey_storage::StateChange;
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};

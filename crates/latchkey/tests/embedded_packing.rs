@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use latchkey::Node;
 use latchkey_client::{Client, ClientOptions, Consistency, MAX_BATCH_ITEMS};
 use latchkey_core::lock::{LockCommand, SessionId};
 use latchkey_core::{codec, Command, CommandResult, Query, ScanRange};
 use latchkey_proto::v1::kv_client::KvClient;
 use latchkey_proto::v1::{FailureKind, ReadBatch, ReadRequest, Reply, WriteBatch, WriteRequest};
-use latchkey_server::Node;
 use tonic::transport::Channel;
 
 mod common;

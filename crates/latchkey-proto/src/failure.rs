@@ -1,7 +1,7 @@
 //! Why a replica did not execute a request, shared by the gRPC service, the
 //! in-process path and the client's retry loop.
 
-use latchkey_proto::v1::{Failure, FailureKind};
+use crate::v1::{Failure, FailureKind};
 
 /// A replica's refusal to execute a request, before or instead of applying it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

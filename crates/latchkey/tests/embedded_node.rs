@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use latchkey::Node;
 use latchkey_client::{Client, ClientOptions, Consistency, Error};
-use latchkey_server::Node;
 
 mod common;
 

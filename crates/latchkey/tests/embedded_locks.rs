@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use latchkey::Node;
 use latchkey_client::{Client, CommandError, Error, LockInfo, Outcome, SessionId};
 use latchkey_core::lock::{LockCommand, LockOutcome, Token};
 use latchkey_core::Command;
-use latchkey_server::Node;
 use tokio::sync::Mutex;
 
 mod common;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::Path;
 
-use latchkey_server::{Node, RaftSettings};
+use latchkey::{Node, RaftSettings};
 
 pub fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
     (1..=n)

@@ -1,12 +1,13 @@
-//! In-process tests of what a replica does when its storage or its Raft
-//! core fails, and of a member whose data directory was wiped: it waits, and
-//! `add_member` replaces it. The multi-process versions (SIGKILL, a cut
-//! write-ahead log, `latchkey serve`'s exit code) are in `tests/disk_faults.rs`.
+//! In-process tests of what an embedded replica (`Node`) does when its
+//! storage or its Raft core fails, and of a member whose data directory was
+//! wiped: it waits, and `add_member` replaces it. The multi-process versions
+//! (SIGKILL, a cut write-ahead log, `latchkey serve`'s exit code) are in
+//! `tests/disk_faults.rs`.
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use latchkey_client::{Client, ClientOptions, Consistency, Error};
+use latchkey::{Client, ClientOptions, Consistency, Error};
 
 mod common;
 
@@ -38,7 +39,8 @@ fn only(addr: &str) -> Result<Client, Error> {
     )
 }
 
-/// When the leader's Raft core stops, the replica fails: `Node::failed`
+/// When the leader's Raft core stops (here: a storage error, its snapshot
+/// folder gone when it builds a snapshot), the replica fails: `Node::failed`
 /// resolves with the cause, its status says `Failed` and names no leader,
 /// and a write sent to it is refused as unavailable (nothing proposed, safe
 /// to retry elsewhere), never "outcome unknown".
@@ -50,8 +52,24 @@ async fn a_replica_whose_raft_core_stops_fails_and_answers_unavailable() -> Test
         let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         nodes[&1].client().put("before", "ok").await?;
         let node = &nodes[&leader];
-        node.raft().shutdown().await?;
-        let cause = tokio::time::timeout(Duration::from_secs(10), node.failed()).await?;
+        std::fs::remove_dir_all(dir.path().join(format!("node-{leader}")).join("snapshots"))?;
+        // The test settings build a snapshot every 50 entries.
+        let writes = async {
+            for i in 0..200 {
+                let _ = node.client().put(format!("fill/{i}"), "x").await;
+            }
+        };
+        let cause = tokio::time::timeout(Duration::from_secs(30), async {
+            tokio::select! {
+                cause = node.failed() => Some(cause),
+                () = writes => None,
+            }
+        })
+        .await?;
+        let cause = match cause {
+            Some(cause) => cause,
+            None => tokio::time::timeout(Duration::from_secs(10), node.failed()).await?,
+        };
         assert!(cause.contains("Raft core stopped"), "{cause}");
         let status = node.status();
         assert_eq!(status.state, "Failed");

@@ -1,4 +1,5 @@
-//! [`Node`]: one replica embedded in an application process.
+//! [`Server`]: one replica serving gRPC in this process (the facade crate's
+//! `Node` adds an in-process client on top).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -6,11 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_client::{Client, ClientOptions, NodeStatus};
 use latchkey_proto::v1::{
     admin_server::AdminServer, kv_server::KvServer, lock_server::LockServer,
     raft_server::RaftServer,
 };
+use latchkey_proto::NodeStatus;
 use latchkey_storage::{StorageOptions, TypeConfig};
 use openraft::Raft;
 use tokio::sync::{oneshot, watch};
@@ -25,23 +26,21 @@ use crate::replica::Replica;
 use crate::services::{AdminService, KvService, LockService, RaftService};
 use crate::{NodeError, RaftSettings, MAX_MESSAGE_BYTES};
 
-/// Configures and starts a [`Node`].
+/// Configures and starts a [`Server`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), latchkey_server::NodeError> {
-/// use latchkey_server::Node;
-/// let node = Node::builder(1)
+/// use latchkey_server::Server;
+/// let server = Server::builder(1)
 ///     .listen("127.0.0.1:7101".parse().expect("literal address"))
 ///     .data_dir("/var/lib/myapp/latchkey")
 ///     .initial_members([(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")])
 ///     .start()
 ///     .await?;
-/// let kv = node.client();
-/// kv.put("hello", "world").await?;
-/// node.shutdown().await;
+/// server.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub struct NodeBuilder {
+pub struct ServerBuilder {
     id: u64,
     listen: Option<SocketAddr>,
     listener: Option<std::net::TcpListener>,
@@ -50,11 +49,10 @@ pub struct NodeBuilder {
     initial_members: BTreeMap<u64, String>,
     cluster_state: ClusterState,
     raft: RaftSettings,
-    client: ClientOptions,
     storage: StorageOptions,
 }
 
-impl NodeBuilder {
+impl ServerBuilder {
     /// Listen for peers and clients on `addr`.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = Some(addr);
@@ -110,12 +108,6 @@ impl NodeBuilder {
         self
     }
 
-    /// Timeouts of the in-process client returned by [`Node::client`].
-    pub fn client_options(mut self, options: ClientOptions) -> Self {
-        self.client = options;
-        self
-    }
-
     /// RocksDB tuning.
     pub fn storage_options(mut self, options: StorageOptions) -> Self {
         self.storage = options;
@@ -124,7 +116,7 @@ impl NodeBuilder {
 
     /// Open the data, start Raft and the gRPC server, and join (or form) the
     /// cluster.
-    pub async fn start(self) -> Result<Node, NodeError> {
+    pub async fn start(self) -> Result<Server, NodeError> {
         let id = self.id;
         if id == 0 {
             return Err(NodeError::Config(
@@ -141,7 +133,7 @@ impl NodeBuilder {
             )));
         }
         for addr in self.initial_members.values() {
-            latchkey_client::channel(addr, &self.client)
+            latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT)
                 .map_err(|e| NodeError::Config(e.to_string()))?;
         }
         let listener = match (self.listener, self.listen) {
@@ -272,7 +264,6 @@ impl NodeBuilder {
                 replica.clone(),
                 self.initial_members.clone(),
                 self.cluster_state,
-                self.client.clone(),
                 self.raft.election_max,
             )))
         } else {
@@ -290,14 +281,12 @@ impl NodeBuilder {
             .filter(|(i, _)| **i != id)
             .map(|(_, a)| a.clone())
             .collect();
-        let client = Client::with_local(replica.clone(), peers, self.client)
-            .map_err(|e| NodeError::Config(e.to_string()))?;
-        Ok(Node {
+        Ok(Server {
             id,
             advertise,
             local_addr,
             replica,
-            client,
+            peers,
             stop: Some(stop_tx),
             streams_stop,
             server: Some(server),
@@ -311,16 +300,17 @@ impl NodeBuilder {
     }
 }
 
-/// One running replica, embedded in this process.
+/// One running replica serving gRPC, embedded in this process.
 ///
-/// Create with [`Node::builder`]; talk to the cluster with [`Node::client`];
-/// stop with [`Node::shutdown`].
-pub struct Node {
+/// Create with [`Server::builder`]; stop with [`Server::shutdown`]. Its
+/// [`Server::replica`] is what an in-process client calls directly.
+pub struct Server {
     id: u64,
     advertise: String,
     local_addr: SocketAddr,
     replica: Arc<Replica>,
-    client: Client,
+    /// The other initial members' addresses.
+    peers: Vec<String>,
     stop: Option<oneshot::Sender<()>>,
     /// Ends the open `AppendEntriesStream`s (see `RaftService::stopping`).
     streams_stop: watch::Sender<bool>,
@@ -333,10 +323,10 @@ pub struct Node {
     db_closed: latchkey_storage::DbClosed,
 }
 
-impl Node {
+impl Server {
     /// Start configuring node `id` (a cluster-unique number, 1 or more).
-    pub fn builder(id: u64) -> NodeBuilder {
-        NodeBuilder {
+    pub fn builder(id: u64) -> ServerBuilder {
+        ServerBuilder {
             id,
             listen: None,
             listener: None,
@@ -345,7 +335,6 @@ impl Node {
             initial_members: BTreeMap::new(),
             cluster_state: ClusterState::New,
             raft: RaftSettings::default(),
-            client: ClientOptions::default(),
             storage: StorageOptions::default(),
         }
     }
@@ -365,10 +354,16 @@ impl Node {
         self.local_addr
     }
 
-    /// A client that uses this replica directly while it leads and forwards
-    /// to the leader otherwise. Cheap to clone.
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    /// The replica's request path, which an in-process client calls
+    /// directly (it implements `latchkey_proto::LocalReplica`).
+    pub fn replica(&self) -> Arc<Replica> {
+        Arc::clone(&self.replica)
+    }
+
+    /// The other initial members' addresses (where an in-process client
+    /// looks for the leader besides this replica).
+    pub fn peers(&self) -> &[String] {
+        &self.peers
     }
 
     /// This replica's view of itself and the cluster: leader, term, last
@@ -389,7 +384,7 @@ impl Node {
         self.replica.incarnation()
     }
 
-    /// Why this replica has failed, if it has (see [`Node::failed`]).
+    /// Why this replica has failed, if it has (see [`Server::failed`]).
     pub fn failure(&self) -> Option<String> {
         self.replica.health().failure()
     }
@@ -402,7 +397,7 @@ impl Node {
     /// supervisor restarts it.
     ///
     /// ```no_run
-    /// # async fn demo(node: latchkey_server::Node) {
+    /// # async fn demo(node: latchkey_server::Server) {
     /// let cause = node.failed().await;
     /// eprintln!("latchkey replica failed: {cause}");
     /// node.shutdown().await;
@@ -496,7 +491,7 @@ impl Node {
     }
 }
 
-impl Drop for Node {
+impl Drop for Server {
     fn drop(&mut self) {
         if let Some(task) = self.bootstrap.take() {
             task.abort();
