@@ -53,7 +53,7 @@ use crate::coalesce::{Answer, Item, BATCH_BYTES};
 use crate::kv::{decode_reply, kv_client};
 use crate::router::Attempt;
 use crate::ReplicaFailure;
-use latchkey_proto::{MAX_BATCH_ITEMS, UNKNOWN_CALL};
+use latchkey_proto::{MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
 
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
@@ -115,15 +115,22 @@ impl Waiting {
     }
 
     /// The stream ended: every caller still waiting gets `Sent` (its call
-    /// may have been executed), and no call is added after this.
-    fn end(&self, why: String) {
+    /// may have been executed) unless `unread` (the replica said it answered
+    /// every call it read: the rest were not executed, and are refused as
+    /// unavailable, safe to send elsewhere). No call is added after this.
+    fn end(&self, why: String, unread: bool) {
         let answers = {
             let mut st = self.lock();
             st.ended = Some(why.clone());
             std::mem::take(&mut st.answers)
         };
         for (_, answer) in answers {
-            let _ = answer.send(Err(Attempt::Sent(why.clone())));
+            let ended = if unread {
+                Attempt::Refused(ReplicaFailure::Unavailable(why.clone()))
+            } else {
+                Attempt::Sent(why.clone())
+            };
+            let _ = answer.send(Err(ended));
         }
     }
 }
@@ -363,7 +370,7 @@ fn call_bytes(call: &Call) -> usize {
 /// Hand each reply to its caller until the stream ends, then end every
 /// call still waiting.
 async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>) {
-    let why = loop {
+    let (why, unread) = loop {
         match replies.message().await {
             Ok(Some(frame)) => {
                 for r in frame.replies {
@@ -378,12 +385,26 @@ async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>
                     }
                 }
             }
-            Ok(None) => break "the replica ended the call stream".to_string(),
-            Err(status) => break format!("the call stream broke: {}", status.message()),
+            Ok(None) => break ("the replica ended the call stream".to_string(), false),
+            Err(status) if status.metadata().contains_key(STOPPED_AFTER_ANSWERING) => {
+                break (
+                    format!(
+                        "the replica stopped (the call was not executed): {}",
+                        status.message()
+                    ),
+                    true,
+                )
+            }
+            Err(status) => {
+                break (
+                    format!("the call stream broke: {}", status.message()),
+                    false,
+                )
+            }
         }
     };
     tracing::debug!(%why, "call stream ended");
-    waiting.end(why);
+    waiting.end(why, unread);
 }
 
 #[cfg(test)]

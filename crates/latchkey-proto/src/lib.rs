@@ -22,7 +22,7 @@ mod status;
 
 pub use channel::{channel, ChannelError};
 pub use failure::ReplicaFailure;
-pub use limits::{MAX_BATCH_ITEMS, MAX_MESSAGE_BYTES, UNKNOWN_CALL};
+pub use limits::{MAX_BATCH_ITEMS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};
 

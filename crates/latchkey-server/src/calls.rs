@@ -20,6 +20,14 @@
 //! are answered, then the stream ends with `INVALID_ARGUMENT` (the client
 //! treats calls it sent after that frame as "may have been executed", as for
 //! any broken stream; none of them was).
+//!
+//! When the replica stops (shut down, or failed), the stream reads no more
+//! frames, answers the calls it started (for at most [`DRAIN_FOR`]), and
+//! ends with `UNAVAILABLE` carrying the [`STOPPED_AFTER_ANSWERING`] trailer:
+//! the client then knows that a call without a reply was never read, so
+//! never executed, and sends it elsewhere instead of reporting its outcome
+//! unknown. Calls still running when the drain time is up are dropped, and
+//! the stream ends without the trailer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +37,7 @@ use std::task::{Context, Poll};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
 use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies, CallReply, Reply};
-use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS, UNKNOWN_CALL};
+use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
 use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
@@ -42,6 +50,10 @@ use crate::services::{
 /// Calls of one stream running at once before the replica stops reading
 /// its frames.
 pub(crate) const MAX_RUNNING_CALLS: usize = 4096;
+
+/// Longest a stopping replica keeps a stream open to answer the calls it
+/// started.
+pub(crate) const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A finished call: its reply, and what replaces the reply if it does not
 /// fit in a frame.
@@ -68,6 +80,8 @@ pub struct CallStream {
     held: Option<CallReply>,
     /// Why the client's side broke, sent once every started call is answered.
     broken: Option<Status>,
+    /// Set when the replica began to stop: the end of the drain time.
+    draining: Option<Pin<Box<tokio::time::Sleep>>>,
     ended: bool,
 }
 
@@ -88,6 +102,7 @@ impl CallStream {
             }),
             held: None,
             broken: None,
+            draining: None,
             ended: false,
         }
     }
@@ -195,11 +210,18 @@ impl Stream for CallStream {
         if this.ended {
             return Poll::Ready(None);
         }
-        if this.stopping.as_mut().poll(cx).is_ready() {
-            // Calls still running are dropped, as a unary call's would be
-            // when the connection closes: the client treats them so.
-            this.ended = true;
-            return Poll::Ready(None);
+        if this.draining.is_none() && this.stopping.as_mut().poll(cx).is_ready() {
+            // Read nothing more: what was not read is not executed.
+            this.incoming = None;
+            this.draining = Some(Box::pin(tokio::time::sleep(DRAIN_FOR)));
+        }
+        if let Some(deadline) = this.draining.as_mut() {
+            if deadline.as_mut().poll(cx).is_ready() {
+                // Calls still running are dropped, as a unary call's would
+                // be when the connection closes: the client treats them so.
+                this.ended = true;
+                return Poll::Ready(None);
+            }
         }
         while this.running.len().saturating_sub(this.acquires) < MAX_RUNNING_CALLS {
             let Some(incoming) = this.incoming.as_mut() else {
@@ -237,10 +259,26 @@ impl Stream for CallStream {
         }
         if this.incoming.is_none() && this.running.is_empty() {
             this.ended = true;
+            if this.draining.is_some() && this.held.is_none() {
+                return Poll::Ready(Some(Err(stopped_after_answering())));
+            }
             return Poll::Ready(this.broken.take().map(Err));
         }
         Poll::Pending
     }
+}
+
+/// How a stopping replica ends a stream once it answered every call it read.
+fn stopped_after_answering() -> Status {
+    let mut status = Status::unavailable(
+        "the replica is stopping: every call it read was answered; calls without a reply \
+         were not read and not executed",
+    );
+    status.metadata_mut().insert(
+        STOPPED_AFTER_ANSWERING,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    status
 }
 
 /// What to end the stream with when reading the client's frames failed:

@@ -413,8 +413,22 @@ async fn shutdown_ends_open_streams() -> TestResult {
         );
         let end = tokio::time::timeout(Duration::from_secs(5), replies.message()).await?;
         assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+        // The call stream ends with UNAVAILABLE and the trailer that tells
+        // the client every call it read was answered: anything unanswered
+        // was not executed.
         let end = tokio::time::timeout(Duration::from_secs(5), answers.message()).await?;
-        assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+        match end {
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+                assert!(
+                    status
+                        .metadata()
+                        .contains_key(latchkey_proto::STOPPED_AFTER_ANSWERING),
+                    "{status:?}"
+                );
+            }
+            other => return Err(format!("expected a stopping status, got {other:?}").into()),
+        }
         drop((requests, frames));
         Ok::<_, Box<dyn std::error::Error>>(())
     })
