@@ -36,9 +36,16 @@ const TAIL_LINES: usize = 60;
 /// elections and make failures harder to read.
 static ONE_CLUSTER_AT_A_TIME: Semaphore = Semaphore::const_new(1);
 
-/// The `latchkey` binary built by cargo for this test run.
+/// The `latchkey` binary built by cargo for this test run, unless
+/// `LATCHKEY_TEST_BIN` names another one (e.g. a copy of an experimental
+/// build, kept aside so that other builds in the shared target directory
+/// do not replace it while the tests run).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_latchkey")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("LATCHKEY_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_latchkey").to_string())
+    })
 }
 
 /// Client options for the tests: long enough to ride out an election on a
@@ -267,6 +274,11 @@ impl Cluster {
     }
 
     fn spawn(&mut self, id: u64) -> Result<()> {
+        self.spawn_with(id, &[])
+    }
+
+    /// Start node `id` with its usual command line plus `more` at the end.
+    fn spawn_with(&mut self, id: u64, more: &[&str]) -> Result<()> {
         ensure!(
             !self.children.contains_key(&id),
             "node {id} is already running"
@@ -293,6 +305,7 @@ impl Cluster {
             .arg("--initial-members")
             .arg(&self.members_arg)
             .args(&self.extra_args)
+            .args(more)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -349,6 +362,76 @@ impl Cluster {
     /// Start node `id` again on its data directory.
     pub fn restart(&mut self, id: u64) -> Result<()> {
         self.spawn(id)
+    }
+
+    /// Start node `id` again on its data directory, with `more` appended to
+    /// its usual command line (e.g. `--initial-cluster-state existing`).
+    pub fn restart_with(&mut self, id: u64, more: &[&str]) -> Result<()> {
+        self.spawn_with(id, more)
+    }
+
+    /// Data directory of node `id` (`--data-dir`).
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.specs
+            .get(&id)
+            .map(|s| s.data_dir.clone())
+            .unwrap_or_else(|| panic!("no node {id} in this cluster"))
+    }
+
+    /// Log file of node `id` (its stdout and stderr, all runs).
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.specs
+            .get(&id)
+            .map(|s| s.log.clone())
+            .unwrap_or_else(|| panic!("no node {id} in this cluster"))
+    }
+
+    /// Move node `id`'s data directory aside (to `<data-dir>.<suffix>`, in
+    /// the test's temporary directory, kept for inspection) so that its next
+    /// start finds none: the operator's "delete the data directory". The
+    /// node must not be running. Returns where the directory went.
+    pub fn move_data_dir_aside(&mut self, id: u64, suffix: &str) -> Result<PathBuf> {
+        ensure!(
+            !self.children.contains_key(&id),
+            "node {id} is running: stop it before moving its data directory"
+        );
+        let dir = self.data_dir(id);
+        let aside = dir.with_extension(suffix);
+        ensure!(!aside.exists(), "{} already exists", aside.display());
+        std::fs::rename(&dir, &aside)
+            .with_context(|| format!("move {} to {}", dir.display(), aside.display()))?;
+        self.note(
+            id,
+            &format!("node {id}'s data directory moved to {}", aside.display()),
+        );
+        Ok(aside)
+    }
+
+    /// Wait (polling, up to `timeout`) until node `id` exits on its own;
+    /// reap it and return how it exited. Fails if it still runs then (it is
+    /// left running, and killed when the cluster is dropped).
+    pub async fn wait_exit(
+        &mut self,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self
+                .children
+                .get_mut(&id)
+                .with_context(|| format!("node {id} is not running"))?;
+            if let Some(status) = child.try_wait().context("try_wait")? {
+                self.children.remove(&id);
+                self.stopped.remove(&id);
+                self.note(id, &format!("node {id} exited on its own ({status})"));
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!("node {id} still runs after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// True when node `id` runs: not reaped, and signal 0 reaches it.
@@ -505,6 +588,31 @@ pub fn agreed_leader(statuses: &BTreeMap<u64, NodeStatus>, majority: usize) -> O
             .count();
         (leads && agreeing >= majority).then_some(s.id)
     })
+}
+
+/// Copy the directory tree `from` to `to` (which must not exist): regular
+/// files and directories only, as a data directory holds. For copying a
+/// stopped node's data directory (a "backup").
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    std::fs::create_dir(to).with_context(|| format!("create {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("list {}", from.display()))? {
+        let entry = entry.with_context(|| format!("list {}", from.display()))?;
+        let kind = entry.file_type().context("file type")?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target).with_context(|| {
+                format!("copy {} to {}", entry.path().display(), target.display())
+            })?;
+        } else {
+            bail!(
+                "{} is neither a file nor a directory",
+                entry.path().display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Poll `probe` until it returns `Ok`, or fail after `timeout` with the last
