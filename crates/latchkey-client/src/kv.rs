@@ -196,7 +196,9 @@ impl Client {
     }
 
     /// [`Client::execute_with`], also answering when the attempt that
-    /// succeeded was sent: the command was applied after that instant.
+    /// succeeded was sent: the command was applied after that instant. The
+    /// instant is on the lease clock (`lease_clock::now`), which is what
+    /// every lease deadline is compared with.
     pub(crate) async fn execute_timed(
         &self,
         command: Command,
@@ -204,11 +206,11 @@ impl Client {
     ) -> Result<(Outcome, std::time::Instant), Error> {
         latchkey_core::validate_command(&command)?;
         let encoded = codec::encode(&command).map_err(|e| Error::Protocol(e.to_string()))?;
-        let mut sent = std::time::Instant::now();
+        let mut sent = crate::lease_clock::now();
         let result: CommandResult = self
             .router
             .call(!idempotent, |target, budget| {
-                sent = std::time::Instant::now();
+                sent = crate::lease_clock::now();
                 let command = command.clone();
                 let encoded = encoded.clone();
                 async move {

@@ -1490,6 +1490,109 @@ fn fenced_write_needs_an_exclusive_sequencer() {
     ));
 }
 
+/// A session that released a lock and took it again holds a new grant with
+/// a higher token: a fenced write carrying that session's *first* sequencer
+/// (same name, same session, older token) is stale and writes nothing. Here
+/// only the token tells the two grants apart, so this is the case that
+/// catches a weakened token comparison (in the worked example above the
+/// stale sequencer comes from another session, which the session check
+/// refuses on its own). A token *above* the current one is stale too: the
+/// current holder's token is the only one accepted.
+#[test]
+fn fenced_write_with_the_same_sessions_older_token_is_stale() {
+    let mut c = Cluster::default();
+    let a = c.open();
+    let first = c.grant(acquire(a, 1, 1, "l", Exclusive, TRY));
+    assert_eq!(
+        c.run(fenced_put(&first, "k", "v1")).0,
+        Ok(Outcome::Batch {
+            failed_condition: None
+        })
+    );
+    c.ok(release(a, 1, 2, "l", first.token));
+
+    // The same owner of the same session takes the lock again.
+    let second = c.grant(acquire(a, 1, 3, "l", Exclusive, TRY));
+    assert_eq!(
+        (&second.name, second.mode, second.session),
+        (&first.name, first.mode, first.session)
+    );
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+    assert!(!c.current(&first));
+    assert!(c.current(&second));
+
+    // The first grant's sequencer: refused, for a put, a delete and a
+    // conditional batch alike; `refused` checks that nothing was written.
+    let stale = CommandError::StaleFence {
+        name: "l".into(),
+        token: first.token,
+        current: Some(second.token),
+    };
+    assert_eq!(c.refused(fenced_put(&first, "k", "stale")), stale);
+    assert_eq!(
+        c.refused(LockCommand::Fenced {
+            sequencer: first.clone(),
+            conditions: vec![],
+            ops: vec![BatchOp::Delete { key: b"k".to_vec() }],
+        }),
+        stale
+    );
+    assert_eq!(
+        c.refused(LockCommand::Fenced {
+            sequencer: first.clone(),
+            conditions: vec![Condition::ValueIs {
+                key: b"k".to_vec(),
+                expected: Some(b"v1".to_vec()),
+            }],
+            ops: vec![BatchOp::Put {
+                key: b"k2".to_vec(),
+                value: b"stale".to_vec(),
+            }],
+        }),
+        stale
+    );
+    assert_eq!(c.data("k"), Some(b"v1".to_vec()));
+    assert_eq!(c.data("k2"), None);
+
+    // A token above the current grant's (issued to nobody yet): stale.
+    let ahead = Sequencer {
+        token: Token(second.token.0 + 1),
+        ..second.clone()
+    };
+    assert_eq!(
+        c.refused(fenced_put(&ahead, "k", "ahead")),
+        CommandError::StaleFence {
+            name: "l".into(),
+            token: ahead.token,
+            current: Some(second.token),
+        }
+    );
+
+    // The current grant writes.
+    assert_eq!(
+        c.run(fenced_put(&second, "k", "v2")).0,
+        Ok(Outcome::Batch {
+            failed_condition: None
+        })
+    );
+    assert_eq!(c.data("k"), Some(b"v2".to_vec()));
+
+    // Another owner of the same session is granted next: the second
+    // grant's sequencer is stale in its turn.
+    c.ok(release(a, 1, 4, "l", second.token));
+    let third = c.grant(acquire(a, 2, 5, "l", Exclusive, TRY));
+    assert!(third.token > second.token);
+    assert_eq!(
+        c.refused(fenced_put(&second, "k", "stale")),
+        CommandError::StaleFence {
+            name: "l".into(),
+            token: second.token,
+            current: Some(third.token),
+        }
+    );
+    assert_eq!(c.data("k"), Some(b"v2".to_vec()));
+}
+
 // ---------------------------------------------------------------- retries
 
 #[test]

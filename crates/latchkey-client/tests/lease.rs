@@ -1,0 +1,470 @@
+//! The client's lease deadline against a scripted replica (an in-process
+//! gRPC server on loopback) that holds its replies for a set delay.
+//!
+//! The rule under test (`lock.rs`, "The lease, as the client sees it"): a
+//! session is vouched for until the *send* time of the last acknowledged
+//! keep-alive (or of the `OpenSession` write) `+ ttl - ttl/10`. The leader
+//! counts the same lease from its *receipt* of that call, which comes after
+//! the send, so the client stops vouching before the cluster can expire the
+//! session and grant its locks to someone else.
+//!
+//! Two planted bugs must fail here: counting the deadline from the reply's
+//! arrival instead of the send (a held reply then makes the deadline as much
+//! later as the reply was held), and dropping the `ttl/10` margin. The
+//! scripted replica records when it *received* each call; the client sent it
+//! no later than that, so `received + ttl - ttl/10` is an upper bound of the
+//! correct deadline that needs no knowledge of the client's clock. The
+//! timing assertions are in that safe direction only (the lease must end no
+//! later than the bound); nothing asserts that the lease lasts long enough.
+//! The one thing required the other way, so that a test cannot pass without
+//! exercising its path, is that the held keep-alive is counted at all: its
+//! reply arrives more than a second before the lease would run out.
+//!
+//! The numbers: TTL 5 s (margin 500 ms, keep-alive every 1.67 s), replies
+//! held 1.5 s. A deadline counted from the reply misses the bound by about
+//! 1.5 s; one without the margin by about 500 ms (less the time from the
+//! client's send to the replica's receipt, a few milliseconds on loopback
+//! once the connection is up, which each test makes sure of first).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use latchkey_client::{Client, ClientOptions, Error, LockGuard, Session};
+use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, Sequencer, SessionId, Token};
+use latchkey_core::{codec, Command, CommandResult, Outcome};
+use latchkey_proto::v1::kv_server::{Kv, KvServer};
+use latchkey_proto::v1::lock_server::{Lock, LockServer};
+use latchkey_proto::v1::{
+    call::Body, AcquireRequest, CallFrame, CallReplies, CallReply, KeepAliveRequest, ReadBatch,
+    ReadRequest, Replies, Reply, WriteBatch, WriteRequest,
+};
+use tokio::sync::mpsc;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The session's TTL.
+const TTL: Duration = Duration::from_secs(5);
+/// How long the replica holds a delayed reply.
+const HELD: Duration = Duration::from_millis(1500);
+/// The lease clock (`Instant` plus any time suspended, measured as
+/// CLOCK_BOOTTIME - CLOCK_MONOTONIC) may read a little ahead of `Instant`
+/// when a reading of the two clocks is preempted; no suspend happens in a
+/// test. Slack for that only: the comparison itself is exact.
+const CLOCK_SLACK: Duration = Duration::from_millis(50);
+/// How late a timer may fire on a loaded machine before `Session::lost`
+/// counts as late.
+const TIMER_SLACK: Duration = Duration::from_millis(500);
+/// Bound on each whole test.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The session every `OpenSession` gets.
+const SESSION: SessionId = SessionId(7);
+/// The lock the tests take.
+const LOCK: &str = "lease/l";
+
+/// When the replica received one call, and when it sent the reply (`None`
+/// while held, or if never answered).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    received: Instant,
+    replied: Option<Instant>,
+}
+
+/// What the replica does, and what it saw.
+struct Script {
+    /// How long the `OpenSession` reply is held.
+    open_delay: Duration,
+    /// How long the n-th keep-alive reply (from 0) is held; keep-alives past
+    /// the end of the list are never answered, as by a replica that stopped.
+    keep_alive_delays: Vec<Duration>,
+    opens: Mutex<Vec<Seen>>,
+    keep_alives: Mutex<Vec<Seen>>,
+    keep_alive_count: AtomicUsize,
+}
+
+impl Script {
+    fn new(open_delay: Duration, keep_alive_delays: Vec<Duration>) -> Arc<Script> {
+        Arc::new(Script {
+            open_delay,
+            keep_alive_delays,
+            opens: Mutex::new(Vec::new()),
+            keep_alives: Mutex::new(Vec::new()),
+            keep_alive_count: AtomicUsize::new(0),
+        })
+    }
+
+    /// Record a call received now; answers its slot in `seen`.
+    fn arrived(seen: &Mutex<Vec<Seen>>) -> usize {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.push(Seen {
+            received: Instant::now(),
+            replied: None,
+        });
+        seen.len() - 1
+    }
+
+    fn replied(seen: &Mutex<Vec<Seen>>, slot: usize) {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen[slot].replied = Some(Instant::now());
+    }
+
+    fn opens(&self) -> Vec<Seen> {
+        self.opens.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn keep_alives(&self) -> Vec<Seen> {
+        self.keep_alives
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The reply to a write: `OpenSession` after `open_delay`, everything
+    /// else at once.
+    async fn write(&self, request: &WriteRequest) -> Result<Reply, Status> {
+        let command: Command =
+            codec::decode(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let outcome = match command {
+            Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
+                let slot = Script::arrived(&self.opens);
+                tokio::time::sleep(self.open_delay).await;
+                Script::replied(&self.opens, slot);
+                Outcome::Lock(LockOutcome::SessionOpened {
+                    session: SESSION,
+                    ttl_ms,
+                })
+            }
+            Command::Lock(LockCommand::Release { name, token, .. }) => {
+                Outcome::Lock(LockOutcome::Released {
+                    name,
+                    token,
+                    remaining: 0,
+                })
+            }
+            Command::Lock(LockCommand::CloseSession { session }) => {
+                Outcome::Lock(LockOutcome::SessionEnded {
+                    session,
+                    released: 0,
+                    cancelled: 0,
+                })
+            }
+            _ => Outcome::Done,
+        };
+        Ok(ok(&Ok(outcome)))
+    }
+
+    /// The reply to the n-th keep-alive after its delay, or never.
+    async fn keep_alive(&self, request: &KeepAliveRequest) -> Result<Reply, Status> {
+        if request.session != SESSION.0 {
+            return Err(Status::internal("keep-alive of an unknown session"));
+        }
+        let n = self.keep_alive_count.fetch_add(1, Ordering::SeqCst);
+        let slot = Script::arrived(&self.keep_alives);
+        match self.keep_alive_delays.get(n) {
+            Some(delay) => tokio::time::sleep(*delay).await,
+            None => std::future::pending::<()>().await,
+        }
+        Script::replied(&self.keep_alives, slot);
+        Ok(ok(&Ok(Outcome::Lock(LockOutcome::Session(None)))))
+    }
+
+    /// Every acquire is granted at once, token 1.
+    fn acquire(&self, request: &AcquireRequest) -> Result<Reply, Status> {
+        match codec::decode(&request.command) {
+            Ok(Command::Lock(LockCommand::Acquire { name, session, .. })) => {
+                Ok(ok(&Ok(Outcome::Lock(LockOutcome::Granted {
+                    sequencer: Sequencer {
+                        name,
+                        mode: LockMode::Exclusive,
+                        token: Token(1),
+                        session,
+                    },
+                    hold_count: 1,
+                }))))
+            }
+            _ => Err(Status::invalid_argument("not an acquire")),
+        }
+    }
+
+    async fn call(&self, body: Option<Body>) -> Result<Reply, Status> {
+        match body {
+            Some(Body::Write(w)) => self.write(&w).await,
+            Some(Body::KeepAlive(k)) => self.keep_alive(&k).await,
+            Some(Body::Acquire(a)) => self.acquire(&a),
+            _ => Err(Status::internal("unexpected call")),
+        }
+    }
+}
+
+fn ok(result: &CommandResult) -> Reply {
+    Reply {
+        payload: codec::encode(result).unwrap_or_default(),
+        failure: None,
+    }
+}
+
+type Replying = std::pin::Pin<Box<dyn Stream<Item = Result<CallReplies, Status>> + Send>>;
+
+struct FakeKv(Arc<Script>);
+
+#[tonic::async_trait]
+impl Kv for FakeKv {
+    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
+        self.0.write(&request.into_inner()).await.map(Response::new)
+    }
+
+    async fn read(&self, _request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
+        Err(Status::unimplemented("not in this script"))
+    }
+
+    async fn write_many(&self, _request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
+        Err(Status::unimplemented("not in this script"))
+    }
+
+    async fn read_many(&self, _request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
+        Err(Status::unimplemented("not in this script"))
+    }
+
+    type CallsStream = Replying;
+
+    /// Each call is answered on its own, by id, when its reply is ready
+    /// (a held keep-alive does not hold up the calls behind it).
+    async fn calls(
+        &self,
+        request: Request<Streaming<CallFrame>>,
+    ) -> Result<Response<Replying>, Status> {
+        let (out, replies) = mpsc::unbounded_channel();
+        let script = self.0.clone();
+        let mut incoming = request.into_inner();
+        tokio::spawn(async move {
+            while let Ok(Some(frame)) = incoming.message().await {
+                for call in frame.calls {
+                    let script = script.clone();
+                    let out = out.clone();
+                    tokio::spawn(async move {
+                        let reply = match script.call(call.body).await {
+                            Ok(reply) => Ok(CallReplies {
+                                replies: vec![CallReply {
+                                    id: call.id,
+                                    reply: Some(reply),
+                                }],
+                            }),
+                            Err(status) => Err(status),
+                        };
+                        let _ = out.send(reply);
+                    });
+                }
+            }
+        });
+        let replies =
+            futures::stream::unfold(
+                replies,
+                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+            );
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+struct FakeLock(Arc<Script>);
+
+#[tonic::async_trait]
+impl Lock for FakeLock {
+    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
+        self.0.acquire(&request.into_inner()).map(Response::new)
+    }
+
+    async fn keep_alive(
+        &self,
+        request: Request<KeepAliveRequest>,
+    ) -> Result<Response<Reply>, Status> {
+        self.0
+            .keep_alive(&request.into_inner())
+            .await
+            .map(Response::new)
+    }
+}
+
+async fn serve(
+    script: Arc<Script>,
+) -> Result<(String, tokio::task::JoinHandle<()>), std::io::Error> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let server = tonic::transport::Server::builder()
+        .add_service(KvServer::new(FakeKv(script.clone())))
+        .add_service(LockServer::new(FakeLock(script)))
+        .serve_with_incoming(incoming);
+    let handle = tokio::spawn(async move {
+        let _ = server.await;
+    });
+    Ok((addr, handle))
+}
+
+/// How the client reaches the replica.
+#[derive(Debug, Clone, Copy)]
+enum Transport {
+    /// Writes, acquires and keep-alives on the `Kv.Calls` stream (the
+    /// default).
+    Stream,
+    /// Unary `Kv.Write`, `Lock.Acquire` and `Lock.KeepAlive` calls.
+    Unary,
+}
+
+/// A client of the replica at `addr`, its connection (and call stream) up,
+/// so the time from a send to its receipt is only loopback latency.
+async fn connected_client(addr: &str, transport: Transport) -> Result<Client, Error> {
+    let client = Client::with_options(
+        [addr],
+        ClientOptions {
+            call_stream: matches!(transport, Transport::Stream),
+            ..ClientOptions::default()
+        },
+    )?;
+    client.put("warm-up", "v").await?;
+    Ok(client)
+}
+
+/// The latest instant the lease may be vouched for, given that the call
+/// it was counted from was received by the replica at `received`.
+fn bound(received: Instant) -> Instant {
+    received + TTL - TTL / 10
+}
+
+/// The session and the guard report the lease lost no later than `bound`
+/// (the session's deadline, `Session::valid_until`, is checked by the
+/// caller): once it has passed, `is_live` and `is_held` say false, and
+/// `Session::lost` and `LockGuard::lost` have resolved by then (give or take
+/// a loaded machine's timer lateness).
+async fn lost_by(session: &Session, guard: &LockGuard, bound: Instant, what: &str) {
+    // Sleeping late only makes these more certain.
+    tokio::time::sleep_until(tokio::time::Instant::from_std(bound + CLOCK_SLACK)).await;
+    assert!(
+        !session.is_live(),
+        "{what}: the session is still live after send + ttl - ttl/10 (valid until {:?} after it)",
+        session.valid_until().saturating_duration_since(bound)
+    );
+    assert!(
+        !guard.is_held(),
+        "{what}: the guard is still held after send + ttl - ttl/10"
+    );
+    let late = tokio::time::Instant::from_std(bound + TIMER_SLACK);
+    assert!(
+        tokio::time::timeout_at(late, session.lost()).await.is_ok(),
+        "{what}: Session::lost had not resolved {TIMER_SLACK:?} after send + ttl - ttl/10"
+    );
+    assert!(
+        tokio::time::timeout_at(late, guard.lost()).await.is_ok(),
+        "{what}: LockGuard::lost had not resolved {TIMER_SLACK:?} after send + ttl - ttl/10"
+    );
+}
+
+/// Right after a session opens, its deadline counts from the send of the
+/// `OpenSession` write, not from its (held) reply, and keeps the margin.
+async fn open_counts_from_the_send(transport: Transport) -> Result<(), Box<dyn std::error::Error>> {
+    // Keep-alives are never answered: the open's deadline is the only one.
+    let script = Script::new(HELD, Vec::new());
+    let (addr, server) = serve(script.clone()).await?;
+    let client = connected_client(&addr, transport).await?;
+
+    let session = client.session(TTL).await?;
+    let until = session.valid_until();
+    let opens = script.opens();
+    assert_eq!(opens.len(), 1, "{opens:?}");
+    let open = opens[0];
+    let replied = open.replied.ok_or("the open was answered")?;
+    assert!(replied >= open.received + HELD, "{open:?}");
+    let bound = bound(open.received);
+    assert!(
+        until <= bound + CLOCK_SLACK,
+        "{transport:?}: right after open the lease runs {:?} past the open's receipt + ttl - ttl/10 \
+         (counted from the reply, or without the margin)",
+        until.saturating_duration_since(bound)
+    );
+
+    let guard = session.lock(LOCK).acquire().await?;
+    lost_by(&session, &guard, bound, "after a held open").await;
+    // The watchdog kept trying: the deadline came from the open alone.
+    assert!(!script.keep_alives().is_empty());
+    assert!(script.keep_alives().iter().all(|k| k.replied.is_none()));
+    drop(guard);
+    server.abort();
+    Ok(())
+}
+
+/// After a keep-alive whose reply was held, the deadline counts from the
+/// keep-alive's send, not from its reply, and keeps the margin.
+async fn keep_alive_counts_from_the_send(
+    transport: Transport,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // The open is answered at once; the first keep-alive after HELD; the
+    // rest never, so the first keep-alive's deadline is the last one.
+    let script = Script::new(Duration::ZERO, vec![HELD]);
+    let (addr, server) = serve(script.clone()).await?;
+    let client = connected_client(&addr, transport).await?;
+
+    let session = client.session(TTL).await?;
+    let opened_until = session.valid_until();
+    let guard = session.lock(LOCK).acquire().await?;
+
+    // Wait for the held reply to be sent (the first keep-alive goes out
+    // ttl/3 after the open) ...
+    let keep_alive = loop {
+        if let Some(first) = script.keep_alives().first() {
+            if first.replied.is_some() {
+                break *first;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let replied = keep_alive.replied.ok_or("answered")?;
+    assert!(replied >= keep_alive.received + HELD, "{keep_alive:?}");
+    // ... and for the client to count it (else this test would prove
+    // nothing): the deadline moves on from the open's. The reply arrives
+    // over a second before the open's deadline, so this takes milliseconds
+    // unless the machine stalls that long; the wait ends at that deadline
+    // at the latest (the session is no longer live then).
+    while session.valid_until() == opened_until && session.is_live() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let until = session.valid_until();
+    assert!(
+        until > opened_until,
+        "{transport:?}: the held keep-alive was never counted (live: {})",
+        session.is_live()
+    );
+    let bound = bound(keep_alive.received);
+    assert!(
+        until <= bound + CLOCK_SLACK,
+        "{transport:?}: after a held keep-alive the lease runs {:?} past its receipt + ttl - ttl/10 \
+         (counted from the reply, or without the margin)",
+        until.saturating_duration_since(bound)
+    );
+
+    lost_by(&session, &guard, bound, "after a held keep-alive").await;
+    drop(guard);
+    server.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn open_on_the_call_stream_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, open_counts_from_the_send(Transport::Stream)).await?
+}
+
+#[tokio::test]
+async fn open_as_a_unary_write_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, open_counts_from_the_send(Transport::Unary)).await?
+}
+
+#[tokio::test]
+async fn keep_alive_on_the_call_stream_counts_from_the_send(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, keep_alive_counts_from_the_send(Transport::Stream)).await?
+}
+
+#[tokio::test]
+async fn unary_keep_alive_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, keep_alive_counts_from_the_send(Transport::Unary)).await?
+}

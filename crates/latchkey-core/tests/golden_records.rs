@@ -1,0 +1,331 @@
+//! Golden bytes of the records the state machine writes: every row of the
+//! core's keyspace (`latchkey_core::keyspace`) after a script that leaves
+//! one of each kind behind, and what those literal rows answer when read
+//! back.
+//!
+//! A replica's state machine (and every snapshot of it) holds these rows for
+//! as long as the cluster lives, and a new build must read what an old one
+//! wrote. docs/FORMATS.md describes the formats and the rules for changing
+//! them; `codec.rs`'s `format_is_frozen` pins the command and reply
+//! encodings, latchkey-storage's `golden_formats` the log, snapshot and mark.
+
+use std::collections::BTreeMap;
+
+use latchkey_core::codec::FORMAT_VERSION;
+use latchkey_core::lock::{
+    Event, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery, Sequencer,
+    SessionId, SessionInfo, TimerState, Token, WaitTimer,
+};
+use latchkey_core::{apply_with_events, query, Command, MemStore, Outcome, Query, Request};
+
+/// Bytes from hex. Whitespace and `#` comments (to the end of the line)
+/// are ignored, so literals can be laid out and explained field by field.
+fn unhex(s: &str) -> Vec<u8> {
+    let digits: Vec<u8> = s
+        .lines()
+        .flat_map(|line| line.split('#').next().unwrap_or("").bytes())
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    assert!(
+        digits.len().is_multiple_of(2),
+        "odd number of hex digits in {s:?}"
+    );
+    digits
+        .chunks(2)
+        .map(|pair| {
+            let pair = std::str::from_utf8(pair).expect("ascii");
+            u8::from_str_radix(pair, 16).unwrap_or_else(|_| panic!("not hex: {pair:?}"))
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const S1: SessionId = SessionId(1);
+const S2: SessionId = SessionId(2);
+const S3: SessionId = SessionId(3);
+
+#[allow(clippy::too_many_arguments)]
+fn acquire(
+    session: SessionId,
+    owner: u64,
+    request_id: u64,
+    name: &str,
+    wait_ms: Option<u64>,
+    lease_ms: Option<u64>,
+    lock_delay_ms: Option<u64>,
+) -> Command {
+    Command::Lock(LockCommand::Acquire {
+        session,
+        owner,
+        request_id,
+        name: name.to_string(),
+        mode: LockMode::Exclusive,
+        wait_ms,
+        lease_ms,
+        lock_delay_ms,
+    })
+}
+
+/// The commands of the script, each stamped with its leader time.
+fn script() -> Vec<Request> {
+    let commands = vec![
+        Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        },
+        Command::NextSequence {
+            key: b"ids".to_vec(),
+            step: 10,
+        },
+        Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 }),
+        Command::Lock(LockCommand::OpenSession { ttl_ms: 5_000 }),
+        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        // Session 1 holds "a" (token 1) with a lease; session 2 waits for it.
+        acquire(S1, 1, 1, "a", None, Some(60_000), None),
+        acquire(S2, 1, 1, "a", Some(5_000), None, Some(1_000)),
+        // Session 3 holds "b" (token 2) with a lock-delay, and expires:
+        // "b" is left in lock-delay.
+        acquire(S3, 7, 1, "b", None, None, Some(2_000)),
+        Command::Lock(LockCommand::ExpireSession { session: S3 }),
+    ];
+    commands
+        .into_iter()
+        .zip(10u64..)
+        .map(|(command, now)| Request { now, command })
+        .collect()
+}
+
+fn run(store: &mut MemStore, now: u64, command: Command) -> (Outcome, Vec<Event>) {
+    let shown = format!("{command:?}");
+    match apply_with_events(store, &Request { now, command }).expect("MemStore never fails") {
+        (Ok(outcome), events) => (outcome, events),
+        (Err(e), _) => panic!("{shown}: refused: {e}"),
+    }
+}
+
+fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
+    match query(store, &Query::Lock(q)).expect("MemStore never fails") {
+        Ok(Outcome::Lock(o)) => o,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Every row the script leaves, in key order: (key, value), hex. Values
+/// marked codec start with the FORMAT_VERSION byte (02); bincode 2 writes
+/// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
+/// strings and lists as a varint length then the items, `Option` as 0/1,
+/// enum variants as their index.
+const ROWS: &[(&str, &str)] = &[
+    // D + user key -> user value, raw.
+    ("44 6b", "76"),
+    // H + session id (u64 BE) + lock name -> empty: session 1 holds "a",
+    // session 2 waits for it.
+    ("48 0000000000000001 61", ""),
+    ("48 0000000000000002 61", ""),
+    // L + lock name -> codec(LockRecord { holders, queue, delay }).
+    (
+        "4c 61",
+        "02
+         01                 # holders: 1
+         01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
+         01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
+         01                 # queue: 1
+         02 01 01 00        #   session 2, owner 1, request 1, Exclusive,
+         fb8813  00         #   wait_ms 5000, lease_ms None,
+         01 fbe803          #   lock_delay_ms Some(1000)
+         00                 # delay: None",
+    ),
+    (
+        "4c 62",
+        "02
+         00 00              # no holders, no queue
+         01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
+    ),
+    // M + name -> u64 BE: the leader time last applied, the last session
+    // id and the last fencing token issued.
+    ("4d 6e6f77", "0000000000000012"),
+    ("4d 73657373696f6e", "0000000000000003"),
+    ("4d 746f6b656e", "0000000000000002"),
+    // Q + sequence key -> next start, u64 BE.
+    ("51 696473", "000000000000000a"),
+    // R + session id + request id (u64 BE each) -> codec(RequestRecord {
+    // request, answer }).
+    (
+        "52 0000000000000001 0000000000000001",
+        "02
+         03                 # request: LockCommand::Acquire
+         01 01 01  01 61 00 # session 1, owner 1, request 1, name \"a\", Exclusive,
+         00  01 fb60ea  00  # wait_ms None, lease_ms Some(60000), lock_delay_ms None
+         00                 # answer: Answer::Outcome
+         02                 #   LockOutcome::Granted
+         01 61 00 01 01     #   sequencer { \"a\", Exclusive, token 1, session 1 },
+         01                 #   hold_count 1",
+    ),
+    (
+        "52 0000000000000002 0000000000000001",
+        "02
+         03                 # request: LockCommand::Acquire
+         02 01 01  01 61 00 # session 2, owner 1, request 1, name \"a\", Exclusive,
+         01 fb8813  00      # wait_ms Some(5000), lease_ms None,
+         01 fbe803          # lock_delay_ms Some(1000)
+         00                 # answer: Answer::Outcome
+         03                 #   LockOutcome::Queued
+         01 61 01 00        #   { name \"a\", request_id 1, position 0 }",
+    ),
+    // S + session id (u64 BE) -> codec(SessionRecord { ttl_ms, remembered,
+    // forgotten_below, kept_below }).
+    (
+        "53 0000000000000001",
+        "02 fb1027 01 00 01 00  # ttl 10000, 1 remembered, 0, Some([])",
+    ),
+    (
+        "53 0000000000000002",
+        "02 fb8813 01 00 01 00  # ttl 5000, 1 remembered, 0, Some([])",
+    ),
+];
+
+fn golden_store() -> MemStore {
+    MemStore {
+        map: ROWS
+            .iter()
+            .map(|(k, v)| (unhex(k), unhex(v)))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// The rows the state machine writes: user data, a sequence, the metadata
+/// counters, session records, lock records (a holder with a lease, a
+/// waiter, a lock-delay), a session's lock index and remembered requests.
+///
+/// A change of these bytes is a format change: bump FORMAT_VERSION and add
+/// a migration or refuse old data.
+#[test]
+fn stored_records_are_frozen() {
+    assert_eq!(FORMAT_VERSION, 2);
+    let mut store = MemStore::default();
+    for request in script() {
+        let now = request.now;
+        run(&mut store, now, request.command);
+    }
+    let actual: Vec<(String, String)> = store.map.iter().map(|(k, v)| (hex(k), hex(v))).collect();
+    let golden: Vec<(String, String)> = golden_store()
+        .map
+        .iter()
+        .map(|(k, v)| (hex(k), hex(v)))
+        .collect();
+    assert_eq!(
+        actual, golden,
+        "the stored records changed. This is a format change: bump FORMAT_VERSION and add a \
+         migration or refuse old data (see docs/FORMATS.md)"
+    );
+}
+
+/// The literal rows, as an older build wrote them, read back: every query
+/// answers from them, and commands carry on from them.
+///
+/// A change of these bytes is a format change: bump FORMAT_VERSION and add
+/// a migration or refuse old data.
+#[test]
+fn stored_records_read_back() {
+    let mut store = golden_store();
+    assert_eq!(
+        query(&store, &Query::Get { key: b"k".to_vec() }).unwrap(),
+        Ok(Outcome::Value(Some(b"v".to_vec())))
+    );
+    assert_eq!(
+        ask(&store, LockQuery::TimerState),
+        LockOutcome::Timers(TimerState {
+            sessions: vec![
+                SessionInfo {
+                    session: S1,
+                    ttl_ms: 10_000
+                },
+                SessionInfo {
+                    session: S2,
+                    ttl_ms: 5_000
+                },
+            ],
+            leases: vec![LeaseTimer {
+                name: "a".into(),
+                token: Token(1),
+                lease_ms: 60_000,
+            }],
+            lock_delays: vec![LockDelayTimer {
+                name: "b".into(),
+                token: Token(2),
+                delay_ms: 2_000,
+            }],
+            waits: vec![WaitTimer {
+                name: "a".into(),
+                session: S2,
+                owner: 1,
+                request_id: 1,
+                wait_ms: 5_000,
+            }],
+        })
+    );
+    let first = Sequencer {
+        name: "a".into(),
+        mode: LockMode::Exclusive,
+        token: Token(1),
+        session: S1,
+    };
+    assert_eq!(
+        ask(&store, LockQuery::CheckSequencer(first.clone())),
+        LockOutcome::SequencerCheck { current: true }
+    );
+
+    // A retried acquire gets its remembered outcome (the request record).
+    let (outcome, _) = run(
+        &mut store,
+        100,
+        acquire(S1, 1, 1, "a", None, Some(60_000), None),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Lock(LockOutcome::Granted {
+            sequencer: first.clone(),
+            hold_count: 1
+        })
+    );
+    // The sequence and the token counter carry on.
+    let (outcome, _) = run(
+        &mut store,
+        101,
+        Command::NextSequence {
+            key: b"ids".to_vec(),
+            step: 1,
+        },
+    );
+    assert_eq!(outcome, Outcome::Sequence { start: 10, end: 11 });
+    // Session 1 closes: "a" passes to the waiter with the next token.
+    let (_, events) = run(
+        &mut store,
+        102,
+        Command::Lock(LockCommand::CloseSession { session: S1 }),
+    );
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Granted { session, token, name, waited: true, .. }
+                if *session == S2 && *token == Token(3) && name == "a"
+        )),
+        "{events:?}"
+    );
+    // The session counter carries on.
+    let (outcome, _) = run(
+        &mut store,
+        103,
+        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Lock(LockOutcome::SessionOpened {
+            session: SessionId(4),
+            ttl_ms: 3_000
+        })
+    );
+}
