@@ -26,8 +26,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use latchkey::{Client, ClientOptions, Consistency, Error, NodeStatus, ScanRange};
-use support::{eventually, Cluster, CONVERGE_WAIT, LEADER_WAIT};
+use latchkey::{Client, ClientOptions, Error, NodeStatus};
+use support::{
+    eventually, verify_linearizable, wait_node_has, write_all, Cluster, CONVERGE_WAIT, LEADER_WAIT,
+};
 
 /// Bound on one test's body: each one also repairs a replica (a learner
 /// catches up, then is promoted), on a noisy 2-core machine.
@@ -39,107 +41,6 @@ const EXIT_WAIT: Duration = Duration::from_secs(60);
 /// What `latchkey serve` prints (and exits 8 with) when its data directory
 /// lost state it had acknowledged.
 const LOST_STATE: &str = "lost state this replica had acknowledged";
-
-/// Run one write, retrying it while its outcome is unknown or the cluster
-/// unavailable (a spurious election on a loaded machine). Only for
-/// idempotent writes, such as a put of a fixed value.
-async fn retrying<T>(what: &str, mut write: impl AsyncFnMut() -> Result<T, Error>) -> Result<T> {
-    let mut last = None;
-    for _ in 0..5 {
-        match write().await {
-            Ok(v) => return Ok(v),
-            Err(e @ (Error::UnknownOutcome(_) | Error::Unavailable { .. })) => last = Some(e),
-            Err(e) => return Err(e).with_context(|| what.to_string()),
-        }
-    }
-    Err(anyhow::anyhow!(
-        "{what}: gave up after 5 attempts, last: {last:?}"
-    ))
-}
-
-/// Write `count` keys `{prefix}{i}` sequentially; every one must end up
-/// acknowledged.
-async fn write_all(
-    client: &Client,
-    prefix: &str,
-    count: usize,
-) -> Result<BTreeMap<String, String>> {
-    let mut written = BTreeMap::new();
-    for i in 0..count {
-        let key = format!("{prefix}{i:04}");
-        let value = format!("value-{prefix}{i}");
-        retrying(&format!("put {key}"), async || {
-            client.put(&key, &value).await
-        })
-        .await?;
-        written.insert(key, value);
-    }
-    Ok(written)
-}
-
-/// Every acknowledged write reads back (linearizable gets, and a scan of
-/// `prefix` that holds them all).
-async fn verify_linearizable(
-    client: &Client,
-    prefix: &str,
-    acked: &BTreeMap<String, String>,
-) -> Result<()> {
-    for (k, v) in acked {
-        let got = client
-            .get(k)
-            .await
-            .with_context(|| format!("linearizable get {k}"))?;
-        ensure!(
-            got.as_deref() == Some(v.as_bytes()),
-            "acknowledged write {k}={v} lost: read {:?}",
-            got.map(|g| String::from_utf8_lossy(&g).into_owned())
-        );
-    }
-    let page = client
-        .scan(ScanRange::prefix(prefix, 0))
-        .await
-        .context("linearizable scan")?;
-    ensure!(!page.more, "scan of {prefix:?} unexpectedly truncated");
-    let scanned: BTreeMap<String, String> = page
-        .entries
-        .iter()
-        .map(|(k, v)| {
-            (
-                String::from_utf8_lossy(k).into_owned(),
-                String::from_utf8_lossy(v).into_owned(),
-            )
-        })
-        .collect();
-    for (k, v) in acked {
-        ensure!(
-            scanned.get(k) == Some(v),
-            "scan lost acknowledged write {k}={v}: scanned {:?}",
-            scanned.get(k)
-        );
-    }
-    Ok(())
-}
-
-/// Poll `node` alone (stale reads) until it holds every entry of `expected`.
-async fn wait_node_has(c: &Cluster, node: u64, expected: &BTreeMap<String, String>) -> Result<()> {
-    let local = c.client_for(&[node])?;
-    eventually(
-        CONVERGE_WAIT,
-        &format!("node {node} holds every acknowledged write"),
-        async || {
-            for (k, v) in expected {
-                let got = local.get_with(k, Consistency::Stale).await?;
-                ensure!(
-                    got.as_deref() == Some(v.as_bytes()),
-                    "node {node}: {k} reads {:?}, expected {v}",
-                    got.map(|g| String::from_utf8_lossy(&g).into_owned())
-                );
-            }
-            Ok(())
-        },
-    )
-    .await
-}
 
 /// Poll until node `id` reports `Waiting` (a new data directory waiting to
 /// be added) with a `detail` that tells the operator to run `members add`.

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use latchkey::{Client, ClientOptions, NodeStatus};
+use latchkey::{Client, ClientOptions, Consistency, Error, NodeStatus, ScanRange};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Default bound on one test's body.
@@ -707,4 +707,117 @@ pub async fn run_cli(args: &[&str]) -> Result<CliOutput> {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+// ----------------------------------------------------- shared write/read checks
+
+/// Run one write, retrying it while its outcome is unknown or the cluster
+/// unavailable (a spurious election on a loaded machine). Only for
+/// idempotent writes, or where a skipped outcome is harmless.
+pub async fn retrying<T>(
+    what: &str,
+    mut write: impl AsyncFnMut() -> Result<T, Error>,
+) -> Result<T> {
+    let mut last = None;
+    for _ in 0..5 {
+        match write().await {
+            Ok(v) => return Ok(v),
+            Err(e @ (Error::UnknownOutcome(_) | Error::Unavailable { .. })) => last = Some(e),
+            Err(e) => return Err(e).with_context(|| what.to_string()),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "{what}: gave up after 5 attempts, last: {last:?}"
+    ))
+}
+
+/// Write `count` keys `{prefix}{i}` sequentially; every one must end up
+/// acknowledged (used when no fault is being injected, or around one).
+pub async fn write_all(
+    client: &Client,
+    prefix: &str,
+    count: usize,
+) -> Result<BTreeMap<String, String>> {
+    let mut written = BTreeMap::new();
+    for i in 0..count {
+        let key = format!("{prefix}{i:04}");
+        let value = format!("value-{prefix}{i}");
+        retrying(&format!("put {key}"), async || {
+            client.put(&key, &value).await
+        })
+        .await?;
+        written.insert(key, value);
+    }
+    Ok(written)
+}
+
+/// Every acknowledged write reads back (linearizable get and scan).
+pub async fn verify_linearizable(
+    client: &Client,
+    prefix: &str,
+    acked: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (k, v) in acked {
+        let got = client
+            .get(k)
+            .await
+            .with_context(|| format!("linearizable get {k}"))?;
+        ensure!(
+            got.as_deref() == Some(v.as_bytes()),
+            "acknowledged write {k}={v} lost: read {:?}",
+            got.map(|g| String::from_utf8_lossy(&g).into_owned())
+        );
+    }
+    let page = client
+        .scan(ScanRange::prefix(prefix, 0))
+        .await
+        .context("linearizable scan")?;
+    ensure!(!page.more, "scan of {prefix:?} unexpectedly truncated");
+    let scanned: BTreeMap<String, String> = page
+        .entries
+        .iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            )
+        })
+        .collect();
+    for (k, v) in acked {
+        ensure!(
+            scanned.get(k) == Some(v),
+            "scan lost acknowledged write {k}={v}: scanned {:?}",
+            scanned.get(k)
+        );
+    }
+    ensure!(
+        scanned.keys().all(|k| k.starts_with(prefix)),
+        "scan returned keys outside {prefix:?}"
+    );
+    Ok(())
+}
+
+/// Poll `node` alone (stale reads) until it holds every entry of `expected`.
+pub async fn wait_node_has(
+    c: &Cluster,
+    node: u64,
+    expected: &BTreeMap<String, String>,
+) -> Result<()> {
+    let local = c.client_for(&[node])?;
+    eventually(
+        CONVERGE_WAIT,
+        &format!("node {node} holds every acknowledged write"),
+        async || {
+            for (k, v) in expected {
+                let got = local.get_with(k, Consistency::Stale).await?;
+                ensure!(
+                    got.as_deref() == Some(v.as_bytes()),
+                    "node {node}: {k} reads {:?}, expected {v}",
+                    got.map(|g| String::from_utf8_lossy(&g).into_owned())
+                );
+            }
+            Ok(())
+        },
+    )
+    .await
 }
