@@ -12,6 +12,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Raft payloads are shared, not copied, when a call is retried.
     config.bytes([".latchkey.v1.RaftMessage.payload"]);
+    // For gRPC server reflection (`latchkey_proto::FILE_DESCRIPTOR_SET`).
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    config.file_descriptor_set_path(out_dir.join("latchkey_descriptor.bin"));
     tonic_prost_build::configure().compile_with_config(config, &[proto], &[proto_dir])?;
     Ok(())
 }

@@ -26,6 +26,11 @@ pub use limits::{MAX_BATCH_ITEMS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING, UN
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};
 
+/// The encoded protobuf descriptors of `proto/latchkey.proto`, which a
+/// replica serves through gRPC server reflection (so `grpcurl list` and
+/// similar tools see every service and message).
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("latchkey_descriptor");
+
 /// Version 1 of the latchkey protocol (generated code).
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

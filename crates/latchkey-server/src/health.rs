@@ -2,6 +2,14 @@
 //! and the watch that fails it when its Raft core stops or its data
 //! directory vanishes.
 //!
+//! The same watch drives the standard gRPC health service
+//! (`grpc.health.v1.Health`, for load balancers and probes): the overall
+//! status (service name `""`) and that of each latchkey service are SERVING
+//! only while the replica is [`Condition::Serving`], is a member of its
+//! cluster and knows a leader (it can answer or redirect every request),
+//! and NOT_SERVING otherwise: while it waits to be added, has no leader, or
+//! has failed.
+//!
 //! A replica that cannot keep its promises stops and says why; it never
 //! limps on. Once [`Condition::Failed`], a replica answers no request as
 //! leader (writes, reads and keep-alives get UNAVAILABLE, safe to retry on
@@ -15,6 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
 
 use crate::replica::Replica;
 
@@ -110,6 +120,34 @@ impl Health {
     }
 }
 
+/// The services whose health is reported, besides the overall `""`.
+const SERVICES: [&str; 4] = [
+    "latchkey.v1.Kv",
+    "latchkey.v1.Lock",
+    "latchkey.v1.Admin",
+    "latchkey.v1.Raft",
+];
+
+/// Report every service SERVING or NOT_SERVING.
+pub(crate) async fn report(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    for service in SERVICES {
+        reporter.set_service_status(service, status).await;
+    }
+}
+
+/// Whether `replica` can answer or redirect every request now.
+fn can_serve(replica: &Replica) -> bool {
+    replica.health().condition() == Condition::Serving
+        && replica.is_member()
+        && replica.raft().metrics().borrow().current_leader.is_some()
+}
+
 /// The identity of the file at `path` (device, inode), to tell it from a
 /// file created at the same path later.
 fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
@@ -125,9 +163,11 @@ fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
 pub(crate) async fn watch(
     replica: Arc<Replica>,
     sentinel: PathBuf,
+    reporter: HealthReporter,
     mut stop: oneshot::Receiver<()>,
 ) {
     let expected = identity(&sentinel).ok();
+    let mut serving = false;
     let mut metrics = replica.raft().metrics();
     let mut tick = tokio::time::interval(SENTINEL_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -149,6 +189,7 @@ pub(crate) async fn watch(
                         .map(|p| format!(" ({p})"))
                         .unwrap_or_default();
                     replica.health().fail(format!("the Raft core stopped: {cause}{dir}"));
+                    report(&reporter, false).await;
                     return;
                 }
                 if replica.health().condition() != Condition::Serving
@@ -156,10 +197,16 @@ pub(crate) async fn watch(
                 {
                     replica.health().added();
                 }
+                let now = can_serve(&replica);
+                if now != serving {
+                    serving = now;
+                    report(&reporter, serving).await;
+                }
             }
             _ = tick.tick() => {
                 if let Some(problem) = sentinel_problem(&sentinel, expected) {
                     replica.health().fail(problem);
+                    report(&reporter, false).await;
                     if let Err(e) = replica.raft().shutdown().await {
                         tracing::warn!(error = %e, "stopping the Raft core");
                     }

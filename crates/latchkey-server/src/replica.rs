@@ -90,11 +90,7 @@ impl Replica {
 
     /// Whether this replica's membership lists it, as this incarnation.
     pub(crate) fn is_member(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        m.membership_config
-            .membership()
-            .get_node(&self.id)
-            .is_some_and(|n| n.incarnation == self.incarnation)
+        self.knows(self.id, self.incarnation) == Some(true)
     }
 
     /// Whether this replica holds a membership (it belongs to a cluster).
@@ -112,7 +108,9 @@ impl Replica {
     /// Whether the membership this replica knows lists node `id` with
     /// incarnation `incarnation`; `None` when it does not list `id` at all.
     pub(crate) fn knows(&self, id: u64, incarnation: u64) -> Option<bool> {
-        let m = self.raft.metrics().borrow().clone();
+        // Borrowed, not cloned: the health watch asks on every metrics change.
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
         m.membership_config
             .membership()
             .get_node(&id)

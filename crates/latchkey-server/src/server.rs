@@ -196,6 +196,14 @@ impl ServerBuilder {
             lock_stop_rx,
         ));
 
+        // grpc.health.v1: NOT_SERVING until the health watch says otherwise.
+        let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        crate::health::report(&health_reporter, false).await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(latchkey_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| NodeError::Config(format!("gRPC reflection: {e}")))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| NodeError::Io(e.to_string()))?;
         // With an incoming stream, tonic ignores the builder's tcp_nodelay:
@@ -232,6 +240,8 @@ impl ServerBuilder {
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
             }))
+            .add_service(health_service)
+            .add_service(reflection)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_rx.await;
             });
@@ -245,6 +255,7 @@ impl ServerBuilder {
         let health_task = tokio::spawn(crate::health::watch(
             replica.clone(),
             sentinel,
+            health_reporter,
             health_stop_rx,
         ));
 

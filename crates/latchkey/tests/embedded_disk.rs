@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use latchkey::{Client, ClientOptions, Consistency, Error};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 mod common;
 
@@ -26,6 +27,37 @@ async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
+}
+
+/// What grpc.health.v1 answers for the whole replica (service `""`).
+async fn health_of(addr: &str) -> Result<i32, Box<dyn std::error::Error>> {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let channel = latchkey_proto::channel(addr, Duration::from_secs(1))?;
+    let reply = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    Ok(reply.into_inner().status)
+}
+
+/// Poll until the replica at `addr` reports `status` on grpc.health.v1.
+async fn wait_health(
+    addr: &str,
+    status: tonic_health::pb::health_check_response::ServingStatus,
+) -> TestResult {
+    let start = Instant::now();
+    loop {
+        let now = health_of(addr).await.ok();
+        if now == Some(status as i32) {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(45) {
+            return Err(format!("{addr}: health {now:?}, expected {status:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A client of `addr` alone that gives up after two seconds.
@@ -105,6 +137,9 @@ async fn a_vanished_data_directory_fails_the_replica() -> TestResult {
         let cause = tokio::time::timeout(Duration::from_secs(15), nodes[&victim].failed()).await?;
         assert!(cause.contains("vanished"), "{cause}");
         assert_eq!(nodes[&victim].status().state, "Failed");
+        // A failed replica tells load balancers it serves nothing.
+        let addr = nodes[&victim].local_addr().to_string();
+        wait_health(&addr, ServingStatus::NotServing).await?;
         nodes[&leader].client().put("after", "ok").await?;
         for node in nodes.into_values() {
             node.shutdown().await;
@@ -141,6 +176,7 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
         let why = fresh.waiting().unwrap_or_default();
         assert!(why.contains("members add"), "{why}");
         assert_eq!(fresh.status().state, "Waiting");
+        wait_health(&addr, ServingStatus::NotServing).await?;
         // The leader refuses to count it as the member it knew.
         kv.put("while-waiting", "v").await?;
         assert!(
@@ -164,6 +200,7 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
         .await?;
         assert_eq!(fresh.status().state, "Follower");
         assert_eq!(fresh.waiting(), None);
+        wait_health(&addr, ServingStatus::Serving).await?;
         let direct = Client::connect([addr.clone()])?;
         for key in ["k000", "k119", "while-waiting"] {
             assert_eq!(

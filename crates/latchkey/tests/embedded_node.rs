@@ -733,3 +733,77 @@ async fn an_undecodable_call_frame_ends_the_stream_with_invalid_argument() -> Te
     })
     .await?
 }
+
+/// Every replica serves the standard gRPC health service (SERVING once it
+/// is a member that knows a leader, for the replica and each latchkey
+/// service) and server reflection, which lists latchkey's services and the
+/// health service, as `grpcurl list` would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_are_served() -> TestResult {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        for (_, addr) in &members {
+            let channel = latchkey_proto::channel(addr, Duration::from_secs(1))?;
+            let mut health = HealthClient::new(channel.clone());
+            for service in ["", "latchkey.v1.Kv", "latchkey.v1.Lock"] {
+                let start = Instant::now();
+                loop {
+                    let status = health
+                        .check(HealthCheckRequest {
+                            service: service.to_string(),
+                        })
+                        .await?
+                        .into_inner()
+                        .status;
+                    if status == ServingStatus::Serving as i32 {
+                        break;
+                    }
+                    if start.elapsed() > Duration::from_secs(30) {
+                        return Err(format!("{addr} {service:?}: health {status}").into());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            let request = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::ListServices(String::new())),
+            };
+            let mut answers = ServerReflectionClient::new(channel)
+                .server_reflection_info(tokio_stream::iter([request]))
+                .await?
+                .into_inner();
+            let answer = answers.message().await?.ok_or("no reflection answer")?;
+            let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+                return Err(format!("unexpected reflection answer {answer:?}").into());
+            };
+            let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+            for wanted in [
+                "latchkey.v1.Kv",
+                "latchkey.v1.Lock",
+                "latchkey.v1.Admin",
+                "latchkey.v1.Raft",
+                "grpc.health.v1.Health",
+            ] {
+                assert!(
+                    names.iter().any(|n| n == wanted),
+                    "{addr}: {names:?} lacks {wanted}"
+                );
+            }
+        }
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
