@@ -239,7 +239,14 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
                 to_incarnation,
                 ..RaftMessage::default()
             };
-            let r = raft.append_entries(msg()).await;
+            // AppendEntries travel on a stream: garbage ends it with an error.
+            let r = match raft
+                .append_entries_stream(tokio_stream::iter([msg()]))
+                .await
+            {
+                Ok(replies) => replies.into_inner().message().await.map(|_| ()),
+                Err(status) => Err(status),
+            };
             ensure!(
                 r.is_err(),
                 "node {id} accepted garbage AppendEntries {payload:?}: {r:?}"

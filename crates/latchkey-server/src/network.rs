@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use latchkey_core::codec;
 use latchkey_proto::v1::raft_client::RaftClient;
@@ -54,11 +54,6 @@ const SPLIT_ABOVE_BYTES: usize = 16 * 1024 * 1024;
 /// call, and a leadership check's heartbeat); a stream beyond this is
 /// closed after its call.
 const MAX_IDLE_STREAMS: usize = 4;
-
-/// After a peer answered UNIMPLEMENTED to the stream (an older replica),
-/// AppendEntries to it are unary calls for this long, then the stream is
-/// tried again (the peer may have been upgraded).
-const UNARY_FOR: Duration = Duration::from_secs(60);
 
 type PeerMap = BTreeMap<(u64, String, u64), Arc<Peer>>;
 
@@ -112,7 +107,6 @@ impl PeerNetwork {
             channel: latchkey_proto::channel(&node.addr, crate::PEER_CONNECT_TIMEOUT)
                 .map_err(|e| e.to_string()),
             idle: Mutex::new(Vec::new()),
-            unary_until: Mutex::new(None),
             matched: Mutex::new(None),
             problem: Mutex::new(None),
         });
@@ -189,8 +183,6 @@ struct Peer {
     my_incarnation: u64,
     channel: Result<Channel, String>,
     idle: Mutex<Vec<AppendStream>>,
-    /// Set when the peer answered UNIMPLEMENTED to the stream.
-    unary_until: Mutex<Option<Instant>>,
     /// The highest log id the peer acknowledged, under which leader vote.
     matched: Mutex<Option<(Vote<u64>, LogId<u64>)>>,
     problem: Mutex<Option<Problem>>,
@@ -203,13 +195,8 @@ struct AppendStream {
     replies: Streaming<RaftMessage>,
 }
 
-/// Why a stream gave no reply.
-enum StreamFailure {
-    /// The peer does not implement the stream: use unary calls.
-    Unsupported,
-    /// The stream is gone (dropped by the caller).
-    Failed(Box<RPCError<u64, Member, RaftError<u64>>>),
-}
+/// Why a stream gave no reply: the stream is gone (dropped by the caller).
+struct StreamFailure(Box<RPCError<u64, Member, RaftError<u64>>>);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -320,12 +307,6 @@ impl Peer {
         }
     }
 
-    fn unary_for_now(&self) -> bool {
-        // A passed deadline simply reads as false; the next UNIMPLEMENTED
-        // sets a new one.
-        matches!(*lock(&self.unary_until), Some(t) if Instant::now() < t)
-    }
-
     fn take_idle(&self) -> Option<AppendStream> {
         lock(&self.idle).pop()
     }
@@ -340,7 +321,7 @@ impl Peer {
     async fn open_stream(&self) -> Result<AppendStream, StreamFailure> {
         let mut client = self
             .client()
-            .map_err(|e| StreamFailure::Failed(Box::new(RPCError::Unreachable(e))))?;
+            .map_err(|e| StreamFailure(Box::new(RPCError::Unreachable(e))))?;
         let (requests, outgoing) = mpsc::channel(1);
         match client
             .append_entries_stream(ReceiverStream::new(outgoing))
@@ -350,10 +331,7 @@ impl Peer {
                 requests,
                 replies: response.into_inner(),
             }),
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                Err(StreamFailure::Unsupported)
-            }
-            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(self, &status)))),
+            Err(status) => Err(StreamFailure(Box::new(status_error(self, &status)))),
         }
     }
 
@@ -370,13 +348,13 @@ impl Peer {
         };
         match outcome {
             Ok(Some(reply)) => Ok(reply.payload),
-            Ok(None) => Err(StreamFailure::Failed(Box::new(RPCError::Unreachable(
+            Ok(None) => Err(StreamFailure(Box::new(RPCError::Unreachable(
                 Unreachable::new(&LinkError(format!(
                     "node {}: append-entries stream closed",
                     self.target
                 ))),
             )))),
-            Err(status) => Err(StreamFailure::Failed(Box::new(status_error(self, &status)))),
+            Err(status) => Err(StreamFailure(Box::new(status_error(self, &status)))),
         }
     }
 
@@ -419,7 +397,6 @@ impl PeerLink {
         let mut req = tonic::Request::new(self.peer.message(payload.into()));
         req.set_timeout(option.hard_ttl());
         let reply = match kind {
-            Rpc::Append => client.append_entries(req).await,
             Rpc::Vote => client.vote(req).await,
             Rpc::Snapshot => client.install_snapshot(req).await,
         };
@@ -440,46 +417,34 @@ impl PeerLink {
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.peer.target, e)))
     }
 
-    /// AppendEntries on a stream; `None` when the peer does not implement
-    /// it (the caller then makes a unary call).
+    /// AppendEntries on a stream.
     async fn append_on_stream(
         &self,
         rpc: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
-    ) -> Option<RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible>> {
-        let payload: Bytes = match codec::encode(rpc) {
-            Ok(p) => p.into(),
-            Err(e) => return Some(Err(RPCError::Network(NetworkError::new(&e)))),
-        };
+    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+        let payload: Bytes = codec::encode(rpc)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
+            .into();
         // Dropping the call at its deadline drops the stream it holds.
         let call = tokio::time::timeout(option.hard_ttl(), self.peer.call_on_stream(payload));
         match call.await {
             Ok(Ok(reply)) => {
                 self.peer.answered();
-                Some(self.decode_reply(&reply))
+                self.decode_reply(&reply)
             }
-            Ok(Err(StreamFailure::Failed(error))) => Some(Err(*error)),
-            Ok(Err(StreamFailure::Unsupported)) => {
-                tracing::info!(
-                    target = self.peer.target,
-                    "peer has no append-entries stream; using unary calls"
-                );
-                *lock(&self.peer.unary_until) = Some(Instant::now() + UNARY_FOR);
-                None
-            }
-            Err(_elapsed) => Some(Err(RPCError::Network(NetworkError::new(&LinkError(
-                format!(
-                    "node {}: append-entries timed out after {:?}",
-                    self.peer.target,
-                    option.hard_ttl()
-                ),
+            Ok(Err(StreamFailure(error))) => Err(*error),
+            Err(_elapsed) => Err(RPCError::Network(NetworkError::new(&LinkError(format!(
+                "node {}: append-entries timed out after {:?}",
+                self.peer.target,
+                option.hard_ttl()
             ))))),
         }
     }
 }
 
+/// The unary Raft RPCs (AppendEntries travels on streams only).
 enum Rpc {
-    Append,
     Vote,
     Snapshot,
 }
@@ -518,13 +483,7 @@ impl RaftNetwork<TypeConfig> for PeerLink {
             }
         }
         self.peer.refuse_if_reverted()?;
-        let result = match self.peer.unary_for_now() {
-            false => match self.append_on_stream(&rpc, &option).await {
-                Some(result) => result,
-                None => self.call(Rpc::Append, &rpc, &option).await,
-            },
-            true => self.call(Rpc::Append, &rpc, &option).await,
-        };
+        let result = self.append_on_stream(&rpc, &option).await;
         match &result {
             Ok(AppendEntriesResponse::Success) => {
                 let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
@@ -567,9 +526,9 @@ impl RaftNetwork<TypeConfig> for PeerLink {
 
 #[cfg(test)]
 mod tests {
-    //! The link's stream against a fake peer: order, reuse, fallback to
-    //! unary calls, recovery after a broken stream, and a late reply never
-    //! answering a later call.
+    //! The link's stream against a fake peer: order, reuse, recovery after
+    //! a broken stream, a late reply never answering a later call, a peer
+    //! without the stream refused cleanly, and the reversion guard.
 
     use std::net::SocketAddr;
     use std::pin::Pin;
@@ -589,7 +548,7 @@ mod tests {
     /// How the fake peer behaves.
     #[derive(Default)]
     struct FakePeer {
-        /// Answer `AppendEntriesStream` with UNIMPLEMENTED (an old replica).
+        /// Answer `AppendEntriesStream` with UNIMPLEMENTED.
         no_stream: bool,
         /// End each stream after this many replies (0: never).
         close_after: usize,
@@ -600,7 +559,6 @@ mod tests {
         /// 0: never.
         lacks_from: AtomicU64,
         opens: AtomicUsize,
-        unary: AtomicUsize,
         streamed: AtomicUsize,
         /// The commit index of every streamed request, in order.
         commits: Mutex<Vec<Option<u64>>>,
@@ -620,16 +578,6 @@ mod tests {
 
     #[tonic::async_trait]
     impl RaftRpc for Fake {
-        async fn append_entries(
-            &self,
-            _request: Request<RaftMessage>,
-        ) -> Result<Response<RaftMessage>, Status> {
-            self.0.unary.fetch_add(1, Ordering::SeqCst);
-            Ok(Response::new(encode_reply(&Ok(
-                AppendEntriesResponse::Success,
-            ))?))
-        }
-
         type AppendEntriesStreamStream =
             Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
 
@@ -758,7 +706,6 @@ mod tests {
             all_succeed(&mut link, 50).await?;
             assert_eq!(peer.opens.load(Ordering::SeqCst), 1);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 50);
-            assert_eq!(peer.unary.load(Ordering::SeqCst), 0);
             Ok(())
         })
         .await?
@@ -805,20 +752,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_peer_without_the_stream_gets_unary_calls() -> TestResult {
+    async fn a_peer_without_the_stream_is_an_error_not_a_fallback() -> TestResult {
         tokio::time::timeout(LIMIT, async {
             let (peer, mut link) = linked(FakePeer {
                 no_stream: true,
                 ..FakePeer::default()
             })
             .await?;
-            all_succeed(&mut link, 5).await?;
-            assert_eq!(peer.unary.load(Ordering::SeqCst), 5);
-            assert!(
-                link.peer.unary_for_now(),
-                "links to the peer should stop trying the stream for a while"
-            );
+            // AppendEntries has one transport: nothing else is tried.
+            let refused = append(&mut link, TTL).await;
+            assert!(matches!(refused, Err(RPCError::Network(_))), "{refused:?}");
             assert_eq!(peer.opens.load(Ordering::SeqCst), 0);
+            assert_eq!(peer.streamed.load(Ordering::SeqCst), 0);
             Ok(())
         })
         .await?
@@ -837,7 +782,6 @@ mod tests {
             // each next call opened a new one without failing.
             assert_eq!(peer.opens.load(Ordering::SeqCst), 4);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 7);
-            assert_eq!(peer.unary.load(Ordering::SeqCst), 0);
             Ok(())
         })
         .await?

@@ -72,7 +72,7 @@ fn raft_reply(payload: Vec<u8>) -> RaftMessage {
     }
 }
 
-/// Answer one AppendEntries message (unary or on a stream).
+/// Answer one AppendEntries message of a stream.
 async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
     check_addressee(replica, message)?;
     let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
@@ -85,18 +85,10 @@ type AppendReplies = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Se
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
-    async fn append_entries(
-        &self,
-        request: Request<RaftMessage>,
-    ) -> Result<Response<RaftMessage>, Status> {
-        let reply = append_reply(&self.replica, &request.into_inner()).await?;
-        Ok(Response::new(reply))
-    }
-
     type AppendEntriesStreamStream = AppendReplies;
 
-    /// Requests are answered one at a time, in order, each exactly as the
-    /// unary `append_entries` would. A malformed request gets its error and
+    /// Requests are answered one at a time, in order. A malformed or
+    /// misaddressed request gets its error and
     /// ends the stream (the sender opens a new one); a broken incoming
     /// stream ends it quietly, and so does the node stopping.
     async fn append_entries_stream(
