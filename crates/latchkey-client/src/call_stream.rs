@@ -19,17 +19,17 @@
 //!   to a stream before the replica accepted it;
 //! - the stream breaks or ends while a request waits for its reply: it may
 //!   have been executed ([`Attempt::Sent`]), so a KV write ends
-//!   `UnknownOutcome` and is never resent;
+//!   `UnknownOutcome` and is never resent; unless the replica ended it with
+//!   the `STOPPED_AFTER_ANSWERING` trailer (it was stopping and answered
+//!   every call it read): then an unanswered request was never executed and
+//!   is refused as unavailable, safe to send elsewhere;
 //! - a replica that predates the stream answers the open `UNIMPLEMENTED`:
 //!   requests to it go the old way (packing lanes, unary acquires) for
 //!   [`UNSUPPORTED_FOR`], then the stream is tried again;
 //! - session keep-alives go on the stream too (one call of a frame, instead
 //!   of an HTTP/2 stream each, which matters to a process that keeps
-//!   thousands of sessions). A replica whose stream predates them answers
-//!   such a call as one without a body, having done nothing: that
-//!   keep-alive is sent again as a unary `Lock.KeepAlive`, and so are this
-//!   replica's keep-alives for [`UNSUPPORTED_FOR`]. A keep-alive must not
-//!   wait behind a busy stream either (the replica stops reading a
+//!   thousands of sessions). A keep-alive must not wait behind a busy
+//!   stream (the replica stops reading a
 //!   stream's frames while 4,096 of its calls run, and the lease may run
 //!   out meanwhile): with [`KEEP_ALIVE_BUSY_CALLS`] or more calls of the
 //!   stream waiting for replies, it goes as its own unary call.
@@ -53,7 +53,7 @@ use crate::coalesce::{Answer, Item, BATCH_BYTES};
 use crate::kv::{decode_reply, kv_client};
 use crate::router::Attempt;
 use crate::ReplicaFailure;
-use latchkey_proto::{MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
+use latchkey_proto::{MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING};
 
 /// How long requests go the old way after a replica answered the stream's
 /// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
@@ -80,8 +80,6 @@ pub(crate) struct CallStream {
     opening: tokio::sync::Mutex<()>,
     /// Set when the replica answered the open `UNIMPLEMENTED`.
     unsupported_until: Mutex<Option<Instant>>,
-    /// Set when the replica's stream did not know a keep-alive call.
-    keep_alive_unsupported_until: Mutex<Option<Instant>>,
     frames: Arc<AtomicU64>,
 }
 
@@ -163,22 +161,6 @@ fn still(until: &Mutex<Option<Instant>>) -> bool {
     matches!(*lock(until), Some(t) if Instant::now() < t)
 }
 
-/// Whether `answer` is a replica's refusal of a call body it does not know.
-/// On the wire the failure's message is its display form
-/// ("invalid argument: ..."); the bare text is accepted too.
-fn is_unknown_call(answer: &Answer) -> bool {
-    match answer {
-        Err(Attempt::Refused(failure @ ReplicaFailure::InvalidArgument(m))) => {
-            m == UNKNOWN_CALL
-                || *failure
-                    == ReplicaFailure::InvalidArgument(
-                        ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).to_string(),
-                    )
-        }
-        _ => false,
-    }
-}
-
 impl CallStream {
     pub(crate) fn new(channel: Channel, frames: Arc<AtomicU64>) -> CallStream {
         CallStream {
@@ -186,7 +168,6 @@ impl CallStream {
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             unsupported_until: Mutex::new(None),
-            keep_alive_unsupported_until: Mutex::new(None),
             frames,
         }
     }
@@ -198,20 +179,12 @@ impl CallStream {
         if self.unsupported() {
             return Err(item);
         }
-        let Item::KeepAlive(keep_alive) = item else {
-            return self.send_on_stream(item, budget).await;
-        };
-        if still(&self.keep_alive_unsupported_until) || self.busy() {
+        // A keep-alive never queues behind a busy stream: it goes as its
+        // own unary call then.
+        if matches!(item, Item::KeepAlive(_)) && self.busy() {
             return Err(item);
         }
-        let again = Item::KeepAlive(keep_alive);
-        let answer = self.send_on_stream(item, budget).await?;
-        if is_unknown_call(&answer) {
-            tracing::debug!("replica's call stream has no keep-alives; using unary calls");
-            *lock(&self.keep_alive_unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
-            return Err(again);
-        }
-        Ok(answer)
+        self.send_on_stream(item, budget).await
     }
 
     async fn send_on_stream(&self, item: Item, budget: Duration) -> Result<Answer, Item> {
@@ -405,38 +378,4 @@ async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>
     };
     tracing::debug!(%why, "call stream ended");
     waiting.end(why, unread);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refused(failure: ReplicaFailure) -> Answer {
-        Err(Attempt::Refused(failure))
-    }
-
-    #[test]
-    fn an_unknown_call_is_told_from_other_refusals() {
-        // As it travels (the failure's display form) and bare.
-        let wire = ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).to_string();
-        assert_eq!(wire, "invalid argument: a call without a body");
-        assert!(is_unknown_call(&refused(ReplicaFailure::InvalidArgument(
-            wire
-        ))));
-        assert!(is_unknown_call(&refused(ReplicaFailure::InvalidArgument(
-            UNKNOWN_CALL.into()
-        ))));
-        // Any other refusal or answer is the keep-alive's own.
-        for other in [
-            refused(ReplicaFailure::InvalidArgument(
-                "session must not be 0".into(),
-            )),
-            refused(ReplicaFailure::InvalidArgument(format!("x {UNKNOWN_CALL}"))),
-            refused(ReplicaFailure::Unavailable(UNKNOWN_CALL.into())),
-            Err(Attempt::Sent(UNKNOWN_CALL.into())),
-            Ok(Ok(latchkey_core::Outcome::Done)),
-        ] {
-            assert!(!is_unknown_call(&other), "{other:?}");
-        }
-    }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use latchkey_client::{Client, ClientOptions, Error, ReplicaFailure, UNKNOWN_CALL};
+use latchkey_client::{Client, ClientOptions, Error};
 use latchkey_core::lock::{LockCommand, LockOutcome, SessionId};
 use latchkey_core::{codec, Command, CommandResult, Outcome, Query};
 use latchkey_proto::v1::kv_server::{Kv, KvServer};
@@ -73,9 +73,6 @@ struct Script {
     unary_writes: Mutex<Vec<Command>>,
     batched_writes: Mutex<Vec<Command>>,
     read_batches: AtomicUsize,
-    /// Whether the stream knows keep-alive calls (a replica before them
-    /// answers one as a call without a body).
-    stream_keep_alives: AtomicBool,
     /// Keep-alives received, on the stream (known or not) and unary.
     keep_alives_on_stream: AtomicUsize,
     unary_keep_alives: AtomicUsize,
@@ -98,7 +95,6 @@ impl Script {
             unary_writes: Mutex::new(Vec::new()),
             batched_writes: Mutex::new(Vec::new()),
             read_batches: AtomicUsize::new(0),
-            stream_keep_alives: AtomicBool::new(true),
             keep_alives_on_stream: AtomicUsize::new(0),
             unary_keep_alives: AtomicUsize::new(0),
         })
@@ -166,14 +162,7 @@ fn answer_call(script: &Script, call: Call) -> Result<CallReply, Status> {
             if k.session != SESSION.0 {
                 return Err(Status::internal("keep-alive of an unknown session"));
             }
-            if script.stream_keep_alives.load(Ordering::SeqCst) {
-                ok(&Ok(Outcome::Done))
-            } else {
-                Reply {
-                    payload: Vec::new(),
-                    failure: Some(ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into()).into()),
-                }
-            }
+            ok(&Ok(Outcome::Done))
         }
         _ => return Err(Status::internal("unexpected call")),
     };
@@ -654,30 +643,6 @@ async fn keep_alives_travel_on_the_call_stream() -> Result<(), Box<dyn std::erro
         until_at_least(&script.keep_alives_on_stream, 2).await;
         assert!(session.is_live());
         assert_eq!(script.unary_keep_alives.load(Ordering::SeqCst), 0);
-        server.abort();
-        Ok::<_, Box<dyn std::error::Error>>(())
-    })
-    .await?
-}
-
-#[tokio::test]
-async fn a_stream_without_keep_alives_gets_them_as_unary_calls(
-) -> Result<(), Box<dyn std::error::Error>> {
-    tokio::time::timeout(LIMIT, async {
-        let script = Script::with_stream(BatchMode::Unimplemented, StreamMode::BreakFirst);
-        script.streams_opened.store(1, Ordering::SeqCst);
-        script.stream_keep_alives.store(false, Ordering::SeqCst);
-        let (addr, server) = serve(script.clone()).await?;
-        let client = stream_client(&addr)?;
-        let session = client.session(Duration::from_secs(3)).await?;
-        // The first keep-alive is refused on the stream (it ran nothing)
-        // and sent again as a unary call; the next ones go unary at once.
-        until_at_least(&script.unary_keep_alives, 3).await;
-        assert!(session.is_live());
-        assert_eq!(script.keep_alives_on_stream.load(Ordering::SeqCst), 1);
-        // Everything else still uses the stream.
-        client.put("k/1", "v").await?;
-        assert_eq!(recorded(&script.stream_writes)?, [b"k/1".to_vec()]);
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })
