@@ -359,7 +359,10 @@ async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>
                 }
             }
             Ok(None) => break ("the replica ended the call stream".to_string(), false),
-            Err(status) if status.metadata().contains_key(STOPPED_AFTER_ANSWERING) => {
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    && status.metadata().contains_key(STOPPED_AFTER_ANSWERING) =>
+            {
                 break (
                     format!(
                         "the replica stopped (the call was not executed): {}",

@@ -1,9 +1,8 @@
 //! The replica's side of `Kv.Calls`: many client calls (writes, reads,
 //! acquires and session keep-alives) on one long-lived stream, each run as
 //! its unary call would run, answered by id. A call whose body this replica
-//! does not know (a newer client's) decodes as one without a body and is
-//! refused with [`UNKNOWN_CALL`] having run nothing, which tells the client
-//! to send it the old way.
+//! does not know decodes as one without a body and is refused with
+//! [`UNKNOWN_CALL`] (INVALID_ARGUMENT) having run nothing.
 //!
 //! [`CallStream`] is the response stream. It reads the client's frames and
 //! starts every call at once (so concurrent writes reach the write queue
@@ -218,9 +217,12 @@ impl Stream for CallStream {
         if let Some(deadline) = this.draining.as_mut() {
             if deadline.as_mut().poll(cx).is_ready() {
                 // Calls still running are dropped, as a unary call's would
-                // be when the connection closes: the client treats them so.
+                // be when the connection closes: the client treats them so
+                // (no trailer: their outcome is unknown).
                 this.ended = true;
-                return Poll::Ready(None);
+                return Poll::Ready(Some(Err(Status::unavailable(
+                    "the replica stopped before it could answer every call it read",
+                ))));
             }
         }
         while this.running.len().saturating_sub(this.acquires) < MAX_RUNNING_CALLS {

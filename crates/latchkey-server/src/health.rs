@@ -141,6 +141,17 @@ pub(crate) async fn report(reporter: &HealthReporter, serving: bool) {
     }
 }
 
+/// Stop reporting: every status is cleared, which also ends the health
+/// `Watch` streams (a graceful server shutdown waits for open streams), after
+/// one last NOT_SERVING for those watching.
+async fn withdraw(reporter: &mut HealthReporter) {
+    report(reporter, false).await;
+    reporter.clear_service_status("").await;
+    for service in SERVICES {
+        reporter.clear_service_status(service).await;
+    }
+}
+
 /// Whether `replica` can answer or redirect every request now.
 fn can_serve(replica: &Replica) -> bool {
     replica.health().condition() == Condition::Serving
@@ -163,7 +174,7 @@ fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
 pub(crate) async fn watch(
     replica: Arc<Replica>,
     sentinel: PathBuf,
-    reporter: HealthReporter,
+    mut reporter: HealthReporter,
     mut stop: oneshot::Receiver<()>,
 ) {
     let expected = identity(&sentinel).ok();
@@ -173,7 +184,11 @@ pub(crate) async fn watch(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = &mut stop => return,
+            _ = &mut stop => {
+                // Stopping: tell load balancers before anything goes down.
+                withdraw(&mut reporter).await;
+                return;
+            }
             changed = metrics.changed() => {
                 let cause = match changed {
                     Err(_) => Some("the Raft core ended without a word".to_string()),

@@ -211,7 +211,11 @@ fn status_error<E: std::error::Error>(
     let target = peer.target;
     let e = LinkError(format!("node {target}: {}", status.message()));
     match status.code() {
-        tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
+        // Unreachable makes openraft back off; a peer without the stream
+        // (UNIMPLEMENTED) would otherwise be asked again at every heartbeat.
+        tonic::Code::Unavailable | tonic::Code::Unimplemented => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
         // The peer is not the incarnation we address: back off, report.
         tonic::Code::FailedPrecondition => {
             let text = format!("node {target} refuses this replica: {}", status.message());
@@ -759,9 +763,13 @@ mod tests {
                 ..FakePeer::default()
             })
             .await?;
-            // AppendEntries has one transport: nothing else is tried.
+            // AppendEntries has one transport: nothing else is tried, and
+            // openraft backs off (unreachable).
             let refused = append(&mut link, TTL).await;
-            assert!(matches!(refused, Err(RPCError::Network(_))), "{refused:?}");
+            assert!(
+                matches!(refused, Err(RPCError::Unreachable(_))),
+                "{refused:?}"
+            );
             assert_eq!(peer.opens.load(Ordering::SeqCst), 0);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 0);
             Ok(())

@@ -486,7 +486,18 @@ impl Server {
         }
         self.replica.close();
         if let Some(server) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+            let abort = server.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), server)
+                .await
+                .is_err()
+            {
+                // A stream the shutdown waits for is still open: close it.
+                tracing::warn!(
+                    node = self.id,
+                    "gRPC server still busy 5 s after shutdown: aborting it"
+                );
+                abort.abort();
+            }
         }
         // openraft's shutdown joins its core task, but the state machine
         // worker and snapshot tasks end a moment later: wait until RocksDB

@@ -800,6 +800,34 @@ async fn health_and_reflection_are_served() -> TestResult {
                 );
             }
         }
+        // A replica that shuts down tells whoever watches its health that
+        // it no longer serves, and an open Watch does not hold the shutdown.
+        let mut nodes = nodes;
+        let node = nodes.remove(&3).ok_or("no node 3")?;
+        let channel = latchkey_proto::channel(&members[2].1, Duration::from_secs(1))?;
+        let mut watch = HealthClient::new(channel)
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?
+            .into_inner();
+        let first = watch.message().await?.ok_or("watch ended at once")?;
+        assert_eq!(first.status, ServingStatus::Serving as i32);
+        let started = Instant::now();
+        node.shutdown().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "shutdown took {:?} with a health watch open",
+            started.elapsed()
+        );
+        let last = tokio::time::timeout(Duration::from_secs(5), watch.message()).await?;
+        if let Ok(Some(update)) = last {
+            assert_eq!(
+                update.status,
+                ServingStatus::NotServing as i32,
+                "{update:?}"
+            );
+        }
         for node in nodes.into_values() {
             node.shutdown().await;
         }
