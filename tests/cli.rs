@@ -7,15 +7,16 @@ mod support;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use latchkey::core::{codec, limits, Command, Query};
+use latchkey::core::limits;
 use latchkey::Error;
+use latchkey_proto::v1::call::Request as Req;
 use latchkey_proto::v1::kv_client::KvClient;
+use latchkey_proto::v1::lock_client::LockClient;
+use latchkey_proto::v1::pipeline_client::PipelineClient;
 use latchkey_proto::v1::raft_client::RaftClient;
-use latchkey_proto::v1::{
-    call::Body, AcquireRequest, Call, CallFrame, FailureKind, RaftMessage, ReadRequest, Reply,
-    WriteRequest,
-};
+use latchkey_proto::v1::{self as v1, Call, CallFrame, ErrorKind, RaftMessage};
 use support::{eventually, run_cli, Cluster, LEADER_WAIT, TEST_LIMIT};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
 // ---------------------------------------------------------------------------
@@ -39,30 +40,42 @@ fn expect_invalid(what: &str, result: Result<impl std::fmt::Debug, Error>) -> Re
     }
 }
 
-fn expect_invalid_reply(
+/// The `error` of a typed reply: INVALID_ARGUMENT, with a message.
+fn expect_invalid_reply<R: std::fmt::Debug>(
     what: &str,
-    reply: Result<tonic::Response<Reply>, tonic::Status>,
+    reply: Result<tonic::Response<R>, tonic::Status>,
+    error: fn(&R) -> Option<&v1::Error>,
 ) -> Result<()> {
     let reply = reply
-        .map_err(|s| anyhow::anyhow!("{what}: expected a Reply with a failure, got status {s:?}"))?
+        .map_err(|s| anyhow::anyhow!("{what}: expected a reply with an error, got status {s:?}"))?
         .into_inner();
-    let failure = reply.failure.with_context(|| {
-        format!(
-            "{what}: the reply carries no failure (payload {} bytes)",
-            reply.payload.len()
-        )
-    })?;
+    let e =
+        error(&reply).with_context(|| format!("{what}: the reply carries no error: {reply:?}"))?;
+    expect_invalid_error(what, e)
+}
+
+fn expect_invalid_error(what: &str, e: &v1::Error) -> Result<()> {
     ensure!(
-        failure.kind == FailureKind::InvalidArgument as i32,
-        "{what}: expected INVALID_ARGUMENT, got kind {} ({:?})",
-        failure.kind,
-        failure.message
+        e.kind == ErrorKind::InvalidArgument as i32,
+        "{what}: expected INVALID_ARGUMENT, got {e:?}"
     );
-    ensure!(
-        !failure.message.is_empty(),
-        "{what}: failure without a message"
-    );
+    ensure!(!e.message.is_empty(), "{what}: an error without a message");
+    ensure!(!e.retryable, "{what}: an invalid argument marked retryable");
     Ok(())
+}
+
+/// The error a call reply carries, whichever call it answers.
+fn call_reply_error(reply: &v1::call_reply::Reply) -> Option<&v1::Error> {
+    use v1::call_reply::Reply as Rep;
+    match reply {
+        Rep::Error(e) => Some(e),
+        Rep::Put(r) => r.error.as_ref(),
+        Rep::Get(r) => r.error.as_ref(),
+        Rep::Acquire(r) => r.error.as_ref(),
+        Rep::FencedWrite(r) => r.error.as_ref(),
+        Rep::Batch(r) => r.error.as_ref(),
+        other => panic!("an unexpected reply in this test: {other:?}"),
+    }
 }
 
 async fn channel(addr: &str) -> Result<Channel> {
@@ -107,95 +120,90 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
         let mut kv = KvClient::new(channel(&addr).await?)
             .max_encoding_message_size(64 << 20)
             .max_decoding_message_size(64 << 20);
-        let garbage = vec![1u8, 2, 3, 255];
+        let mut lock = LockClient::new(channel(&addr).await?);
+        let put = |key: &[u8], value: &[u8]| v1::PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+        };
+        let put_error: fn(&v1::PutReply) -> Option<&v1::Error> = |r| r.error.as_ref();
         expect_invalid_reply(
-            &format!("garbage write to node {id}"),
-            kv.write(WriteRequest {
-                command: garbage.clone(),
-            })
-            .await,
+            &format!("oversized value to node {id}"),
+            kv.put(put(b"big", &big_value)).await,
+            put_error,
         )?;
         expect_invalid_reply(
-            &format!("empty write to node {id}"),
-            kv.write(WriteRequest {
-                command: Vec::new(),
-            })
-            .await,
+            &format!("oversized key to node {id}"),
+            kv.put(put(&big_key, b"v")).await,
+            put_error,
+        )?;
+        expect_invalid_reply(
+            &format!("empty key to node {id}"),
+            kv.put(put(b"", b"v")).await,
+            put_error,
         )?;
         for stale in [false, true] {
             expect_invalid_reply(
-                &format!("garbage read (stale {stale}) to node {id}"),
-                kv.read(ReadRequest {
-                    query: garbage.clone(),
+                &format!("oversized key read (stale {stale}) to node {id}"),
+                kv.get(v1::GetRequest {
+                    key: big_key.clone(),
                     stale,
                 })
                 .await,
+                |r: &v1::GetReply| r.error.as_ref(),
             )?;
         }
-        let oversized = codec::encode(&Command::Put {
-            key: b"big".to_vec(),
-            value: big_value.clone(),
-        })?;
         expect_invalid_reply(
-            &format!("oversized value to node {id}"),
-            kv.write(WriteRequest { command: oversized }).await,
-        )?;
-        let long_key = codec::encode(&Command::Put {
-            key: big_key.clone(),
-            value: b"v".to_vec(),
-        })?;
-        expect_invalid_reply(
-            &format!("oversized key to node {id}"),
-            kv.write(WriteRequest { command: long_key }).await,
-        )?;
-        let empty_key = codec::encode(&Command::Put {
-            key: Vec::new(),
-            value: b"v".to_vec(),
-        })?;
-        expect_invalid_reply(
-            &format!("empty key to node {id}"),
-            kv.write(WriteRequest { command: empty_key }).await,
-        )?;
-        let long_get = codec::encode(&Query::Get {
-            key: big_key.clone(),
-        })?;
-        expect_invalid_reply(
-            &format!("oversized key read to node {id}"),
-            kv.read(ReadRequest {
-                query: long_get,
-                stale: true,
+            &format!("a batch op that is neither put nor delete, to node {id}"),
+            kv.batch(v1::BatchRequest {
+                conditions: Vec::new(),
+                ops: vec![v1::BatchOp { op: None }],
             })
             .await,
+            |r: &v1::BatchReply| r.error.as_ref(),
+        )?;
+        for mode in [0, 42] {
+            expect_invalid_reply(
+                &format!("an acquire with lock mode {mode}, to node {id}"),
+                lock.acquire(v1::AcquireRequest {
+                    session: 1,
+                    name: "l".into(),
+                    mode,
+                    ..Default::default()
+                })
+                .await,
+                |r: &v1::AcquireReply| r.error.as_ref(),
+            )?;
+        }
+        expect_invalid_reply(
+            &format!("a fenced write without a sequencer, to node {id}"),
+            lock.fenced_write(v1::FencedWriteRequest::default()).await,
+            |r: &v1::BatchReply| r.error.as_ref(),
         )?;
 
-        // The call stream: garbage in every kind of call (and a call with
-        // no body) is refused call by call, and the stream ends normally.
+        // The call stream: each bad call (and a call with no request) is
+        // refused call by call, and the stream ends normally.
+        let bad = [
+            Some(Req::Put(put(b"", b"v"))),
+            Some(Req::Get(v1::GetRequest {
+                key: big_key.clone(),
+                stale: false,
+            })),
+            Some(Req::Acquire(v1::AcquireRequest {
+                mode: 42,
+                hold_ms: 1,
+                ..Default::default()
+            })),
+            Some(Req::FencedWrite(v1::FencedWriteRequest::default())),
+            None,
+        ];
+        let n = bad.len() as u64;
         let frame = CallFrame {
-            calls: vec![
-                Call {
-                    id: 1,
-                    body: Some(Body::Write(WriteRequest {
-                        command: garbage.clone(),
-                    })),
-                },
-                Call {
-                    id: 2,
-                    body: Some(Body::Read(ReadRequest {
-                        query: garbage.clone(),
-                        stale: false,
-                    })),
-                },
-                Call {
-                    id: 3,
-                    body: Some(Body::Acquire(AcquireRequest {
-                        command: garbage.clone(),
-                        hold_ms: 1,
-                    })),
-                },
-                Call { id: 4, body: None },
-            ],
+            calls: (1..)
+                .zip(bad)
+                .map(|(id, request)| Call { id, request })
+                .collect(),
         };
-        let mut replies = kv
+        let mut replies = PipelineClient::new(channel(&addr).await?)
             .calls(futures::stream::iter(vec![frame]))
             .await
             .with_context(|| format!("open a call stream to node {id}"))?
@@ -205,18 +213,31 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
             for r in frame.replies {
                 let reply = r
                     .reply
-                    .with_context(|| format!("node {id}: a call reply without a body"))?;
-                expect_invalid_reply(
-                    &format!("garbage call {} on a stream to node {id}", r.id),
-                    Ok(tonic::Response::new(reply)),
-                )?;
+                    .with_context(|| format!("node {id}: a call reply without a reply"))?;
+                let what = format!("bad call {} on a stream to node {id}", r.id);
+                let e = call_reply_error(&reply)
+                    .with_context(|| format!("{what}: no error in {reply:?}"))?;
+                expect_invalid_error(&what, e)?;
                 answered.push(r.id);
             }
         }
         answered.sort_unstable();
         ensure!(
-            answered == [1, 2, 3, 4],
+            answered == (1..=n).collect::<Vec<_>>(),
             "node {id} answered calls {answered:?}"
+        );
+
+        // Bytes that are not HTTP/2 on the port: the connection is closed,
+        // and the replica serves on.
+        let mut raw = tokio::net::TcpStream::connect(&addr).await?;
+        raw.write_all(b"\x00\x01 definitely not a gRPC client \xff\xfe\r\n\r\n")
+            .await?;
+        let mut sink = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), raw.read_to_end(&mut sink)).await;
+        ensure!(
+            closed.is_ok(),
+            "node {id} kept a connection that sent garbage open for 10 s"
         );
 
         // Raft transport garbage: an error status, never a crash. Addressed

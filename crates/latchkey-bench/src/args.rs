@@ -34,9 +34,9 @@ OPTIONS:
                        per-task: each task builds its own Client (own connections)
     --tmp-dir DIR      parent of the temporary data directory (default: $TMPDIR
                        or /tmp); put it on the disk you want to measure
-    --batch-in-flight N  the clients' ClientOptions::max_batch_in_flight: calls
-                       out per replica before requests are packed (default:
-                       the client's default; 0 = no packing, one call per request)
+    --transport T      stream (default: each client's requests share one
+                       Pipeline.Calls stream per replica) or unary (every
+                       request its own unary RPC, as a Python or Go client sends)
     -h, --help         print this text
 
 Every lock task has its own session (ttl 10s). Exit codes: 0 done, 1 the
@@ -91,7 +91,7 @@ pub struct Options {
     pub server_bin: Option<PathBuf>,
     pub client_mode: ClientMode,
     pub tmp_dir: Option<PathBuf>,
-    pub batch_in_flight: Option<usize>,
+    pub unary: bool,
 }
 
 impl Default for Options {
@@ -105,7 +105,7 @@ impl Default for Options {
             server_bin: None,
             client_mode: ClientMode::Shared,
             tmp_dir: None,
-            batch_in_flight: None,
+            unary: false,
         }
     }
 }
@@ -192,7 +192,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--server-bin",
             "--client-mode",
             "--tmp-dir",
-            "--batch-in-flight",
+            "--transport",
         ];
         if !known.contains(&flag) {
             return Err(format!("unknown option `{flag}`"));
@@ -215,12 +215,14 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--out" => opts.out = non_empty_path(flag, &value)?,
             "--server-bin" => opts.server_bin = Some(non_empty_path(flag, &value)?),
             "--tmp-dir" => opts.tmp_dir = Some(non_empty_path(flag, &value)?),
-            "--batch-in-flight" => {
-                opts.batch_in_flight = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("--batch-in-flight: `{value}` is not a count"))?,
-                )
+            "--transport" => {
+                opts.unary = match value.as_str() {
+                    "stream" => false,
+                    "unary" => true,
+                    other => {
+                        return Err(format!("--transport: `{other}` is not `stream` or `unary`"))
+                    }
+                }
             }
             "--client-mode" => {
                 opts.client_mode = match value.as_str() {

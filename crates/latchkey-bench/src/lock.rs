@@ -54,9 +54,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         .copied()
         .max()
         .unwrap_or(1);
-    let clients = bed
-        .clients(opts.client_mode, opts.batch_in_flight, max_tasks)
-        .await?;
+    let clients = bed.clients(opts.client_mode, opts.unary, max_tasks).await?;
 
     let runs = cycle_counts
         .iter()

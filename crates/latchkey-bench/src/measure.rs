@@ -78,14 +78,13 @@ pub struct Clients {
     list: Vec<Client>,
 }
 
-fn options(batch_in_flight: Option<usize>) -> ClientOptions {
-    let defaults = ClientOptions::default();
+fn options(unary: bool) -> ClientOptions {
     ClientOptions {
         request_timeout: REQUEST_TIMEOUT,
         attempt_timeout: Duration::from_secs(3),
         connect_timeout: Duration::from_secs(1),
-        max_batch_in_flight: batch_in_flight.unwrap_or(defaults.max_batch_in_flight),
-        ..defaults
+        call_stream: !unary,
+        ..ClientOptions::default()
     }
 }
 
@@ -96,7 +95,7 @@ impl Clients {
     pub async fn connect(
         endpoints: &[String],
         mode: ClientMode,
-        batch_in_flight: Option<usize>,
+        unary: bool,
         max_tasks: usize,
     ) -> Result<Clients, String> {
         let count = match mode {
@@ -106,7 +105,7 @@ impl Clients {
         let mut list = Vec::with_capacity(count);
         for _ in 0..count {
             list.push(
-                Client::with_options(endpoints, options(batch_in_flight))
+                Client::with_options(endpoints, options(unary))
                     .map_err(|e| format!("cannot build a client: {e}"))?,
             );
         }

@@ -89,10 +89,10 @@ impl Testbed {
     pub async fn clients(
         &self,
         mode: ClientMode,
-        batch_in_flight: Option<usize>,
+        unary: bool,
         max_tasks: usize,
     ) -> Result<Clients, String> {
-        Clients::connect(&self.cluster.endpoints(), mode, batch_in_flight, max_tasks)
+        Clients::connect(&self.cluster.endpoints(), mode, unary, max_tasks)
             .await
             .map_err(|e| format!("{e}\n{}", self.cluster.logs_tail()))
     }

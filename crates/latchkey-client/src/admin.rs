@@ -22,9 +22,14 @@ fn admin_client(channel: Channel) -> AdminClient<Channel> {
 }
 
 fn admin_result(reply: AdminReply) -> Result<(), Attempt> {
-    match reply.failure {
-        Some(f) => Err(Attempt::Refused(f.into())),
+    match reply.error.map(latchkey_proto::wire::error_from_wire) {
         None => Ok(()),
+        Some(Err(failure)) => Err(Attempt::Refused(failure)),
+        // Admin calls refuse with replica failures only; any other error
+        // is not the caller's to retry.
+        Some(Ok(refused)) => Err(Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
+            refused.to_string(),
+        ))),
     }
 }
 

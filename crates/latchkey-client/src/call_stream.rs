@@ -1,38 +1,26 @@
 //! [`CallStream`]: a client's requests to one replica on one long-lived
-//! `Kv.Calls` stream.
+//! `Pipeline.Calls` stream.
 //!
 //! A unary gRPC call costs a new HTTP/2 stream: its HEADERS and DATA go out
 //! in two writes with a task hand-off between them, and the replica wakes
-//! twice (profiled in `docs/PERFORMANCE.md`, change 9). And a call slot of
-//! the packing lanes ([`crate::coalesce`]) is held for a whole commit, so
-//! under load a request first waited for a slot, then on the leader for its
-//! entry. Here every request is a `Call` with an id on one stream per
+//! twice (profiled in `docs/PERFORMANCE.md`, change 9). Here every request is a `Call` with an id on one stream per
 //! replica: it is handed to the stream at once (never waiting for another
 //! call to finish), the stream's sender writes whatever calls are at hand
 //! as one frame, and the replica answers each call by id as soon as it is
 //! done, with whatever replies are ready in one frame.
 //!
 //! Retry rules are those of a unary call, per request:
-//! - the stream cannot be opened (connect refused, no such replica) or is
-//!   not open within [`OPEN_TIMEOUT`] (or half the caller's budget): the
-//!   request was not sent ([`Attempt::NotSent`]), since no call is handed
-//!   to a stream before the replica accepted it;
+//! - the stream cannot be opened (connect refused, no such replica, a
+//!   replica without the `Pipeline` service) or is not open within
+//!   [`OPEN_TIMEOUT`] (or half the caller's budget): the request was not
+//!   sent ([`Attempt::NotSent`]), since no call is handed to a stream before
+//!   the replica accepted it;
 //! - the stream breaks or ends while a request waits for its reply: it may
 //!   have been executed ([`Attempt::Sent`]), so a KV write ends
 //!   `UnknownOutcome` and is never resent; unless the replica ended it with
 //!   the `STOPPED_AFTER_ANSWERING` trailer (it was stopping and answered
 //!   every call it read): then an unanswered request was never executed and
-//!   is refused as unavailable, safe to send elsewhere;
-//! - a replica that predates the stream answers the open `UNIMPLEMENTED`:
-//!   requests to it go the old way (packing lanes, unary acquires) for
-//!   [`UNSUPPORTED_FOR`], then the stream is tried again;
-//! - session keep-alives go on the stream too (one call of a frame, instead
-//!   of an HTTP/2 stream each, which matters to a process that keeps
-//!   thousands of sessions). A keep-alive must not wait behind a busy
-//!   stream (the replica stops reading a
-//!   stream's frames while 4,096 of its calls run, and the lease may run
-//!   out meanwhile): with [`KEEP_ALIVE_BUSY_CALLS`] or more calls of the
-//!   stream waiting for replies, it goes as its own unary call.
+//!   is refused as unavailable, safe to send elsewhere.
 //!
 //! The stream ends when its [`CallStream`] is dropped (the client and its
 //! clones are gone) and the replica has answered every call in flight.
@@ -41,28 +29,30 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::Stream;
-use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies};
+use latchkey_proto::v1::{
+    call::Request as Req, pipeline_client::PipelineClient, Call, CallFrame, CallReplies,
+};
+use latchkey_proto::{MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING};
+use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::coalesce::{Answer, Item, BATCH_BYTES};
-use crate::kv::{decode_reply, kv_client};
 use crate::router::Attempt;
+use crate::transport::{decode, Answer};
 use crate::ReplicaFailure;
-use latchkey_proto::{MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING};
 
-/// How long requests go the old way after a replica answered the stream's
-/// open `UNIMPLEMENTED` (it may be upgraded meanwhile).
-pub(crate) const UNSUPPORTED_FOR: Duration = Duration::from_secs(60);
+/// Most request bytes the client puts in one frame (a single larger call
+/// still goes, alone); far below the 64 MiB message limit.
+pub(crate) const FRAME_BYTES: usize = 8 * 1024 * 1024;
 
 /// Calls waiting for their replies on a stream from which a keep-alive is
 /// sent as its own unary call instead (an HTTP/2 stream of its own, not
 /// queued behind them). Waiting acquires count too, though the replica
-/// does not count them: that only sends a keep-alive the old way.
+/// does not count them: that only sends a keep-alive as a unary call.
 pub(crate) const KEEP_ALIVE_BUSY_CALLS: usize = 1024;
 
 /// Longest wait for a replica to accept a new stream (less if half the
@@ -78,8 +68,6 @@ pub(crate) struct CallStream {
     /// Held while a stream is being opened, so concurrent requests share
     /// one open.
     opening: tokio::sync::Mutex<()>,
-    /// Set when the replica answered the open `UNIMPLEMENTED`.
-    unsupported_until: Mutex<Option<Instant>>,
     frames: Arc<AtomicU64>,
 }
 
@@ -145,20 +133,9 @@ impl Drop for Forget<'_> {
     }
 }
 
-enum OpenFailure {
-    Unsupported,
-    Failed(String),
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Only plain stores happen under these locks.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether a deadline is set and not passed yet. A passed one simply reads
-/// as false; the next refusal sets a new one.
-fn still(until: &Mutex<Option<Instant>>) -> bool {
-    matches!(*lock(until), Some(t) if Instant::now() < t)
 }
 
 impl CallStream {
@@ -167,31 +144,16 @@ impl CallStream {
             channel,
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
-            unsupported_until: Mutex::new(None),
             frames,
         }
     }
 
-    /// Send `item` on the stream and answer what its unary call would have
-    /// answered; `Err(item)` when the replica has no call stream (send it
-    /// the old way). `budget` is the caller's attempt budget.
-    pub(crate) async fn send(&self, item: Item, budget: Duration) -> Result<Answer, Item> {
-        if self.unsupported() {
-            return Err(item);
-        }
-        // A keep-alive never queues behind a busy stream: it goes as its
-        // own unary call then.
-        if matches!(item, Item::KeepAlive(_)) && self.busy() {
-            return Err(item);
-        }
-        self.send_on_stream(item, budget).await
-    }
-
-    async fn send_on_stream(&self, item: Item, budget: Duration) -> Result<Answer, Item> {
+    /// Send `request` on the stream and answer what the replica answered.
+    /// `budget` is the caller's attempt budget.
+    pub(crate) async fn send(&self, request: Req, budget: Duration) -> Answer {
         let open = match self.open(budget).await {
             Ok(open) => open,
-            Err(OpenFailure::Unsupported) => return Err(item),
-            Err(OpenFailure::Failed(why)) => return Ok(Err(Attempt::NotSent(why))),
+            Err(why) => return Err(Attempt::NotSent(why)),
         };
         let id = open.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
@@ -199,7 +161,7 @@ impl CallStream {
             let mut st = open.waiting.lock();
             if let Some(why) = &st.ended {
                 // Ended between the open and now; nothing was sent.
-                return Ok(Err(Attempt::NotSent(why.clone())));
+                return Err(Attempt::NotSent(why.clone()));
             }
             st.answers.insert(id, answer);
         }
@@ -207,68 +169,56 @@ impl CallStream {
             waiting: &open.waiting,
             id,
         };
-        let body = match item {
-            Item::Write(w) => Body::Write(w),
-            Item::Read(r) => Body::Read(r),
-            Item::Acquire(a) => Body::Acquire(a),
-            Item::KeepAlive(k) => Body::KeepAlive(k),
-        };
         let call = Call {
             id,
-            body: Some(body),
+            request: Some(request),
         };
         if open.calls.send(call).is_err() {
             // The stream's sender is gone: the call never left this process.
-            return Ok(Err(Attempt::NotSent("the call stream was closed".into())));
+            return Err(Attempt::NotSent("the call stream was closed".into()));
         }
-        Ok(match rx.await {
+        match rx.await {
             Ok(answer) => answer,
             Err(_) => Err(Attempt::Sent(
                 "the call stream ended before the reply".into(),
             )),
-        })
-    }
-
-    fn unsupported(&self) -> bool {
-        still(&self.unsupported_until)
+        }
     }
 
     /// Whether the open stream has [`KEEP_ALIVE_BUSY_CALLS`] or more calls
     /// waiting for replies.
-    fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.usable()
             .is_some_and(|open| open.waiting.lock().answers.len() >= KEEP_ALIVE_BUSY_CALLS)
     }
 
     /// The open stream, or a new one if there is none or it ended.
-    async fn open(&self, budget: Duration) -> Result<Arc<Open>, OpenFailure> {
+    async fn open(&self, budget: Duration) -> Result<Arc<Open>, String> {
         if let Some(open) = self.usable() {
             return Ok(open);
         }
         let limit = (budget / 2).min(OPEN_TIMEOUT);
         let Ok(_opening) = tokio::time::timeout(limit, self.opening.lock()).await else {
-            return Err(OpenFailure::Failed(format!(
-                "the call stream was not open within {limit:?}"
-            )));
+            return Err(format!("the call stream was not open within {limit:?}"));
         };
         // Whoever held the lock may have opened one, or found none.
         if let Some(open) = self.usable() {
             return Ok(open);
         }
-        if self.unsupported() {
-            return Err(OpenFailure::Unsupported);
-        }
         let (calls, outgoing) = mpsc::unbounded_channel();
         let frames = Arc::clone(&self.frames);
         let opened = tokio::time::timeout(
             limit,
-            kv_client(self.channel.clone()).calls(frames_of(outgoing, frames)),
+            PipelineClient::new(self.channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+                .calls(frames_of(outgoing, frames)),
         )
         .await;
         let Ok(response) = opened else {
-            return Err(OpenFailure::Failed(format!(
+            return Err(format!(
                 "the replica did not accept a call stream within {limit:?}"
-            )));
+            ));
         };
         match response {
             Ok(response) => {
@@ -282,15 +232,11 @@ impl CallStream {
                 *lock(&self.current) = Some(Arc::clone(&open));
                 Ok(open)
             }
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                tracing::debug!("replica has no call stream; using unary and batch calls");
-                *lock(&self.unsupported_until) = Some(Instant::now() + UNSUPPORTED_FOR);
-                Err(OpenFailure::Unsupported)
-            }
-            Err(status) => Err(OpenFailure::Failed(format!(
-                "cannot open the call stream: {}",
+            Err(status) => Err(format!(
+                "cannot open the call stream: {}: {}",
+                status.code(),
                 status.message()
-            ))),
+            )),
         }
     }
 
@@ -304,7 +250,7 @@ impl CallStream {
 }
 
 /// The request side of a stream: each frame takes every call queued at the
-/// moment (up to [`MAX_BATCH_ITEMS`] calls and about [`BATCH_BYTES`]).
+/// moment (up to [`MAX_FRAME_CALLS`] calls and about [`FRAME_BYTES`]).
 fn frames_of(
     mut outgoing: mpsc::UnboundedReceiver<Call>,
     frames: Arc<AtomicU64>,
@@ -313,7 +259,7 @@ fn frames_of(
         Poll::Ready(Some(first)) => {
             let mut bytes = call_bytes(&first);
             let mut calls = vec![first];
-            while calls.len() < MAX_BATCH_ITEMS && bytes < BATCH_BYTES {
+            while calls.len() < MAX_FRAME_CALLS && bytes < FRAME_BYTES {
                 match outgoing.try_recv() {
                     Ok(call) => {
                         bytes += call_bytes(&call);
@@ -331,13 +277,7 @@ fn frames_of(
 }
 
 fn call_bytes(call: &Call) -> usize {
-    match &call.body {
-        Some(Body::Write(w)) => w.command.len(),
-        Some(Body::Read(r)) => r.query.len(),
-        Some(Body::Acquire(a)) => a.command.len(),
-        Some(Body::KeepAlive(_)) => 8,
-        None => 0,
-    }
+    call.encoded_len()
 }
 
 /// Hand each reply to its caller until the stream ends, then end every
@@ -351,7 +291,7 @@ async fn read_replies(waiting: Arc<Waiting>, mut replies: Streaming<CallReplies>
                     // A caller that stopped waiting has no entry.
                     if let Some(answer) = answer {
                         let result = match r.reply {
-                            Some(reply) => decode_reply(reply),
+                            Some(reply) => decode(reply),
                             None => Err(Attempt::Protocol("a call reply without a body".into())),
                         };
                         let _ = answer.send(result);

@@ -3,13 +3,11 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use latchkey_core::{codec, BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange};
-use latchkey_proto::v1::{kv_client::KvClient, ReadRequest, Reply, WriteRequest};
-use latchkey_proto::MAX_MESSAGE_BYTES;
-use tonic::transport::Channel;
+use latchkey_core::{BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange};
+use latchkey_proto::Operation;
 
-use crate::coalesce::{Item, PackingStats};
-use crate::router::{Attempt, ClientOptions, Router, Target};
+use crate::router::{ClientOptions, Router};
+use crate::transport::TransportStats;
 use crate::Error;
 use crate::LocalReplica;
 
@@ -165,16 +163,13 @@ impl Client {
         &self.router
     }
 
-    /// Requests this client sent over gRPC and the frames and calls that
-    /// carried them: requests go on each replica's call stream, those at
-    /// hand together in one frame ([`ClientOptions::call_stream`]), so under
-    /// load `stream_frames` is well below `writes + reads`; against a
-    /// replica without the stream, concurrent requests are packed into one
-    /// call (see [`ClientOptions::max_batch_in_flight`]) and `write_calls`
-    /// is well below `writes`. Requests served by an in-process replica are
-    /// not counted.
-    pub fn packing_stats(&self) -> PackingStats {
-        self.router.packing_stats()
+    /// Requests this client sent over gRPC and what carried them: requests
+    /// go on each replica's call stream, those at hand together in one frame
+    /// ([`ClientOptions::call_stream`]), so under load `stream_frames` is
+    /// well below `stream_calls`. Requests served by an in-process replica
+    /// are not counted.
+    pub fn transport_stats(&self) -> TransportStats {
+        self.router.transport_stats()
     }
 
     /// Propose any write command and return its outcome.
@@ -205,25 +200,14 @@ impl Client {
         idempotent: bool,
     ) -> Result<(Outcome, std::time::Instant), Error> {
         latchkey_core::validate_command(&command)?;
-        let encoded = codec::encode(&command).map_err(|e| Error::Protocol(e.to_string()))?;
+        let op = Operation::Write(command);
         let mut sent = crate::lease_clock::now();
         let result: CommandResult = self
             .router
             .call(!idempotent, |target, budget| {
                 sent = crate::lease_clock::now();
-                let command = command.clone();
-                let encoded = encoded.clone();
-                async move {
-                    match target {
-                        Target::Local(local) => {
-                            local.write(command).await.map_err(Attempt::Refused)
-                        }
-                        Target::Remote { coalescer, .. } => {
-                            let item = Item::Write(WriteRequest { command: encoded });
-                            coalescer.send(item, budget).await
-                        }
-                    }
-                }
+                let op = op.clone();
+                async move { target.send(op, budget).await }
             })
             .await?;
         Ok((result?, sent))
@@ -232,27 +216,15 @@ impl Client {
     /// Serve any query with the given consistency.
     pub async fn query(&self, query: Query, consistency: Consistency) -> Result<Outcome, Error> {
         latchkey_core::validate_query(&query)?;
-        let stale = consistency == Consistency::Stale;
-        let encoded = codec::encode(&query).map_err(|e| Error::Protocol(e.to_string()))?;
+        let op = Operation::Read {
+            query,
+            stale: consistency == Consistency::Stale,
+        };
         let result: CommandResult = self
             .router
             .call(false, |target, budget| {
-                let query = query.clone();
-                let encoded = encoded.clone();
-                async move {
-                    match target {
-                        Target::Local(local) => {
-                            local.read(query, stale).await.map_err(Attempt::Refused)
-                        }
-                        Target::Remote { coalescer, .. } => {
-                            let item = Item::Read(ReadRequest {
-                                query: encoded,
-                                stale,
-                            });
-                            coalescer.send(item, budget).await
-                        }
-                    }
-                }
+                let op = op.clone();
+                async move { target.send(op, budget).await }
             })
             .await?;
         Ok(result?)
@@ -435,17 +407,4 @@ impl Client {
             other => Err(unexpected("Entries", &other)),
         }
     }
-}
-
-pub(crate) fn kv_client(channel: Channel) -> KvClient<Channel> {
-    KvClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
-}
-
-pub(crate) fn decode_reply(reply: Reply) -> Result<CommandResult, Attempt> {
-    if let Some(failure) = reply.failure {
-        return Err(Attempt::Refused(failure.into()));
-    }
-    codec::decode(&reply.payload).map_err(|e| Attempt::Protocol(e.to_string()))
 }

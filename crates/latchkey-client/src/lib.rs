@@ -6,18 +6,19 @@
 //! serves remote programs (over gRPC, [`Client::connect`]) and the
 //! application that embeds a replica (in-process, [`Client::with_local`]).
 //!
-//! Requests to one replica (writes, reads, acquires, session keep-alives)
-//! share one long-lived `Kv.Calls` stream: each is sent at once, requests at hand together share
-//! a frame, and the replica answers each by id as soon as it is done.
-//! Against a replica without that stream, concurrent requests share gRPC
-//! calls instead: a request that finds a free call slot (at most
-//! [`ClientOptions::max_batch_in_flight`] per replica, for writes and for
-//! reads each) is sent at once on its own; those that arrive while every
-//! slot is busy are packed into one `WriteMany` or `ReadMany` call, sent the
-//! moment a slot frees. Nothing waits on a timer, so a lone caller sees no
-//! added latency. Each request keeps its own result and its own retry
-//! rules, exactly as if it had been sent alone. [`Client::packing_stats`]
-//! counts requests and the calls and frames that carried them.
+//! Every request is a typed `latchkey.v1` call (the same API a Python or Go
+//! program uses, see `proto/latchkey.proto`). Requests to one replica share
+//! one long-lived `Pipeline.Calls` stream: each is sent at once, requests at
+//! hand together share a frame, and the replica answers each by id as soon
+//! as it is done. Nothing waits on a timer, so a lone caller sees no added
+//! latency. [`Client::transport_stats`] counts requests and the frames that
+//! carried them.
+//!
+//! Inside, imports point one way: the API rooms ([`Client`]'s key-value
+//! calls in `kv`, sessions and locks in `lock`, fences in `fence`, `admin`)
+//! build an operation and hand it to the `router` (leader discovery,
+//! retries), which sends each attempt through a target: the in-process
+//! replica, or a remote endpoint (`transport`, `call_stream`).
 //!
 //! It must not decide semantics (that is `latchkey-core`'s job) and must
 //! never retry a write whose outcome is unknown: such a call ends with
@@ -37,15 +38,14 @@
 
 mod admin;
 mod call_stream;
-mod coalesce;
 mod error;
 mod fence;
 mod kv;
 mod lease_clock;
 mod lock;
 mod router;
+mod transport;
 
-pub use coalesce::PackingStats;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, ScanPage};
@@ -54,8 +54,9 @@ pub use kv::{Batch, Client, Consistency, ScanPage};
 pub use latchkey_core::lock::{HolderInfo, LockInfo, LockMode, Sequencer, SessionId, Token};
 pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
 pub use latchkey_proto::{
-    BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure, MAX_BATCH_ITEMS,
-    MAX_MESSAGE_BYTES, UNKNOWN_CALL,
+    BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, MAX_FRAME_CALLS,
+    MAX_MESSAGE_BYTES,
 };
 pub use lock::{Lock, LockGuard, Session};
 pub use router::{channel, ClientOptions};
+pub use transport::TransportStats;

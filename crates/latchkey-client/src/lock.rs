@@ -57,16 +57,13 @@ use latchkey_core::lock::{
     LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, Token,
     WaitCancel,
 };
-use latchkey_core::{codec, Command, CommandError, CommandResult, Outcome, Query};
-use latchkey_proto::v1::{lock_client::LockClient, AcquireRequest, KeepAliveRequest};
+use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query};
+use latchkey_proto::Operation;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::coalesce::Item;
 use crate::lease_clock;
-use crate::router::{Attempt, Target};
 use crate::{Batch, Client, Consistency, Error};
-use latchkey_proto::MAX_MESSAGE_BYTES;
 
 /// Extra time, past an acquire's wait, that the client gives the leader to
 /// cancel the wait itself before the client cancels it.
@@ -237,7 +234,10 @@ impl Client {
         command: &Command,
         hold: Duration,
     ) -> Result<CommandResult, Error> {
-        let encoded = codec::encode(command).map_err(|e| Error::Protocol(e.to_string()))?;
+        let op = Operation::Acquire {
+            command: command.clone(),
+            hold,
+        };
         let options = self.router().options().clone();
         let attempt_budget = hold + options.attempt_timeout;
         self.router()
@@ -246,22 +246,8 @@ impl Client {
                 attempt_budget + options.request_timeout,
                 attempt_budget,
                 |target, _| {
-                    let command = command.clone();
-                    let encoded = encoded.clone();
-                    async move {
-                        match target {
-                            Target::Local(local) => {
-                                local.acquire(command, hold).await.map_err(Attempt::Refused)
-                            }
-                            Target::Remote { coalescer, .. } => {
-                                let request = AcquireRequest {
-                                    command: encoded,
-                                    hold_ms: millis(hold),
-                                };
-                                coalescer.send(Item::Acquire(request), attempt_budget).await
-                            }
-                        }
-                    }
+                    let op = op.clone();
+                    async move { target.send(op, attempt_budget).await }
                 },
             )
             .await
@@ -280,29 +266,11 @@ impl Client {
             .router()
             .call_with(false, within, attempt, |target, _| {
                 sent = lease_clock::now();
-                async move {
-                    match target {
-                        Target::Local(local) => {
-                            local.keep_alive(session).await.map_err(Attempt::Refused)
-                        }
-                        Target::Remote { coalescer, .. } => {
-                            let request = KeepAliveRequest { session: session.0 };
-                            coalescer.send(Item::KeepAlive(request), attempt).await
-                        }
-                    }
-                }
+                async move { target.send(Operation::KeepAlive(session), attempt).await }
             })
             .await?;
         Ok((result, sent))
     }
-}
-
-pub(crate) fn lock_client(
-    channel: tonic::transport::Channel,
-) -> LockClient<tonic::transport::Channel> {
-    LockClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
 #[derive(Debug, Clone)]

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
-use crate::coalesce::{Coalescer, PackingStats};
+use latchkey_proto::Operation;
+
+use crate::transport::{Answer, Endpoint, TransportStats};
 use crate::{Error, LocalReplica, ReplicaFailure};
 
 /// Timeouts and backoff of a client.
@@ -28,23 +30,9 @@ pub struct ClientOptions {
     pub initial_backoff: Duration,
     /// Longest pause between attempts (default 500 ms).
     pub max_backoff: Duration,
-    /// Most gRPC calls each endpoint has out at once for writes, and as many
-    /// for reads (default 2). A request that finds a free slot is sent at
-    /// once, alone; requests that arrive while every slot is busy are packed
-    /// into one `WriteMany`/`ReadMany` call sent as soon as a slot frees.
-    /// Never delays a request on purpose. 0 turns packing off: one unary call
-    /// per request, with no limit on calls out.
-    pub max_batch_in_flight: usize,
-    /// Most requests packed into one call (default 256, at most
-    /// [`crate::MAX_BATCH_ITEMS`]).
-    pub max_batch_items: usize,
-    /// Send writes, reads, acquires and session keep-alives on one
-    /// long-lived `Kv.Calls` stream per replica (default true): every
-    /// request goes out at once, with no call slots, and requests at hand
-    /// together share a frame. The packing lanes above then serve only
-    /// replicas without the stream (older versions). Off (or with
-    /// `max_batch_in_flight` 0, which ignores it), acquires and keep-alives
-    /// are unary calls.
+    /// Send requests on one long-lived `Pipeline.Calls` stream per replica
+    /// (default true): every request goes out at once, and requests at hand
+    /// together share a frame. Off, every request is its own unary RPC.
     pub call_stream: bool,
 }
 
@@ -56,8 +44,6 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(1),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
-            max_batch_in_flight: 2,
-            max_batch_items: 256,
             call_stream: true,
         }
     }
@@ -69,12 +55,22 @@ pub enum Target {
     /// The replica in this process.
     Local(Arc<dyn LocalReplica>),
     /// A replica over gRPC; the channel is shared and reconnects by itself,
-    /// and KV requests to it go through its request packer.
+    /// and requests to it go through its [`Endpoint`].
     Remote {
         addr: String,
         channel: Channel,
-        coalescer: Arc<Coalescer>,
+        endpoint: Arc<Endpoint>,
     },
+}
+
+impl Target {
+    /// One attempt of `op` at this target. `budget` bounds the attempt.
+    pub(crate) async fn send(&self, op: Operation, budget: Duration) -> Answer {
+        match self {
+            Target::Local(local) => local.call(op).await.map_err(Attempt::Refused),
+            Target::Remote { endpoint, .. } => endpoint.send(&op, budget).await,
+        }
+    }
 }
 
 /// How one attempt failed.
@@ -94,22 +90,17 @@ pub enum Attempt {
 struct Peer {
     addr: String,
     channel: Channel,
-    coalescer: Arc<Coalescer>,
+    endpoint: Arc<Endpoint>,
 }
 
 impl Peer {
     fn new(addr: String, options: &ClientOptions) -> Result<Peer, Error> {
         let channel = channel(&addr, options)?;
-        let coalescer = Arc::new(Coalescer::new(
-            channel.clone(),
-            options.call_stream,
-            options.max_batch_in_flight,
-            options.max_batch_items,
-        ));
+        let endpoint = Arc::new(Endpoint::new(channel.clone(), options.call_stream));
         Ok(Peer {
             addr,
             channel,
-            coalescer,
+            endpoint,
         })
     }
 
@@ -117,7 +108,7 @@ impl Peer {
         Target::Remote {
             addr: self.addr.clone(),
             channel: self.channel.clone(),
-            coalescer: self.coalescer.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 }
@@ -205,12 +196,12 @@ impl Router {
         Ok(st.peers[idx].target())
     }
 
-    /// Requests sent over gRPC and the calls that carried them, summed over
-    /// every endpoint.
-    pub fn packing_stats(&self) -> PackingStats {
-        let mut stats = PackingStats::default();
+    /// Requests sent over gRPC and what carried them, summed over every
+    /// endpoint.
+    pub fn transport_stats(&self) -> TransportStats {
+        let mut stats = TransportStats::default();
         for p in &self.lock().peers {
-            stats.add(p.coalescer.stats());
+            stats.add(p.endpoint.stats());
         }
         stats
     }

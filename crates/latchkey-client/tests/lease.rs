@@ -3,7 +3,7 @@
 //!
 //! The rule under test (`lock.rs`, "The lease, as the client sees it"): a
 //! session is vouched for until the *send* time of the last acknowledged
-//! keep-alive (or of the `OpenSession` write) `+ ttl - ttl/10`. The leader
+//! keep-alive (or of the `OpenSession` call) `+ ttl - ttl/10`. The leader
 //! counts the same lease from its *receipt* of that call, which comes after
 //! the send, so the client stops vouching before the cluster can expire the
 //! session and grant its locks to someone else.
@@ -32,14 +32,19 @@ use std::time::{Duration, Instant};
 
 use futures::Stream;
 use latchkey_client::{Client, ClientOptions, Error, LockGuard, Session};
-use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, Sequencer, SessionId, Token};
-use latchkey_core::{codec, Command, CommandResult, Outcome};
+use latchkey_core::lock::{
+    LockCommand, LockMode, LockOutcome, Sequencer, SessionId, SessionInfo, Token,
+};
+use latchkey_core::{Command, Outcome};
 use latchkey_proto::v1::kv_server::{Kv, KvServer};
 use latchkey_proto::v1::lock_server::{Lock, LockServer};
+use latchkey_proto::v1::pipeline_server::{Pipeline, PipelineServer};
 use latchkey_proto::v1::{
-    call::Body, AcquireRequest, CallFrame, CallReplies, CallReply, KeepAliveRequest, ReadBatch,
-    ReadRequest, Replies, Reply, WriteBatch, WriteRequest,
+    call::Request as Req, call_reply::Reply as Rep, AcquireReply, AcquireRequest, CallFrame,
+    CallReplies, CallReply, CloseSessionReply, CloseSessionRequest, KeepAliveRequest,
+    OpenSessionRequest, PutReply, PutRequest, ReleaseReply, ReleaseRequest, SessionReply,
 };
+use latchkey_proto::{wire, Operation};
 use tokio::sync::mpsc;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
@@ -121,12 +126,10 @@ impl Script {
             .clone()
     }
 
-    /// The reply to a write: `OpenSession` after `open_delay`, everything
+    /// The outcome of a write: `OpenSession` after `open_delay`, everything
     /// else at once.
-    async fn write(&self, request: &WriteRequest) -> Result<Reply, Status> {
-        let command: Command =
-            codec::decode(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let outcome = match command {
+    async fn write(&self, command: Command) -> Result<Outcome, Status> {
+        Ok(match command {
             Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
                 let slot = Script::arrived(&self.opens);
                 tokio::time::sleep(self.open_delay).await;
@@ -150,14 +153,15 @@ impl Script {
                     cancelled: 0,
                 })
             }
-            _ => Outcome::Done,
-        };
-        Ok(ok(&Ok(outcome)))
+            // The warm-up.
+            Command::Put { .. } => Outcome::Done,
+            _ => return Err(Status::internal("unexpected write")),
+        })
     }
 
-    /// The reply to the n-th keep-alive after its delay, or never.
-    async fn keep_alive(&self, request: &KeepAliveRequest) -> Result<Reply, Status> {
-        if request.session != SESSION.0 {
+    /// The outcome of the n-th keep-alive after its delay, or never.
+    async fn keep_alive(&self, session: SessionId) -> Result<Outcome, Status> {
+        if session != SESSION {
             return Err(Status::internal("keep-alive of an unknown session"));
         }
         let n = self.keep_alive_count.fetch_add(1, Ordering::SeqCst);
@@ -167,14 +171,17 @@ impl Script {
             None => std::future::pending::<()>().await,
         }
         Script::replied(&self.keep_alives, slot);
-        Ok(ok(&Ok(Outcome::Lock(LockOutcome::Session(None)))))
+        Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+            session,
+            ttl_ms: TTL.as_millis() as u64,
+        }))))
     }
 
     /// Every acquire is granted at once, token 1.
-    fn acquire(&self, request: &AcquireRequest) -> Result<Reply, Status> {
-        match codec::decode(&request.command) {
-            Ok(Command::Lock(LockCommand::Acquire { name, session, .. })) => {
-                Ok(ok(&Ok(Outcome::Lock(LockOutcome::Granted {
+    fn acquire(&self, command: Command) -> Result<Outcome, Status> {
+        match command {
+            Command::Lock(LockCommand::Acquire { name, session, .. }) => {
+                Ok(Outcome::Lock(LockOutcome::Granted {
                     sequencer: Sequencer {
                         name,
                         mode: LockMode::Exclusive,
@@ -182,53 +189,45 @@ impl Script {
                         session,
                     },
                     hold_count: 1,
-                }))))
+                }))
             }
             _ => Err(Status::invalid_argument("not an acquire")),
         }
     }
 
-    async fn call(&self, body: Option<Body>) -> Result<Reply, Status> {
-        match body {
-            Some(Body::Write(w)) => self.write(&w).await,
-            Some(Body::KeepAlive(k)) => self.keep_alive(&k).await,
-            Some(Body::Acquire(a)) => self.acquire(&a),
-            _ => Err(Status::internal("unexpected call")),
-        }
+    /// The reply to one typed request, the same on the stream and unary.
+    async fn call(&self, request: Req) -> Result<Rep, Status> {
+        let (op, rpc) = wire::request_from_wire(request)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let outcome = match op {
+            Operation::Write(command) => self.write(command).await?,
+            Operation::KeepAlive(session) => self.keep_alive(session).await?,
+            Operation::Acquire { command, .. } => self.acquire(command)?,
+            Operation::Read { .. } => return Err(Status::internal("unexpected call")),
+        };
+        Ok(wire::reply_to_wire(rpc, Ok(Ok(outcome))))
     }
-}
 
-fn ok(result: &CommandResult) -> Reply {
-    Reply {
-        payload: codec::encode(result).unwrap_or_default(),
-        failure: None,
+    /// A unary call: `request` answered as on the stream, its reply taken
+    /// out by `pick` (the variant of the call's RPC).
+    async fn unary<T>(
+        &self,
+        request: Req,
+        pick: fn(Rep) -> Option<T>,
+    ) -> Result<Response<T>, Status> {
+        let reply = self.call(request).await?;
+        pick(reply)
+            .map(Response::new)
+            .ok_or_else(|| Status::internal("the reply of another RPC"))
     }
 }
 
 type Replying = std::pin::Pin<Box<dyn Stream<Item = Result<CallReplies, Status>> + Send>>;
 
-struct FakeKv(Arc<Script>);
+struct FakePipeline(Arc<Script>);
 
 #[tonic::async_trait]
-impl Kv for FakeKv {
-    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
-        self.0.write(&request.into_inner()).await.map(Response::new)
-    }
-
-    async fn read(&self, _request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
-        Err(Status::unimplemented("not in this script"))
-    }
-
-    async fn write_many(&self, _request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
-        Err(Status::unimplemented("not in this script"))
-    }
-
-    async fn read_many(&self, _request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
-        Err(Status::unimplemented("not in this script"))
-    }
-
-    type CallsStream = Replying;
-
+impl Pipeline for FakePipeline {
     /// Each call is answered on its own, by id, when its reply is ready
     /// (a held keep-alive does not hold up the calls behind it).
     async fn calls(
@@ -244,15 +243,16 @@ impl Kv for FakeKv {
                     let script = script.clone();
                     let out = out.clone();
                     tokio::spawn(async move {
-                        let reply = match script.call(call.body).await {
-                            Ok(reply) => Ok(CallReplies {
-                                replies: vec![CallReply {
-                                    id: call.id,
-                                    reply: Some(reply),
-                                }],
-                            }),
-                            Err(status) => Err(status),
+                        let reply = match call.request {
+                            Some(request) => script.call(request).await,
+                            None => Err(Status::internal("a call without a request")),
                         };
+                        let reply = reply.map(|reply| CallReplies {
+                            replies: vec![CallReply {
+                                id: call.id,
+                                reply: Some(reply),
+                            }],
+                        });
                         let _ = out.send(reply);
                     });
                 }
@@ -267,22 +267,82 @@ impl Kv for FakeKv {
     }
 }
 
+struct FakeKv(Arc<Script>);
+
+#[tonic::async_trait]
+impl Kv for FakeKv {
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutReply>, Status> {
+        self.0
+            .unary(Req::Put(request.into_inner()), |r| match r {
+                Rep::Put(r) => Some(r),
+                _ => None,
+            })
+            .await
+    }
+}
+
 struct FakeLock(Arc<Script>);
 
 #[tonic::async_trait]
 impl Lock for FakeLock {
-    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
-        self.0.acquire(&request.into_inner()).map(Response::new)
+    async fn open_session(
+        &self,
+        request: Request<OpenSessionRequest>,
+    ) -> Result<Response<SessionReply>, Status> {
+        self.0
+            .unary(Req::OpenSession(request.into_inner()), |r| match r {
+                Rep::OpenSession(r) => Some(r),
+                _ => None,
+            })
+            .await
     }
 
     async fn keep_alive(
         &self,
         request: Request<KeepAliveRequest>,
-    ) -> Result<Response<Reply>, Status> {
+    ) -> Result<Response<SessionReply>, Status> {
         self.0
-            .keep_alive(&request.into_inner())
+            .unary(Req::KeepAlive(request.into_inner()), |r| match r {
+                Rep::KeepAlive(r) => Some(r),
+                _ => None,
+            })
             .await
-            .map(Response::new)
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<CloseSessionRequest>,
+    ) -> Result<Response<CloseSessionReply>, Status> {
+        self.0
+            .unary(Req::CloseSession(request.into_inner()), |r| match r {
+                Rep::CloseSession(r) => Some(r),
+                _ => None,
+            })
+            .await
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<AcquireRequest>,
+    ) -> Result<Response<AcquireReply>, Status> {
+        self.0
+            .unary(Req::Acquire(request.into_inner()), |r| match r {
+                Rep::Acquire(r) => Some(r),
+                _ => None,
+            })
+            .await
+    }
+
+    async fn release(
+        &self,
+        request: Request<ReleaseRequest>,
+    ) -> Result<Response<ReleaseReply>, Status> {
+        self.0
+            .unary(Req::Release(request.into_inner()), |r| match r {
+                Rep::Release(r) => Some(r),
+                _ => None,
+            })
+            .await
     }
 }
 
@@ -293,6 +353,7 @@ async fn serve(
     let addr = listener.local_addr()?.to_string();
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = tonic::transport::Server::builder()
+        .add_service(PipelineServer::new(FakePipeline(script.clone())))
         .add_service(KvServer::new(FakeKv(script.clone())))
         .add_service(LockServer::new(FakeLock(script)))
         .serve_with_incoming(incoming);
@@ -305,10 +366,11 @@ async fn serve(
 /// How the client reaches the replica.
 #[derive(Debug, Clone, Copy)]
 enum Transport {
-    /// Writes, acquires and keep-alives on the `Kv.Calls` stream (the
-    /// default).
+    /// Every request (the open, acquires, keep-alives) on the
+    /// `Pipeline.Calls` stream (`ClientOptions::call_stream`, the default).
     Stream,
-    /// Unary `Kv.Write`, `Lock.Acquire` and `Lock.KeepAlive` calls.
+    /// Every request as its own unary RPC (`call_stream` off):
+    /// `Lock.OpenSession`, `Lock.Acquire`, `Lock.KeepAlive`, ...
     Unary,
 }
 
@@ -324,6 +386,17 @@ async fn connected_client(addr: &str, transport: Transport) -> Result<Client, Er
     )?;
     client.put("warm-up", "v").await?;
     Ok(client)
+}
+
+/// Every request went the way `transport` says (else a test would not
+/// cover the path it names).
+fn assert_carried_by(client: &Client, transport: Transport) {
+    let stats = client.transport_stats();
+    let carried = match transport {
+        Transport::Stream => stats.stream_calls > 0 && stats.unary_calls == 0,
+        Transport::Unary => stats.unary_calls > 0 && stats.stream_calls == 0,
+    };
+    assert!(carried, "{transport:?}: {stats:?}");
 }
 
 /// The latest instant the lease may be vouched for, given that the call
@@ -361,7 +434,7 @@ async fn lost_by(session: &Session, guard: &LockGuard, bound: Instant, what: &st
 }
 
 /// Right after a session opens, its deadline counts from the send of the
-/// `OpenSession` write, not from its (held) reply, and keeps the margin.
+/// `OpenSession` call, not from its (held) reply, and keeps the margin.
 async fn open_counts_from_the_send(transport: Transport) -> Result<(), Box<dyn std::error::Error>> {
     // Keep-alives are never answered: the open's deadline is the only one.
     let script = Script::new(HELD, Vec::new());
@@ -388,6 +461,7 @@ async fn open_counts_from_the_send(transport: Transport) -> Result<(), Box<dyn s
     // The watchdog kept trying: the deadline came from the open alone.
     assert!(!script.keep_alives().is_empty());
     assert!(script.keep_alives().iter().all(|k| k.replied.is_none()));
+    assert_carried_by(&client, transport);
     drop(guard);
     server.abort();
     Ok(())
@@ -443,6 +517,7 @@ async fn keep_alive_counts_from_the_send(
     );
 
     lost_by(&session, &guard, bound, "after a held keep-alive").await;
+    assert_carried_by(&client, transport);
     drop(guard);
     server.abort();
     Ok(())
@@ -454,7 +529,7 @@ async fn open_on_the_call_stream_counts_from_the_send() -> Result<(), Box<dyn st
 }
 
 #[tokio::test]
-async fn open_as_a_unary_write_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
+async fn unary_open_session_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::timeout(LIMIT, open_counts_from_the_send(Transport::Unary)).await?
 }
 

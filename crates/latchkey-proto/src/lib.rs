@@ -2,9 +2,11 @@
 //!
 //! The contract between latchkey's clients and replicas, in one place: the
 //! gRPC services and messages generated at build time from
-//! `proto/latchkey.proto` (module [`v1`]), the limits both sides enforce
-//! ([`MAX_MESSAGE_BYTES`], [`MAX_BATCH_ITEMS`]), how a refusal is classified
-//! ([`ReplicaFailure`], with its wire form), how either side opens a channel
+//! `proto/latchkey.proto` (module [`v1`]), the one conversion between those
+//! typed messages and the core's commands, queries and results ([`wire`]),
+//! the limits both sides enforce ([`MAX_MESSAGE_BYTES`],
+//! [`MAX_FRAME_CALLS`]), how a refusal is classified ([`ReplicaFailure`],
+//! with its wire form), how either side opens a channel
 //! ([`channel`]), what a replica reports about itself ([`NodeStatus`]), and
 //! the trait by which a client reaches a replica in its own process
 //! ([`LocalReplica`]).
@@ -19,12 +21,14 @@ mod failure;
 mod limits;
 mod local;
 mod status;
+pub mod wire;
 
 pub use channel::{channel, ChannelError};
 pub use failure::ReplicaFailure;
-pub use limits::{MAX_BATCH_ITEMS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
+pub use limits::{MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING};
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};
+pub use wire::{Operation, Rpc};
 
 /// The encoded protobuf descriptors of `proto/latchkey.proto`, which a
 /// replica serves through gRPC server reflection (so `grpcurl list` and

@@ -3,12 +3,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
-use latchkey_core::lock::SessionId;
-use latchkey_core::{Command, CommandResult, Query};
+use latchkey_core::CommandResult;
 
-use crate::ReplicaFailure;
+use crate::{Operation, ReplicaFailure};
 
 /// A boxed future, for the object-safe [`LocalReplica`] trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -17,27 +15,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// Implemented by latchkey-server's `Replica`; a client built with
 /// `Client::with_local` sends requests here first while this replica is (or
-/// may be) the leader, and over gRPC to the leader otherwise. Each method
-/// behaves exactly as its RPC does.
+/// may be) the leader, and over gRPC to the leader otherwise. A call behaves
+/// exactly as the operation's RPC does: the replica serves both through the
+/// same code.
 pub trait LocalReplica: Send + Sync + 'static {
-    /// Propose a write; answers `NotLeader` without proposing if not leader.
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Serve a read, linearizable unless `stale`.
-    fn read(
-        &self,
-        query: Query,
-        stale: bool,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Propose an acquire and, if it queues, wait up to `hold` for its grant
-    /// or cancel (see the `Lock.Acquire` RPC).
-    fn acquire(
-        &self,
-        command: Command,
-        hold: Duration,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
-    /// Extend a session's lease (see the `Lock.KeepAlive` RPC).
-    fn keep_alive(
-        &self,
-        session: SessionId,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+    /// Run `op`: writes, linearizable reads, acquires and keep-alives answer
+    /// `NotLeader` without running on a replica that is not the leader.
+    fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
 }

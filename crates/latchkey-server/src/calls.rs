@@ -1,8 +1,8 @@
-//! The replica's side of `Kv.Calls`: many client calls (writes, reads,
-//! acquires and session keep-alives) on one long-lived stream, each run as
-//! its unary call would run, answered by id. A call whose body this replica
-//! does not know decodes as one without a body and is refused with
-//! [`UNKNOWN_CALL`] (INVALID_ARGUMENT) having run nothing.
+//! The replica's side of `Pipeline.Calls`: many client calls on one
+//! long-lived stream, each run by [`answer`] exactly as its unary RPC runs
+//! it, answered by id with the same typed reply. A call without a request
+//! (or with one this replica does not know, which decodes as none) is
+//! answered with an INVALID_ARGUMENT `error` alone, having run nothing.
 //!
 //! [`CallStream`] is the response stream. It reads the client's frames and
 //! starts every call at once (so concurrent writes reach the write queue
@@ -35,16 +35,21 @@ use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
-use latchkey_proto::v1::{call::Body, Call, CallFrame, CallReplies, CallReply, Reply};
-use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS, STOPPED_AFTER_ANSWERING, UNKNOWN_CALL};
+use latchkey_proto::v1::{
+    call::Request as Req, call_reply::Reply as Rep, Call, CallFrame, CallReplies, CallReply,
+};
+use latchkey_proto::STOPPED_AFTER_ANSWERING;
+use latchkey_proto::{wire, ReplicaFailure, Rpc, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES};
 use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 
 use crate::replica::Replica;
-use crate::services::{
-    acquire_one, keep_alive_one, read_one, status_reply, write_one, REPLIES_BUDGET,
-};
+use crate::services::answer;
+
+/// Room for the replies of one frame below the message limit, keeping a
+/// margin for the framing of `CallReplies` itself.
+const REPLIES_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
 
 /// Calls of one stream running at once before the replica stops reading
 /// its frames.
@@ -54,18 +59,17 @@ pub(crate) const MAX_RUNNING_CALLS: usize = 4096;
 /// started.
 pub(crate) const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// A finished call: its reply, and what replaces the reply if it does not
-/// fit in a frame.
+/// A finished call: its reply, and the RPC it answers (`None` for a call
+/// that could not be run at all).
 struct Answered {
     id: u64,
-    reply: Reply,
-    too_big: fn(String) -> ReplicaFailure,
-    acquire: bool,
+    rpc: Option<Rpc>,
+    reply: Rep,
 }
 
 type Running = Pin<Box<dyn Future<Output = Answered> + Send>>;
 
-/// The replies of one `Kv.Calls` stream (see the module docs).
+/// The replies of one `Pipeline.Calls` stream (see the module docs).
 pub struct CallStream {
     replica: Arc<Replica>,
     /// `None` once the client ended its side (or it broke).
@@ -106,18 +110,18 @@ impl CallStream {
         }
     }
 
-    /// Start every call of `frame`; a frame above [`MAX_BATCH_ITEMS`] runs
+    /// Start every call of `frame`; a frame above [`MAX_FRAME_CALLS`] runs
     /// none of them.
     fn start(&mut self, frame: CallFrame) {
         let n = frame.calls.len();
         for call in frame.calls {
-            if n > MAX_BATCH_ITEMS {
+            if n > MAX_FRAME_CALLS {
                 let refused = ReplicaFailure::InvalidArgument(format!(
-                    "a frame of {n} calls, the limit is {MAX_BATCH_ITEMS}; nothing was executed"
+                    "a frame of {n} calls, the limit is {MAX_FRAME_CALLS}; nothing was executed"
                 ));
                 self.running.push(answered_now(call.id, refused));
             } else {
-                if matches!(call.body, Some(Body::Acquire(_))) {
+                if matches!(call.request, Some(Req::Acquire(_))) {
                     self.acquires += 1;
                 }
                 self.running.push(run(Arc::clone(&self.replica), call));
@@ -126,18 +130,23 @@ impl CallStream {
     }
 
     /// Take a finished call's reply, replaced if it alone cannot fit in a
-    /// frame.
+    /// frame: by an unknown outcome for a write (it was executed), by
+    /// unavailable for a read.
     fn finish(&mut self, done: Answered) -> CallReply {
-        if done.acquire {
+        if done.rpc == Some(Rpc::Acquire) {
             self.acquires = self.acquires.saturating_sub(1);
         }
-        let reply = if done.reply.encoded_len() + 32 > REPLIES_BUDGET {
-            failure_reply((done.too_big)(
-                "the reply does not fit in a message; ask for less at a time".into(),
-            ))
-        } else {
-            done.reply
-        };
+        let mut reply = done.reply;
+        if reply.encoded_len() + 32 > REPLIES_BUDGET {
+            let why = "the reply does not fit in a message; ask for less at a time".to_string();
+            reply = match done.rpc {
+                Some(rpc) if rpc.is_write() => {
+                    wire::error_reply(rpc, ReplicaFailure::UnknownOutcome(why).into())
+                }
+                Some(rpc) => wire::error_reply(rpc, ReplicaFailure::Unavailable(why).into()),
+                None => Rep::Error(ReplicaFailure::Unavailable(why).into()),
+            };
+        }
         CallReply {
             id: done.id,
             reply: Some(reply),
@@ -148,38 +157,24 @@ impl CallStream {
 /// One call, run as its unary call would run.
 fn run(replica: Arc<Replica>, call: Call) -> Running {
     Box::pin(async move {
-        let Call { id, body } = call;
-        let unknown: fn(String) -> ReplicaFailure = ReplicaFailure::UnknownOutcome;
-        let unavailable: fn(String) -> ReplicaFailure = ReplicaFailure::Unavailable;
-        let (result, too_big, acquire) = match body {
-            Some(Body::Write(w)) => (write_one(&replica, &w.command).await, unknown, false),
-            Some(Body::Read(r)) => (
-                read_one(&replica, &r.query, r.stale).await,
-                unavailable,
-                false,
-            ),
-            Some(Body::Acquire(a)) => (acquire_one(&replica, a).await, unknown, true),
-            Some(Body::KeepAlive(k)) => (
-                keep_alive_one(&replica, k.session).await,
-                unavailable,
-                false,
-            ),
-            None => {
-                let refused = ReplicaFailure::InvalidArgument(UNKNOWN_CALL.into());
-                return Answered {
-                    id,
-                    reply: failure_reply(refused),
-                    too_big: unknown,
-                    acquire: false,
-                };
-            }
+        let Call { id, request } = call;
+        let Some(request) = request else {
+            let refused = ReplicaFailure::InvalidArgument(
+                "a call without a request (or with one this replica does not know); \
+                 nothing was executed"
+                    .into(),
+            );
+            return Answered {
+                id,
+                rpc: None,
+                reply: Rep::Error(refused.into()),
+            };
         };
-        let reply = result.unwrap_or_else(|status| status_reply(&status, too_big));
+        let (rpc, reply) = answer(&replica, request).await;
         Answered {
             id,
+            rpc: Some(rpc),
             reply,
-            too_big,
-            acquire,
         }
     })
 }
@@ -187,18 +182,10 @@ fn run(replica: Arc<Replica>, call: Call) -> Running {
 fn answered_now(id: u64, failure: ReplicaFailure) -> Running {
     futures::future::ready(Answered {
         id,
-        reply: failure_reply(failure),
-        too_big: ReplicaFailure::InvalidArgument,
-        acquire: false,
+        rpc: None,
+        reply: Rep::Error(failure.into()),
     })
     .boxed()
-}
-
-fn failure_reply(failure: ReplicaFailure) -> Reply {
-    Reply {
-        payload: Vec::new(),
-        failure: Some(failure.into()),
-    }
 }
 
 impl Stream for CallStream {

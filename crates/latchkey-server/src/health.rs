@@ -121,9 +121,10 @@ impl Health {
 }
 
 /// The services whose health is reported, besides the overall `""`.
-const SERVICES: [&str; 4] = [
+const SERVICES: [&str; 5] = [
     "latchkey.v1.Kv",
     "latchkey.v1.Lock",
+    "latchkey.v1.Pipeline",
     "latchkey.v1.Admin",
     "latchkey.v1.Raft",
 ];

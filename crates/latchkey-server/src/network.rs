@@ -582,13 +582,13 @@ mod tests {
 
     #[tonic::async_trait]
     impl RaftRpc for Fake {
-        type AppendEntriesStreamStream =
-            Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
-
         async fn append_entries_stream(
             &self,
             request: Request<tonic::Streaming<RaftMessage>>,
-        ) -> Result<Response<Self::AppendEntriesStreamStream>, Status> {
+        ) -> Result<
+            Response<Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>>,
+            Status,
+        > {
             if self.0.no_stream {
                 return Err(Status::unimplemented("no stream here"));
             }

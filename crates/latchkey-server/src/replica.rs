@@ -12,7 +12,7 @@ use latchkey_core::lock::{
 use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
-use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, ReplicaFailure};
+use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure};
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 
@@ -449,31 +449,27 @@ impl Replica {
     }
 }
 
+impl Replica {
+    /// Run one client operation: the one entry point of the unary RPCs, the
+    /// call stream and the in-process path alike. An acquire's hold is
+    /// capped at [`MAX_ACQUIRE_HOLD`].
+    pub async fn call(&self, op: Operation) -> Result<CommandResult, ReplicaFailure> {
+        match op {
+            Operation::Write(command) => self.write(command).await,
+            Operation::Read { query, stale } => self.read(query, stale).await,
+            Operation::Acquire { command, hold } => {
+                self.acquire(command, hold.min(MAX_ACQUIRE_HOLD)).await
+            }
+            Operation::KeepAlive(session) => self.keep_alive(session).await,
+        }
+    }
+}
+
+/// Longest time a replica holds an acquire call while it waits.
+pub const MAX_ACQUIRE_HOLD: Duration = Duration::from_secs(300);
+
 impl LocalReplica for Replica {
-    fn write(&self, command: Command) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
-        Box::pin(Replica::write(self, command))
-    }
-
-    fn read(
-        &self,
-        query: Query,
-        stale: bool,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
-        Box::pin(Replica::read(self, query, stale))
-    }
-
-    fn acquire(
-        &self,
-        command: Command,
-        hold: Duration,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
-        Box::pin(Replica::acquire(self, command, hold))
-    }
-
-    fn keep_alive(
-        &self,
-        session: SessionId,
-    ) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
-        Box::pin(Replica::keep_alive(self, session))
+    fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
+        Box::pin(Replica::call(self, op))
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_proto::v1::{
     admin_server::AdminServer, kv_server::KvServer, lock_server::LockServer,
-    raft_server::RaftServer,
+    pipeline_server::PipelineServer, raft_server::RaftServer,
 };
 use latchkey_proto::NodeStatus;
 use latchkey_storage::{StorageOptions, TypeConfig};
@@ -23,7 +23,7 @@ use crate::health::Condition;
 use crate::locks::LockShared;
 use crate::network::PeerNetwork;
 use crate::replica::Replica;
-use crate::services::{AdminService, KvService, LockService, RaftService};
+use crate::services::{AdminService, KvService, LockService, PipelineService, RaftService};
 use crate::{NodeError, RaftSettings, MAX_MESSAGE_BYTES};
 
 /// Configures and starts a [`Server`].
@@ -199,10 +199,19 @@ impl ServerBuilder {
         // grpc.health.v1: NOT_SERVING until the health watch says otherwise.
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         crate::health::report(&health_reporter, false).await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(latchkey_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        // Reflection in both protocol versions: grpc.reflection.v1 (grpcurl,
+        // current tools) and v1alpha (what grpcio-reflection's Python
+        // client and older tools speak).
+        let reflection_builder = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(latchkey_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection = reflection_builder()
             .build_v1()
+            .map_err(|e| NodeError::Config(format!("gRPC reflection: {e}")))?;
+        let reflection_v1alpha = reflection_builder()
+            .build_v1alpha()
             .map_err(|e| NodeError::Config(format!("gRPC reflection: {e}")))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| NodeError::Io(e.to_string()))?;
@@ -225,6 +234,13 @@ impl ServerBuilder {
             .add_service(
                 KvServer::new(KvService {
                     replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                PipelineServer::new(PipelineService {
+                    replica: replica.clone(),
                     stopping: streams_stopped.clone(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -242,6 +258,7 @@ impl ServerBuilder {
             }))
             .add_service(health_service)
             .add_service(reflection)
+            .add_service(reflection_v1alpha)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_rx.await;
             });

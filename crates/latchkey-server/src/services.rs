@@ -1,27 +1,25 @@
-//! The gRPC services a replica serves: Raft transport, KV, admin.
+//! The gRPC services a replica serves: the client API (`Kv`, `Lock`, and
+//! `Pipeline`, which carries the same calls on one stream, all answered by
+//! [`answer`]), `Admin`, and the replicas' own `Raft` transport.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::future::join_all;
 use futures::Stream;
 use latchkey_core::codec;
-use latchkey_core::lock::SessionId;
 use latchkey_proto::v1::{
-    admin_server::Admin, kv_server::Kv, lock_server::Lock, raft_server::Raft as RaftRpc,
-    AcquireRequest, AddMemberRequest, AdminReply, CallFrame, ChangeVotersRequest, IdentifyReply,
-    IdentifyRequest, KeepAliveRequest, Member, RaftMessage, ReadBatch, ReadRequest, Replies, Reply,
-    StatusReply, StatusRequest, WriteBatch, WriteRequest,
+    self, admin_server::Admin, call::Request as Req, call_reply::Reply as Rep, kv_server::Kv,
+    lock_server::Lock, pipeline_server::Pipeline, raft_server::Raft as RaftRpc, AddMemberRequest,
+    AdminReply, ChangeVotersRequest, IdentifyReply, IdentifyRequest, Member, RaftMessage,
+    StatusReply, StatusRequest,
 };
-use latchkey_proto::{ReplicaFailure, MAX_BATCH_ITEMS};
-use prost::Message;
+use latchkey_proto::{wire, ReplicaFailure, Rpc};
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::replica::Replica;
-use crate::MAX_MESSAGE_BYTES;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
     codec::encode(value).map_err(|e| Status::internal(e.to_string()))
@@ -80,13 +78,11 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     Ok(raft_reply(encode_or_status(&result)?))
 }
 
-/// The replies of one `AppendEntriesStream`.
-type AppendReplies = Pin<Box<dyn Stream<Item = Result<RaftMessage, Status>> + Send + 'static>>;
+/// The replies of a streaming RPC.
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
-    type AppendEntriesStreamStream = AppendReplies;
-
     /// Requests are answered one at a time, in order. A malformed or
     /// misaddressed request gets its error and
     /// ends the stream (the sender opens a new one); a broken incoming
@@ -94,7 +90,7 @@ impl RaftRpc for RaftService {
     async fn append_entries_stream(
         &self,
         request: Request<Streaming<RaftMessage>>,
-    ) -> Result<Response<AppendReplies>, Status> {
+    ) -> Result<Response<BoxStream<RaftMessage>>, Status> {
         let replica = Arc::clone(&self.replica);
         let start = Some((request.into_inner(), self.stopping.clone()));
         let replies = futures::stream::unfold(start, move |state| {
@@ -183,239 +179,100 @@ impl RaftRpc for RaftService {
     }
 }
 
-/// Client-facing key-value service.
+/// Answer one typed client request: the one path of every unary client RPC
+/// and of every call on a `Pipeline.Calls` stream. A request the schema
+/// cannot express as an operation (a required field missing, an unknown
+/// enum value) is answered with its INVALID_ARGUMENT error, having run
+/// nothing.
+pub(crate) async fn answer(replica: &Replica, request: Req) -> (Rpc, Rep) {
+    let rpc = Rpc::of(&request);
+    let result = match wire::request_from_wire(request) {
+        Ok((op, _)) => replica.call(op).await,
+        Err(refused) => Err(refused),
+    };
+    (rpc, wire::reply_to_wire(rpc, result))
+}
+
+/// `impl $service for $server`, one unary RPC per `method(Request) ->
+/// Reply = Variant`, each answered by [`answer`] as the call's `Variant`.
+macro_rules! unary_service {
+    ($service:ident for $server:ty {
+        $($method:ident($req:ty) -> $reply:ty = $variant:ident;)*
+    }) => {
+        #[tonic::async_trait]
+        impl $service for $server {
+            $(
+                async fn $method(
+                    &self,
+                    request: Request<$req>,
+                ) -> Result<Response<$reply>, Status> {
+                    match answer(&self.replica, Req::$variant(request.into_inner())).await {
+                        (_, Rep::$variant(reply)) => Ok(Response::new(reply)),
+                        (rpc, other) => Err(Status::internal(format!(
+                            "a {rpc:?} call was answered with {other:?}"
+                        ))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// The `Kv` service: one unary RPC per key-value operation.
 pub struct KvService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+unary_service!(Kv for KvService {
+    get(v1::GetRequest) -> v1::GetReply = Get;
+    multi_get(v1::MultiGetRequest) -> v1::MultiGetReply = MultiGet;
+    scan(v1::ScanRequest) -> v1::ScanReply = Scan;
+    put(v1::PutRequest) -> v1::PutReply = Put;
+    put_if_absent(v1::PutRequest) -> v1::PreviousReply = PutIfAbsent;
+    compare_and_put(v1::CompareAndPutRequest) -> v1::CompareAndPutReply = CompareAndPut;
+    get_and_put(v1::PutRequest) -> v1::PreviousReply = GetAndPut;
+    delete(v1::DeleteRequest) -> v1::DeletedReply = Delete;
+    delete_range(v1::DeleteRangeRequest) -> v1::DeletedReply = DeleteRange;
+    batch(v1::BatchRequest) -> v1::BatchReply = Batch;
+    next_sequence(v1::NextSequenceRequest) -> v1::SequenceReply = NextSequence;
+});
+
+/// The `Lock` service: one unary RPC per session and lock operation.
+pub struct LockService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+unary_service!(Lock for LockService {
+    open_session(v1::OpenSessionRequest) -> v1::SessionReply = OpenSession;
+    keep_alive(v1::KeepAliveRequest) -> v1::SessionReply = KeepAlive;
+    close_session(v1::CloseSessionRequest) -> v1::CloseSessionReply = CloseSession;
+    get_session(v1::GetSessionRequest) -> v1::SessionReply = GetSession;
+    acquire(v1::AcquireRequest) -> v1::AcquireReply = Acquire;
+    release(v1::ReleaseRequest) -> v1::ReleaseReply = Release;
+    cancel_wait(v1::CancelWaitRequest) -> v1::CancelWaitReply = CancelWait;
+    fenced_write(v1::FencedWriteRequest) -> v1::BatchReply = FencedWrite;
+    check_sequencer(v1::CheckSequencerRequest) -> v1::CheckSequencerReply = CheckSequencer;
+    list_locks(v1::ListLocksRequest) -> v1::ListLocksReply = ListLocks;
+});
+
+/// The `Pipeline` service: the same calls, many at once on one stream.
+pub struct PipelineService {
     pub(crate) replica: Arc<Replica>,
     /// As [`RaftService::stopping`], for open `Calls` streams.
     pub(crate) stopping: watch::Receiver<bool>,
 }
 
-fn reply(result: Result<latchkey_core::CommandResult, ReplicaFailure>) -> Result<Reply, Status> {
-    Ok(match result {
-        Ok(r) => Reply {
-            payload: encode_or_status(&r)?,
-            failure: None,
-        },
-        Err(f) => Reply {
-            payload: Vec::new(),
-            failure: Some(f.into()),
-        },
-    })
-}
-
-fn invalid(e: codec::CodecError) -> Reply {
-    Reply {
-        payload: Vec::new(),
-        failure: Some(ReplicaFailure::InvalidArgument(format!("malformed request: {e}")).into()),
-    }
-}
-
-/// A batch item's reply, or `failure` in its place if the result cannot be
-/// encoded (the item was still executed when `failure` says so).
-fn item_reply(
-    result: Result<latchkey_core::CommandResult, ReplicaFailure>,
-    failure: fn(String) -> ReplicaFailure,
-) -> Reply {
-    match reply(result) {
-        Ok(r) => r,
-        Err(status) => Reply {
-            payload: Vec::new(),
-            failure: Some(
-                failure(format!("cannot encode the result: {}", status.message())).into(),
-            ),
-        },
-    }
-}
-
-/// The reply of a batch or stream item whose call ended with `status`.
-pub(crate) fn status_reply(status: &Status, failure: fn(String) -> ReplicaFailure) -> Reply {
-    item_reply(Err(failure(status.message().to_string())), failure)
-}
-
-/// Run every item of a batch call as its own unary call would run,
-/// concurrently (so writes reach the queue together and reads share a
-/// ReadIndex round), and answer each: an item whose call ends with a status
-/// gets it as a `failure` reply, and replies beyond the message size become
-/// `failure(too_big)`. A batch above [`MAX_BATCH_ITEMS`] runs nothing.
-async fn answer_batch<T, F, Fut>(
-    items: Vec<T>,
-    one: F,
-    failure: fn(String) -> ReplicaFailure,
-    too_big: &str,
-) -> Result<Response<Replies>, Status>
-where
-    F: Fn(T) -> Fut,
-    Fut: std::future::Future<Output = Result<Reply, Status>>,
-{
-    check_batch_len(items.len())?;
-    let replies = join_all(items.into_iter().map(|item| {
-        let call = one(item);
-        async move {
-            match call.await {
-                Ok(r) => r,
-                Err(status) => status_reply(&status, failure),
-            }
-        }
-    }))
-    .await;
-    Ok(Response::new(fit_replies(replies, || {
-        failure(too_big.to_string())
-    })))
-}
-
-fn check_batch_len(items: usize) -> Result<(), Status> {
-    if items > MAX_BATCH_ITEMS {
-        return Err(Status::invalid_argument(format!(
-            "batch has {items} items, the limit is {MAX_BATCH_ITEMS}; nothing was executed"
-        )));
-    }
-    Ok(())
-}
-
-/// Room left for the replies of a batch below the message limit, keeping a
-/// margin for the framing of `Replies` itself.
-pub(crate) const REPLIES_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
-
-/// Keep the replies within the message limit: each reply that would push
-/// the total past it is replaced by `failure` (in item order, so the
-/// earlier items keep theirs).
-fn fit_replies(replies: Vec<Reply>, failure: impl Fn() -> ReplicaFailure) -> Replies {
-    let mut total = 0usize;
-    let replies = replies
-        .into_iter()
-        .map(|r| {
-            // Field tag + length prefix: at most 1 + 10 bytes per item.
-            let size = r.encoded_len() + 11;
-            if total + size <= REPLIES_BUDGET {
-                total += size;
-                return r;
-            }
-            let replaced = Reply {
-                payload: Vec::new(),
-                failure: Some(failure().into()),
-            };
-            total += replaced.encoded_len() + 11;
-            replaced
-        })
-        .collect();
-    Replies { replies }
-}
-
-/// One write, exactly as the `Write` RPC runs it.
-pub(crate) async fn write_one(replica: &Replica, command: &[u8]) -> Result<Reply, Status> {
-    let command = match codec::decode(command) {
-        Ok(c) => c,
-        Err(e) => return Ok(invalid(e)),
-    };
-    reply(replica.write(command).await)
-}
-
-/// One read, exactly as the `Read` RPC runs it.
-pub(crate) async fn read_one(
-    replica: &Replica,
-    query: &[u8],
-    stale: bool,
-) -> Result<Reply, Status> {
-    let query = match codec::decode(query) {
-        Ok(q) => q,
-        Err(e) => return Ok(invalid(e)),
-    };
-    reply(replica.read(query, stale).await)
-}
-
 #[tonic::async_trait]
-impl Kv for KvService {
-    async fn write(&self, request: Request<WriteRequest>) -> Result<Response<Reply>, Status> {
-        Ok(Response::new(
-            write_one(&self.replica, &request.into_inner().command).await?,
-        ))
-    }
-
-    async fn read(&self, request: Request<ReadRequest>) -> Result<Response<Reply>, Status> {
-        let ReadRequest { query, stale } = request.into_inner();
-        Ok(Response::new(read_one(&self.replica, &query, stale).await?))
-    }
-
-    async fn write_many(&self, request: Request<WriteBatch>) -> Result<Response<Replies>, Status> {
-        // Polled in order, each item reaches the write queue in item order
-        // (decoding and validation do not wait), and all of them are queued
-        // before the first is proposed, so the queue packs them.
-        answer_batch(
-            request.into_inner().items,
-            |item| async move { write_one(&self.replica, &item.command).await },
-            ReplicaFailure::UnknownOutcome,
-            "the write was executed but its reply does not fit in this batch's message; \
-             send fewer writes per batch",
-        )
-        .await
-    }
-
-    async fn read_many(&self, request: Request<ReadBatch>) -> Result<Response<Replies>, Status> {
-        answer_batch(
-            request.into_inner().items,
-            |item| async move { read_one(&self.replica, &item.query, item.stale).await },
-            ReplicaFailure::Unavailable,
-            "the reply does not fit in this batch's message; read fewer keys per batch",
-        )
-        .await
-    }
-
-    type CallsStream = crate::calls::CallStream;
-
+impl Pipeline for PipelineService {
     async fn calls(
         &self,
-        request: Request<Streaming<CallFrame>>,
-    ) -> Result<Response<crate::calls::CallStream>, Status> {
-        Ok(Response::new(crate::calls::CallStream::new(
+        request: Request<Streaming<v1::CallFrame>>,
+    ) -> Result<Response<BoxStream<v1::CallReplies>>, Status> {
+        Ok(Response::new(Box::pin(crate::calls::CallStream::new(
             Arc::clone(&self.replica),
             request.into_inner(),
             self.stopping.clone(),
-        )))
-    }
-}
-
-/// Longest time a replica holds an `Acquire` call while it waits.
-pub const MAX_ACQUIRE_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// Client-facing lock calls that are not plain writes.
-pub struct LockService {
-    pub(crate) replica: Arc<Replica>,
-}
-
-/// One acquire, exactly as the `Acquire` RPC runs it.
-pub(crate) async fn acquire_one(
-    replica: &Replica,
-    request: AcquireRequest,
-) -> Result<Reply, Status> {
-    let AcquireRequest { command, hold_ms } = request;
-    let command = match codec::decode(&command) {
-        Ok(c) => c,
-        Err(e) => return Ok(invalid(e)),
-    };
-    let hold = std::time::Duration::from_millis(hold_ms).min(MAX_ACQUIRE_HOLD);
-    reply(replica.acquire(command, hold).await)
-}
-
-/// One keep-alive, exactly as the `KeepAlive` RPC runs it.
-pub(crate) async fn keep_alive_one(replica: &Replica, session: u64) -> Result<Reply, Status> {
-    reply(replica.keep_alive(SessionId(session)).await)
-}
-
-#[tonic::async_trait]
-impl Lock for LockService {
-    async fn acquire(&self, request: Request<AcquireRequest>) -> Result<Response<Reply>, Status> {
-        Ok(Response::new(
-            acquire_one(&self.replica, request.into_inner()).await?,
-        ))
-    }
-
-    async fn keep_alive(
-        &self,
-        request: Request<KeepAliveRequest>,
-    ) -> Result<Response<Reply>, Status> {
-        Ok(Response::new(
-            keep_alive_one(&self.replica, request.into_inner().session).await?,
-        ))
+        ))))
     }
 }
 
@@ -426,7 +283,7 @@ pub struct AdminService {
 
 fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
     Response::new(AdminReply {
-        failure: result.err().map(Into::into),
+        error: result.err().map(Into::into),
     })
 }
 

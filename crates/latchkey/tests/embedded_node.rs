@@ -380,7 +380,7 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
 /// stops at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_streams() -> TestResult {
-    use latchkey_proto::v1::kv_client::KvClient;
+    use latchkey_proto::v1::pipeline_client::PipelineClient;
     use latchkey_proto::v1::raft_client::RaftClient;
     use tokio_stream::wrappers::ReceiverStream;
 
@@ -397,9 +397,12 @@ async fn shutdown_ends_open_streams() -> TestResult {
             .into_inner();
         requests.send(stale_append(&nodes[&1])?).await?;
         replies.message().await?.ok_or("no reply")?;
-        let mut kv = KvClient::connect(addr).await?;
+        let mut pipeline = PipelineClient::connect(addr).await?;
         let (frames, outgoing) = tokio::sync::mpsc::channel(1);
-        let mut answers = kv.calls(ReceiverStream::new(outgoing)).await?.into_inner();
+        let mut answers = pipeline
+            .calls(ReceiverStream::new(outgoing))
+            .await?
+            .into_inner();
         frames.send(frame(vec![get_call(1, b"k")?])).await?;
         answers.message().await?.ok_or("no reply")?;
         // Both streams stay open on our side (`requests`, `frames` alive).
@@ -439,19 +442,18 @@ fn frame(calls: Vec<latchkey_proto::v1::Call>) -> latchkey_proto::v1::CallFrame 
     latchkey_proto::v1::CallFrame { calls }
 }
 
-fn call(id: u64, body: latchkey_proto::v1::call::Body) -> latchkey_proto::v1::Call {
+fn call(id: u64, request: latchkey_proto::v1::call::Request) -> latchkey_proto::v1::Call {
     latchkey_proto::v1::Call {
         id,
-        body: Some(body),
+        request: Some(request),
     }
 }
 
 fn get_call(id: u64, key: &[u8]) -> Result<latchkey_proto::v1::Call, Box<dyn std::error::Error>> {
-    let query = latchkey_core::codec::encode(&latchkey_core::Query::Get { key: key.to_vec() })?;
     Ok(call(
         id,
-        latchkey_proto::v1::call::Body::Read(latchkey_proto::v1::ReadRequest {
-            query,
+        latchkey_proto::v1::call::Request::Get(latchkey_proto::v1::GetRequest {
+            key: key.to_vec(),
             stale: false,
         }),
     ))
@@ -462,26 +464,26 @@ fn put_call(
     key: &[u8],
     value: &[u8],
 ) -> Result<latchkey_proto::v1::Call, Box<dyn std::error::Error>> {
-    let command = latchkey_core::codec::encode(&latchkey_core::Command::Put {
-        key: key.to_vec(),
-        value: value.to_vec(),
-    })?;
     Ok(call(
         id,
-        latchkey_proto::v1::call::Body::Write(latchkey_proto::v1::WriteRequest { command }),
+        latchkey_proto::v1::call::Request::Put(latchkey_proto::v1::PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+        }),
     ))
 }
 
-/// The replica side of `Calls`: every call gets the reply its unary call
-/// would get, matched by id; a call without a body, a malformed one and a
-/// frame above the item limit are refused without ending the stream, and
-/// the oversized frame runs none of its calls.
+/// The replica side of `Pipeline.Calls`: every call gets the reply its
+/// unary call would get, matched by id; a call without a request, a
+/// malformed one and a frame above the call limit are refused without
+/// ending the stream, and the oversized frame runs none of its calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
     use latchkey_core::{CommandResult, Outcome};
-    use latchkey_proto::v1::call::Body;
-    use latchkey_proto::v1::kv_client::KvClient;
-    use latchkey_proto::v1::{CallReply, FailureKind, WriteRequest};
+    use latchkey_proto::v1::call::Request as Req;
+    use latchkey_proto::v1::pipeline_client::PipelineClient;
+    use latchkey_proto::v1::CallReply;
+    use latchkey_proto::ReplicaFailure;
     use tokio_stream::wrappers::ReceiverStream;
 
     /// The next `n` replies, by id.
@@ -500,25 +502,30 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         }
         Ok(got)
     }
-    fn result(reply: &CallReply) -> Result<CommandResult, Box<dyn std::error::Error>> {
-        let reply = reply.reply.as_ref().ok_or("no reply body")?;
-        if let Some(f) = &reply.failure {
-            return Err(format!("failure {f:?}").into());
-        }
-        Ok(latchkey_core::codec::decode(&reply.payload)?)
+    fn answer(reply: &CallReply) -> Result<CommandResult, ReplicaFailure> {
+        let reply = reply
+            .reply
+            .clone()
+            .ok_or_else(|| ReplicaFailure::UnknownOutcome("a call reply without a reply".into()))?;
+        latchkey_proto::wire::reply_from_wire(reply)
     }
-    fn failure(reply: &CallReply) -> Option<FailureKind> {
-        let f = reply.reply.as_ref()?.failure.as_ref()?;
-        FailureKind::try_from(f.kind).ok()
+    fn result(reply: &CallReply) -> Result<CommandResult, Box<dyn std::error::Error>> {
+        answer(reply).map_err(|f| format!("failure {f:?}").into())
+    }
+    fn invalid(reply: &CallReply) -> bool {
+        matches!(answer(reply), Err(ReplicaFailure::InvalidArgument(_)))
     }
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let mut kv = KvClient::connect(format!("http://{}", members[0].1)).await?;
+        let mut pipeline = PipelineClient::connect(format!("http://{}", members[0].1)).await?;
         let (frames, outgoing) = tokio::sync::mpsc::channel(4);
-        let mut answers = kv.calls(ReceiverStream::new(outgoing)).await?.into_inner();
+        let mut answers = pipeline
+            .calls(ReceiverStream::new(outgoing))
+            .await?
+            .into_inner();
 
         // Writes and a read in one frame, with ids in any order.
         frames
@@ -535,44 +542,41 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         assert!(matches!(result(&got[&20])?, Ok(Outcome::Value(None))));
 
         // Bad calls get their own refusal; the good one in their frame runs.
-        let no_body = latchkey_proto::v1::Call { id: 1, body: None };
+        let no_body = latchkey_proto::v1::Call {
+            id: 1,
+            request: None,
+        };
         let malformed = call(
             2,
-            Body::Write(WriteRequest {
-                command: vec![0xff; 9],
+            Req::Acquire(latchkey_proto::v1::AcquireRequest {
+                mode: 42,
+                ..Default::default()
             }),
         );
         frames
             .send(frame(vec![no_body, malformed, get_call(3, b"a")?]))
             .await?;
         let got = replies(&mut answers, 3).await?;
-        assert_eq!(failure(&got[&1]), Some(FailureKind::InvalidArgument));
-        // What a client takes for "this replica does not know the call".
-        let unknown =
-            latchkey_client::ReplicaFailure::InvalidArgument(latchkey_client::UNKNOWN_CALL.into());
-        assert_eq!(
+        assert!(invalid(&got[&1]), "{:?}", got[&1]);
+        // A call without a request has no reply of its own kind.
+        assert!(
+            matches!(
+                got[&1].reply,
+                Some(latchkey_proto::v1::call_reply::Reply::Error(_))
+            ),
+            "{:?}",
             got[&1]
-                .reply
-                .as_ref()
-                .and_then(|r| r.failure.as_ref())
-                .map(|f| f.message.clone()),
-            Some(unknown.to_string())
         );
-        assert_eq!(failure(&got[&2]), Some(FailureKind::InvalidArgument));
+        assert!(invalid(&got[&2]), "{:?}", got[&2]);
         assert!(matches!(
             result(&got[&3])?,
             Ok(Outcome::Value(Some(v))) if v == b"1"
         ));
 
         // Keep-alives: of a live session, and of one never opened.
-        let open = latchkey_core::Command::Lock(latchkey_core::lock::LockCommand::OpenSession {
-            ttl_ms: 10_000,
-        });
         let open = call(
             40,
-            Body::Write(WriteRequest {
-                command: latchkey_core::codec::encode(&open)?,
-            }),
+            Req::OpenSession(latchkey_proto::v1::OpenSessionRequest { ttl_ms: 10_000 }),
         );
         frames.send(frame(vec![open])).await?;
         let got = replies(&mut answers, 1).await?;
@@ -585,7 +589,7 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         let keep_alive = |id, session| {
             call(
                 id,
-                Body::KeepAlive(latchkey_proto::v1::KeepAliveRequest { session }),
+                Req::KeepAlive(latchkey_proto::v1::KeepAliveRequest { session }),
             )
         };
         frames
@@ -611,15 +615,13 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         );
 
         // A frame above the limit runs none of its calls.
-        let too_many = (0..=latchkey_client::MAX_BATCH_ITEMS as u64)
+        let too_many = (0..=latchkey_client::MAX_FRAME_CALLS as u64)
             .map(|i| put_call(100 + i, format!("over/{i}").as_bytes(), b"x"))
             .collect::<Result<Vec<_>, _>>()?;
         let n = too_many.len();
         frames.send(frame(too_many)).await?;
         let got = replies(&mut answers, n).await?;
-        assert!(got
-            .values()
-            .all(|r| failure(r) == Some(FailureKind::InvalidArgument)));
+        assert!(got.values().all(invalid));
 
         // The stream still serves, and nothing of that frame was applied.
         frames.send(frame(vec![get_call(5, b"over/0")?])).await?;
@@ -700,7 +702,7 @@ async fn an_undecodable_call_frame_ends_the_stream_with_invalid_argument() -> Te
         let mut answers = grpc
             .streaming(
                 tonic::Request::new(outgoing),
-                PathAndQuery::from_static("/latchkey.v1.Kv/Calls"),
+                PathAndQuery::from_static("/latchkey.v1.Pipeline/Calls"),
                 RawCodec,
             )
             .await?
@@ -755,7 +757,12 @@ async fn health_and_reflection_are_served() -> TestResult {
         for (_, addr) in &members {
             let channel = latchkey_proto::channel(addr, Duration::from_secs(1))?;
             let mut health = HealthClient::new(channel.clone());
-            for service in ["", "latchkey.v1.Kv", "latchkey.v1.Lock"] {
+            for service in [
+                "",
+                "latchkey.v1.Kv",
+                "latchkey.v1.Lock",
+                "latchkey.v1.Pipeline",
+            ] {
                 let start = Instant::now();
                 loop {
                     let status = health
@@ -790,6 +797,7 @@ async fn health_and_reflection_are_served() -> TestResult {
             for wanted in [
                 "latchkey.v1.Kv",
                 "latchkey.v1.Lock",
+                "latchkey.v1.Pipeline",
                 "latchkey.v1.Admin",
                 "latchkey.v1.Raft",
                 "grpc.health.v1.Health",

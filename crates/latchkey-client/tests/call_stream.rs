@@ -1,0 +1,530 @@
+//! The client's call stream (`Pipeline.Calls`) against a scripted replica
+//! (an in-process gRPC server on loopback), for the failures a real cluster
+//! cannot be made to produce on cue: replies out of order, a stream that
+//! breaks with calls in flight, a replica that never accepts the stream, and
+//! a stream so busy that a keep-alive must not queue behind it. And, with
+//! the call stream off, one unary RPC per request.
+//!
+//! The tests that race requests collect every task's call before the
+//! replica answers any.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use latchkey_client::{Client, ClientOptions, Error};
+use latchkey_core::lock::LockCommand;
+use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo};
+use latchkey_core::{Command, Outcome, Query};
+use latchkey_proto::v1::kv_server::{Kv, KvServer};
+use latchkey_proto::v1::lock_server::{Lock, LockServer};
+use latchkey_proto::v1::pipeline_server::{Pipeline, PipelineServer};
+use latchkey_proto::v1::{
+    call::Request as Req, call_reply::Reply as Rep, Call, CallFrame, CallReplies, CallReply,
+    GetReply, GetRequest, KeepAliveRequest, PutReply, PutRequest, SessionReply,
+};
+use latchkey_proto::{wire, Operation};
+use tokio::sync::mpsc;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status, Streaming};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const TASKS: usize = 8;
+
+/// What the replica does with `Pipeline.Calls`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StreamMode {
+    /// Collect `TASKS` calls, then answer them in one frame, in reverse
+    /// order.
+    Reversed,
+    /// The first stream collects `TASKS` calls and then breaks as a
+    /// connection reset would; later streams answer each call at once.
+    BreakFirst,
+    /// The replica never accepts the stream (a paused process would not).
+    NeverAccept,
+    /// Every call is answered at once except puts, which are never
+    /// answered (a busy stream).
+    HoldPuts,
+}
+
+struct Script {
+    stream: StreamMode,
+    streams_opened: AtomicUsize,
+    /// Every write command the replica received, by how it came.
+    stream_writes: Mutex<Vec<Command>>,
+    unary_writes: Mutex<Vec<Command>>,
+    /// Keep-alives received, on the stream and unary.
+    keep_alives_on_stream: AtomicUsize,
+    unary_keep_alives: AtomicUsize,
+}
+
+impl Script {
+    fn new(stream: StreamMode) -> Arc<Script> {
+        Arc::new(Script {
+            stream,
+            streams_opened: AtomicUsize::new(0),
+            stream_writes: Mutex::new(Vec::new()),
+            unary_writes: Mutex::new(Vec::new()),
+            keep_alives_on_stream: AtomicUsize::new(0),
+            unary_keep_alives: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// The session every `OpenSession` gets.
+const SESSION: SessionId = SessionId(7);
+
+/// How a request reached the replica.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Stream,
+    Unary,
+}
+
+/// The reply to one typed request: a read answers the key it was asked for
+/// as the value; writes and keep-alives are recorded by how they came.
+fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
+    let (op, rpc) =
+        wire::request_from_wire(request).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let outcome = match op {
+        Operation::Write(command) => {
+            let outcome = match &command {
+                Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
+                    Outcome::Lock(LockOutcome::SessionOpened {
+                        session: SESSION,
+                        ttl_ms: *ttl_ms,
+                    })
+                }
+                Command::Lock(LockCommand::CloseSession { session }) => {
+                    Outcome::Lock(LockOutcome::SessionEnded {
+                        session: *session,
+                        released: 0,
+                        cancelled: 0,
+                    })
+                }
+                Command::Put { .. } => Outcome::Done,
+                _ => return Err(Status::internal("unexpected write")),
+            };
+            let seen = match via {
+                Via::Stream => &script.stream_writes,
+                Via::Unary => &script.unary_writes,
+            };
+            seen.lock()
+                .map_err(|_| Status::internal("poisoned"))?
+                .push(command);
+            outcome
+        }
+        Operation::Read {
+            query: Query::Get { key },
+            ..
+        } => Outcome::Value(Some(key)),
+        Operation::KeepAlive(session) => {
+            let count = match via {
+                Via::Stream => &script.keep_alives_on_stream,
+                Via::Unary => &script.unary_keep_alives,
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            if session != SESSION {
+                return Err(Status::internal("keep-alive of an unknown session"));
+            }
+            Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+                session,
+                ttl_ms: 3000,
+            })))
+        }
+        _ => return Err(Status::internal("unexpected call")),
+    };
+    Ok(wire::reply_to_wire(rpc, Ok(Ok(outcome))))
+}
+
+/// The reply to one call on the stream.
+fn answer_call(script: &Script, call: Call) -> Result<CallReply, Status> {
+    let request = call
+        .request
+        .ok_or_else(|| Status::internal("a call without a request"))?;
+    Ok(CallReply {
+        id: call.id,
+        reply: Some(answer(script, request, Via::Stream)?),
+    })
+}
+
+fn is_put(call: &Call) -> bool {
+    matches!(call.request, Some(Req::Put(_)))
+}
+
+/// Play `script`'s stream mode on one stream, sending its replies to `out`.
+async fn play_stream(
+    script: Arc<Script>,
+    mut incoming: Streaming<CallFrame>,
+    out: mpsc::UnboundedSender<Result<CallReplies, Status>>,
+) -> Result<(), Status> {
+    let first = script.streams_opened.fetch_add(1, Ordering::SeqCst) == 0;
+    let breaks = script.stream == StreamMode::BreakFirst && first;
+    let collect = script.stream == StreamMode::Reversed || breaks;
+    let mut collected = Vec::new();
+    while let Some(frame) = incoming.message().await? {
+        for call in frame.calls {
+            if script.stream == StreamMode::HoldPuts && is_put(&call) {
+                continue;
+            }
+            let reply = answer_call(&script, call)?;
+            if collect {
+                collected.push(reply);
+            } else {
+                let _ = out.send(Ok(CallReplies {
+                    replies: vec![reply],
+                }));
+            }
+        }
+        if collect && collected.len() >= TASKS {
+            if breaks {
+                let _ = out.send(Err(Status::unavailable(
+                    "error reading a body from connection: connection reset",
+                )));
+                return Ok(());
+            }
+            collected.reverse();
+            let replies = std::mem::take(&mut collected);
+            let _ = out.send(Ok(CallReplies { replies }));
+        }
+    }
+    Ok(())
+}
+
+type Replying = std::pin::Pin<Box<dyn Stream<Item = Result<CallReplies, Status>> + Send>>;
+
+struct FakePipeline(Arc<Script>);
+
+#[tonic::async_trait]
+impl Pipeline for FakePipeline {
+    async fn calls(
+        &self,
+        request: Request<Streaming<CallFrame>>,
+    ) -> Result<Response<Replying>, Status> {
+        if self.0.stream == StreamMode::NeverAccept {
+            std::future::pending::<()>().await;
+        }
+        let (out, replies) = mpsc::unbounded_channel();
+        let script = self.0.clone();
+        let incoming = request.into_inner();
+        tokio::spawn(async move {
+            if let Err(status) = play_stream(script, incoming, out.clone()).await {
+                let _ = out.send(Err(status));
+            }
+        });
+        let replies =
+            futures::stream::unfold(
+                replies,
+                |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+            );
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// A unary call: `request` answered as on the stream, its reply taken out
+/// by `pick` (the variant of the call's RPC).
+fn unary<T>(
+    script: &Script,
+    request: Req,
+    pick: fn(Rep) -> Option<T>,
+) -> Result<Response<T>, Status> {
+    pick(answer(script, request, Via::Unary)?)
+        .map(Response::new)
+        .ok_or_else(|| Status::internal("the reply of another RPC"))
+}
+
+struct FakeKv(Arc<Script>);
+
+#[tonic::async_trait]
+impl Kv for FakeKv {
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetReply>, Status> {
+        unary(&self.0, Req::Get(request.into_inner()), |r| match r {
+            Rep::Get(r) => Some(r),
+            _ => None,
+        })
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutReply>, Status> {
+        unary(&self.0, Req::Put(request.into_inner()), |r| match r {
+            Rep::Put(r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
+struct FakeLock(Arc<Script>);
+
+#[tonic::async_trait]
+impl Lock for FakeLock {
+    async fn keep_alive(
+        &self,
+        request: Request<KeepAliveRequest>,
+    ) -> Result<Response<SessionReply>, Status> {
+        unary(&self.0, Req::KeepAlive(request.into_inner()), |r| match r {
+            Rep::KeepAlive(r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
+async fn serve(
+    script: Arc<Script>,
+) -> Result<(String, tokio::task::JoinHandle<()>), std::io::Error> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let server = tonic::transport::Server::builder()
+        .add_service(PipelineServer::new(FakePipeline(script.clone())))
+        .add_service(KvServer::new(FakeKv(script.clone())))
+        .add_service(LockServer::new(FakeLock(script)))
+        .serve_with_incoming(incoming);
+    let handle = tokio::spawn(async move {
+        let _ = server.await;
+    });
+    Ok((addr, handle))
+}
+
+fn stream_options() -> ClientOptions {
+    ClientOptions {
+        request_timeout: Duration::from_secs(10),
+        attempt_timeout: Duration::from_secs(5),
+        ..ClientOptions::default()
+    }
+}
+
+/// A client that uses the call stream.
+fn stream_client(addr: &str) -> Result<Client, Error> {
+    Client::with_options([addr], stream_options())
+}
+
+/// The keys of the puts recorded in `seen`.
+fn recorded(seen: &Mutex<Vec<Command>>) -> Result<Vec<Vec<u8>>, &'static str> {
+    Ok(keys(&seen.lock().map_err(|_| "poisoned")?))
+}
+
+fn keys(commands: &[Command]) -> Vec<Vec<u8>> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Put { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Run `TASKS` requests at once, task `t` putting `{prefix}{t}` when
+/// `is_put(t)` and getting it otherwise, and collect what each got.
+async fn racing_calls(
+    client: &Client,
+    prefix: &str,
+    is_put: fn(usize) -> bool,
+) -> Result<Vec<Result<Option<Vec<u8>>, Error>>, Box<dyn std::error::Error>> {
+    let handles: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let c = client.clone();
+            let key = format!("{prefix}{t}");
+            tokio::spawn(async move {
+                if is_put(t) {
+                    c.put(key, "v").await.map(|()| None)
+                } else {
+                    c.get(key).await
+                }
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(h.await?);
+    }
+    Ok(results)
+}
+
+#[tokio::test]
+async fn stream_replies_are_matched_by_id_not_by_order() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::Reversed);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "m/", |t| t % 2 == 0).await?;
+        for (t, r) in results.into_iter().enumerate() {
+            let want = (t % 2 == 1).then(|| format!("m/{t}").into_bytes());
+            assert_eq!(r?, want, "task {t} got another call's reply");
+        }
+        let streamed = recorded(&script.stream_writes)?;
+        assert_eq!(streamed.len(), TASKS / 2);
+        assert!(recorded(&script.unary_writes)?.is_empty());
+        let stats = client.transport_stats();
+        assert_eq!(stats.stream_calls, TASKS as u64, "{stats:?}");
+        assert_eq!(stats.unary_calls, 0, "{stats:?}");
+        assert!(stats.stream_frames >= 1, "{stats:?}");
+        assert_eq!(script.streams_opened.load(Ordering::SeqCst), 1);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn writes_on_a_stream_that_breaks_are_unknown_and_never_resent(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::BreakFirst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "b/", |_| true).await?;
+        for r in &results {
+            assert!(matches!(r, Err(Error::UnknownOutcome(_))), "{r:?}");
+        }
+        let streamed = recorded(&script.stream_writes)?;
+        let distinct: BTreeSet<_> = streamed.iter().collect();
+        assert_eq!(streamed.len(), TASKS, "a write was sent twice");
+        assert_eq!(distinct.len(), TASKS);
+        assert!(recorded(&script.unary_writes)?.is_empty());
+
+        // The next request opens a new stream.
+        client.put("b/after", "v").await?;
+        assert_eq!(script.streams_opened.load(Ordering::SeqCst), 2);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn reads_on_a_stream_that_breaks_are_retried() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::BreakFirst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let results = racing_calls(&client, "g/", |_| false).await?;
+        for (t, r) in results.into_iter().enumerate() {
+            assert_eq!(r?, Some(format!("g/{t}").into_bytes()), "task {t}");
+        }
+        assert!(script.streams_opened.load(Ordering::SeqCst) >= 2);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn a_write_whose_stream_is_never_accepted_was_not_sent(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::NeverAccept);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = Client::with_options(
+            [addr.as_str()],
+            ClientOptions {
+                request_timeout: Duration::from_secs(3),
+                ..stream_options()
+            },
+        )?;
+        // Not UnknownOutcome: no call is handed to a stream before the
+        // replica accepted it, so the write is known not to be applied.
+        let result = client.put("n/1", "v").await;
+        assert!(
+            matches!(result, Err(Error::Unavailable { .. })),
+            "{result:?}"
+        );
+        assert!(recorded(&script.stream_writes)?.is_empty());
+        assert!(recorded(&script.unary_writes)?.is_empty());
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// Wait (bounded by the test's limit) until `count` reaches `n`.
+async fn until_at_least(count: &AtomicUsize, n: usize) {
+    while count.load(Ordering::SeqCst) < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn keep_alives_travel_on_the_call_stream() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::BreakFirst);
+        // Not the first stream: it would break after TASKS calls.
+        script.streams_opened.store(1, Ordering::SeqCst);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        assert_eq!(session.id(), SESSION);
+        until_at_least(&script.keep_alives_on_stream, 2).await;
+        assert!(session.is_live());
+        assert_eq!(script.unary_keep_alives.load(Ordering::SeqCst), 0);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn keep_alives_do_not_queue_behind_a_busy_stream() -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::HoldPuts);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = stream_client(&addr)?;
+        let session = client.session(Duration::from_secs(3)).await?;
+        // More calls waiting on the stream than a keep-alive queues behind.
+        let mut held = Vec::new();
+        for i in 0..1100 {
+            let client = client.clone();
+            held.push(tokio::spawn(async move {
+                client.put(format!("held/{i}"), "v").await
+            }));
+        }
+        until_at_least(&script.unary_keep_alives, 2).await;
+        assert!(session.is_live());
+        assert_eq!(script.keep_alives_on_stream.load(Ordering::SeqCst), 0);
+        let stats = client.transport_stats();
+        assert!(stats.unary_calls >= 2, "{stats:?}");
+        for h in held {
+            h.abort();
+        }
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn without_the_call_stream_each_request_is_its_own_unary_call(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::Reversed);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = Client::with_options(
+            [addr.as_str()],
+            ClientOptions {
+                call_stream: false,
+                ..stream_options()
+            },
+        )?;
+        for t in 0..3 {
+            client.put(format!("o/{t}"), "v").await?;
+            assert_eq!(
+                client.get(format!("o/{t}")).await?,
+                Some(format!("o/{t}").into_bytes())
+            );
+        }
+        let unary = recorded(&script.unary_writes)?;
+        assert_eq!(unary.len(), 3, "each write sent once, as a unary call");
+        assert!(recorded(&script.stream_writes)?.is_empty());
+        let stats = client.transport_stats();
+        assert_eq!(stats.unary_calls, 6, "{stats:?}");
+        assert_eq!(
+            (stats.stream_calls, stats.stream_frames),
+            (0, 0),
+            "{stats:?}"
+        );
+        assert_eq!(script.streams_opened.load(Ordering::SeqCst), 0);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
