@@ -40,10 +40,7 @@ async fn main() -> Res<()> {
     let cluster = ProcessCluster::start(bin, Vec::new())?;
     let client = Client::with_options(
         &cluster.addrs,
-        ClientOptions {
-            call_stream: !unary,
-            ..ClientOptions::default()
-        },
+        ClientOptions::default().with_call_stream(!unary),
     )?;
     let started = Instant::now();
     while client.put("probe/up", "1").await.is_err() {

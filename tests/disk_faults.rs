@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use latchkey::{Client, ClientOptions, Error, NodeStatus};
+use latchkey::{Client, Error, NodeStatus};
 use support::{
     eventually, verify_linearizable, wait_node_has, write_all, Cluster, CONVERGE_WAIT, LEADER_WAIT,
 };
@@ -562,11 +562,9 @@ async fn direct_writes(
     removed: Arc<AtomicBool>,
     sent: Arc<AtomicUsize>,
 ) -> Result<Direct> {
-    let options = ClientOptions {
-        request_timeout: Duration::from_secs(3),
-        attempt_timeout: Duration::from_secs(2),
-        ..support::client_options()
-    };
+    let options = support::client_options()
+        .with_request_timeout(Duration::from_secs(3))
+        .with_attempt_timeout(Duration::from_secs(2));
     let mut out = Direct::default();
     let mut i = 0usize;
     while !stop.load(Ordering::SeqCst) {

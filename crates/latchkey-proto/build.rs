@@ -1,11 +1,13 @@
-//! Generates the gRPC code from `proto/latchkey.proto` with a vendored
-//! `protoc`, so a fresh machine needs no system protobuf compiler.
+//! Generates the gRPC code from `proto/latchkey.proto` (inside this crate,
+//! so it ships in the package; the workspace's top-level `proto/` is a link
+//! to it) with a vendored `protoc`, so a fresh machine needs no system
+//! protobuf compiler.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Read at run time, not with env!(): cargo shares one build-script
     // binary between checkouts at different paths (CI clones, worktrees).
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
-    let proto_dir = std::path::Path::new(&manifest_dir).join("../../proto");
+    let proto_dir = std::path::Path::new(&manifest_dir).join("proto");
     let proto = proto_dir.join("latchkey.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let mut config = prost_build::Config::new();

@@ -51,14 +51,12 @@ pub fn bin() -> &'static str {
 /// Client options for the tests: long enough to ride out an election on a
 /// slow machine; an attempt outlives the server's 5 s write timeout.
 pub fn client_options() -> ClientOptions {
-    ClientOptions {
-        request_timeout: Duration::from_secs(30),
-        attempt_timeout: Duration::from_secs(8),
-        connect_timeout: Duration::from_secs(1),
-        initial_backoff: Duration::from_millis(20),
-        max_backoff: Duration::from_millis(500),
-        ..ClientOptions::default()
-    }
+    ClientOptions::default()
+        .with_request_timeout(Duration::from_secs(30))
+        .with_attempt_timeout(Duration::from_secs(8))
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_initial_backoff(Duration::from_millis(20))
+        .with_max_backoff(Duration::from_millis(500))
 }
 
 struct NodeSpec {
@@ -147,11 +145,9 @@ impl Cluster {
             .join(",");
         let admin = Client::with_options(
             specs.values().map(|s| s.addr.clone()),
-            ClientOptions {
-                request_timeout: Duration::from_secs(5),
-                attempt_timeout: Duration::from_secs(2),
-                ..client_options()
-            },
+            client_options()
+                .with_request_timeout(Duration::from_secs(5))
+                .with_attempt_timeout(Duration::from_secs(2)),
         )
         .context("build the status client")?;
         let mut cluster = Cluster {

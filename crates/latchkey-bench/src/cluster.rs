@@ -185,12 +185,10 @@ impl Cluster {
 
     /// Poll every replica's status until one says it leads; its address.
     pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
-        let options = ClientOptions {
-            request_timeout: Duration::from_secs(2),
-            attempt_timeout: Duration::from_millis(500),
-            connect_timeout: Duration::from_millis(500),
-            ..ClientOptions::default()
-        };
+        let options = ClientOptions::default()
+            .with_request_timeout(Duration::from_secs(2))
+            .with_attempt_timeout(Duration::from_millis(500))
+            .with_connect_timeout(Duration::from_millis(500));
         let endpoints = self.endpoints();
         let client = Client::with_options(&endpoints, options)
             .map_err(|e| format!("cannot build a status client: {e}"))?;

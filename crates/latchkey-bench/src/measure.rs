@@ -79,13 +79,11 @@ pub struct Clients {
 }
 
 fn options(unary: bool) -> ClientOptions {
-    ClientOptions {
-        request_timeout: REQUEST_TIMEOUT,
-        attempt_timeout: Duration::from_secs(3),
-        connect_timeout: Duration::from_secs(1),
-        call_stream: !unary,
-        ..ClientOptions::default()
-    }
+    ClientOptions::default()
+        .with_request_timeout(REQUEST_TIMEOUT)
+        .with_attempt_timeout(Duration::from_secs(3))
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_call_stream(!unary)
 }
 
 impl Clients {

@@ -46,6 +46,8 @@
 //! println!("{verdict}");
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod durability;
 pub mod history;
 pub mod linearizable;

@@ -112,7 +112,7 @@ impl Client {
     }
 
     /// Make exactly `voters` the voting members (joint consensus). Every id
-    /// must already be a member (add new nodes with [`Client::add_learner`]).
+    /// must already be a member (add new nodes with [`Client::add_member`]).
     pub async fn change_voters(&self, voters: impl IntoIterator<Item = u64>) -> Result<(), Error> {
         let voters: Vec<u64> = voters
             .into_iter()

@@ -6,6 +6,7 @@ use latchkey_core::CommandError;
 
 /// What went wrong with a client call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The request is malformed or breaks a limit (empty or oversized key,
     /// oversized value, ...). Fix the request; retrying will not help.
@@ -20,8 +21,11 @@ pub enum Error {
     /// leader, or every attempt was refused before proposing).
     #[error("cluster unavailable after {attempts} attempts in {elapsed:?}: {last}")]
     Unavailable {
+        /// How many attempts were made.
         attempts: u32,
+        /// Time from the start of the call to giving up.
         elapsed: Duration,
+        /// Why the last attempt failed ("no attempt made" if none was).
         last: String,
     },
     /// A write reached a leader but its fate is unknown: it may or may not
@@ -31,12 +35,22 @@ pub enum Error {
     UnknownOutcome(String),
     /// An endpoint string could not be parsed.
     #[error("bad endpoint {endpoint:?}: {reason}")]
-    BadEndpoint { endpoint: String, reason: String },
+    BadEndpoint {
+        /// The endpoint given (empty when none was).
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The session has ended or its lease can no longer be vouched for: its
     /// keep-alives were not acknowledged in time, or the cluster expired or
     /// closed it. Its locks must be treated as lost; open a new session.
     #[error("session {session} is lost: {reason}")]
-    SessionLost { session: u64, reason: String },
+    SessionLost {
+        /// The lost session's id.
+        session: u64,
+        /// How it was lost.
+        reason: String,
+    },
     /// A client was created outside a Tokio runtime: its connections need
     /// one. Create clients inside the runtime that will use them.
     #[error("no Tokio runtime: create the client inside a Tokio runtime (e.g. in #[tokio::main] or after Runtime::enter)")]

@@ -138,6 +138,12 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use latchkey_core::lock::{LockCommand, Sequencer};
+use latchkey_core::{Command, Outcome};
+
+use crate::kv::unexpected;
+use crate::{Batch, Client, Error};
+
 /// What a storage service asks before performing a fenced write.
 ///
 /// See the [module documentation](self) for the rules every implementation
@@ -173,6 +179,7 @@ pub enum Admission {
 /// Why a fence gate did not admit a write. On every variant, nothing was
 /// admitted: do not perform the write.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FenceError {
     /// A newer lock holder has written to this resource. The writer holding
     /// `token` lost its lock and must stop; retrying with the same token
@@ -581,6 +588,61 @@ fn unescape(escaped: &str) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Fenced writes to latchkey's own KV.
+
+impl Client {
+    /// Set `key` to `value` only while `sequencer` is the current exclusive
+    /// holder of its lock; otherwise nothing is written and the error
+    /// answers [`Error::is_stale_fence`].
+    pub async fn put_fenced(
+        &self,
+        sequencer: &Sequencer,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<(), Error> {
+        self.batch_fenced(sequencer, Batch::new().put(key, value))
+            .await?
+            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
+    }
+
+    /// Delete `key` only while `sequencer` is the current exclusive holder.
+    pub async fn delete_fenced(
+        &self,
+        sequencer: &Sequencer,
+        key: impl AsRef<[u8]>,
+    ) -> Result<(), Error> {
+        self.batch_fenced(sequencer, Batch::new().delete(key))
+            .await?
+            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
+    }
+
+    /// Apply `batch` only while `sequencer` is the current exclusive holder,
+    /// atomically with that check. `Err(index)` of the first failed
+    /// condition, as [`Client::batch`].
+    pub async fn batch_fenced(
+        &self,
+        sequencer: &Sequencer,
+        batch: Batch,
+    ) -> Result<Result<(), u32>, Error> {
+        let Command::Batch { conditions, ops } = batch.into_command() else {
+            return Err(Error::Protocol("a batch is always a batch command".into()));
+        };
+        let command = Command::Lock(LockCommand::Fenced {
+            sequencer: sequencer.clone(),
+            conditions,
+            ops,
+        });
+        match self.execute(command).await? {
+            Outcome::Batch { failed_condition } => Ok(match failed_condition {
+                None => Ok(()),
+                Some(i) => Err(i),
+            }),
+            other => Err(unexpected("Batch", &other)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ impl Batch {
     }
 }
 
-fn unexpected(what: &str, outcome: &Outcome) -> Error {
+pub(crate) fn unexpected(what: &str, outcome: &Outcome) -> Error {
     Error::Protocol(format!("expected {what}, server answered {outcome:?}"))
 }
 

@@ -36,14 +36,17 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod admin;
 mod call_stream;
 mod error;
-mod fence;
+pub mod fence;
 mod kv;
 mod lease_clock;
 mod lock;
 mod router;
+pub mod session;
 mod transport;
 
 pub use error::Error;
@@ -57,6 +60,7 @@ pub use latchkey_proto::{
     BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, MAX_FRAME_CALLS,
     MAX_MESSAGE_BYTES,
 };
-pub use lock::{Lock, LockGuard, Session};
+pub use lock::{Lock, LockGuard};
 pub use router::{channel, ClientOptions};
+pub use session::Session;
 pub use transport::TransportStats;

@@ -1,18 +1,7 @@
-//! The lock API of [`Client`]: sessions with an auto-renewing watchdog,
-//! locks, guards, sequencers and fenced writes.
-//!
-//! # The lease, as the client sees it
-//!
-//! A [`Session`] is valid until `send time of the last acknowledged
-//! keep-alive + ttl - margin` on this process's monotonic clock, with
-//! `margin = ttl / 10` for clock-rate drift and scheduling. The leader counts
-//! the same lease from the *receipt* of that keep-alive, and a new leader
-//! restarts it at full length, so the cluster never expires a session before
-//! this client stops vouching for it. The watchdog sends a keep-alive every
-//! `ttl / 3`, to whichever replica leads, retrying others with backoff; once
-//! the deadline passes without an acknowledgement, or the cluster answers
-//! that the session ended, the session is **lost** for good: every guard
-//! reports [`LockGuard::is_held`] false and [`Session::lost`] resolves.
+//! [`Lock`] and [`LockGuard`]: one owner's handle on a named lock, and the
+//! proof of holding it (its sequencer and fencing token), with re-entrancy,
+//! leases, lock-delay, FIFO waits and cancellation. Sessions are in
+//! `session.rs`, fenced KV writes in `fence.rs`.
 //!
 //! # Owners and re-entrancy
 //!
@@ -28,41 +17,21 @@
 //! request in the background: its wait is cancelled, and if it was granted
 //! meanwhile, the grant is released. No lock is left held by nobody.
 //!
-//! # Example
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), latchkey_client::Error> {
-//! use std::time::Duration;
-//! use latchkey_client::Client;
-//! let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
-//! let session = client.session(Duration::from_secs(10)).await?;
-//! let guard = session.lock("reports/daily").acquire().await?;
-//! // Hand the token to the storage you write to; it refuses older tokens.
-//! println!("holding with token {}", guard.token());
-//! // Writes to latchkey's own KV can be fenced: refused once we lost the lock.
-//! guard.put("reports/daily/last-run", "2026-11-21").await?;
-//! guard.release().await?;
-//! # Ok(()) }
-//! ```
-
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latchkey_core::limits::{
-    MAX_LOCK_LIST_LIMIT, MAX_LOCK_WAIT_MS, MAX_SESSION_TTL_MS, MIN_LOCK_WAIT_MS, MIN_SESSION_TTL_MS,
-};
+use latchkey_core::limits::{MAX_LOCK_LIST_LIMIT, MAX_LOCK_WAIT_MS, MIN_LOCK_WAIT_MS};
 use latchkey_core::lock::{
-    LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, Token,
-    WaitCancel,
+    LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, Token, WaitCancel,
 };
 use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query};
 use latchkey_proto::Operation;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::kv::unexpected;
 use crate::lease_clock;
+use crate::session::{millis, Session};
 use crate::{Batch, Client, Consistency, Error};
 
 /// Extra time, past an acquire's wait, that the client gives the leader to
@@ -73,68 +42,7 @@ const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// waits on is cut off from the cluster).
 const MAX_HOLD: Duration = Duration::from_secs(30);
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn unexpected(what: &str, outcome: &Outcome) -> Error {
-    Error::Protocol(format!("expected {what}, server answered {outcome:?}"))
-}
-
 impl Client {
-    /// Open a session with `ttl` (3 s to 10 min) and start its watchdog.
-    ///
-    /// Choose the TTL as "how long may my locks outlive a crash of this
-    /// process". It must also cover a leader failover: after a missed
-    /// keep-alive the watchdog has `ttl - ttl/3 - ttl/10` to reach the new
-    /// leader, and an election plus the new leader's start-up takes about
-    /// 1–4 s here. 10 s (the CLI's default) is a sound choice; 3 s sessions
-    /// can be lost across a failover on a loaded machine.
-    ///
-    /// A retried open after a lost reply may leave an unused session
-    /// behind; it holds nothing and expires after its TTL.
-    pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
-        // The leader starts the countdown when it applies the open, after
-        // the successful attempt was sent: count the lease from that send.
-        let (outcome, sent) = self
-            .execute_timed(
-                Command::Lock(LockCommand::OpenSession {
-                    ttl_ms: millis(ttl),
-                }),
-                true,
-            )
-            .await?;
-        let (id, ttl_ms) = match outcome {
-            Outcome::Lock(LockOutcome::SessionOpened { session, ttl_ms }) => (session, ttl_ms),
-            other => return Err(unexpected("SessionOpened", &other)),
-        };
-        if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(&ttl_ms) {
-            return Err(Error::Protocol(format!(
-                "the server opened a session with an impossible ttl of {ttl_ms} ms"
-            )));
-        }
-        let ttl = Duration::from_millis(ttl_ms);
-        let margin = ttl / 10;
-        let (tx, rx) = watch::channel(LeaseState {
-            valid_until: sent + ttl - margin,
-            lost: None,
-        });
-        let watchdog = tokio::spawn(watchdog(self.clone(), id, ttl, margin, sent, tx));
-        tracing::debug!(session = id.0, ?ttl, "session opened");
-        Ok(Session {
-            inner: Arc::new(SessionInner {
-                client: self.clone(),
-                id,
-                ttl,
-                next_request: AtomicU64::new(1),
-                next_owner: AtomicU64::new(1),
-                lease: rx,
-                watchdog: Mutex::new(Some(watchdog)),
-                closed: AtomicBool::new(false),
-            }),
-        })
-    }
-
     /// Is `sequencer` still the current holder of its lock (linearizable)?
     /// A storage service can call this before accepting work, Chubby-style.
     pub async fn check_sequencer(&self, sequencer: &Sequencer) -> Result<bool, Error> {
@@ -178,56 +86,6 @@ impl Client {
         }
     }
 
-    /// Set `key` to `value` only while `sequencer` is the current exclusive
-    /// holder of its lock; otherwise nothing is written and the error
-    /// answers [`Error::is_stale_fence`].
-    pub async fn put_fenced(
-        &self,
-        sequencer: &Sequencer,
-        key: impl AsRef<[u8]>,
-        value: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, Batch::new().put(key, value))
-            .await?
-            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
-    }
-
-    /// Delete `key` only while `sequencer` is the current exclusive holder.
-    pub async fn delete_fenced(
-        &self,
-        sequencer: &Sequencer,
-        key: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, Batch::new().delete(key))
-            .await?
-            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
-    }
-
-    /// Apply `batch` only while `sequencer` is the current exclusive holder,
-    /// atomically with that check. `Err(index)` of the first failed
-    /// condition, as [`Client::batch`].
-    pub async fn batch_fenced(
-        &self,
-        sequencer: &Sequencer,
-        batch: Batch,
-    ) -> Result<Result<(), u32>, Error> {
-        let Command::Batch { conditions, ops } = batch.into_command() else {
-            return Err(Error::Protocol("a batch is always a batch command".into()));
-        };
-        let command = Command::Lock(LockCommand::Fenced {
-            sequencer: sequencer.clone(),
-            conditions,
-            ops,
-        });
-        match self.execute(command).await? {
-            Outcome::Batch { failed_condition } => Ok(match failed_condition {
-                None => Ok(()),
-                Some(i) => Err(i),
-            }),
-            other => Err(unexpected("Batch", &other)),
-        }
-    }
-
     /// One acquire call, held by the replica up to `hold` while it waits.
     async fn acquire_call(
         &self,
@@ -251,272 +109,6 @@ impl Client {
                 },
             )
             .await
-    }
-
-    /// One keep-alive, retried across replicas until `within` has passed;
-    /// also answers when the acknowledged attempt was sent.
-    async fn keep_alive_call(
-        &self,
-        session: SessionId,
-        within: Duration,
-    ) -> Result<(CommandResult, Instant), Error> {
-        let attempt = self.router().options().attempt_timeout.min(within);
-        let mut sent = lease_clock::now();
-        let result = self
-            .router()
-            .call_with(false, within, attempt, |target, _| {
-                sent = lease_clock::now();
-                async move { target.send(Operation::KeepAlive(session), attempt).await }
-            })
-            .await?;
-        Ok((result, sent))
-    }
-}
-
-#[derive(Debug, Clone)]
-struct LeaseState {
-    valid_until: Instant,
-    /// Why the session is lost, once it is (sticky).
-    lost: Option<String>,
-}
-
-/// Renew the lease every `ttl / 3` until it is lost or the session closes.
-async fn watchdog(
-    client: Client,
-    id: SessionId,
-    ttl: Duration,
-    margin: Duration,
-    opened: Instant,
-    lease: watch::Sender<LeaseState>,
-) {
-    let interval = ttl / 3;
-    let mut next = opened + interval;
-    loop {
-        tokio::time::sleep_until(lease_clock::timer(next)).await;
-        let valid_until = lease.borrow().valid_until;
-        let now = lease_clock::now();
-        if now >= valid_until {
-            mark_lost(
-                &lease,
-                id,
-                "the lease ran out before a keep-alive could be sent".into(),
-            );
-            return;
-        }
-        match client.keep_alive_call(id, valid_until - now).await {
-            Ok((Ok(_), sent)) => {
-                let acked = lease_clock::now();
-                if acked >= valid_until {
-                    // Guards may already have reported the lock lost: stay lost.
-                    mark_lost(
-                        &lease,
-                        id,
-                        "a keep-alive was acknowledged only after the lease ran out".into(),
-                    );
-                    return;
-                }
-                lease.send_modify(|l| {
-                    l.valid_until = l.valid_until.max(sent + ttl - margin);
-                });
-                next = sent + interval;
-            }
-            Ok((Err(e), _)) => {
-                mark_lost(&lease, id, format!("the cluster ended it: {e}"));
-                return;
-            }
-            Err(e) => {
-                mark_lost(
-                    &lease,
-                    id,
-                    format!("no keep-alive was acknowledged before the lease ran out: {e}"),
-                );
-                return;
-            }
-        }
-    }
-}
-
-fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {
-    tracing::warn!(session = id.0, %reason, "session lost");
-    lease.send_modify(|l| {
-        if l.lost.is_none() {
-            l.lost = Some(reason);
-        }
-    });
-}
-
-/// A lock-service session: a lease kept alive by a background watchdog.
-///
-/// Cheap to clone; the session closes (releasing its locks at once) when
-/// [`Session::close`] is called or the last clone and the last guard are
-/// dropped inside a Tokio runtime (the close is sent in the background).
-/// Dropped outside any runtime, nothing can be sent: the cluster expires the
-/// session after its TTL instead. See the [module docs](self) for how the
-/// lease is judged.
-#[derive(Clone)]
-pub struct Session {
-    inner: Arc<SessionInner>,
-}
-
-struct SessionInner {
-    client: Client,
-    id: SessionId,
-    ttl: Duration,
-    next_request: AtomicU64,
-    next_owner: AtomicU64,
-    lease: watch::Receiver<LeaseState>,
-    watchdog: Mutex<Option<JoinHandle<()>>>,
-    closed: AtomicBool,
-}
-
-impl Drop for SessionInner {
-    fn drop(&mut self) {
-        if let Some(w) = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            w.abort();
-        }
-        if self.closed.swap(true, Ordering::SeqCst) || self.lease.borrow().lost.is_some() {
-            return;
-        }
-        let client = self.client.clone();
-        let session = self.id;
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = client
-                    .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
-                    .await;
-            });
-        }
-    }
-}
-
-impl Session {
-    /// The cluster's id of this session.
-    pub fn id(&self) -> SessionId {
-        self.inner.id
-    }
-
-    /// The session's TTL.
-    pub fn ttl(&self) -> Duration {
-        self.inner.ttl
-    }
-
-    /// The client this session talks through.
-    pub fn client(&self) -> &Client {
-        &self.inner.client
-    }
-
-    /// True while the lease is vouched for: not lost, not closed, and the
-    /// local deadline has not passed.
-    pub fn is_live(&self) -> bool {
-        let l = self.inner.lease.borrow();
-        l.lost.is_none()
-            && !self.inner.closed.load(Ordering::SeqCst)
-            && lease_clock::now() < l.valid_until
-    }
-
-    /// Until when the lease is vouched for, on the lease clock: `Instant`
-    /// moved forward by any time the machine spent suspended since the
-    /// client started (CLOCK_BOOTTIME), so a suspend ends the lease as it
-    /// does on the cluster. Compare with `Instant::now()` only as an
-    /// estimate; [`Session::is_live`] is exact.
-    pub fn valid_until(&self) -> Instant {
-        self.inner.lease.borrow().valid_until
-    }
-
-    /// Resolves once the session is lost (or closed): from then on none of
-    /// its locks may be relied on. Fires at the local deadline even if the
-    /// watchdog is stuck.
-    pub async fn lost(&self) {
-        let mut rx = self.inner.lease.clone();
-        loop {
-            let (valid_until, lost) = {
-                let l = rx.borrow_and_update();
-                (l.valid_until, l.lost.is_some())
-            };
-            if lost || self.inner.closed.load(Ordering::SeqCst) {
-                return;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(lease_clock::timer(valid_until)) => {
-                    if lease_clock::now() >= rx.borrow().valid_until { return; }
-                }
-                changed = rx.changed() => if changed.is_err() { return; },
-            }
-        }
-    }
-
-    fn lost_error(&self) -> Error {
-        let reason = match &self.inner.lease.borrow().lost {
-            Some(r) => r.clone(),
-            None if self.inner.closed.load(Ordering::SeqCst) => "closed by this client".into(),
-            None => "its lease ran out before a keep-alive was acknowledged".into(),
-        };
-        Error::SessionLost {
-            session: self.inner.id.0,
-            reason,
-        }
-    }
-
-    fn next_request(&self) -> u64 {
-        self.inner.next_request.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// A handle on the lock `name` for a new owner in this session:
-    /// exclusive, no lease, no lock-delay until configured.
-    pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock {
-            session: self.clone(),
-            name: name.into(),
-            owner: self.inner.next_owner.fetch_add(1, Ordering::SeqCst),
-            mode: LockMode::Exclusive,
-            lease: None,
-            lock_delay: None,
-            grants: Arc::default(),
-        }
-    }
-
-    /// End the session now: its locks are released at once (no lock-delay)
-    /// and its waits cancelled.
-    pub async fn close(&self) -> Result<(), Error> {
-        if let Some(w) = self
-            .inner
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            w.abort();
-        }
-        if self.inner.closed.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let session = self.inner.id;
-        match self
-            .inner
-            .client
-            .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
-            .await
-        {
-            Ok(_) => Ok(()),
-            // A retried close, or the leader expired it first: ended either way.
-            Err(Error::Refused(CommandError::SessionEnded { .. })) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("id", &self.inner.id.0)
-            .field("ttl", &self.inner.ttl)
-            .field("live", &self.is_live())
-            .finish()
     }
 }
 
@@ -549,6 +141,22 @@ pub struct Lock {
     grants: Arc<Mutex<BTreeMap<Token, Option<Instant>>>>,
 }
 
+impl Lock {
+    /// A handle on `name` for a new owner in `session`: exclusive, no
+    /// lease, no lock-delay until configured.
+    pub(crate) fn new(session: Session, name: String) -> Lock {
+        Lock {
+            owner: session.next_owner(),
+            session,
+            name,
+            mode: LockMode::Exclusive,
+            lease: None,
+            lock_delay: None,
+            grants: Arc::default(),
+        }
+    }
+}
+
 impl Clone for Lock {
     /// A clone is a **new owner** of the same lock: it contends with the
     /// original like another client would (no shared re-entrancy).
@@ -556,7 +164,7 @@ impl Clone for Lock {
         Lock {
             session: self.session.clone(),
             name: self.name.clone(),
-            owner: self.session.inner.next_owner.fetch_add(1, Ordering::SeqCst),
+            owner: self.session.next_owner(),
             mode: self.mode,
             lease: self.lease,
             lock_delay: self.lock_delay,

@@ -19,6 +19,7 @@ use crate::{Error, LocalReplica, ReplicaFailure};
 
 /// Timeouts and backoff of a client.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// Give up on a call after this long in total (default 10 s).
     pub request_timeout: Duration,
@@ -46,6 +47,47 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_millis(500),
             call_stream: true,
         }
+    }
+}
+
+/// Setters, for callers outside this crate (the struct is
+/// `#[non_exhaustive]`, so new options can be added without breaking
+/// them): `ClientOptions::default().with_...(..)`.
+impl ClientOptions {
+    /// Set [`ClientOptions::request_timeout`].
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// Set [`ClientOptions::attempt_timeout`].
+    pub fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
+        self.attempt_timeout = attempt_timeout;
+        self
+    }
+
+    /// Set [`ClientOptions::connect_timeout`].
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Set [`ClientOptions::initial_backoff`].
+    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
+        self.initial_backoff = initial_backoff;
+        self
+    }
+
+    /// Set [`ClientOptions::max_backoff`].
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Set [`ClientOptions::call_stream`].
+    pub fn with_call_stream(mut self, call_stream: bool) -> Self {
+        self.call_stream = call_stream;
+        self
     }
 }
 

@@ -287,11 +287,9 @@ async fn serve(
 }
 
 fn stream_options() -> ClientOptions {
-    ClientOptions {
-        request_timeout: Duration::from_secs(10),
-        attempt_timeout: Duration::from_secs(5),
-        ..ClientOptions::default()
-    }
+    ClientOptions::default()
+        .with_request_timeout(Duration::from_secs(10))
+        .with_attempt_timeout(Duration::from_secs(5))
 }
 
 /// A client that uses the call stream.
@@ -417,10 +415,7 @@ async fn a_write_whose_stream_is_never_accepted_was_not_sent(
         let (addr, server) = serve(script.clone()).await?;
         let client = Client::with_options(
             [addr.as_str()],
-            ClientOptions {
-                request_timeout: Duration::from_secs(3),
-                ..stream_options()
-            },
+            stream_options().with_request_timeout(Duration::from_secs(3)),
         )?;
         // Not UnknownOutcome: no call is handed to a stream before the
         // replica accepted it, so the write is known not to be applied.
@@ -498,13 +493,8 @@ async fn without_the_call_stream_each_request_is_its_own_unary_call(
     tokio::time::timeout(LIMIT, async {
         let script = Script::new(StreamMode::Reversed);
         let (addr, server) = serve(script.clone()).await?;
-        let client = Client::with_options(
-            [addr.as_str()],
-            ClientOptions {
-                call_stream: false,
-                ..stream_options()
-            },
-        )?;
+        let client =
+            Client::with_options([addr.as_str()], stream_options().with_call_stream(false))?;
         for t in 0..3 {
             client.put(format!("o/{t}"), "v").await?;
             assert_eq!(

@@ -379,10 +379,7 @@ enum Transport {
 async fn connected_client(addr: &str, transport: Transport) -> Result<Client, Error> {
     let client = Client::with_options(
         [addr],
-        ClientOptions {
-            call_stream: matches!(transport, Transport::Stream),
-            ..ClientOptions::default()
-        },
+        ClientOptions::default().with_call_stream(matches!(transport, Transport::Stream)),
     )?;
     client.put("warm-up", "v").await?;
     Ok(client)

@@ -19,13 +19,19 @@ pub const MAX_DECODE_BYTES: usize = 256 * 1024 * 1024;
 
 /// A value could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
+    /// The value could not be encoded; carries bincode's message.
     #[error("cannot encode: {0}")]
     Encode(String),
+    /// The bytes after the version byte do not decode to the expected type
+    /// (malformed, over [`MAX_DECODE_BYTES`], or with trailing bytes).
     #[error("cannot decode: {0}")]
     Decode(String),
+    /// The version byte is not [`FORMAT_VERSION`]; it carries the byte read.
     #[error("unknown format version {0} (this build reads version {FORMAT_VERSION})")]
     Version(u8),
+    /// There was nothing to decode, not even the version byte.
     #[error("cannot decode: empty input")]
     Empty,
 }

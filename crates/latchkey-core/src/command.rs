@@ -25,60 +25,76 @@ pub struct Request {
 pub enum Command {
     /// Set `key` to `value`. Returns [`Outcome::Done`].
     Put {
+        /// The key to set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value to store.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     /// Set `key` to `value` only if it has no value. Returns
     /// [`Outcome::Previous`]: `None` if written, otherwise the existing value.
     PutIfAbsent {
+        /// The key to set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value to store if the key has none.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     /// Set `key` to `value` only if its current value equals `expected`
     /// (`None`: the key must be absent). Returns [`Outcome::Swapped`].
     CompareAndPut {
+        /// The key to compare and set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value the key must hold now; `None`: the key must be absent.
         #[serde(with = "crate::codec::opt_bytes")]
         expected: Option<Vec<u8>>,
+        /// The value to store if the comparison holds.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     /// Set `key` to `value` and return the previous value as [`Outcome::Previous`].
     GetAndPut {
+        /// The key to set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value to store.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     /// Remove `key`. Returns [`Outcome::Deleted`] with 0 or 1.
     Delete {
+        /// The key to remove.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
     },
     /// Remove every key in `[start, end)`. Returns [`Outcome::Deleted`] with the count.
     DeleteRange {
+        /// First key removed (inclusive).
         #[serde(with = "crate::codec::bytes")]
         start: Vec<u8>,
+        /// End of the range (exclusive).
         #[serde(with = "crate::codec::bytes")]
         end: Vec<u8>,
     },
     /// Check every condition, then apply every op, all or nothing. Returns
     /// [`Outcome::Batch`].
     Batch {
+        /// Checked first, in order; if one fails, nothing is written.
         conditions: Vec<Condition>,
+        /// Applied in order once every condition holds.
         ops: Vec<BatchOp>,
     },
     /// Allocate `[start, start + step)` from the sequence stored at `key`
     /// (RheaKV's `getSequence`). Returns [`Outcome::Sequence`]. A sequence
     /// starts at 0 and never goes back; `step` 0 reads the next start.
     NextSequence {
+        /// The sequence's key, in a keyspace of its own (not a data key).
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// How many values to allocate; 0 only reads the next start.
         step: u64,
     },
     /// A lock-service command: sessions, acquire, release, expiry, fenced
@@ -92,7 +108,10 @@ pub enum Command {
     /// refused command neither writes anything nor affects the others.
     /// Returns [`Outcome::Group`] with one result per command. Proposed by
     /// the leader only; a group never nests.
-    Group { commands: Vec<Command> },
+    Group {
+        /// The commands, applied in order; none is itself a group.
+        commands: Vec<Command>,
+    },
 }
 
 impl Command {
@@ -143,8 +162,10 @@ pub(crate) fn batch_payload_len(conditions: &[Condition], ops: &[BatchOp]) -> us
 pub enum Condition {
     /// The key's current value equals `expected` (`None`: the key is absent).
     ValueIs {
+        /// The key to check.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value it must hold; `None`: it must be absent.
         #[serde(with = "crate::codec::opt_bytes")]
         expected: Option<Vec<u8>>,
     },
@@ -153,13 +174,18 @@ pub enum Condition {
 /// One mutation inside a [`Command::Batch`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchOp {
+    /// Set `key` to `value`.
     Put {
+        /// The key to set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
+        /// The value to store.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
+    /// Remove `key` (a no-op if it is absent).
     Delete {
+        /// The key to remove.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
     },
@@ -171,11 +197,15 @@ pub enum BatchOp {
 pub enum Query {
     /// Returns [`Outcome::Value`].
     Get {
+        /// The key to read.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
     },
     /// Returns [`Outcome::Values`], one entry per requested key, in order.
-    MultiGet { keys: Vec<Vec<u8>> },
+    MultiGet {
+        /// The keys to read.
+        keys: Vec<Vec<u8>>,
+    },
     /// Returns [`Outcome::Entries`] in key order (descending if `reverse`).
     Scan(ScanRange),
     /// A lock-service read. Returns [`Outcome::Lock`].
@@ -223,7 +253,10 @@ pub enum Outcome {
     Previous(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
     /// Result of a compare-and-put: whether it wrote, and the key's value now.
     Swapped {
+        /// Whether the comparison held and the value was written.
         succeeded: bool,
+        /// The key's value now: the new value if written, else the value that did
+        /// not match (`None`: absent).
         #[serde(with = "crate::codec::opt_bytes")]
         current: Option<Vec<u8>>,
     },
@@ -231,16 +264,27 @@ pub enum Outcome {
     Deleted(u64),
     /// Result of a batch: `failed_condition` is the index of the first
     /// condition that did not hold, in which case nothing was written.
-    Batch { failed_condition: Option<u32> },
+    Batch {
+        /// Index of the first condition that did not hold; `None`: every
+        /// condition held and the ops were applied.
+        failed_condition: Option<u32>,
+    },
     /// An allocated sequence range `[start, end)`.
-    Sequence { start: u64, end: u64 },
+    Sequence {
+        /// First value allocated.
+        start: u64,
+        /// One past the last value allocated (`start` if none was).
+        end: u64,
+    },
     /// The value of a key, if present.
     Value(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
     /// Values of several keys, in request order.
     Values(Vec<Option<Vec<u8>>>),
     /// Key/value pairs of a scan, and whether more matched beyond the limit.
     Entries {
+        /// `(key, value)` pairs in scan order.
         entries: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Whether more keys matched beyond the limit.
         more: bool,
     },
     /// The result of a lock-service command or query.

@@ -24,6 +24,8 @@
 //! assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod codec;
 pub mod command;
 mod error;

@@ -103,12 +103,10 @@ impl Cluster {
             }
         }
         let members = latchkey::initial_members_arg(&addrs);
-        let options = ClientOptions {
-            request_timeout: Duration::from_millis(400),
-            attempt_timeout: Duration::from_millis(300),
-            connect_timeout: Duration::from_millis(300),
-            ..ClientOptions::default()
-        };
+        let options = ClientOptions::default()
+            .with_request_timeout(Duration::from_millis(400))
+            .with_attempt_timeout(Duration::from_millis(300))
+            .with_connect_timeout(Duration::from_millis(300));
         let status = Client::with_options(&addrs, options)
             .map_err(|e| Error::Cluster(format!("cannot build a status client: {e}")))?;
         let replicas = (0..3)

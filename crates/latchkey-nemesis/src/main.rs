@@ -78,7 +78,7 @@ enum Cmd {
         /// then its repair).
         #[arg(long, default_value = "kill,pause,partition,disk", value_delimiter = ',', value_parser = parse_kinds)]
         nemesis: Vec<Kind>,
-        /// The report folder (default: soak-results/<time>-seed<S>).
+        /// The report folder (default: `soak-results/<time>-seed<S>`).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Run on loopback (no partitions) even as root.

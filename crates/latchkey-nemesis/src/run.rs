@@ -649,10 +649,7 @@ async fn check_durability(
         };
         disk::repair_late_exits(&mut ctx).await?;
     }
-    let options = ClientOptions {
-        request_timeout: Duration::from_secs(20),
-        ..ClientOptions::default()
-    };
+    let options = ClientOptions::default().with_request_timeout(Duration::from_secs(20));
     let client = Client::with_options(cluster.endpoints(), options)
         .map_err(|e| Error::Cluster(format!("cannot build a client: {e}")))?;
     rec.invoke(0, ops::read_all(None));

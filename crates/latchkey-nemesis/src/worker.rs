@@ -118,12 +118,10 @@ impl Ctx {
 
 /// Runs a worker until its standard input closes.
 pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
-    let options = ClientOptions {
-        request_timeout: Duration::from_secs(5),
-        attempt_timeout: Duration::from_secs(1),
-        connect_timeout: Duration::from_millis(500),
-        ..ClientOptions::default()
-    };
+    let options = ClientOptions::default()
+        .with_request_timeout(Duration::from_secs(5))
+        .with_attempt_timeout(Duration::from_secs(1))
+        .with_connect_timeout(Duration::from_millis(500));
     let client = Client::with_options(&args.endpoints, options)
         .map_err(|e| crate::error::Error::Worker(format!("cannot build a client: {e}")))?;
     let rec = Recorder::create(&args.out)?;

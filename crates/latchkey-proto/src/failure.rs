@@ -3,12 +3,19 @@
 //! `Error` of [`crate::wire`].
 
 /// A replica's refusal to execute a request, before or instead of applying it.
+///
+/// Deliberately not `#[non_exhaustive]`: the wire form ([`crate::wire`]) and
+/// the client's retry loop each match every variant, and a new kind of
+/// refusal must be decided in both.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplicaFailure {
     /// This replica is not the leader. `leader` is the leader's id and
     /// address when known. Nothing was proposed: safe to retry there.
     #[error("not the leader (leader: {})", leader_text(.leader))]
-    NotLeader { leader: Option<(u64, String)> },
+    NotLeader {
+        /// The leader's node id and address, if this replica knows them.
+        leader: Option<(u64, String)>,
+    },
     /// The request could not be decoded or breaks a limit. Do not retry.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -16,6 +16,8 @@
 //! anything else one side decides alone, and it performs no I/O beyond
 //! making a lazy channel.
 
+#![warn(missing_docs)]
+
 mod channel;
 mod failure;
 mod limits;

@@ -7,7 +7,9 @@ use crate::v1::StatusReply;
 /// One member of the cluster as a replica sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberInfo {
+    /// The member's node id.
     pub id: u64,
+    /// `host:port` of the member's peer listener.
     pub addr: String,
     /// A voter (counts toward quorums) or a learner (receives the log only).
     pub voter: bool,
@@ -20,17 +22,28 @@ pub struct MemberInfo {
 /// What one replica reports about itself and the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeStatus {
+    /// This replica's node id.
     pub id: u64,
+    /// The leader's node id, if this replica knows one (never set while it
+    /// is Failed).
     pub leader_id: Option<u64>,
+    /// The leader's address, if this replica knows it (never set while it
+    /// is Failed).
     pub leader_addr: Option<String>,
+    /// This replica's current Raft term.
     pub term: u64,
+    /// Index of the last log entry applied to the state machine.
     pub last_applied: u64,
+    /// Index of the last entry in this replica's log.
     pub last_log_index: u64,
+    /// Index of the last log entry covered by this replica's snapshot.
     pub snapshot_index: u64,
     /// Leader, Follower, Candidate, Learner, Shutdown, Waiting (a new data
     /// directory waiting to be added to an existing cluster) or Failed (the
     /// replica stopped; `detail` says why).
     pub state: String,
+    /// Every member (voters and learners) of the membership this replica
+    /// knows.
     pub members: Vec<MemberInfo>,
     /// Why the replica is Waiting or Failed.
     pub detail: Option<String>,

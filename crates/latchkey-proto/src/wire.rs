@@ -141,11 +141,23 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// How long a replica holds an `Acquire` call whose `hold_ms` is 0 (not
+/// set): a caller that asked to wait and said nothing about the hold gets a
+/// call that waits, not an immediate `queued` that it would have to poll.
+pub const DEFAULT_ACQUIRE_HOLD: Duration = Duration::from_secs(30);
+
+/// `hold` as `hold_ms`: at least 1, since 0 on the wire means
+/// [`DEFAULT_ACQUIRE_HOLD`].
+fn hold_ms(hold: Duration) -> u64 {
+    millis(hold).max(1)
+}
+
 /// The typed request of `op`, or why a client cannot send it.
 pub fn request_to_wire(op: &Operation) -> Result<Req, ReplicaFailure> {
     Ok(match op {
-        Operation::Write(command) => command_to_wire(command, 0)?,
-        Operation::Acquire { command, hold } => command_to_wire(command, millis(*hold))?,
+        // An acquire proposed as a plain write does not wait for its grant.
+        Operation::Write(command) => command_to_wire(command, hold_ms(Duration::ZERO))?,
+        Operation::Acquire { command, hold } => command_to_wire(command, hold_ms(*hold))?,
         Operation::Read { query, stale } => query_to_wire(query, *stale)?,
         Operation::KeepAlive(session) => {
             Req::KeepAlive(v1::KeepAliveRequest { session: session.0 })
@@ -425,7 +437,10 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
                 lease_ms: r.lease_ms,
                 lock_delay_ms: r.lock_delay_ms,
             }),
-            hold: Duration::from_millis(r.hold_ms),
+            hold: match r.hold_ms {
+                0 => DEFAULT_ACQUIRE_HOLD,
+                ms => Duration::from_millis(ms),
+            },
         },
         Req::Release(r) => write(Command::Lock(LockCommand::Release {
             session: SessionId(r.session),
@@ -1430,7 +1445,7 @@ mod tests {
         });
         all.push(Operation::Acquire {
             command: acquire(None),
-            hold: Duration::ZERO,
+            hold: Duration::from_millis(1),
         });
         all.push(Operation::KeepAlive(SessionId(3)));
         all
@@ -1446,16 +1461,38 @@ mod tests {
     }
 
     #[test]
-    fn an_acquire_sent_as_a_plain_write_arrives_as_an_acquire_that_does_not_hold() {
-        let wire = request_to_wire(&Operation::Write(acquire(Some(5)))).expect("encodes");
-        let (back, rpc) = request_from_wire(wire).expect("decodes");
-        assert_eq!(rpc, Rpc::Acquire);
-        assert_eq!(
-            back,
+    fn an_acquire_sent_as_a_plain_write_arrives_as_an_acquire_that_barely_holds() {
+        for op in [
+            Operation::Write(acquire(Some(5))),
             Operation::Acquire {
                 command: acquire(Some(5)),
-                hold: Duration::ZERO
-            }
+                hold: Duration::ZERO,
+            },
+        ] {
+            let wire = request_to_wire(&op).expect("encodes");
+            let (back, rpc) = request_from_wire(wire).expect("decodes");
+            assert_eq!(rpc, Rpc::Acquire);
+            assert_eq!(
+                back,
+                Operation::Acquire {
+                    command: acquire(Some(5)),
+                    hold: Duration::from_millis(1)
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_acquire_without_a_hold_is_held_for_the_default() {
+        let wire = Req::Acquire(v1::AcquireRequest {
+            mode: v1::LockMode::Exclusive as i32,
+            wait_ms: Some(10_000),
+            ..Default::default()
+        });
+        let (op, _) = request_from_wire(wire).expect("decodes");
+        assert!(
+            matches!(op, Operation::Acquire { hold, .. } if hold == DEFAULT_ACQUIRE_HOLD),
+            "{op:?}"
         );
     }
 

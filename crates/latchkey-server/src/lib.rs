@@ -29,6 +29,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod bootstrap;
 mod calls;
 mod health;
@@ -58,6 +60,7 @@ pub(crate) const PEER_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration
 
 /// Why a [`Server`] could not start or answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NodeError {
     /// The node's configuration is wrong; fix it and start again.
     #[error("configuration: {0}")]

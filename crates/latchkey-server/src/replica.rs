@@ -129,7 +129,7 @@ impl Replica {
     }
 
     /// The openraft handle.
-    pub fn raft(&self) -> &Raft<TypeConfig> {
+    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
     }
 
@@ -156,7 +156,7 @@ impl Replica {
     /// without proposing. Answers once the entry is applied here. The
     /// leader's own lock commands (expiries) are refused: only its timers
     /// propose them.
-    pub async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
+    pub(crate) async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
         if let Command::Group { .. } = &command {
             return Err(ReplicaFailure::InvalidArgument(
                 "command groups are formed by the leader only; send the commands one by one".into(),
@@ -202,7 +202,11 @@ impl Replica {
 
     /// Serve `query`: linearizable (leader only, after a ReadIndex round)
     /// unless `stale`, in which case from this replica's applied state.
-    pub async fn read(&self, query: Query, stale: bool) -> Result<CommandResult, ReplicaFailure> {
+    pub(crate) async fn read(
+        &self,
+        query: Query,
+        stale: bool,
+    ) -> Result<CommandResult, ReplicaFailure> {
         validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
         self.check_serving()?;
         if !stale {
@@ -308,7 +312,7 @@ impl Replica {
     ///
     /// The waiter is registered before the acquire is proposed, so a grant
     /// applied at any moment after the proposal is seen.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         command: Command,
         hold: Duration,
@@ -363,7 +367,10 @@ impl Replica {
 
     /// Extend `session`'s lease (leader only). Acknowledged after a
     /// leadership confirmation round begun after this call; writes nothing.
-    pub async fn keep_alive(&self, session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+    pub(crate) async fn keep_alive(
+        &self,
+        session: SessionId,
+    ) -> Result<CommandResult, ReplicaFailure> {
         self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
@@ -452,7 +459,7 @@ impl Replica {
 impl Replica {
     /// Run one client operation: the one entry point of the unary RPCs, the
     /// call stream and the in-process path alike. An acquire's hold is
-    /// capped at [`MAX_ACQUIRE_HOLD`].
+    /// capped at `MAX_ACQUIRE_HOLD` (five minutes).
     pub async fn call(&self, op: Operation) -> Result<CommandResult, ReplicaFailure> {
         match op {
             Operation::Write(command) => self.write(command).await,

@@ -12,7 +12,7 @@ use latchkey_proto::v1::{
     pipeline_server::PipelineServer, raft_server::RaftServer,
 };
 use latchkey_proto::NodeStatus;
-use latchkey_storage::{StorageOptions, TypeConfig};
+use latchkey_storage::StorageOptions;
 use openraft::Raft;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -464,11 +464,6 @@ impl Server {
                 }
             }
         }
-    }
-
-    /// The openraft handle, for advanced use (metrics stream, triggers).
-    pub fn raft(&self) -> &Raft<TypeConfig> {
-        self.replica.raft()
     }
 
     /// Stop serving and stop Raft, and wait until the data directory is

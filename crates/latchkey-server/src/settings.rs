@@ -10,6 +10,7 @@ use crate::NodeError;
 /// How a replica runs Raft. The defaults suit three replicas on one LAN or
 /// one machine; all replicas of a cluster should use the same values.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RaftSettings {
     /// Leader heartbeat period (default 100 ms).
     pub heartbeat: Duration,
@@ -41,6 +42,53 @@ impl Default for RaftSettings {
             write_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(3),
         }
+    }
+}
+
+/// Setters, for callers outside this crate (the struct is
+/// `#[non_exhaustive]`, so new options can be added without breaking
+/// them): `RaftSettings::default().with_...(..)`.
+impl RaftSettings {
+    /// Set [`RaftSettings::heartbeat`].
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// Set [`RaftSettings::election_min`].
+    pub fn with_election_min(mut self, election_min: Duration) -> Self {
+        self.election_min = election_min;
+        self
+    }
+
+    /// Set [`RaftSettings::election_max`].
+    pub fn with_election_max(mut self, election_max: Duration) -> Self {
+        self.election_max = election_max;
+        self
+    }
+
+    /// Set [`RaftSettings::snapshot_every`].
+    pub fn with_snapshot_every(mut self, snapshot_every: u64) -> Self {
+        self.snapshot_every = snapshot_every;
+        self
+    }
+
+    /// Set [`RaftSettings::keep_after_snapshot`].
+    pub fn with_keep_after_snapshot(mut self, keep_after_snapshot: u64) -> Self {
+        self.keep_after_snapshot = keep_after_snapshot;
+        self
+    }
+
+    /// Set [`RaftSettings::write_timeout`].
+    pub fn with_write_timeout(mut self, write_timeout: Duration) -> Self {
+        self.write_timeout = write_timeout;
+        self
+    }
+
+    /// Set [`RaftSettings::read_timeout`].
+    pub fn with_read_timeout(mut self, read_timeout: Duration) -> Self {
+        self.read_timeout = read_timeout;
+        self
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) type RaftStorageError = openraft::StorageError<NodeId>;
 /// Opening the store failed; nothing is running and nothing was changed
 /// beyond creating missing directories and column families.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// A directory or file of the store could not be created or read.
     #[error("{what} {path:?}: {source}")]

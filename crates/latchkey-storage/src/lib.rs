@@ -64,6 +64,7 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
 // openraft's `StorageError` is the error type its storage traits demand; the
 // helpers behind those traits return it as is so `?` works end to end.
 #![allow(clippy::result_large_err)]

@@ -20,6 +20,7 @@ const SNAPSHOT_DIR: &str = "snapshots";
 
 /// How to open the store. `Default` is what a replica should use.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StorageOptions {
     /// Sync every state machine apply batch. Not needed for safety (see
     /// [`crate::StateMachine`]); costs one fsync per apply call. Default: off.
@@ -41,6 +42,29 @@ impl Default for StorageOptions {
             compression: true,
             overlap_leader_fsync: true,
         }
+    }
+}
+
+/// Setters, for callers outside this crate (the struct is
+/// `#[non_exhaustive]`, so new options can be added without breaking
+/// them): `StorageOptions::default().with_...(..)`.
+impl StorageOptions {
+    /// Set [`StorageOptions::sync_apply`].
+    pub fn with_sync_apply(mut self, sync_apply: bool) -> Self {
+        self.sync_apply = sync_apply;
+        self
+    }
+
+    /// Set [`StorageOptions::compression`].
+    pub fn with_compression(mut self, compression: bool) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    /// Set [`StorageOptions::overlap_leader_fsync`].
+    pub fn with_overlap_leader_fsync(mut self, overlap_leader_fsync: bool) -> Self {
+        self.overlap_leader_fsync = overlap_leader_fsync;
+        self
     }
 }
 

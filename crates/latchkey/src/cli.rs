@@ -244,7 +244,9 @@ impl From<Error> for Failure {
             }
             Error::Unavailable { .. } => Failure::Unavailable(e.to_string()),
             Error::UnknownOutcome(_) => Failure::Unknown(e.to_string()),
-            Error::Protocol(_) | Error::NoRuntime => Failure::Other(e.to_string()),
+            // `Error` is non-exhaustive: a kind this CLI does not know yet
+            // is reported as a generic failure.
+            _ => Failure::Other(e.to_string()),
         }
     }
 }
@@ -309,11 +311,9 @@ fn client(args: &Args) -> Result<Client, Failure> {
             "no endpoints: pass --endpoints host:port,... or set LATCHKEY_ENDPOINTS".into(),
         ));
     }
-    let options = ClientOptions {
-        request_timeout: args.timeout,
-        attempt_timeout: args.timeout.min(Duration::from_secs(3)),
-        ..ClientOptions::default()
-    };
+    let options = ClientOptions::default()
+        .with_request_timeout(args.timeout)
+        .with_attempt_timeout(args.timeout.min(Duration::from_secs(3)));
     let endpoints = args.endpoints.iter().filter(|e| !e.trim().is_empty());
     Ok(Client::with_options(endpoints, options)?)
 }
@@ -583,14 +583,12 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-    let settings = RaftSettings {
-        heartbeat: s.heartbeat,
-        election_min: s.election_timeout,
-        election_max: s.election_timeout * 2,
-        snapshot_every: s.snapshot_every,
-        keep_after_snapshot: s.keep_after_snapshot,
-        ..RaftSettings::default()
-    };
+    let settings = RaftSettings::default()
+        .with_heartbeat(s.heartbeat)
+        .with_election_min(s.election_timeout)
+        .with_election_max(s.election_timeout * 2)
+        .with_snapshot_every(s.snapshot_every)
+        .with_keep_after_snapshot(s.keep_after_snapshot);
     let state = match s.initial_cluster_state {
         InitialClusterState::New => ClusterState::New,
         InitialClusterState::Existing => ClusterState::Existing,

@@ -39,6 +39,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub use latchkey_client::{
     Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
     FenceGate, FileFenceGate, HolderInfo, Lock, LockGuard, LockInfo, LockMode, MemberInfo,

@@ -64,10 +64,7 @@ async fn wait_health(
 fn only(addr: &str) -> Result<Client, Error> {
     Client::with_options(
         [addr.to_string()],
-        ClientOptions {
-            request_timeout: Duration::from_secs(2),
-            ..ClientOptions::default()
-        },
+        ClientOptions::default().with_request_timeout(Duration::from_secs(2)),
     )
 }
 

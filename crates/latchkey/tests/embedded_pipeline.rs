@@ -334,10 +334,7 @@ async fn a_client_shares_frames_between_concurrent_requests_and_answers_each_cal
         // Call stream off: one unary RPC per request.
         let unary = Client::with_options(
             [cluster.addr(cluster.leader)],
-            ClientOptions {
-                call_stream: false,
-                ..ClientOptions::default()
-            },
+            ClientOptions::default().with_call_stream(false),
         )?;
         let c = unary.clone();
         race(8, move |t| {

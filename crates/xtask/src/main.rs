@@ -25,7 +25,7 @@ COMMANDS:
     setup           check for (and install when missing) libclang and a C++ compiler
     demo [NAME]     run a demo: three_replicas (default) or fenced
     test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace,
-                    then a two-minute nemesis run
+                    the Python client test, then a two-minute nemesis run
     bench [WORKLOAD] [ARGS...]
                     run benchmarks: kv (default), lock or all
     soak [ARGS...]  fault-injection run: kill, pause, partition; checkers; report
@@ -77,12 +77,24 @@ Runs, in order, stopping at the first failure (exit code = that step's):
     1. cargo fmt --all -- --check
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
     3. cargo test --workspace [CARGO_TEST_ARGS...]
-    4. cargo build -p latchkey --bin latchkey   (skipped with --quick)
-    5. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
+    4. python: the gRPC API from Python (grpcio) against a three-process
+       cluster, tests/python/latchkey_client_test.py and
+       examples/python/lock_example.py, as
+       `cargo test -p latchkey --test python -- --ignored --nocapture` with
+       LATCHKEY_PYTHON=<TARGET_DIR>/python-venv/bin/python. That virtualenv is
+       made with `python3 -m venv` when missing, and grpcio, grpcio-tools and
+       grpcio-reflection are installed into it with its pip (from PyPI, no
+       versions pinned) when they do not import; on Debian/Ubuntu a missing
+       python3 or python3-venv is installed with apt-get, as `setup` does.
+       Runs with --quick too: about 10 s once the virtualenv exists (10 s
+       more to make it). CARGO_TEST_ARGS do not apply to it.
+    5. cargo build -p latchkey --bin latchkey   (skipped with --quick)
+    6. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
        seed; at least one disk fault, with its repair), as `cargo xtask soak
        --seconds 100 --seed 20261121 --nemesis kill,pause,partition,disk`
        would run it; its report goes to
        soak-results/ci-<unix time>-seed20261121/ (skipped with --quick)
+TARGET_DIR is CARGO_TARGET_DIR, else cargo metadata's target_directory.
 Example: cargo xtask test --quick -- -p latchkey-core -- --nocapture
 
 OPTIONS:
@@ -381,8 +393,8 @@ fn cmd_test(rest: &[OsString]) -> Result {
     let mut test = cargo(["test", "--workspace"]);
     test.args(cargo_test_args);
     let steps = [
-        ("fmt", Some(cargo(["fmt", "--all", "--", "--check"]))),
-        (
+        Step::new("fmt", Some(cargo(["fmt", "--all", "--", "--check"]))),
+        Step::new(
             "clippy",
             (!quick).then(|| {
                 cargo([
@@ -395,26 +407,32 @@ fn cmd_test(rest: &[OsString]) -> Result {
                 ])
             }),
         ),
-        ("test", Some(test)),
-        (
+        Step::new("test", Some(test)),
+        python_step(),
+        Step::new(
             "build server",
             (!quick).then(|| cargo(["build", "-p", "latchkey", "--bin", "latchkey"])),
         ),
-        ("nemesis", if quick { None } else { Some(ci_nemesis()?) }),
+        Step::new("nemesis", if quick { None } else { Some(ci_nemesis()?) }),
     ];
 
     let total = steps.len();
     let started_all = Instant::now();
-    for (i, (name, cmd)) in steps.into_iter().enumerate() {
+    for (i, step) in steps.into_iter().enumerate() {
         let n = i + 1;
+        let Step { name, cmd, prepare } = step;
         let Some(mut cmd) = cmd else {
             println!("xtask: [{n}/{total}] {name}: skipped (--quick)");
             continue;
         };
-        let shown = display(&cmd);
-        println!("xtask: [{n}/{total}] {name}: {shown}");
+        println!("xtask: [{n}/{total}] {name}: {}", display(&cmd));
         let started = Instant::now();
-        let result = run::run(&mut cmd);
+        let result = match prepare {
+            Some(prepare) => prepare(&mut cmd),
+            None => Ok(()),
+        }
+        .and_then(|()| run::run(&mut cmd));
+        let shown = display_with_env(&cmd);
         let took = fmt_duration(started.elapsed());
         match result {
             Ok(()) => println!("xtask: [{n}/{total}] {name}: ok in {took}"),
@@ -440,6 +458,78 @@ fn cmd_test(rest: &[OsString]) -> Result {
         fmt_duration(started_all.elapsed())
     );
     Ok(())
+}
+
+/// Work done at the start of a step, before its command runs; may set the
+/// command up.
+type Prepare = Box<dyn FnOnce(&mut Command) -> Result>;
+
+/// One step of `cargo xtask test`.
+struct Step {
+    name: &'static str,
+    /// `None`: skipped with --quick.
+    cmd: Option<Command>,
+    /// Runs first, within the step (and its time).
+    prepare: Option<Prepare>,
+}
+
+impl Step {
+    fn new(name: &'static str, cmd: Option<Command>) -> Step {
+        Step {
+            name,
+            cmd,
+            prepare: None,
+        }
+    }
+}
+
+/// The python step: the ignored test `python` of the latchkey package, with
+/// LATCHKEY_PYTHON set to the python of a virtualenv kept next to the
+/// target directory (outside the clone, reused by later runs like the
+/// build), made and filled by [`setup::python_venv`] when the step starts.
+fn python_step() -> Step {
+    Step {
+        name: "python",
+        cmd: Some(cargo([
+            "test",
+            "-p",
+            "latchkey",
+            "--test",
+            "python",
+            "--",
+            "--ignored",
+            "--nocapture",
+        ])),
+        prepare: Some(Box::new(|cmd: &mut Command| {
+            let target_dir = target_dir().ok_or_else(|| {
+                Exit::with(
+                    1,
+                    "cannot tell the target directory, where the Python virtualenv goes \
+                     (set CARGO_TARGET_DIR)",
+                )
+            })?;
+            let python = setup::python_venv(&target_dir.join("python-venv"))?;
+            cmd.env("LATCHKEY_PYTHON", python);
+            Ok(())
+        })),
+    }
+}
+
+/// `display`, preceded by the environment variables set on `cmd` (`A=1 cargo ...`),
+/// so that a failed step can be run again by hand.
+fn display_with_env(cmd: &Command) -> String {
+    let mut line = String::new();
+    for (key, value) in cmd.get_envs() {
+        if let Some(value) = value {
+            line.push_str(&format!(
+                "{}={} ",
+                key.to_string_lossy(),
+                value.to_string_lossy()
+            ));
+        }
+    }
+    line.push_str(&display(cmd));
+    line
 }
 
 /// Fail early and clearly when a rustup component is missing.

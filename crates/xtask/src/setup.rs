@@ -5,13 +5,17 @@
 //! as stddef.h). On Debian/Ubuntu we install what is missing with apt-get, as
 //! root or through passwordless sudo; elsewhere we say what to install.
 //!
-//! LATCHKEY_SKIP_SETUP=1 skips all of this (for unusual toolchain layouts).
+//! LATCHKEY_SKIP_SETUP=1 skips these checks (for unusual toolchain layouts).
+//!
+//! Also here: the Python environment of `cargo xtask test`'s python step
+//! ([`python_venv`]), a virtualenv next to the target directory with grpcio.
 
 use std::env;
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use crate::run::{self, Exit, Result};
 
@@ -60,11 +64,7 @@ pub fn ensure(mode: Mode) -> Result {
         return Err(Exit::with(1, manual_install_line(&missing, debian)));
     }
 
-    let sudo = if is_root() {
-        false
-    } else if run::succeeds("sudo", &["-n", "true"]) {
-        true
-    } else {
+    let Some(sudo) = apt_privilege() else {
         return Err(Exit::with(1, manual_install_line(&missing, debian)));
     };
     install_with_apt(&packages, sudo)?;
@@ -154,6 +154,18 @@ fn manual_install_line(missing: &[Missing], debian: bool) -> String {
     }
 }
 
+/// How apt-get can be run: `Some(false)` as root, `Some(true)` through
+/// passwordless `sudo -n`, `None` not at all.
+fn apt_privilege() -> Option<bool> {
+    if is_root() {
+        Some(false)
+    } else if run::succeeds("sudo", &["-n", "true"]) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 fn install_with_apt(packages: &[&str], sudo: bool) -> Result {
     let mut packages: Vec<&str> = packages.to_vec();
     packages.dedup();
@@ -196,6 +208,148 @@ fn install_with_apt(packages: &[&str], sudo: bool) -> Result {
         )
     })
 }
+
+// ---------------------------------------------------------------- Python
+
+/// What the Python step of `cargo xtask test` needs to import...
+const PYTHON_IMPORTS: &str = "import grpc, grpc_tools, grpc_reflection";
+/// ... and the PyPI packages that provide it (no versions pinned).
+const PYTHON_PACKAGES: &[&str] = &["grpcio", "grpcio-tools", "grpcio-reflection"];
+
+/// The python of the virtualenv `venv`, ready for the Python step: the
+/// virtualenv is made with `python3 -m venv` if it is missing (or has no
+/// pip), and grpcio, grpcio-tools and grpcio-reflection are installed into
+/// it with its pip (from PyPI, pip's default index) if they do not import.
+/// Prints nothing when everything is there already.
+///
+/// On Debian/Ubuntu a missing python3 or venv module (package
+/// python3-venv) is installed with apt-get as root or through passwordless
+/// sudo, as for libclang; elsewhere the error says what to install.
+pub fn python_venv(venv: &Path) -> Result<PathBuf> {
+    let python = if cfg!(windows) {
+        venv.join("Scripts").join("python.exe")
+    } else {
+        venv.join("bin").join("python")
+    };
+    if run::succeeds(&python, &["-c", PYTHON_IMPORTS]) {
+        return Ok(python);
+    }
+    if !run::succeeds(&python, &["-m", "pip", "--version"]) {
+        create_venv(venv)?;
+    }
+
+    let started = Instant::now();
+    // A second time with --force-reinstall if they are installed as far as
+    // pip knows but still do not import (a damaged virtualenv).
+    for extra in [None, Some("--force-reinstall")] {
+        let mut pip = Command::new(&python);
+        pip.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(extra)
+        .args(PYTHON_PACKAGES)
+        .stdin(Stdio::null());
+        println!("xtask: {}", run::display(&pip));
+        run::run(&mut pip).map_err(|e| {
+            Exit::with(
+                e.code,
+                format!(
+                    "`{}` failed (exit {}): pip needs PyPI (or the index in PIP_INDEX_URL)",
+                    run::display(&pip),
+                    e.code
+                ),
+            )
+        })?;
+        if run::succeeds(&python, &["-c", PYTHON_IMPORTS]) {
+            break;
+        }
+        if extra.is_some() {
+            return Err(Exit::with(
+                1,
+                format!(
+                    "pip installed {} but `{} -c \"{PYTHON_IMPORTS}\"` still fails",
+                    PYTHON_PACKAGES.join(" "),
+                    python.display()
+                ),
+            ));
+        }
+    }
+    println!(
+        "xtask: installed {} into {} in {}",
+        PYTHON_PACKAGES.join(" "),
+        venv.display(),
+        run::fmt_duration(started.elapsed())
+    );
+    Ok(python)
+}
+
+/// `python3 -m venv --clear VENV`, installing python3 and its venv module
+/// first where we can (Debian/Ubuntu).
+fn create_venv(venv: &Path) -> Result {
+    let has_python = run::succeeds("python3", &["--version"]);
+    // Debian splits venv's ensurepip (which puts pip in a new virtualenv)
+    // into python3-venv.
+    if !has_python || !run::succeeds("python3", &["-c", "import venv, ensurepip"]) {
+        let (what, packages): (&str, &[&str]) = if has_python {
+            ("python3's venv module (with ensurepip)", &["python3-venv"])
+        } else {
+            ("python3", &["python3", "python3-venv"])
+        };
+        let manual = if is_debian_like() {
+            format!(
+                "{what} not found; install with: sudo apt-get install -y {}",
+                packages.join(" ")
+            )
+        } else {
+            format!("{what} not found; please install Python 3 with its venv module (3.9 or newer)")
+        };
+        let sudo = if is_debian_like() {
+            apt_privilege()
+        } else {
+            None
+        };
+        let Some(sudo) = sudo else {
+            return Err(Exit::with(1, manual));
+        };
+        eprintln!("xtask: {what} not found (the Python step needs it)");
+        install_with_apt(packages, sudo)?;
+        if !run::succeeds("python3", &["-c", "import venv, ensurepip"]) {
+            return Err(Exit::with(
+                1,
+                format!(
+                    "{what} still not found after installing {}",
+                    packages.join(" ")
+                ),
+            ));
+        }
+    }
+
+    let started = Instant::now();
+    let mut create = Command::new("python3");
+    create
+        .args(["-m", "venv", "--clear"])
+        .arg(venv)
+        .stdin(Stdio::null());
+    println!("xtask: {}", run::display(&create));
+    run::run(&mut create).map_err(|e| {
+        Exit::with(
+            e.code,
+            format!("`{}` failed (exit {})", run::display(&create), e.code),
+        )
+    })?;
+    println!(
+        "xtask: created the virtualenv {} in {}",
+        venv.display(),
+        run::fmt_duration(started.elapsed())
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- libclang
 
 /// Where libclang was found, or None.
 fn find_libclang() -> Option<String> {

@@ -406,6 +406,7 @@ impl Operation {
 
 /// Why a sequence of events is not a well-formed history.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HistoryError {
     /// A line of JSON could not be parsed.
     Json {

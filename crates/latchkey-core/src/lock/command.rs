@@ -16,15 +16,24 @@ pub enum LockCommand {
     /// [`MIN_SESSION_TTL_MS`](crate::limits::MIN_SESSION_TTL_MS)..=
     /// [`MAX_SESSION_TTL_MS`](crate::limits::MAX_SESSION_TTL_MS).
     /// Returns [`LockOutcome::SessionOpened`].
-    OpenSession { ttl_ms: u64 },
+    OpenSession {
+        /// How long the session lives without a keep-alive, in milliseconds.
+        ttl_ms: u64,
+    },
     /// End a session by its client's wish: every hold ends at once without
     /// lock-delay and every wait is cancelled. Returns
     /// [`LockOutcome::SessionEnded`].
-    CloseSession { session: SessionId },
+    CloseSession {
+        /// The session to close.
+        session: SessionId,
+    },
     /// Leader only: the session's TTL ran out on the leader's clock. Like
     /// `CloseSession`, but holds acquired with a lock-delay leave their lock
     /// in lock-delay. Returns [`LockOutcome::SessionEnded`].
-    ExpireSession { session: SessionId },
+    ExpireSession {
+        /// The session whose TTL ran out.
+        session: SessionId,
+    },
     /// Acquire `name` in `mode` for (`session`, `owner`). `owner` tells apart
     /// the parties sharing one session (threads, tasks). `wait_ms`: `None`
     /// tries once; otherwise the request may queue, and the shell cancels it
@@ -33,22 +42,39 @@ pub enum LockCommand {
     /// release of this grant. Returns [`LockOutcome::Granted`] or
     /// [`LockOutcome::Queued`].
     Acquire {
+        /// The acquiring session.
         session: SessionId,
+        /// The party within the session that will hold the lock.
         owner: u64,
+        /// This request's id within the session; a retry reuses it (see the
+        /// module docs' *Retries*).
         request_id: u64,
+        /// The lock.
         name: String,
+        /// Exclusive or shared.
         mode: LockMode,
+        /// How long the request may wait in the queue, in milliseconds; `None`:
+        /// try once.
         wait_ms: Option<u64>,
+        /// Maximum hold time of the grant, in milliseconds, from the grant;
+        /// `None`: no lease.
         lease_ms: Option<u64>,
+        /// How long the lock stays unavailable after a forced release of the
+        /// grant, in milliseconds; `None`: no lock-delay.
         lock_delay_ms: Option<u64>,
     },
     /// Release one hold of `name`, granted under `token`, by (`session`,
     /// `owner`). Returns [`LockOutcome::Released`].
     Release {
+        /// The holding session.
         session: SessionId,
+        /// The holding party within the session.
         owner: u64,
+        /// This request's id within the session; a retry reuses it.
         request_id: u64,
+        /// The lock.
         name: String,
+        /// The fencing token of the grant to release.
         token: Token,
     },
     /// Withdraw the queued acquire `request_id` of (`session`, `owner`) from
@@ -56,27 +82,44 @@ pub enum LockCommand {
     /// the leader's wait timer or by the client. Returns
     /// [`LockOutcome::WaitCancel`].
     CancelWait {
+        /// The waiting session.
         session: SessionId,
+        /// The waiting party within the session.
         owner: u64,
+        /// The lock waited for.
         name: String,
+        /// The request id of the queued acquire.
         request_id: u64,
     },
     /// Leader only: the lease of the grant `token` of `name` ran out. A no-op
     /// if that grant no longer holds or had no lease. Returns
     /// [`LockOutcome::LeaseExpired`].
-    ExpireLockLease { name: String, token: Token },
+    ExpireLockLease {
+        /// The lock.
+        name: String,
+        /// The fencing token of the grant whose lease ran out.
+        token: Token,
+    },
     /// Leader only: the lock-delay of `name` guarded by `token` (from
     /// [`crate::lock::Event::LockDelayStarted`]) is over; the queue moves on.
     /// A no-op if that delay is not the current one. Returns
     /// [`LockOutcome::LockDelayEnded`].
-    EndLockDelay { name: String, token: Token },
+    EndLockDelay {
+        /// The lock.
+        name: String,
+        /// The token guarding the delay.
+        token: Token,
+    },
     /// A batch (same conditions and ops as [`crate::Command::Batch`]) that
     /// applies only while `sequencer` is the current exclusive holder of its
     /// lock; otherwise [`crate::CommandError::StaleFence`] and nothing is
     /// written. Returns [`crate::Outcome::Batch`], as a batch does.
     Fenced {
+        /// The exclusive grant that must still hold its lock.
         sequencer: Sequencer,
+        /// Checked once the fence holds, as in [`crate::Command::Batch`].
         conditions: Vec<Condition>,
+        /// Applied if every condition holds, as in [`crate::Command::Batch`].
         ops: Vec<BatchOp>,
     },
 }
@@ -142,13 +185,20 @@ pub enum LockQuery {
     /// [`MAX_LOCK_LIST_LIMIT`](crate::limits::MAX_LOCK_LIST_LIMIT)).
     /// Returns [`LockOutcome::Locks`].
     Locks {
+        /// Only names starting with this (empty: every lock).
         prefix: String,
+        /// Only names after this one, to page through the list.
         start_after: Option<String>,
+        /// At most this many locks; 0 means
+        /// [`MAX_LOCK_LIST_LIMIT`](crate::limits::MAX_LOCK_LIST_LIMIT).
         limit: u32,
     },
     /// Whether the session is live, and its TTL. Returns
     /// [`LockOutcome::Session`] (`None` for an unknown or ended session).
-    Session { session: SessionId },
+    Session {
+        /// The session to look up.
+        session: SessionId,
+    },
     /// Everything a newly elected leader needs to restart every countdown at
     /// full length. Returns [`LockOutcome::Timers`].
     TimerState,
@@ -158,45 +208,78 @@ pub enum LockQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockOutcome {
     /// A new session.
-    SessionOpened { session: SessionId, ttl_ms: u64 },
+    SessionOpened {
+        /// The new session's id.
+        session: SessionId,
+        /// Its TTL, in milliseconds.
+        ttl_ms: u64,
+    },
     /// A session was closed or expired: `released` holds ended, `cancelled`
     /// waits were withdrawn.
     SessionEnded {
+        /// The ended session.
         session: SessionId,
+        /// How many of its grants ended.
         released: u32,
+        /// How many of its queued acquires were withdrawn.
         cancelled: u32,
     },
     /// The acquire holds the lock: `hold_count` is 1 for a new grant, more
     /// for a re-entrant one (same token).
     Granted {
+        /// The grant: lock name, mode, fencing token and session.
         sequencer: Sequencer,
+        /// Holds of this grant, counting this one.
         hold_count: u32,
     },
     /// The acquire waits in the queue at `position` (0 = next in line). The
     /// replica tells the client of its grant by [`crate::lock::Event::Granted`];
     /// a retry of the acquire returns the grant once it happened.
     Queued {
+        /// The lock.
         name: String,
+        /// The queued acquire's request id.
         request_id: u64,
+        /// Place in the queue: how many acquires are ahead of it.
         position: u32,
     },
     /// One hold of the grant `token` was released; `remaining` holds are
     /// left (0: the grant is over and the lock moved on).
     Released {
+        /// The lock.
         name: String,
+        /// The fencing token of the grant released from.
         token: Token,
+        /// Holds of the grant still left.
         remaining: u32,
     },
     /// What a [`LockCommand::CancelWait`] found.
     WaitCancel(WaitCancel),
     /// Whether [`LockCommand::ExpireLockLease`] released a grant.
-    LeaseExpired { released: bool },
+    LeaseExpired {
+        /// True if the grant still held and was released; false if the
+        /// command was a no-op.
+        released: bool,
+    },
     /// Whether [`LockCommand::EndLockDelay`] ended the current lock-delay.
-    LockDelayEnded { ended: bool },
+    LockDelayEnded {
+        /// True if the delay was the current one and ended; false if the
+        /// command was a no-op.
+        ended: bool,
+    },
     /// Whether a sequencer is the current holder.
-    SequencerCheck { current: bool },
+    SequencerCheck {
+        /// True if the sequencer's grant (same name, token, session and mode)
+        /// still holds its lock.
+        current: bool,
+    },
     /// Locks in use, and whether more matched beyond the limit.
-    Locks { locks: Vec<LockInfo>, more: bool },
+    Locks {
+        /// The matching locks, in name order.
+        locks: Vec<LockInfo>,
+        /// Whether more locks matched beyond the limit.
+        more: bool,
+    },
     /// A live session, or `None`.
     Session(Option<SessionInfo>),
     /// The countdowns a new leader must restart.

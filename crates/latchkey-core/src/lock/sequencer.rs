@@ -61,19 +61,31 @@ const PREFIX: &str = "lk1.";
 
 /// Why a string is not a printed [`Sequencer`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SequencerParseError {
     /// Longer than any sequencer can be.
     #[error("sequencer is {len} bytes, the longest possible is {max}")]
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// The string's length in bytes.
+        len: usize,
+        /// [`MAX_SEQUENCER_LEN`].
+        max: usize,
+    },
     /// Does not start with `lk1.`.
     #[error("not a latchkey sequencer: it must start with \"{PREFIX}\"")]
     NotASequencer,
     /// A field is missing.
     #[error("sequencer has no {field} field")]
-    MissingField { field: &'static str },
+    MissingField {
+        /// The first field that is missing, by name (e.g. `"mode"`).
+        field: &'static str,
+    },
     /// A number field is not a canonical decimal u64.
     #[error("sequencer {field} is not a decimal number without sign or leading zeros")]
-    BadNumber { field: &'static str },
+    BadNumber {
+        /// The field: `"token"` or `"session"`.
+        field: &'static str,
+    },
     /// Token 0 is never issued.
     #[error("sequencer token is 0, which is never issued")]
     ZeroToken,
@@ -86,13 +98,19 @@ pub enum SequencerParseError {
     /// The name has a character that must be escaped, a malformed or
     /// lower-case escape, or an escape of a character that needs none.
     #[error("sequencer name is badly escaped at byte {at}")]
-    BadEscape { at: usize },
+    BadEscape {
+        /// Byte offset of the bad character or escape in the whole string.
+        at: usize,
+    },
     /// The unescaped name is not UTF-8.
     #[error("sequencer name is not UTF-8")]
     NotUtf8,
     /// The name is empty or longer than [`MAX_LOCK_NAME_LEN`] bytes.
     #[error("sequencer name is {len} bytes, it must be 1 to {MAX_LOCK_NAME_LEN}")]
-    BadNameLength { len: usize },
+    BadNameLength {
+        /// The unescaped name's length in bytes.
+        len: usize,
+    },
 }
 
 /// Bytes written as themselves in the printed name.

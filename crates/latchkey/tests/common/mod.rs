@@ -24,11 +24,9 @@ pub fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64
 }
 
 pub fn settings() -> RaftSettings {
-    RaftSettings {
-        snapshot_every: 50,
-        keep_after_snapshot: 5,
-        ..RaftSettings::default()
-    }
+    RaftSettings::default()
+        .with_snapshot_every(50)
+        .with_keep_after_snapshot(5)
 }
 
 pub async fn start(

@@ -1,0 +1,371 @@
+//! [`Session`]: a lease on the cluster kept alive by a background watchdog,
+//! the room every lock lives in.
+//!
+//! # The lease, as the client sees it
+//!
+//! A [`Session`] is valid until `send time of the last acknowledged
+//! keep-alive + ttl - margin` on this process's monotonic clock, with
+//! `margin = ttl / 10` for clock-rate drift and scheduling. The leader counts
+//! the same lease from the *receipt* of that keep-alive, and a new leader
+//! restarts it at full length, so the cluster never expires a session before
+//! this client stops vouching for it. The watchdog sends a keep-alive every
+//! `ttl / 3`, to whichever replica leads, retrying others with backoff; once
+//! the deadline passes without an acknowledgement, or the cluster answers
+//! that the session ended, the session is **lost** for good: every guard
+//! reports [`LockGuard::is_held`](crate::LockGuard::is_held) false and [`Session::lost`] resolves.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), latchkey_client::Error> {
+//! use std::time::Duration;
+//! use latchkey_client::Client;
+//! let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
+//! let session = client.session(Duration::from_secs(10)).await?;
+//! let guard = session.lock("reports/daily").acquire().await?;
+//! // Hand the token to the storage you write to; it refuses older tokens.
+//! println!("holding with token {}", guard.token());
+//! // Writes to latchkey's own KV can be fenced: refused once we lost the lock.
+//! guard.put("reports/daily/last-run", "2026-11-21").await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use latchkey_core::limits::{MAX_SESSION_TTL_MS, MIN_SESSION_TTL_MS};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId};
+use latchkey_core::{Command, CommandError, CommandResult, Outcome};
+use latchkey_proto::Operation;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::kv::unexpected;
+use crate::lease_clock;
+use crate::lock::Lock;
+use crate::{Client, Error};
+
+/// `d` in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Client {
+    /// Open a session with `ttl` (3 s to 10 min) and start its watchdog.
+    ///
+    /// Choose the TTL as "how long may my locks outlive a crash of this
+    /// process". It must also cover a leader failover: after a missed
+    /// keep-alive the watchdog has `ttl - ttl/3 - ttl/10` to reach the new
+    /// leader, and an election plus the new leader's start-up takes about
+    /// 1–4 s here. 10 s (the CLI's default) is a sound choice; 3 s sessions
+    /// can be lost across a failover on a loaded machine.
+    ///
+    /// A retried open after a lost reply may leave an unused session
+    /// behind; it holds nothing and expires after its TTL.
+    pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
+        // The leader starts the countdown when it applies the open, after
+        // the successful attempt was sent: count the lease from that send.
+        let (outcome, sent) = self
+            .execute_timed(
+                Command::Lock(LockCommand::OpenSession {
+                    ttl_ms: millis(ttl),
+                }),
+                true,
+            )
+            .await?;
+        let (id, ttl_ms) = match outcome {
+            Outcome::Lock(LockOutcome::SessionOpened { session, ttl_ms }) => (session, ttl_ms),
+            other => return Err(unexpected("SessionOpened", &other)),
+        };
+        if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(&ttl_ms) {
+            return Err(Error::Protocol(format!(
+                "the server opened a session with an impossible ttl of {ttl_ms} ms"
+            )));
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let margin = ttl / 10;
+        let (tx, rx) = watch::channel(LeaseState {
+            valid_until: sent + ttl - margin,
+            lost: None,
+        });
+        let watchdog = tokio::spawn(watchdog(self.clone(), id, ttl, margin, sent, tx));
+        tracing::debug!(session = id.0, ?ttl, "session opened");
+        Ok(Session {
+            inner: Arc::new(SessionInner {
+                client: self.clone(),
+                id,
+                ttl,
+                next_request: AtomicU64::new(1),
+                next_owner: AtomicU64::new(1),
+                lease: rx,
+                watchdog: Mutex::new(Some(watchdog)),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// One keep-alive, retried across replicas until `within` has passed;
+    /// also answers when the acknowledged attempt was sent.
+    async fn keep_alive_call(
+        &self,
+        session: SessionId,
+        within: Duration,
+    ) -> Result<(CommandResult, Instant), Error> {
+        let attempt = self.router().options().attempt_timeout.min(within);
+        let mut sent = lease_clock::now();
+        let result = self
+            .router()
+            .call_with(false, within, attempt, |target, _| {
+                sent = lease_clock::now();
+                async move { target.send(Operation::KeepAlive(session), attempt).await }
+            })
+            .await?;
+        Ok((result, sent))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct LeaseState {
+    valid_until: Instant,
+    /// Why the session is lost, once it is (sticky).
+    lost: Option<String>,
+}
+
+/// Renew the lease every `ttl / 3` until it is lost or the session closes.
+async fn watchdog(
+    client: Client,
+    id: SessionId,
+    ttl: Duration,
+    margin: Duration,
+    opened: Instant,
+    lease: watch::Sender<LeaseState>,
+) {
+    let interval = ttl / 3;
+    let mut next = opened + interval;
+    loop {
+        tokio::time::sleep_until(lease_clock::timer(next)).await;
+        let valid_until = lease.borrow().valid_until;
+        let now = lease_clock::now();
+        if now >= valid_until {
+            mark_lost(
+                &lease,
+                id,
+                "the lease ran out before a keep-alive could be sent".into(),
+            );
+            return;
+        }
+        match client.keep_alive_call(id, valid_until - now).await {
+            Ok((Ok(_), sent)) => {
+                let acked = lease_clock::now();
+                if acked >= valid_until {
+                    // Guards may already have reported the lock lost: stay lost.
+                    mark_lost(
+                        &lease,
+                        id,
+                        "a keep-alive was acknowledged only after the lease ran out".into(),
+                    );
+                    return;
+                }
+                lease.send_modify(|l| {
+                    l.valid_until = l.valid_until.max(sent + ttl - margin);
+                });
+                next = sent + interval;
+            }
+            Ok((Err(e), _)) => {
+                mark_lost(&lease, id, format!("the cluster ended it: {e}"));
+                return;
+            }
+            Err(e) => {
+                mark_lost(
+                    &lease,
+                    id,
+                    format!("no keep-alive was acknowledged before the lease ran out: {e}"),
+                );
+                return;
+            }
+        }
+    }
+}
+
+fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {
+    tracing::warn!(session = id.0, %reason, "session lost");
+    lease.send_modify(|l| {
+        if l.lost.is_none() {
+            l.lost = Some(reason);
+        }
+    });
+}
+
+/// A lock-service session: a lease kept alive by a background watchdog.
+///
+/// Cheap to clone; the session closes (releasing its locks at once) when
+/// [`Session::close`] is called or the last clone and the last guard are
+/// dropped inside a Tokio runtime (the close is sent in the background).
+/// Dropped outside any runtime, nothing can be sent: the cluster expires the
+/// session after its TTL instead. See the [module docs](self) for how the
+/// lease is judged.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+struct SessionInner {
+    client: Client,
+    id: SessionId,
+    ttl: Duration,
+    next_request: AtomicU64,
+    next_owner: AtomicU64,
+    lease: watch::Receiver<LeaseState>,
+    watchdog: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        if let Some(w) = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            w.abort();
+        }
+        if self.closed.swap(true, Ordering::SeqCst) || self.lease.borrow().lost.is_some() {
+            return;
+        }
+        let client = self.client.clone();
+        let session = self.id;
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = client
+                    .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
+                    .await;
+            });
+        }
+    }
+}
+
+impl Session {
+    /// The cluster's id of this session.
+    pub fn id(&self) -> SessionId {
+        self.inner.id
+    }
+
+    /// The session's TTL.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The client this session talks through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// True while the lease is vouched for: not lost, not closed, and the
+    /// local deadline has not passed.
+    pub fn is_live(&self) -> bool {
+        let l = self.inner.lease.borrow();
+        l.lost.is_none()
+            && !self.inner.closed.load(Ordering::SeqCst)
+            && lease_clock::now() < l.valid_until
+    }
+
+    /// Until when the lease is vouched for, on the lease clock: `Instant`
+    /// moved forward by any time the machine spent suspended since the
+    /// client started (CLOCK_BOOTTIME), so a suspend ends the lease as it
+    /// does on the cluster. Compare with `Instant::now()` only as an
+    /// estimate; [`Session::is_live`] is exact.
+    pub fn valid_until(&self) -> Instant {
+        self.inner.lease.borrow().valid_until
+    }
+
+    /// Resolves once the session is lost (or closed): from then on none of
+    /// its locks may be relied on. Fires at the local deadline even if the
+    /// watchdog is stuck.
+    pub async fn lost(&self) {
+        let mut rx = self.inner.lease.clone();
+        loop {
+            let (valid_until, lost) = {
+                let l = rx.borrow_and_update();
+                (l.valid_until, l.lost.is_some())
+            };
+            if lost || self.inner.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(lease_clock::timer(valid_until)) => {
+                    if lease_clock::now() >= rx.borrow().valid_until { return; }
+                }
+                changed = rx.changed() => if changed.is_err() { return; },
+            }
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> Error {
+        let reason = match &self.inner.lease.borrow().lost {
+            Some(r) => r.clone(),
+            None if self.inner.closed.load(Ordering::SeqCst) => "closed by this client".into(),
+            None => "its lease ran out before a keep-alive was acknowledged".into(),
+        };
+        Error::SessionLost {
+            session: self.inner.id.0,
+            reason,
+        }
+    }
+
+    /// A new owner id within this session (each [`Lock`] handle is one).
+    pub(crate) fn next_owner(&self) -> u64 {
+        self.inner.next_owner.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub(crate) fn next_request(&self) -> u64 {
+        self.inner.next_request.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A handle on the lock `name` for a new owner in this session:
+    /// exclusive, no lease, no lock-delay until configured.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// End the session now: its locks are released at once (no lock-delay)
+    /// and its waits cancelled.
+    pub async fn close(&self) -> Result<(), Error> {
+        if let Some(w) = self
+            .inner
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            w.abort();
+        }
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let session = self.inner.id;
+        match self
+            .inner
+            .client
+            .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // A retried close, or the leader expired it first: ended either way.
+            Err(Error::Refused(CommandError::SessionEnded { .. })) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.id.0)
+            .field("ttl", &self.inner.ttl)
+            .field("live", &self.is_live())
+            .finish()
+    }
+}

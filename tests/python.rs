@@ -1,0 +1,183 @@
+//! The gRPC API from another language: tests/python/latchkey_client_test.py
+//! and examples/python/lock_example.py, run with Python's grpcio against a
+//! real three-process cluster.
+//!
+//! Ignored by a plain `cargo test` (it needs a Python environment):
+//! `cargo xtask test` runs it with LATCHKEY_PYTHON naming the python of a
+//! virtualenv holding grpcio, grpcio-tools and grpcio-reflection. By hand:
+//! `LATCHKEY_PYTHON=/path/to/venv/bin/python cargo test -p latchkey --test
+//! python -- --ignored --nocapture`.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use support::{Cluster, LEADER_WAIT};
+
+/// Bound on the test script (about 20 s on an idle machine).
+const SCRIPT_LIMIT: Duration = Duration::from_secs(180);
+/// Bound on the example (a few seconds).
+const EXAMPLE_LIMIT: Duration = Duration::from_secs(60);
+/// Bound on generating the stubs.
+const PROTOC_LIMIT: Duration = Duration::from_secs(60);
+
+/// The whole body: the script, the example and the wait for a leader.
+const BODY_LIMIT: Duration = Duration::from_secs(300);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with grpcio: run it via `cargo xtask test`"]
+async fn python_client_and_example() {
+    let Some(python) = std::env::var_os("LATCHKEY_PYTHON").filter(|p| !p.is_empty()) else {
+        panic!(
+            "LATCHKEY_PYTHON is not set: run this test via `cargo xtask test`, which makes a \
+             virtualenv with grpcio, grpcio-tools and grpcio-reflection and sets it; or set \
+             LATCHKEY_PYTHON to such a python yourself"
+        );
+    };
+    let work = tempfile::Builder::new()
+        .prefix("latchkey-python-")
+        .tempdir()
+        .expect("create a temporary directory");
+    let stubs = work.path().join("stubs");
+    generate_stubs(&python, &stubs, work.path())
+        .await
+        .unwrap_or_else(|e| panic!("generating the Python stubs failed: {e:#}"));
+
+    let mut c = Cluster::start("python", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome =
+        tokio::time::timeout(BODY_LIMIT, body(&mut c, &python, &stubs, work.path())).await;
+    c.finish(outcome, BODY_LIMIT);
+}
+
+async fn body(c: &mut Cluster, python: &OsString, stubs: &Path, work: &Path) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let endpoints = c.endpoints_arg();
+    let root = repo_root();
+
+    let script = root.join("tests/python/latchkey_client_test.py");
+    let mut args: Vec<OsString> = vec![script.into(), "--stubs".into(), stubs.into()];
+    args.push(endpoints.clone().into());
+    run_python(
+        "latchkey_client_test.py",
+        python,
+        &args,
+        stubs,
+        SCRIPT_LIMIT,
+        &work.join("client_test.log"),
+    )
+    .await?;
+
+    let example = root.join("examples/python/lock_example.py");
+    let out = run_python(
+        "lock_example.py",
+        python,
+        &[example.into(), endpoints.into()],
+        stubs,
+        EXAMPLE_LIMIT,
+        &work.join("lock_example.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("released and closed"),
+        "lock_example.py exited 0 without finishing:\n{out}"
+    );
+    c.assert_all_alive()
+}
+
+/// `python -m grpc_tools.protoc` for proto/latchkey.proto into `out`.
+async fn generate_stubs(python: &OsString, out: &Path, work: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let proto = repo_root().join("proto");
+    let mut python_out = OsString::from("--python_out=");
+    python_out.push(out);
+    let mut grpc_out = OsString::from("--grpc_python_out=");
+    grpc_out.push(out);
+    let mut include = OsString::from("-I");
+    include.push(&proto);
+    let args: Vec<OsString> = vec![
+        "-m".into(),
+        "grpc_tools.protoc".into(),
+        include,
+        python_out,
+        grpc_out,
+        proto.join("latchkey.proto").into(),
+    ];
+    run_python(
+        "grpc_tools.protoc",
+        python,
+        &args,
+        out,
+        PROTOC_LIMIT,
+        &work.join("protoc.log"),
+    )
+    .await?;
+    for stub in ["latchkey_pb2.py", "latchkey_pb2_grpc.py"] {
+        anyhow::ensure!(
+            out.join(stub).is_file(),
+            "grpc_tools.protoc made no {stub} in {}",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Run `python args...` (stubs on PYTHONPATH, unbuffered), its stdout and
+/// stderr together in `log`; killed after `limit`. Prints the output, and
+/// fails with it on a non-zero exit. Returns the output.
+async fn run_python(
+    what: &str,
+    python: &OsString,
+    args: &[OsString],
+    stubs: &Path,
+    limit: Duration,
+    log: &Path,
+) -> Result<String> {
+    let file = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+    let file2 = file.try_clone().context("clone a file handle")?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(python)
+        .arg("-u")
+        .args(args)
+        .env("PYTHONPATH", stubs)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LATCHKEY_ENDPOINTS")
+        .env_remove("LATCHKEY_PY_STUBS")
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(file2)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("start {} for {what}", Path::new(python).display()))?;
+    let waited = tokio::time::timeout(limit, child.wait()).await;
+    let output = || std::fs::read_to_string(log).unwrap_or_else(|e| format!("(no output: {e})"));
+    let status = match waited {
+        Ok(status) => status.with_context(|| format!("wait for {what}"))?,
+        Err(_) => {
+            let _ = child.kill().await;
+            bail!(
+                "{what} did not finish within {limit:?} and was killed; its output:\n{}",
+                output()
+            );
+        }
+    };
+    let text = output();
+    eprintln!(
+        "----- {what}: {status} after {:.1} s -----\n{text}",
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        bail!("{what} failed ({status}); its output:\n{text}");
+    }
+    Ok(text)
+}
