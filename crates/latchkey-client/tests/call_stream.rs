@@ -8,6 +8,8 @@
 //! The tests that race requests collect every task's call before the
 //! replica answers any.
 
+mod fake;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,16 +20,15 @@ use latchkey_client::{Client, ClientOptions, Error};
 use latchkey_core::lock::LockCommand;
 use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo};
 use latchkey_core::{Command, Outcome, Query};
-use latchkey_proto::v1::kv_server::{Kv, KvServer};
-use latchkey_proto::v1::lock_server::{Lock, LockServer};
-use latchkey_proto::v1::pipeline_server::{Pipeline, PipelineServer};
+use latchkey_proto::v1::kv_server::Kv;
+use latchkey_proto::v1::lock_server::Lock;
+use latchkey_proto::v1::pipeline_server::Pipeline;
 use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, Call, CallFrame, CallReplies, CallReply,
     GetReply, GetRequest, KeepAliveRequest, PutReply, PutRequest, SessionReply,
 };
 use latchkey_proto::{wire, Operation};
 use tokio::sync::mpsc;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -272,18 +273,12 @@ impl Lock for FakeLock {
 async fn serve(
     script: Arc<Script>,
 ) -> Result<(String, tokio::task::JoinHandle<()>), std::io::Error> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = tonic::transport::Server::builder()
-        .add_service(PipelineServer::new(FakePipeline(script.clone())))
-        .add_service(KvServer::new(FakeKv(script.clone())))
-        .add_service(LockServer::new(FakeLock(script)))
-        .serve_with_incoming(incoming);
-    let handle = tokio::spawn(async move {
-        let _ = server.await;
-    });
-    Ok((addr, handle))
+    fake::serve(
+        FakePipeline(script.clone()),
+        FakeKv(script.clone()),
+        FakeLock(script),
+    )
+    .await
 }
 
 fn stream_options() -> ClientOptions {

@@ -26,6 +26,8 @@
 //! client's send to the replica's receipt, a few milliseconds on loopback
 //! once the connection is up, which each test makes sure of first).
 
+mod fake;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,9 +38,9 @@ use latchkey_core::lock::{
     LockCommand, LockMode, LockOutcome, Sequencer, SessionId, SessionInfo, Token,
 };
 use latchkey_core::{Command, Outcome};
-use latchkey_proto::v1::kv_server::{Kv, KvServer};
-use latchkey_proto::v1::lock_server::{Lock, LockServer};
-use latchkey_proto::v1::pipeline_server::{Pipeline, PipelineServer};
+use latchkey_proto::v1::kv_server::Kv;
+use latchkey_proto::v1::lock_server::Lock;
+use latchkey_proto::v1::pipeline_server::Pipeline;
 use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, AcquireReply, AcquireRequest, CallFrame,
     CallReplies, CallReply, CloseSessionReply, CloseSessionRequest, KeepAliveRequest,
@@ -46,7 +48,6 @@ use latchkey_proto::v1::{
 };
 use latchkey_proto::{wire, Operation};
 use tokio::sync::mpsc;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The session's TTL.
@@ -349,18 +350,12 @@ impl Lock for FakeLock {
 async fn serve(
     script: Arc<Script>,
 ) -> Result<(String, tokio::task::JoinHandle<()>), std::io::Error> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = tonic::transport::Server::builder()
-        .add_service(PipelineServer::new(FakePipeline(script.clone())))
-        .add_service(KvServer::new(FakeKv(script.clone())))
-        .add_service(LockServer::new(FakeLock(script)))
-        .serve_with_incoming(incoming);
-    let handle = tokio::spawn(async move {
-        let _ = server.await;
-    });
-    Ok((addr, handle))
+    fake::serve(
+        FakePipeline(script.clone()),
+        FakeKv(script.clone()),
+        FakeLock(script),
+    )
+    .await
 }
 
 /// How the client reaches the replica.
