@@ -37,13 +37,25 @@ impl ProcessCluster {
         drop(holders);
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let members = latchkey::initial_members_arg(&addrs);
+        let dir = tempfile::tempdir()?;
+        // The replicas authenticate each other with a shared secret, as a
+        // deployment should (README, "Securing a cluster").
+        let secret = dir.path().join("cluster.secret");
+        std::fs::write(&secret, "latchkey-example-cluster-secret\n")?;
+        let serve_args = [
+            "--cluster-secret-file".to_string(),
+            secret.display().to_string(),
+        ]
+        .into_iter()
+        .chain(serve_args)
+        .collect();
         let mut cluster = ProcessCluster {
             addrs,
             children: Vec::new(),
             bin: bin.to_string(),
             members,
             serve_args,
-            dir: tempfile::tempdir()?,
+            dir,
         };
         for i in 0..3 {
             let child = cluster.spawn(i)?;

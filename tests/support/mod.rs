@@ -143,6 +143,11 @@ impl Cluster {
             .map(|(id, s)| format!("{id}={}", s.addr))
             .collect::<Vec<_>>()
             .join(",");
+        // Every process cluster authenticates its peers, as a deployment
+        // should.
+        let secret = dir.path().join("cluster.secret");
+        std::fs::write(&secret, "latchkey-process-test-secret-0001\n")
+            .context("write the cluster secret")?;
         let admin = Client::with_options(
             specs.values().map(|s| s.addr.clone()),
             client_options()
@@ -155,7 +160,13 @@ impl Cluster {
             dir: Some(dir),
             specs,
             members_arg,
-            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            extra_args: [
+                "--cluster-secret-file".to_string(),
+                secret.display().to_string(),
+            ]
+            .into_iter()
+            .chain(extra_args.iter().map(|a| a.to_string()))
+            .collect(),
             children: BTreeMap::new(),
             stopped: BTreeSet::new(),
             admin,

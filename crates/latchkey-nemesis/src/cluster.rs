@@ -65,6 +65,8 @@ pub struct LateExit {
 pub struct Cluster {
     server_bin: PathBuf,
     members: String,
+    /// The cluster secret file every replica is started with.
+    secret: PathBuf,
     replicas: Vec<Replica>,
     status: Client,
     /// Declared last: dropped after the replicas are killed.
@@ -126,9 +128,15 @@ impl Cluster {
             })
             .collect();
         std::fs::create_dir_all(dir.join("logs")).map_err(Error::io("create logs/"))?;
+        // The replicas authenticate each other (README, "Securing a
+        // cluster"): the soak runs as a deployment should.
+        let secret = dir.join("cluster.secret");
+        std::fs::write(&secret, "latchkey-nemesis-cluster-secret\n")
+            .map_err(Error::io("write the cluster secret"))?;
         let mut cluster = Cluster {
             server_bin: server_bin.to_path_buf(),
             members,
+            secret,
             replicas,
             status,
             net,
@@ -178,6 +186,8 @@ impl Cluster {
             .arg(SNAPSHOT_EVERY)
             .arg("--keep-after-snapshot")
             .arg(KEEP_AFTER_SNAPSHOT)
+            .arg("--cluster-secret-file")
+            .arg(&self.secret)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log)

@@ -35,7 +35,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::{IdentifyReply, IdentifyRequest};
 use latchkey_storage::Member;
 use openraft::error::{InitializeError, RaftError};
@@ -79,7 +78,8 @@ async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
         from_id: replica.id(),
         from_incarnation: replica.incarnation(),
     };
-    let reply = tokio::time::timeout(ASK_TIMEOUT, RaftClient::new(channel).identify(request)).await;
+    let reply =
+        tokio::time::timeout(ASK_TIMEOUT, replica.peer_client(channel).identify(request)).await;
     let Ok(Ok(reply)) = reply else {
         return Answer::Nothing;
     };

@@ -18,7 +18,6 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::IdentifyRequest;
 use latchkey_proto::ReplicaFailure;
 use latchkey_storage::Member;
@@ -62,20 +61,23 @@ async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, Replica
         from_id: replica.id(),
         from_incarnation: replica.incarnation(),
     };
-    let reply = tokio::time::timeout(IDENTIFY_TIMEOUT, RaftClient::new(channel).identify(request))
-        .await
-        .map_err(|_| {
-            ReplicaFailure::Unavailable(format!(
-                "no answer from {addr} within {IDENTIFY_TIMEOUT:?}: start node {id} there first"
-            ))
-        })?
-        .map_err(|s| {
-            ReplicaFailure::Unavailable(format!(
-                "cannot ask {addr} who it is (start node {id} there first): {}",
-                s.message()
-            ))
-        })?
-        .into_inner();
+    let reply = tokio::time::timeout(
+        IDENTIFY_TIMEOUT,
+        replica.peer_client(channel).identify(request),
+    )
+    .await
+    .map_err(|_| {
+        ReplicaFailure::Unavailable(format!(
+            "no answer from {addr} within {IDENTIFY_TIMEOUT:?}: start node {id} there first"
+        ))
+    })?
+    .map_err(|s| {
+        ReplicaFailure::Unavailable(format!(
+            "cannot ask {addr} who it is (start node {id} there first): {}",
+            s.message()
+        ))
+    })?
+    .into_inner();
     if reply.node_id != id {
         return Err(ReplicaFailure::InvalidArgument(format!(
             "the replica at {addr} is node {}, not node {id}",

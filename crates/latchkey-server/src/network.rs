@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use latchkey_core::codec;
-use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::RaftMessage;
 use latchkey_storage::Member;
 use latchkey_storage::{DurableLog, TypeConfig};
@@ -44,7 +43,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::MAX_MESSAGE_BYTES;
+use crate::peer_auth::{peer_client, ClusterSecret, PeerClient, SharedSecret};
 
 /// Above this encoded size an AppendEntries with several entries is split.
 const SPLIT_ABOVE_BYTES: usize = 16 * 1024 * 1024;
@@ -78,19 +77,32 @@ pub struct PeerNetwork {
     /// capped at it (see `latchkey_storage::durable`). `None` only in tests
     /// of the network alone.
     durable: Option<DurableLog>,
+    /// Sent with every peer call (see [`crate::peer_auth`]).
+    secret: SharedSecret,
 }
 
 impl PeerNetwork {
     /// A network whose AppendEntries tell followers no commit index beyond
     /// what `durable` (the local log) holds on disk. Required when the log
     /// store acknowledges a leader's appends before syncing them.
-    pub fn new(me: u64, my_incarnation: u64, durable: DurableLog) -> Self {
+    pub fn new(
+        me: u64,
+        my_incarnation: u64,
+        durable: DurableLog,
+        secret: Option<ClusterSecret>,
+    ) -> Self {
         PeerNetwork {
             durable: Some(durable),
             me,
             my_incarnation,
+            secret: Arc::new(secret),
             ..PeerNetwork::default()
         }
+    }
+
+    /// A Raft client on `channel` whose calls carry the cluster secret.
+    pub(crate) fn client(&self, channel: Channel) -> PeerClient {
+        peer_client(channel, self.secret.as_ref().clone())
     }
 
     fn peer(&self, target: u64, node: &Member) -> Arc<Peer> {
@@ -106,6 +118,7 @@ impl PeerNetwork {
             my_incarnation: self.my_incarnation,
             channel: latchkey_proto::channel(&node.addr, crate::PEER_CONNECT_TIMEOUT)
                 .map_err(|e| e.to_string()),
+            secret: Arc::clone(&self.secret),
             idle: Mutex::new(Vec::new()),
             matched: Mutex::new(None),
             problem: Mutex::new(None),
@@ -182,6 +195,7 @@ struct Peer {
     me: u64,
     my_incarnation: u64,
     channel: Result<Channel, String>,
+    secret: SharedSecret,
     idle: Mutex<Vec<AppendStream>>,
     /// The highest log id the peer acknowledged, under which leader vote.
     matched: Mutex<Option<(Vote<u64>, LogId<u64>)>>,
@@ -299,11 +313,9 @@ impl Peer {
         Some(why)
     }
 
-    fn client(&self) -> Result<RaftClient<Channel>, Unreachable> {
+    fn client(&self) -> Result<PeerClient, Unreachable> {
         match &self.channel {
-            Ok(c) => Ok(RaftClient::new(c.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)),
+            Ok(c) => Ok(peer_client(c.clone(), self.secret.as_ref().clone())),
             Err(e) => Err(Unreachable::new(&LinkError(format!(
                 "bad address for node {}: {e}",
                 self.target
@@ -902,7 +914,7 @@ mod tests {
         log.blocking_append(entries).await?;
         let peer = Arc::new(FakePeer::default());
         let addr = serve(Arc::clone(&peer)).await?;
-        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable())
+        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), None)
             .new_client(2, &Member::new(addr.to_string(), 0))
             .await;
         for commit in [Some(2), Some(3), Some(5), None] {

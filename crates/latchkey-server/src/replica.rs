@@ -128,6 +128,15 @@ impl Replica {
         }
     }
 
+    /// A Raft client to a peer on `channel`, its calls carrying the
+    /// cluster secret.
+    pub(crate) fn peer_client(
+        &self,
+        channel: tonic::transport::Channel,
+    ) -> crate::peer_auth::PeerClient {
+        self.peers.client(channel)
+    }
+
     /// The openraft handle.
     pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft

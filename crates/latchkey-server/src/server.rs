@@ -24,7 +24,8 @@ use crate::locks::LockShared;
 use crate::network::PeerNetwork;
 use crate::replica::Replica;
 use crate::services::{AdminService, KvService, LockService, PipelineService, RaftService};
-use crate::{NodeError, RaftSettings, MAX_MESSAGE_BYTES};
+use crate::{ClusterSecret, NodeError, RaftSettings, MAX_MESSAGE_BYTES};
+use tonic::service::interceptor::InterceptedService;
 
 /// Configures and starts a [`Server`].
 ///
@@ -50,9 +51,18 @@ pub struct ServerBuilder {
     cluster_state: ClusterState,
     raft: RaftSettings,
     storage: StorageOptions,
+    secret: Option<ClusterSecret>,
 }
 
 impl ServerBuilder {
+    /// The secret every replica of the cluster shares: peer calls carry it,
+    /// and calls without it are refused (see [`ClusterSecret`]). Without
+    /// one, peer calls are not authenticated (a warning says so at start).
+    pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
     /// Listen for peers and clients on `addr`.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = Some(addr);
@@ -169,7 +179,13 @@ impl ServerBuilder {
         let sentinel = log_store.mark_path();
         // Always capped: the cap is a no-op unless the leader acknowledged
         // its own appends before syncing them.
-        let network = PeerNetwork::new(id, incarnation, log_store.durable());
+        if self.secret.is_none() {
+            tracing::warn!(
+                "no cluster secret: Raft calls from anyone who can reach this port are \
+                 accepted; give every replica the same --cluster-secret-file"
+            );
+        }
+        let network = PeerNetwork::new(id, incarnation, log_store.durable(), self.secret.clone());
         let reader = state_machine.reader();
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
@@ -223,14 +239,15 @@ impl ServerBuilder {
         let (streams_stop, streams_stopped) = watch::channel(false);
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            .add_service(
+            .add_service(InterceptedService::new(
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
                     stopping: streams_stopped.clone(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
+                crate::peer_auth::Check(self.secret.clone()),
+            ))
             .add_service(
                 KvServer::new(KvService {
                     replica: replica.clone(),
@@ -364,6 +381,7 @@ impl Server {
             cluster_state: ClusterState::New,
             raft: RaftSettings::default(),
             storage: StorageOptions::default(),
+            secret: None,
         }
     }
 

@@ -62,6 +62,33 @@ fn check_addressee(replica: &Replica, message: &RaftMessage) -> Result<(), Statu
     Ok(())
 }
 
+/// Refuse a Raft message whose sender is not a member (voter or learner) of
+/// this replica's membership with the incarnation the membership records: a
+/// forged message from a made-up node, or from a wiped replica that is not
+/// the member it was. A replica that holds no membership yet (new, waiting
+/// to be added) accepts any sender; the cluster secret still applies.
+///
+/// A leader that removed itself from the membership is refused by the
+/// followers that hold the removal; they elect a new leader among the
+/// members, which is what the removal asked for.
+fn check_sender(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
+    if !replica.has_membership() {
+        return Ok(());
+    }
+    match replica.knows(message.from_id, message.from_incarnation) {
+        Some(true) => Ok(()),
+        Some(false) => Err(Status::failed_precondition(format!(
+            "node {} incarnation {} is not the member this replica knows by that id \
+             (its data directory was wiped or replaced)",
+            message.from_id, message.from_incarnation
+        ))),
+        None => Err(Status::permission_denied(format!(
+            "node {} is not a member of this replica's cluster",
+            message.from_id
+        ))),
+    }
+}
+
 /// A reply message carrying `payload`.
 fn raft_reply(payload: Vec<u8>) -> RaftMessage {
     RaftMessage {
@@ -73,6 +100,7 @@ fn raft_reply(payload: Vec<u8>) -> RaftMessage {
 /// Answer one AppendEntries message of a stream.
 async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
     check_addressee(replica, message)?;
+    check_sender(replica, message)?;
     let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
     let result = replica.raft().append_entries(rpc).await;
     Ok(raft_reply(encode_or_status(&result)?))
@@ -127,16 +155,7 @@ impl RaftRpc for RaftService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
-        if self
-            .replica
-            .knows(message.from_id, message.from_incarnation)
-            == Some(false)
-        {
-            return Err(Status::failed_precondition(format!(
-                "candidate node {} incarnation {} is not the member this replica knows by that id",
-                message.from_id, message.from_incarnation
-            )));
-        }
+        check_sender(&self.replica, &message)?;
         let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().vote(rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
@@ -148,6 +167,7 @@ impl RaftRpc for RaftService {
     ) -> Result<Response<RaftMessage>, Status> {
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
+        check_sender(&self.replica, &message)?;
         let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().install_snapshot(rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use latchkey::{
-    Client, ClientOptions, ClusterState, Consistency, Error, LockMode, Node, RaftSettings,
-    ScanRange, Sequencer,
+    Client, ClientOptions, ClusterSecret, ClusterState, Consistency, Error, LockMode, Node,
+    RaftSettings, ScanRange, Sequencer,
 };
 
 /// latchkey: an embedded replicated KV store with a lock service.
@@ -184,6 +184,12 @@ struct Serve {
     /// be added with `latchkey members add`.
     #[arg(long, value_enum, default_value = "new")]
     initial_cluster_state: InitialClusterState,
+    /// A file holding the secret every replica of the cluster shares (16 to
+    /// 256 visible ASCII characters, e.g. `head -c 32 /dev/urandom |
+    /// base64`): Raft calls without it are refused. Without it, anyone who
+    /// can reach the port can send Raft calls (a warning says so).
+    #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -601,6 +607,10 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
         .raft_settings(settings);
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());
+    }
+    if let Some(path) = &s.cluster_secret_file {
+        let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
+        builder = builder.cluster_secret(secret);
     }
     let node = builder
         .start()

@@ -47,7 +47,9 @@ pub use latchkey_client::{
     MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
-pub use latchkey_server::{ClusterState, Condition, NodeError, RaftSettings, StorageOptions};
+pub use latchkey_server::{
+    ClusterSecret, ClusterState, Condition, NodeError, RaftSettings, StorageOptions,
+};
 pub use node::{Node, NodeBuilder};
 
 mod node;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use latchkey_client::{Client, ClientOptions, NodeStatus};
 use latchkey_server::{
-    ClusterState, NodeError, RaftSettings, Server, ServerBuilder, StorageOptions,
+    ClusterSecret, ClusterState, NodeError, RaftSettings, Server, ServerBuilder, StorageOptions,
 };
 
 /// Configures and starts a [`Node`].
@@ -81,6 +81,13 @@ impl NodeBuilder {
     /// [`ServerBuilder::initial_cluster_state`]).
     pub fn initial_cluster_state(mut self, state: ClusterState) -> Self {
         self.server = self.server.initial_cluster_state(state);
+        self
+    }
+
+    /// The secret every replica of the cluster shares (see
+    /// [`ClusterSecret`]): peer calls without it are refused.
+    pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
+        self.server = self.server.cluster_secret(secret);
         self
     }
 

@@ -315,11 +315,14 @@ fn stale_append(
     })
 }
 
-/// An empty Raft message addressed to `node` as it is.
+/// An empty Raft message addressed to `node` as it is, from `node` itself
+/// (a member, so the message gets past the sender check).
 fn addressed_to(node: &Node) -> latchkey_proto::v1::RaftMessage {
     latchkey_proto::v1::RaftMessage {
         to_id: node.id(),
         to_incarnation: node.incarnation(),
+        from_id: node.id(),
+        from_incarnation: node.incarnation(),
         ..Default::default()
     }
 }
@@ -329,7 +332,6 @@ fn addressed_to(node: &Node) -> latchkey_proto::v1::RaftMessage {
 /// stream, and the replica keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message() -> TestResult {
-    use latchkey_proto::v1::raft_client::RaftClient;
     use latchkey_proto::v1::RaftMessage;
     use openraft::error::RaftError;
     use openraft::raft::AppendEntriesResponse;
@@ -338,7 +340,7 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
         let dir = tempfile::tempdir()?;
         let (nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let mut raft = RaftClient::connect(format!("http://{}", members[0].1)).await?;
+        let mut raft = common::raft_client(&members[0].1, Some(common::SECRET)).await?;
         // A request from a stale leader: the replica answers each one with
         // its higher vote.
         let good = stale_append(&nodes[&1])?;
@@ -381,7 +383,6 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_streams() -> TestResult {
     use latchkey_proto::v1::pipeline_client::PipelineClient;
-    use latchkey_proto::v1::raft_client::RaftClient;
     use tokio_stream::wrappers::ReceiverStream;
 
     tokio::time::timeout(LIMIT, async {
@@ -389,7 +390,7 @@ async fn shutdown_ends_open_streams() -> TestResult {
         let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let addr = format!("http://{}", members[0].1);
-        let mut raft = RaftClient::connect(addr.clone()).await?;
+        let mut raft = common::raft_client(&members[0].1, Some(common::SECRET)).await?;
         let (requests, outgoing) = tokio::sync::mpsc::channel(1);
         let mut replies = raft
             .append_entries_stream(ReceiverStream::new(outgoing))

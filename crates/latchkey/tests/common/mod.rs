@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::Path;
 
-use latchkey::{Node, RaftSettings};
+use latchkey::{ClusterSecret, Node, RaftSettings};
 
 pub fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
     (1..=n)
@@ -21,6 +21,17 @@ pub fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64
         .iter()
         .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
         .collect()
+}
+
+/// The cluster secret every in-process test cluster runs with, so every
+/// test also exercises peer authentication.
+pub const SECRET: &str = "latchkey-test-cluster-secret-0001";
+
+pub fn secret() -> ClusterSecret {
+    match ClusterSecret::new(SECRET) {
+        Ok(s) => s,
+        Err(e) => panic!("the test secret is invalid: {e}"),
+    }
 }
 
 pub fn settings() -> RaftSettings {
@@ -40,6 +51,7 @@ pub async fn start(
         .data_dir(dir.join(format!("node-{id}")))
         .initial_members(members.iter().cloned())
         .raft_settings(settings())
+        .cluster_secret(secret())
         .start()
         .await?)
 }
@@ -57,4 +69,46 @@ pub async fn start_cluster(
         nodes.insert(id, start(id, l, dir, &members).await?);
     }
     Ok((nodes, members))
+}
+
+/// Puts a cluster secret (or none) on every call: a test's stand-in for a
+/// peer, or for a stranger.
+#[derive(Clone)]
+pub struct SecretHeader(pub Option<&'static str>);
+
+impl tonic::service::Interceptor for SecretHeader {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(secret) = self.0 {
+            let value = secret
+                .parse()
+                .map_err(|_| tonic::Status::internal("a test secret that is not a header value"))?;
+            request
+                .metadata_mut()
+                .insert(latchkey_server::PEER_SECRET_HEADER, value);
+        }
+        Ok(request)
+    }
+}
+
+/// A Raft client calling `addr` with `secret` (`Some(SECRET)`: as a peer).
+pub type RaftCaller = latchkey_proto::v1::raft_client::RaftClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, SecretHeader>,
+>;
+
+pub async fn raft_client(
+    addr: &str,
+    secret: Option<&'static str>,
+) -> Result<RaftCaller, Box<dyn std::error::Error>> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(
+        latchkey_proto::v1::raft_client::RaftClient::with_interceptor(
+            channel,
+            SecretHeader(secret),
+        ),
+    )
 }

@@ -1,0 +1,208 @@
+//! A stranger on the network: forged Raft calls against a running cluster.
+//!
+//! The cluster runs with a cluster secret (every in-process test cluster
+//! does, see `common`). From a connection that is not a peer, forged Vote
+//! (a higher term, which would make the leader step down), AppendEntries (a
+//! higher term with a log entry, which would install a fake leader and write
+//! to the log) and InstallSnapshot calls are refused:
+//! - without the secret, or with a wrong one: UNAUTHENTICATED, before the
+//!   message is read;
+//! - with the right secret but from a node id the membership does not hold:
+//!   PERMISSION_DENIED.
+//!
+//! Afterwards every replica has the same leader, the same term and the same
+//! last log index as before, and the cluster serves. Each guard is tested on
+//! its own: removing the secret check lets the first group through to the
+//! member check (different code); removing the member check lets the second
+//! group's higher term through, and the term assertion fails.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use latchkey::{Node, NodeStatus};
+use latchkey_proto::v1::RaftMessage;
+use latchkey_storage::TypeConfig;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership, Vote};
+
+mod common;
+
+use common::{raft_client, start_cluster, SECRET};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A node id no member has.
+const STRANGER: u64 = 9;
+
+fn to(node: &Node, payload: Vec<u8>) -> RaftMessage {
+    RaftMessage {
+        payload: payload.into(),
+        to_id: node.id(),
+        to_incarnation: node.incarnation(),
+        from_id: STRANGER,
+        from_incarnation: 1,
+    }
+}
+
+/// The forged calls' payloads, each claiming a term far above the
+/// cluster's.
+struct Forged {
+    vote: Vec<u8>,
+    append: Vec<u8>,
+    snapshot: Vec<u8>,
+}
+
+fn forged(term: u64, last_index: u64) -> Result<Forged, Box<dyn std::error::Error>> {
+    let high = term + 100;
+    let log_id = LogId::new(CommittedLeaderId::new(high, STRANGER), last_index + 10);
+    let vote = VoteRequest::<u64> {
+        vote: Vote::new(high, STRANGER),
+        last_log_id: Some(log_id),
+    };
+    let append = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(high, STRANGER),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: Some(log_id),
+    };
+    let snapshot = InstallSnapshotRequest::<TypeConfig> {
+        vote: Vote::new_committed(high, STRANGER),
+        meta: SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "forged".into(),
+        },
+        offset: 0,
+        data: b"not a snapshot".to_vec(),
+        done: true,
+    };
+    Ok(Forged {
+        vote: latchkey_core::codec::encode(&vote)?,
+        append: latchkey_core::codec::encode(&append)?,
+        snapshot: latchkey_core::codec::encode(&snapshot)?,
+    })
+}
+
+/// Send every forged call to `node` with `secret`; each must fail with
+/// `code`.
+async fn attack(
+    node: &Node,
+    addr: &str,
+    secret: Option<&'static str>,
+    forged: &Forged,
+    code: tonic::Code,
+) -> TestResult {
+    let what = format!("node {} with secret {secret:?}", node.id());
+    let mut raft = raft_client(addr, secret).await?;
+    let vote = raft.vote(to(node, forged.vote.clone())).await;
+    match vote {
+        Err(status) => assert_eq!(status.code(), code, "{what}: vote: {status}"),
+        Ok(reply) => return Err(format!("{what}: a forged vote was answered: {reply:?}").into()),
+    }
+    let stream = raft
+        .append_entries_stream(tokio_stream::iter([to(node, forged.append.clone())]))
+        .await;
+    let appended = match stream {
+        Ok(replies) => replies.into_inner().message().await,
+        Err(status) => Err(status),
+    };
+    match appended {
+        Err(status) => assert_eq!(status.code(), code, "{what}: append: {status}"),
+        Ok(reply) => return Err(format!("{what}: a forged append was answered: {reply:?}").into()),
+    }
+    let snapshot = raft
+        .install_snapshot(to(node, forged.snapshot.clone()))
+        .await;
+    match snapshot {
+        Err(status) => assert_eq!(status.code(), code, "{what}: snapshot: {status}"),
+        Ok(reply) => {
+            return Err(format!("{what}: a forged snapshot was answered: {reply:?}").into())
+        }
+    }
+    if code == tonic::Code::Unauthenticated {
+        // Not even who a replica is may be asked without the secret.
+        let identify = raft
+            .identify(latchkey_proto::v1::IdentifyRequest {
+                from_id: STRANGER,
+                from_incarnation: 1,
+            })
+            .await;
+        match identify {
+            Err(status) => assert_eq!(status.code(), code, "{what}: identify: {status}"),
+            Ok(reply) => return Err(format!("{what}: identify answered: {reply:?}").into()),
+        }
+    }
+    Ok(())
+}
+
+/// Leader, term and last log index of every node.
+fn view(statuses: &BTreeMap<u64, NodeStatus>) -> BTreeMap<u64, (Option<u64>, u64, u64)> {
+    statuses
+        .iter()
+        .map(|(id, s)| (*id, (s.leader_id, s.term, s.last_log_index)))
+        .collect()
+}
+
+async fn statuses(nodes: &BTreeMap<u64, Node>) -> BTreeMap<u64, NodeStatus> {
+    nodes.iter().map(|(id, n)| (*id, n.status())).collect()
+}
+
+/// Every node agrees on a leader and has applied everything in its log.
+async fn settled(nodes: &BTreeMap<u64, Node>) -> BTreeMap<u64, NodeStatus> {
+    loop {
+        let all = statuses(nodes).await;
+        let leaders: Vec<Option<u64>> = all.values().map(|s| s.leader_id).collect();
+        let index: Vec<u64> = all.values().map(|s| s.last_log_index).collect();
+        let applied = all.values().all(|s| s.last_applied == s.last_log_index);
+        if leaders.iter().all(|l| l.is_some() && *l == leaders[0])
+            && index.iter().all(|i| *i == index[0])
+            && applied
+        {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let client = nodes[&leader].client();
+        client.put("before", "v").await?;
+        let before = settled(&nodes).await;
+        let any = before.values().next().ok_or("no status")?;
+        let forged = forged(any.term, any.last_log_index)?;
+
+        for (id, addr) in &members {
+            let node = &nodes[id];
+            attack(node, addr, None, &forged, tonic::Code::Unauthenticated).await?;
+            let wrong = Some("latchkey-not-the-cluster-secret");
+            attack(node, addr, wrong, &forged, tonic::Code::Unauthenticated).await?;
+            attack(
+                node,
+                addr,
+                Some(SECRET),
+                &forged,
+                tonic::Code::PermissionDenied,
+            )
+            .await?;
+        }
+
+        // Nothing moved: same leader, term and log everywhere, and the
+        // cluster serves.
+        let after = view(&statuses(&nodes).await);
+        assert_eq!(after, view(&before), "the forged calls changed the cluster");
+        client.put("after", "v").await?;
+        assert_eq!(client.get("before").await?, Some(b"v".to_vec()));
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
