@@ -141,6 +141,23 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
             kv.put(put(b"", b"v")).await,
             put_error,
         )?;
+        // Far over any command's size: refused from the gRPC length prefix,
+        // before the message is read or decoded.
+        let huge = vec![b'h'; limits::MAX_COMMAND_BYTES + 2 * 1024 * 1024];
+        match kv.put(put(b"huge", &huge)).await {
+            Err(status) => {
+                ensure!(
+                    status.code() == tonic::Code::OutOfRange
+                        && status.message().contains("too large"),
+                    "a {} MiB put to node {id}: {status:?}",
+                    huge.len() >> 20
+                );
+            }
+            Ok(reply) => bail!(
+                "a {} MiB put to node {id} was answered: {reply:?}",
+                huge.len() >> 20
+            ),
+        }
         for stale in [false, true] {
             expect_invalid_reply(
                 &format!("oversized key read (stale {stale}) to node {id}"),

@@ -35,7 +35,9 @@ use futures::Stream;
 use latchkey_proto::v1::{
     call::Request as Req, pipeline_client::PipelineClient, Call, CallFrame, CallReplies,
 };
-use latchkey_proto::{MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, STOPPED_AFTER_ANSWERING};
+use latchkey_proto::{
+    MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STOPPED_AFTER_ANSWERING,
+};
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
@@ -45,9 +47,10 @@ use crate::router::Attempt;
 use crate::transport::{decode, Answer};
 use crate::ReplicaFailure;
 
-/// Most request bytes the client puts in one frame (a single larger call
-/// still goes, alone); far below the 64 MiB message limit.
-pub(crate) const FRAME_BYTES: usize = 8 * 1024 * 1024;
+/// Most bytes the client puts in one frame: what a replica accepts
+/// ([`MAX_REQUEST_BYTES`]). Every call the client sends passed
+/// `validate_command`/`validate_query`, so it alone fits.
+pub(crate) const FRAME_BYTES: usize = MAX_REQUEST_BYTES;
 
 /// Calls waiting for their replies on a stream from which a keep-alive is
 /// sent as its own unary call instead (an HTTP/2 stream of its own, not
@@ -255,29 +258,42 @@ fn frames_of(
     mut outgoing: mpsc::UnboundedReceiver<Call>,
     frames: Arc<AtomicU64>,
 ) -> impl Stream<Item = CallFrame> + Send + 'static {
-    futures::stream::poll_fn(move |cx| match outgoing.poll_recv(cx) {
-        Poll::Ready(Some(first)) => {
-            let mut bytes = call_bytes(&first);
-            let mut calls = vec![first];
-            while calls.len() < MAX_FRAME_CALLS && bytes < FRAME_BYTES {
-                match outgoing.try_recv() {
-                    Ok(call) => {
-                        bytes += call_bytes(&call);
-                        calls.push(call);
-                    }
-                    Err(_) => break,
-                }
+    // A call that would have pushed the last frame over the size limit: it
+    // opens the next one.
+    let mut held: Option<Call> = None;
+    futures::stream::poll_fn(move |cx| {
+        let first = match held.take() {
+            Some(call) => call,
+            None => match outgoing.poll_recv(cx) {
+                Poll::Ready(Some(call)) => call,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let mut bytes = frame_bytes(&first);
+        let mut calls = vec![first];
+        while calls.len() < MAX_FRAME_CALLS {
+            let Ok(call) = outgoing.try_recv() else {
+                break;
+            };
+            let size = frame_bytes(&call);
+            if bytes + size > FRAME_BYTES {
+                held = Some(call);
+                break;
             }
-            frames.fetch_add(1, Ordering::Relaxed);
-            Poll::Ready(Some(CallFrame { calls }))
+            bytes += size;
+            calls.push(call);
         }
-        Poll::Ready(None) => Poll::Ready(None),
-        Poll::Pending => Poll::Pending,
+        frames.fetch_add(1, Ordering::Relaxed);
+        Poll::Ready(Some(CallFrame { calls }))
     })
 }
 
-fn call_bytes(call: &Call) -> usize {
-    call.encoded_len()
+/// What `call` adds to a frame's encoded size (the call, its tag and its
+/// length prefix).
+fn frame_bytes(call: &Call) -> usize {
+    let len = call.encoded_len();
+    1 + prost::encoding::encoded_len_varint(len as u64) + len
 }
 
 /// Hand each reply to its caller until the stream ends, then end every

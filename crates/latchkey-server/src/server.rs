@@ -25,6 +25,7 @@ use crate::network::PeerNetwork;
 use crate::replica::Replica;
 use crate::services::{AdminService, KvService, LockService, PipelineService, RaftService};
 use crate::{ClusterSecret, NodeError, RaftSettings, MAX_MESSAGE_BYTES};
+use latchkey_proto::MAX_REQUEST_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
 /// Configures and starts a [`Server`].
@@ -252,7 +253,7 @@ impl ServerBuilder {
                 KvServer::new(KvService {
                     replica: replica.clone(),
                 })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(
@@ -260,14 +261,14 @@ impl ServerBuilder {
                     replica: replica.clone(),
                     stopping: streams_stopped.clone(),
                 })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(
                 LockServer::new(LockService {
                     replica: replica.clone(),
                 })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(AdminServer::new(AdminService {
