@@ -33,6 +33,7 @@
 
 mod bootstrap;
 mod calls;
+mod conn_limit;
 mod health;
 mod locks;
 mod membership;
@@ -46,6 +47,7 @@ mod settings;
 mod write_queue;
 
 pub use bootstrap::ClusterState;
+pub use conn_limit::{DEFAULT_MAX_CONNECTIONS, MAX_STREAMS_PER_CONNECTION};
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;
 pub use latchkey_storage::StorageOptions;

@@ -53,6 +53,7 @@ pub struct ServerBuilder {
     raft: RaftSettings,
     storage: StorageOptions,
     secret: Option<ClusterSecret>,
+    max_connections: usize,
 }
 
 impl ServerBuilder {
@@ -61,6 +62,13 @@ impl ServerBuilder {
     /// one, peer calls are not authenticated (a warning says so at start).
     pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Most connections (peers and clients) held open at once; more are
+    /// closed on accept and logged (default [`crate::DEFAULT_MAX_CONNECTIONS`]).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
         self
     }
 
@@ -238,8 +246,12 @@ impl ServerBuilder {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (streams_stop, streams_stopped) = watch::channel(false);
+        let incoming = crate::conn_limit::limit(incoming, self.max_connections);
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            // A connection whose peer stopped answering pings is closed.
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .max_concurrent_streams(crate::MAX_STREAMS_PER_CONNECTION)
             .add_service(InterceptedService::new(
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
@@ -383,6 +395,7 @@ impl Server {
             raft: RaftSettings::default(),
             storage: StorageOptions::default(),
             secret: None,
+            max_connections: crate::DEFAULT_MAX_CONNECTIONS,
         }
     }
 

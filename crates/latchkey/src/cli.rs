@@ -190,6 +190,10 @@ struct Serve {
     /// can reach the port can send Raft calls (a warning says so).
     #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE")]
     cluster_secret_file: Option<PathBuf>,
+    /// Most connections (peers and clients) held open at once; more are
+    /// closed on accept and logged.
+    #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -604,6 +608,7 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
         .data_dir(&s.data_dir)
         .initial_members(s.initial_members.iter().cloned())
         .initial_cluster_state(state)
+        .max_connections(s.max_connections)
         .raft_settings(settings);
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());

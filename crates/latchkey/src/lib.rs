@@ -49,6 +49,7 @@ pub use latchkey_client::{
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{
     ClusterSecret, ClusterState, Condition, NodeError, RaftSettings, StorageOptions,
+    DEFAULT_MAX_CONNECTIONS,
 };
 pub use node::{Node, NodeBuilder};
 

@@ -91,6 +91,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Most connections held open at once (see
+    /// [`latchkey_server::ServerBuilder::max_connections`]).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.server = self.server.max_connections(max);
+        self
+    }
+
     /// Raft timing and log retention.
     pub fn raft_settings(mut self, settings: RaftSettings) -> Self {
         self.server = self.server.raft_settings(settings);

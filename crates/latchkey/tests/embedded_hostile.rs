@@ -206,3 +206,68 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
     })
     .await?
 }
+
+/// Idle connections beyond `max_connections` are closed on accept, the ones
+/// held are not, and a closed one frees its place for a real client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_are_closed() -> TestResult {
+    use tokio::io::AsyncReadExt;
+
+    const CAP: usize = 4;
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?.to_string();
+        let node = Node::builder(1)
+            .listener(listener)
+            .data_dir(dir.path().join("node-1"))
+            .initial_members([(1, addr.clone())])
+            .cluster_secret(common::secret())
+            .max_connections(CAP)
+            .start()
+            .await?;
+        node.wait_for_leader(Duration::from_secs(30)).await?;
+        // A stranger's idle connections take every place...
+        let mut idle = Vec::new();
+        for _ in 0..CAP {
+            idle.push(tokio::net::TcpStream::connect(&addr).await?);
+        }
+        // ... so the next ones are closed at once (end of file, or a reset).
+        for _ in 0..3 {
+            let mut extra = tokio::net::TcpStream::connect(&addr).await?;
+            let mut buf = [0u8; 1];
+            let read = tokio::time::timeout(Duration::from_secs(10), extra.read(&mut buf)).await?;
+            assert!(matches!(read, Ok(0) | Err(_)), "over the cap: {read:?}");
+        }
+        // The idle ones are still held, the replica still serves in process,
+        // and once one closes, a real client gets its place.
+        node.client().put("k", "v").await?;
+        drop(idle.pop());
+        let remote = latchkey::Client::with_options(
+            [addr.as_str()],
+            latchkey::ClientOptions::default().with_request_timeout(Duration::from_secs(20)),
+        )?;
+        let got = get_through_a_freed_place(&remote).await?;
+        assert_eq!(got, Some(b"v".to_vec()));
+        drop(idle);
+        node.shutdown().await;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// A get through `client`, retried while the replica's freed place is not
+/// yet seen (the server notices a closed connection asynchronously).
+async fn get_through_a_freed_place(
+    client: &latchkey::Client,
+) -> Result<Option<Vec<u8>>, Box<dyn std::error::Error>> {
+    let mut last = None;
+    for _ in 0..50 {
+        match client.get("k").await {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("no get through the freed place: {last:?}").into())
+}

@@ -1,0 +1,187 @@
+//! A cap on the connections a replica holds open at once.
+//!
+//! Every accepted TCP connection takes a permit; one accepted while
+//! [`ServerBuilder::max_connections`](crate::ServerBuilder::max_connections)
+//! are open is closed at once (the caller sees the connection reset) and
+//! logged with its address, at most one line every 10 seconds. A closed
+//! connection gives its permit back. So a stranger who opens connections
+//! and leaves them idle cannot make the replica hold an unbounded number of
+//! them (each costs buffers and HTTP/2 state). Together with the per-
+//! connection cap on concurrent HTTP/2 streams
+//! ([`MAX_STREAMS_PER_CONNECTION`]) this bounds what one peer or client can
+//! make a replica hold.
+//!
+//! The permit lives in the connection's I/O object ([`Limited`]), so it is
+//! returned exactly when the server drops the connection, whatever ended it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::{Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// Connections a replica holds open at once by default: far above what
+/// peers and the clients of one application need, far below what would
+/// exhaust the process's memory or file descriptors.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Concurrent HTTP/2 streams (calls) one connection may have open. A client
+/// pipelines on one `Pipeline.Calls` stream; a unary client opens one per
+/// call in flight.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
+/// An accepted connection holding its permit.
+pub struct Limited {
+    inner: TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connected for Limited {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl AsyncRead for Limited {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Limited {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// `incoming` with at most `max` connections open at once (see the module
+/// docs); accept errors pass through.
+pub fn limit<S>(incoming: S, max: usize) -> impl Stream<Item = io::Result<Limited>>
+where
+    S: Stream<Item = io::Result<TcpStream>>,
+{
+    let permits = Arc::new(Semaphore::new(max.max(1)));
+    incoming.filter_map(move |accepted| {
+        let permits = Arc::clone(&permits);
+        async move {
+            let stream = match accepted {
+                Ok(stream) => stream,
+                Err(e) => return Some(Err(e)),
+            };
+            match permits.try_acquire_owned() {
+                Ok(permit) => Some(Ok(Limited {
+                    inner: stream,
+                    _permit: permit,
+                })),
+                Err(_) => {
+                    log_refusal(&stream, max);
+                    // Dropped here: the connection is closed.
+                    None
+                }
+            }
+        }
+    })
+}
+
+/// When a refusal was last logged (seconds since the epoch).
+static LAST_LOGGED: AtomicU64 = AtomicU64::new(0);
+
+fn log_refusal(stream: &TcpStream, max: usize) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_LOGGED.load(Ordering::Relaxed);
+    if now >= last + 10
+        && LAST_LOGGED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let from = stream
+            .peer_addr()
+            .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
+        tracing::warn!(
+            %from,
+            max,
+            "refused a connection: {max} are open, the limit (--max-connections); \
+             further refusals are logged at most every 10 s"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn connections_over_the_cap_are_closed_and_permits_come_back() -> io::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            let accepted = l.accept().await.map(|(s, _)| s);
+            Some((accepted, l))
+        });
+        let mut limited = Box::pin(limit(incoming, 2));
+        let a = TcpStream::connect(addr).await?;
+        let b = TcpStream::connect(addr).await?;
+        let mut c = TcpStream::connect(addr).await?;
+        let first = limited.next().await.ok_or(io::ErrorKind::Other)??;
+        let second = limited.next().await.ok_or(io::ErrorKind::Other)??;
+        // The third is accepted and closed while the stream looks for one it
+        // may keep: the client sees end of file.
+        let next = tokio::spawn(async move { limited.next().await.map(|r| r.map(|_| ())) });
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), c.read(&mut buf))
+            .await
+            .map_err(|_| io::Error::other("the refused connection stayed open"))?;
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert!(!next.is_finished(), "no permit is free yet");
+        // A closed connection gives its permit back: the next one gets in.
+        drop(first);
+        let d = TcpStream::connect(addr).await?;
+        let fourth = tokio::time::timeout(std::time::Duration::from_secs(10), next)
+            .await
+            .map_err(|_| io::Error::other("the fourth connection was never accepted"))?
+            .map_err(io::Error::other)?;
+        assert!(matches!(fourth, Some(Ok(()))), "{fourth:?}");
+        drop((a, b, d, second));
+        Ok(())
+    }
+}
