@@ -16,11 +16,11 @@
 
 use std::time::{Duration, Instant};
 
-use latchkey::{Batch, Client};
+use latchkey::{Batch, Client, ClientOptions};
 
 #[path = "process_cluster.rs"]
 mod process_cluster;
-use process_cluster::{rss, ProcessCluster};
+use process_cluster::{rss, ProcessCluster, CLUSTER_SECRET};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -43,7 +43,10 @@ async fn main() -> Res<()> {
     let serve_args: Vec<String> = args.iter().skip(4).cloned().collect();
     let mut cluster = ProcessCluster::start(bin, serve_args)?;
     let addrs = cluster.addrs.clone();
-    let client = Client::connect(&addrs)?;
+    let client = Client::with_options(
+        &addrs,
+        ClientOptions::default().with_cluster_secret(CLUSTER_SECRET),
+    )?;
     let started = Instant::now();
     while client.put("probe/up", "1").await.is_err() {
         tokio::time::sleep(Duration::from_millis(200)).await;

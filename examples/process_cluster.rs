@@ -15,6 +15,11 @@ pub fn sibling_server_bin() -> Option<PathBuf> {
     bin.is_file().then_some(bin)
 }
 
+/// The secret the replicas share; a client that changes membership sends it
+/// (`ClientOptions::with_cluster_secret`).
+#[allow(dead_code)] // Not every example changes membership.
+pub const CLUSTER_SECRET: &str = "latchkey-example-cluster-secret";
+
 /// Three replicas of `bin`, started with `serve_args` added.
 pub struct ProcessCluster {
     pub addrs: Vec<String>,
@@ -41,7 +46,7 @@ impl ProcessCluster {
         // The replicas authenticate each other with a shared secret, as a
         // deployment should (README, "Securing a cluster").
         let secret = dir.path().join("cluster.secret");
-        std::fs::write(&secret, "latchkey-example-cluster-secret\n")?;
+        std::fs::write(&secret, format!("{CLUSTER_SECRET}\n"))?;
         let serve_args = [
             "--cluster-secret-file".to_string(),
             secret.display().to_string(),

@@ -50,6 +50,9 @@ pub fn bin() -> &'static str {
 
 /// Client options for the tests: long enough to ride out an election on a
 /// slow machine; an attempt outlives the server's 5 s write timeout.
+/// The secret every process test cluster's replicas share.
+pub const CLUSTER_SECRET: &str = "latchkey-process-test-secret-0001";
+
 pub fn client_options() -> ClientOptions {
     ClientOptions::default()
         .with_request_timeout(Duration::from_secs(30))
@@ -57,6 +60,7 @@ pub fn client_options() -> ClientOptions {
         .with_connect_timeout(Duration::from_secs(1))
         .with_initial_backoff(Duration::from_millis(20))
         .with_max_backoff(Duration::from_millis(500))
+        .with_cluster_secret(CLUSTER_SECRET)
 }
 
 struct NodeSpec {
@@ -146,7 +150,7 @@ impl Cluster {
         // Every process cluster authenticates its peers, as a deployment
         // should.
         let secret = dir.path().join("cluster.secret");
-        std::fs::write(&secret, "latchkey-process-test-secret-0001\n")
+        std::fs::write(&secret, format!("{CLUSTER_SECRET}\n"))
             .context("write the cluster secret")?;
         let admin = Client::with_options(
             specs.values().map(|s| s.addr.clone()),
@@ -521,10 +525,21 @@ impl Cluster {
             .context("no live follower")
     }
 
-    /// Run the CLI with `--endpoints` naming every node, then `args`.
+    /// Run the CLI with `--endpoints` naming every node and the cluster
+    /// secret (membership changes need it), then `args`.
     pub async fn cli(&self, args: &[&str]) -> Result<CliOutput> {
         let endpoints = self.endpoints_arg();
-        let mut all = vec!["--endpoints", endpoints.as_str()];
+        let secret = self
+            .dir
+            .as_ref()
+            .map(|d| d.path().join("cluster.secret").display().to_string())
+            .unwrap_or_default();
+        let mut all = vec![
+            "--endpoints",
+            endpoints.as_str(),
+            "--cluster-secret-file",
+            secret.as_str(),
+        ];
         all.extend_from_slice(args);
         run_cli(&all).await
     }

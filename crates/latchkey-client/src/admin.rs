@@ -21,6 +21,23 @@ fn admin_client(channel: Channel) -> AdminClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
+/// `message` as a membership-change request, carrying the cluster secret
+/// when the client has one.
+fn with_secret<T>(message: T, secret: &Option<String>) -> Result<tonic::Request<T>, Attempt> {
+    let mut request = tonic::Request::new(message);
+    if let Some(secret) = secret {
+        let value = secret.parse().map_err(|_| {
+            Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
+                "the cluster secret is not a valid header value (visible ASCII only)".into(),
+            ))
+        })?;
+        request
+            .metadata_mut()
+            .insert(latchkey_proto::CLUSTER_SECRET_HEADER, value);
+    }
+    Ok(request)
+}
+
 fn admin_result(reply: AdminReply) -> Result<(), Attempt> {
     match reply.error.map(latchkey_proto::wire::error_from_wire) {
         None => Ok(()),
@@ -92,17 +109,17 @@ impl Client {
         let addr = addr.to_string();
         // The replica waits (up to two minutes) for the new member to catch
         // up before it promotes it.
+        let secret = self.router().options().cluster_secret.clone();
         self.router()
             .call_with(true, ADD_MEMBER_TIMEOUT, ADD_MEMBER_TIMEOUT, |target, _| {
                 let addr = addr.clone();
+                let secret = secret.clone();
                 async move {
                     let Target::Remote { channel, .. } = target else {
                         return Err(Attempt::NotSent("admin calls go over gRPC".into()));
                     };
-                    match admin_client(channel)
-                        .add_member(AddMemberRequest { id, addr, voter })
-                        .await
-                    {
+                    let request = with_secret(AddMemberRequest { id, addr, voter }, &secret)?;
+                    match admin_client(channel).add_member(request).await {
                         Ok(r) => admin_result(r.into_inner()),
                         Err(s) => Err(classify_status(&s)),
                     }
@@ -124,17 +141,17 @@ impl Client {
                 "the voter set must not be empty".into(),
             ));
         }
+        let secret = self.router().options().cluster_secret.clone();
         self.router()
             .call(true, |target, _| {
                 let voters = voters.clone();
+                let secret = secret.clone();
                 async move {
                     let Target::Remote { channel, .. } = target else {
                         return Err(Attempt::NotSent("admin calls go over gRPC".into()));
                     };
-                    match admin_client(channel)
-                        .change_voters(ChangeVotersRequest { voters })
-                        .await
-                    {
+                    let request = with_secret(ChangeVotersRequest { voters }, &secret)?;
+                    match admin_client(channel).change_voters(request).await {
                         Ok(r) => admin_result(r.into_inner()),
                         Err(s) => Err(classify_status(&s)),
                     }

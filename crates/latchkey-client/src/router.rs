@@ -35,6 +35,11 @@ pub struct ClientOptions {
     /// (default true): every request goes out at once, and requests at hand
     /// together share a frame. Off, every request is its own unary RPC.
     pub call_stream: bool,
+    /// The cluster secret, sent with membership changes
+    /// ([`crate::Client::add_member`], [`crate::Client::change_voters`]),
+    /// which replicas started with a cluster secret refuse without it.
+    /// Default: none.
+    pub cluster_secret: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -46,6 +51,7 @@ impl Default for ClientOptions {
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
             call_stream: true,
+            cluster_secret: None,
         }
     }
 }
@@ -81,6 +87,13 @@ impl ClientOptions {
     /// Set [`ClientOptions::max_backoff`].
     pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
         self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Set [`ClientOptions::cluster_secret`] (surrounding whitespace, such
+    /// as a file's final newline, is ignored).
+    pub fn with_cluster_secret(mut self, secret: impl Into<String>) -> Self {
+        self.cluster_secret = Some(secret.into().trim().to_string());
         self
     }
 
@@ -467,6 +480,14 @@ fn normalise(addr: &str) -> String {
 /// Classify a gRPC status from one attempt.
 pub fn classify_status(status: &tonic::Status) -> Attempt {
     let text = format!("{}: {}", status.code(), status.message());
+    // Refused before anything ran: a request over the size limit, or one
+    // without the credentials it needs. Resending it changes nothing.
+    if matches!(
+        status.code(),
+        tonic::Code::OutOfRange | tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+    ) {
+        return Attempt::Refused(ReplicaFailure::InvalidArgument(text));
+    }
     if never_sent(status) {
         Attempt::NotSent(text)
     } else {

@@ -77,6 +77,8 @@ pub struct Cluster {
 /// every 200 entries so that restarts and lagging replicas exercise
 /// snapshot installation, not only log replay.
 const SNAPSHOT_EVERY: &str = "200";
+/// The secret the run's replicas share; admin clients (repairs) send it.
+pub const CLUSTER_SECRET: &str = "latchkey-nemesis-cluster-secret";
 const KEEP_AFTER_SNAPSHOT: &str = "50";
 
 impl Cluster {
@@ -131,7 +133,7 @@ impl Cluster {
         // The replicas authenticate each other (README, "Securing a
         // cluster"): the soak runs as a deployment should.
         let secret = dir.join("cluster.secret");
-        std::fs::write(&secret, "latchkey-nemesis-cluster-secret\n")
+        std::fs::write(&secret, format!("{CLUSTER_SECRET}\n"))
             .map_err(Error::io("write the cluster secret"))?;
         let mut cluster = Cluster {
             server_bin: server_bin.to_path_buf(),

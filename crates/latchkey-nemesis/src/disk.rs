@@ -575,7 +575,8 @@ async fn repair_steps(ctx: &mut Ctx<'_>, i: usize, steps: &mut Vec<String>) -> R
     ));
 
     // 2. members add, retried until it succeeds.
-    let client = Client::with_options(ctx.cluster.endpoints(), ClientOptions::default())
+    let options = ClientOptions::default().with_cluster_secret(crate::cluster::CLUSTER_SECRET);
+    let client = Client::with_options(ctx.cluster.endpoints(), options)
         .map_err(|e| Error::Cluster(format!("cannot build an admin client: {e}")))?;
     let t = Instant::now();
     let mut attempts = 0u32;

@@ -27,7 +27,10 @@ pub mod wire;
 
 pub use channel::{channel, ChannelError};
 pub use failure::ReplicaFailure;
-pub use limits::{MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STOPPED_AFTER_ANSWERING};
+pub use limits::{
+    CLUSTER_SECRET_HEADER, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES,
+    STOPPED_AFTER_ANSWERING,
+};
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};
 pub use wire::{Operation, Rpc};

@@ -24,3 +24,8 @@ pub const MAX_FRAME_CALLS: usize = 1024;
 /// is safe to send to another replica. A stream that ends any other way
 /// leaves unanswered calls "may have been executed".
 pub const STOPPED_AFTER_ANSWERING: &str = "latchkey-stopped-after-answering";
+
+/// Metadata key carrying the cluster secret: on every replica-to-replica
+/// call, and on the membership changes of the `Admin` service (`AddMember`,
+/// `ChangeVoters`), which a replica with a cluster secret refuses without it.
+pub const CLUSTER_SECRET_HEADER: &str = "latchkey-cluster-secret";

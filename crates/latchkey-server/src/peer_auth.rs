@@ -33,8 +33,9 @@ use tonic::{Request, Status};
 
 use crate::{NodeError, MAX_MESSAGE_BYTES};
 
-/// The metadata key that carries the cluster secret on peer calls.
-pub const PEER_SECRET_HEADER: &str = "latchkey-cluster-secret";
+/// The metadata key that carries the cluster secret on peer calls (and on
+/// membership changes).
+pub const PEER_SECRET_HEADER: &str = latchkey_proto::CLUSTER_SECRET_HEADER;
 
 /// Shortest secret accepted, in bytes.
 pub const MIN_SECRET_LEN: usize = 16;
@@ -100,6 +101,13 @@ impl ClusterSecret {
         ClusterSecret::new(&text)
     }
 
+    /// The secret's text, to hand to a client that changes membership
+    /// (`ClientOptions::with_cluster_secret`).
+    pub fn as_str(&self) -> &str {
+        // Built from a `&str` of visible ASCII, so this cannot fail.
+        self.value.to_str().unwrap_or_default()
+    }
+
     fn matches(&self, offered: &[u8]) -> bool {
         constant_time_eq(self.value.as_bytes(), offered)
     }
@@ -160,6 +168,26 @@ impl Interceptor for Check {
             "{why}: this replica accepts Raft calls only from members of its cluster, \
              which share its --cluster-secret-file"
         )))
+    }
+}
+
+/// Refuse a membership change (`Admin.AddMember`, `Admin.ChangeVoters`)
+/// that does not carry the cluster secret, when this replica has one: until
+/// access control exists, changing who is in the cluster takes what a peer
+/// takes.
+pub(crate) fn require_for_admin(
+    secret: &Option<ClusterSecret>,
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<(), Status> {
+    let Some(secret) = secret else {
+        return Ok(());
+    };
+    match metadata.get(PEER_SECRET_HEADER) {
+        Some(offered) if secret.matches(offered.as_bytes()) => Ok(()),
+        _ => Err(Status::unauthenticated(
+            "membership changes need the cluster secret: pass the replicas' \
+             --cluster-secret-file to the CLI (or ClientOptions::with_cluster_secret)",
+        )),
     }
 }
 

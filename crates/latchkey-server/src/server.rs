@@ -285,6 +285,7 @@ impl ServerBuilder {
             )
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
+                secret: self.secret.clone(),
             }))
             .add_service(health_service)
             .add_service(reflection)

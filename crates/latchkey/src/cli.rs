@@ -22,6 +22,13 @@ pub struct Args {
     /// Give up on a request after this long (e.g. 500ms, 10s, 1m).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
+    /// A file holding the secret every replica of the cluster shares (16 to
+    /// 256 visible ASCII characters, e.g. `head -c 32 /dev/urandom |
+    /// base64`). `serve`: Raft calls without it are refused (without it,
+    /// anyone who can reach the port can send Raft calls; a warning says
+    /// so). `members`: membership changes send it.
+    #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE", global = true)]
+    cluster_secret_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -184,12 +191,6 @@ struct Serve {
     /// be added with `latchkey members add`.
     #[arg(long, value_enum, default_value = "new")]
     initial_cluster_state: InitialClusterState,
-    /// A file holding the secret every replica of the cluster shares (16 to
-    /// 256 visible ASCII characters, e.g. `head -c 32 /dev/urandom |
-    /// base64`): Raft calls without it are refused. Without it, anyone who
-    /// can reach the port can send Raft calls (a warning says so).
-    #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE")]
-    cluster_secret_file: Option<PathBuf>,
     /// Most connections (peers and clients) held open at once; more are
     /// closed on accept and logged.
     #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS)]
@@ -321,9 +322,13 @@ fn client(args: &Args) -> Result<Client, Failure> {
             "no endpoints: pass --endpoints host:port,... or set LATCHKEY_ENDPOINTS".into(),
         ));
     }
-    let options = ClientOptions::default()
+    let mut options = ClientOptions::default()
         .with_request_timeout(args.timeout)
         .with_attempt_timeout(args.timeout.min(Duration::from_secs(3)));
+    if let Some(path) = &args.cluster_secret_file {
+        let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
+        options = options.with_cluster_secret(secret.as_str());
+    }
     let endpoints = args.endpoints.iter().filter(|e| !e.trim().is_empty());
     Ok(Client::with_options(endpoints, options)?)
 }
@@ -341,7 +346,7 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
 /// Run one parsed command.
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
-        Cmd::Serve(s) => serve(s).await,
+        Cmd::Serve(s) => serve(s, args.cluster_secret_file.as_deref()).await,
         Cmd::Put { key, value, fence } => {
             let c = client(&args)?;
             match fence {
@@ -585,7 +590,7 @@ fn c_endpoints(args: &Args) -> Vec<String> {
         .collect()
 }
 
-async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
+async fn serve(s: &Serve, secret_file: Option<&std::path::Path>) -> Result<ExitCode, Failure> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let _ = tracing_subscriber::fmt()
@@ -613,7 +618,7 @@ async fn serve(s: &Serve) -> Result<ExitCode, Failure> {
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());
     }
-    if let Some(path) = &s.cluster_secret_file {
+    if let Some(path) = secret_file {
         let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
         builder = builder.cluster_secret(secret);
     }

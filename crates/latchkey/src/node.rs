@@ -33,6 +33,7 @@ use latchkey_server::{
 pub struct NodeBuilder {
     server: ServerBuilder,
     client: ClientOptions,
+    secret: Option<ClusterSecret>,
 }
 
 impl NodeBuilder {
@@ -86,8 +87,10 @@ impl NodeBuilder {
 
     /// The secret every replica of the cluster shares (see
     /// [`ClusterSecret`]): peer calls without it are refused.
+    /// The node's own client sends it with membership changes too.
     pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
-        self.server = self.server.cluster_secret(secret);
+        self.server = self.server.cluster_secret(secret.clone());
+        self.secret = Some(secret);
         self
     }
 
@@ -120,14 +123,17 @@ impl NodeBuilder {
     /// cluster, and make the in-process client.
     pub async fn start(self) -> Result<Node, NodeError> {
         let server = self.server.start().await?;
-        let client =
-            match Client::with_local(server.replica(), server.peers().to_vec(), self.client) {
-                Ok(client) => client,
-                Err(e) => {
-                    server.shutdown().await;
-                    return Err(NodeError::Config(e.to_string()));
-                }
-            };
+        let mut options = self.client;
+        if let (None, Some(secret)) = (&options.cluster_secret, &self.secret) {
+            options = options.with_cluster_secret(secret.as_str());
+        }
+        let client = match Client::with_local(server.replica(), server.peers().to_vec(), options) {
+            Ok(client) => client,
+            Err(e) => {
+                server.shutdown().await;
+                return Err(NodeError::Config(e.to_string()));
+            }
+        };
         Ok(Node { server, client })
     }
 }
@@ -147,6 +153,7 @@ impl Node {
         NodeBuilder {
             server: Server::builder(id),
             client: ClientOptions::default(),
+            secret: None,
         }
     }
 

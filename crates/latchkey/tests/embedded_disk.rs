@@ -181,7 +181,10 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
             "a waiting replica applies nothing"
         );
 
-        let admin = Client::connect([members[(leader - 1) as usize].1.clone()])?;
+        let admin = Client::with_options(
+            [members[(leader - 1) as usize].1.clone()],
+            latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
+        )?;
         admin.add_member(victim, &addr, true).await?;
         let status = nodes[&leader].status();
         let member = status

@@ -271,3 +271,37 @@ async fn get_through_a_freed_place(
     }
     Err(format!("no get through the freed place: {last:?}").into())
 }
+
+/// A client without the cluster secret cannot change the membership: both
+/// membership calls are refused and the membership is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_need_the_cluster_secret() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let endpoints: Vec<&str> = members.iter().map(|(_, a)| a.as_str()).collect();
+        let stranger = latchkey::Client::connect(endpoints.iter().copied())?;
+        let before = nodes[&1].status().members;
+        match stranger.change_voters([1, 2]).await {
+            Err(latchkey::Error::InvalidArgument(why)) => {
+                assert!(why.contains("cluster secret"), "{why}")
+            }
+            other => return Err(format!("change_voters without the secret: {other:?}").into()),
+        }
+        match stranger.add_member(9, &members[0].1, false).await {
+            Err(latchkey::Error::InvalidArgument(why)) => {
+                assert!(why.contains("cluster secret"), "{why}")
+            }
+            other => return Err(format!("add_member without the secret: {other:?}").into()),
+        }
+        assert_eq!(nodes[&1].status().members, before);
+        // The node's own client carries the secret: the same change goes.
+        nodes[&1].client().change_voters([1, 2, 3]).await?;
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}

@@ -163,7 +163,10 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         // Node 4 starts empty, without initial members, and waits to be added.
         let n4 = start(4, fourth, dir.path(), &[]).await?;
         let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
-        let admin = Client::connect(&endpoints)?;
+        let admin = Client::with_options(
+            &endpoints,
+            latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
+        )?;
         admin.add_member(4, &fourth_addr, false).await?;
         wait_until("learner catch-up", || n4.status().last_applied >= 80).await?;
         admin.change_voters([1, 2, 3, 4]).await?;
