@@ -11,26 +11,35 @@
 //! ([`MAX_STREAMS_PER_CONNECTION`]) this bounds what one peer or client can
 //! make a replica hold.
 //!
+//! A connection must also send its first bytes within the handshake timeout
+//! ([`DEFAULT_HANDSHAKE_TIMEOUT`]): one that connects and stays silent is
+//! closed then, so silent connections cannot hold every place for long.
+//!
 //! The permit lives in the connection's I/O object ([`Limited`]), so it is
 //! returned exactly when the server drops the connection, whatever ended it.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Future, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use crate::log_limit::LogLimit;
+
 /// Connections a replica holds open at once by default: far above what
 /// peers and the clients of one application need, far below what would
 /// exhaust the process's memory or file descriptors.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// How long a new connection has to send its first bytes (the HTTP/2
+/// preface) before it is closed.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Concurrent HTTP/2 streams (calls) one connection may have open. A client
 /// pipelines on one `Pipeline.Calls` stream; a unary client opens one per
@@ -41,6 +50,8 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 pub struct Limited {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Until the first bytes arrive: when the connection is given up.
+    handshake: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Connected for Limited {
@@ -57,7 +68,29 @@ impl AsyncRead for Limited {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.handshake = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let expired = self
+                    .handshake
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if expired {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the connection sent nothing within the handshake timeout",
+                    )));
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
     }
 }
 
@@ -91,9 +124,14 @@ impl AsyncWrite for Limited {
     }
 }
 
-/// `incoming` with at most `max` connections open at once (see the module
-/// docs); accept errors pass through.
-pub fn limit<S>(incoming: S, max: usize) -> impl Stream<Item = io::Result<Limited>>
+/// `incoming` with at most `max` connections open at once, each given
+/// `handshake` to send its first bytes (see the module docs); accept errors
+/// pass through.
+pub fn limit<S>(
+    incoming: S,
+    max: usize,
+    handshake: Duration,
+) -> impl Stream<Item = io::Result<Limited>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
 {
@@ -109,6 +147,7 @@ where
                 Ok(permit) => Some(Ok(Limited {
                     inner: stream,
                     _permit: permit,
+                    handshake: Some(Box::pin(tokio::time::sleep(handshake))),
                 })),
                 Err(_) => {
                     log_refusal(&stream, max);
@@ -120,19 +159,11 @@ where
     })
 }
 
-/// When a refusal was last logged (seconds since the epoch).
-static LAST_LOGGED: AtomicU64 = AtomicU64::new(0);
+/// Refusals are logged at most every 10 s.
+static LAST_LOGGED: LogLimit = LogLimit::new();
 
 fn log_refusal(stream: &TcpStream, max: usize) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST_LOGGED.load(Ordering::Relaxed);
-    if now >= last + 10
-        && LAST_LOGGED
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_LOGGED.allow() {
         let from = stream
             .peer_addr()
             .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
@@ -158,7 +189,7 @@ mod tests {
             let accepted = l.accept().await.map(|(s, _)| s);
             Some((accepted, l))
         });
-        let mut limited = Box::pin(limit(incoming, 2));
+        let mut limited = Box::pin(limit(incoming, 2, Duration::from_secs(60)));
         let a = TcpStream::connect(addr).await?;
         let b = TcpStream::connect(addr).await?;
         let mut c = TcpStream::connect(addr).await?;
@@ -182,6 +213,51 @@ mod tests {
             .map_err(io::Error::other)?;
         assert!(matches!(fourth, Some(Ok(()))), "{fourth:?}");
         drop((a, b, d, second));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_closed_at_the_handshake_timeout() -> io::Result<()> {
+        let (client, server) = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let client = TcpStream::connect(listener.local_addr()?).await?;
+            let (server, _) = listener.accept().await?;
+            (client, server)
+        };
+        let mut limited = Box::pin(limit(
+            futures::stream::iter([Ok(server)]),
+            1,
+            Duration::from_millis(100),
+        ));
+        let mut conn = limited.next().await.ok_or(io::ErrorKind::Other)??;
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .map_err(|_| io::Error::other("a silent connection was never given up"))?;
+        assert_eq!(read.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+        drop(client);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_speaks_is_not_timed_out() -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let mut client = TcpStream::connect(listener.local_addr()?).await?;
+        let (server, _) = listener.accept().await?;
+        let mut limited = Box::pin(limit(
+            futures::stream::iter([Ok(server)]),
+            1,
+            Duration::from_millis(100),
+        ));
+        let mut conn = limited.next().await.ok_or(io::ErrorKind::Other)??;
+        client.write_all(b"x").await?;
+        let mut buf = [0u8; 1];
+        assert_eq!(conn.read(&mut buf).await?, 1);
+        // Past the timeout, the connection still reads (here: the close).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(client);
+        assert_eq!(conn.read(&mut buf).await?, 0);
         Ok(())
     }
 }

@@ -36,6 +36,7 @@ mod calls;
 mod conn_limit;
 mod health;
 mod locks;
+mod log_limit;
 mod membership;
 mod network;
 mod peer_auth;
@@ -47,7 +48,9 @@ mod settings;
 mod write_queue;
 
 pub use bootstrap::ClusterState;
-pub use conn_limit::{DEFAULT_MAX_CONNECTIONS, MAX_STREAMS_PER_CONNECTION};
+pub use conn_limit::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, MAX_STREAMS_PER_CONNECTION,
+};
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;
 pub use latchkey_storage::StorageOptions;

@@ -20,9 +20,7 @@
 //! The comparison takes the same time wherever the secrets differ, so the
 //! secret cannot be guessed byte by byte from response times.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use latchkey_proto::v1::raft_client::RaftClient;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -31,6 +29,7 @@ use tonic::service::Interceptor;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
+use crate::log_limit::LogLimit;
 use crate::{NodeError, MAX_MESSAGE_BYTES};
 
 /// The metadata key that carries the cluster secret on peer calls (and on
@@ -191,21 +190,13 @@ pub(crate) fn require_for_admin(
     }
 }
 
-/// When a refusal was last logged (seconds since the epoch).
-static LAST_LOGGED: AtomicU64 = AtomicU64::new(0);
+/// Refusals are logged at most every 10 s.
+static LAST_LOGGED: LogLimit = LogLimit::new();
 
 /// Log a refused peer call, at most one line every 10 seconds (a flood of
 /// forged calls must not become a flood of log lines).
 fn log_refusal(why: &str, from: &str) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST_LOGGED.load(Ordering::Relaxed);
-    if now >= last + 10
-        && LAST_LOGGED
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if LAST_LOGGED.allow() {
         tracing::warn!(%from, "refused {why} (further refusals are logged at most every 10 s)");
     }
 }

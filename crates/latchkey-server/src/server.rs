@@ -54,6 +54,7 @@ pub struct ServerBuilder {
     storage: StorageOptions,
     secret: Option<ClusterSecret>,
     max_connections: usize,
+    handshake_timeout: Duration,
 }
 
 impl ServerBuilder {
@@ -69,6 +70,13 @@ impl ServerBuilder {
     /// closed on accept and logged (default [`crate::DEFAULT_MAX_CONNECTIONS`]).
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max;
+        self
+    }
+
+    /// How long a new connection has to send its first bytes before it is
+    /// closed (default [`crate::DEFAULT_HANDSHAKE_TIMEOUT`]).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
         self
     }
 
@@ -246,7 +254,8 @@ impl ServerBuilder {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (streams_stop, streams_stopped) = watch::channel(false);
-        let incoming = crate::conn_limit::limit(incoming, self.max_connections);
+        let incoming =
+            crate::conn_limit::limit(incoming, self.max_connections, self.handshake_timeout);
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             // A connection whose peer stopped answering pings is closed.
@@ -397,6 +406,7 @@ impl Server {
             storage: StorageOptions::default(),
             secret: None,
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: crate::DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }
 

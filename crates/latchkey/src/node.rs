@@ -101,6 +101,13 @@ impl NodeBuilder {
         self
     }
 
+    /// How long a new connection has to send its first bytes (see
+    /// [`latchkey_server::ServerBuilder::handshake_timeout`]).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.server = self.server.handshake_timeout(timeout);
+        self
+    }
+
     /// Raft timing and log retention.
     pub fn raft_settings(mut self, settings: RaftSettings) -> Self {
         self.server = self.server.raft_settings(settings);

@@ -224,6 +224,8 @@ async fn connections_beyond_the_cap_are_closed() -> TestResult {
             .initial_members([(1, addr.clone())])
             .cluster_secret(common::secret())
             .max_connections(CAP)
+            // Long enough that the idle connections are held throughout.
+            .handshake_timeout(Duration::from_secs(120))
             .start()
             .await?;
         node.wait_for_leader(Duration::from_secs(30)).await?;
@@ -301,6 +303,57 @@ async fn membership_changes_need_the_cluster_secret() -> TestResult {
         for node in nodes.into_values() {
             node.shutdown().await;
         }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// Connections that never send a byte are closed at the handshake timeout,
+/// so a stranger cannot hold every place for long: a real client gets in
+/// while the silent connections are still open on the stranger's side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_closed_at_the_handshake_timeout() -> TestResult {
+    use tokio::io::AsyncReadExt;
+
+    const CAP: usize = 4;
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?.to_string();
+        let node = Node::builder(1)
+            .listener(listener)
+            .data_dir(dir.path().join("node-1"))
+            .initial_members([(1, addr.clone())])
+            .cluster_secret(common::secret())
+            .max_connections(CAP)
+            .handshake_timeout(Duration::from_millis(300))
+            .start()
+            .await?;
+        node.wait_for_leader(Duration::from_secs(30)).await?;
+        node.client().put("k", "v").await?;
+        let mut silent = Vec::new();
+        for _ in 0..CAP {
+            silent.push(tokio::net::TcpStream::connect(&addr).await?);
+        }
+        // Each is closed by the replica (it may first send its own HTTP/2
+        // settings): reading to the end finishes, with end of file or a
+        // reset.
+        for s in &mut silent {
+            let mut sink = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut sink)).await;
+            assert!(read.is_ok(), "a silent connection stayed open for 30 s");
+        }
+        let remote = latchkey::Client::with_options(
+            [addr.as_str()],
+            latchkey::ClientOptions::default().with_request_timeout(Duration::from_secs(20)),
+        )?;
+        assert_eq!(
+            get_through_a_freed_place(&remote).await?,
+            Some(b"v".to_vec())
+        );
+        drop(silent);
+        node.shutdown().await;
         Ok::<_, Box<dyn std::error::Error>>(())
     })
     .await?
