@@ -207,6 +207,28 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
     .await?
 }
 
+/// A one-replica cluster in `dir` holding at most `cap` connections, each
+/// given `handshake` to speak; with its address, once it leads.
+async fn single(
+    dir: &std::path::Path,
+    cap: usize,
+    handshake: Duration,
+) -> Result<(Node, String), Box<dyn std::error::Error>> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?.to_string();
+    let node = Node::builder(1)
+        .listener(listener)
+        .data_dir(dir.join("node-1"))
+        .initial_members([(1, addr.clone())])
+        .cluster_secret(common::secret())
+        .max_connections(cap)
+        .handshake_timeout(handshake)
+        .start()
+        .await?;
+    node.wait_for_leader(Duration::from_secs(30)).await?;
+    Ok((node, addr))
+}
+
 /// Idle connections beyond `max_connections` are closed on accept, the ones
 /// held are not, and a closed one frees its place for a real client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,19 +238,8 @@ async fn connections_beyond_the_cap_are_closed() -> TestResult {
     const CAP: usize = 4;
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?.to_string();
-        let node = Node::builder(1)
-            .listener(listener)
-            .data_dir(dir.path().join("node-1"))
-            .initial_members([(1, addr.clone())])
-            .cluster_secret(common::secret())
-            .max_connections(CAP)
-            // Long enough that the idle connections are held throughout.
-            .handshake_timeout(Duration::from_secs(120))
-            .start()
-            .await?;
-        node.wait_for_leader(Duration::from_secs(30)).await?;
+        // Long enough that the idle connections are held throughout.
+        let (node, addr) = single(dir.path(), CAP, Duration::from_secs(120)).await?;
         // A stranger's idle connections take every place...
         let mut idle = Vec::new();
         for _ in 0..CAP {
@@ -318,18 +329,7 @@ async fn silent_connections_are_closed_at_the_handshake_timeout() -> TestResult 
     const CAP: usize = 4;
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?.to_string();
-        let node = Node::builder(1)
-            .listener(listener)
-            .data_dir(dir.path().join("node-1"))
-            .initial_members([(1, addr.clone())])
-            .cluster_secret(common::secret())
-            .max_connections(CAP)
-            .handshake_timeout(Duration::from_millis(300))
-            .start()
-            .await?;
-        node.wait_for_leader(Duration::from_secs(30)).await?;
+        let (node, addr) = single(dir.path(), CAP, Duration::from_millis(300)).await?;
         node.client().put("k", "v").await?;
         let mut silent = Vec::new();
         for _ in 0..CAP {
