@@ -465,12 +465,55 @@ rmdir "$D/held""#;
         listed.ok()?.contains(&guard.token().to_string()),
         "`latchkey locks` does not show the holder's token: {listed:?}"
     );
-    c.cli(&["put", "--fence", &seq, "k", "v"]).await?.ok()?;
+    // A fenced write needs the holder's session secret: without one it is a
+    // usage error, with another one it is refused and writes nothing.
+    c.cli(&["put", "--fence", &seq, "k", "v"])
+        .await?
+        .refused_with(2)?;
+    let other = Client::with_options(c.endpoints(), client_options())?
+        .session(Duration::from_secs(10))
+        .await?;
+    let forged = c
+        .cli(&[
+            "put",
+            "--fence",
+            &seq,
+            "--session-secret",
+            &other.secret().to_hex(),
+            "k",
+            "forged",
+        ])
+        .await?;
+    ensure!(
+        forged.code != Some(0) && forged.stderr.contains("secret"),
+        "a fenced put with another session's secret: {forged:?}"
+    );
+    other.close().await?;
+    let secret = session.secret().to_hex();
+    c.cli(&[
+        "put",
+        "--fence",
+        &seq,
+        "--session-secret",
+        &secret,
+        "k",
+        "v",
+    ])
+    .await?
+    .ok()?;
     guard.release().await?;
     c.cli(&["check-sequencer", &seq]).await?.refused_with(1)?;
-    c.cli(&["put", "--fence", &seq, "k", "w"])
-        .await?
-        .refused_with(7)?;
+    c.cli(&[
+        "put",
+        "--fence",
+        &seq,
+        "--session-secret",
+        &secret,
+        "k",
+        "w",
+    ])
+    .await?
+    .refused_with(7)?;
     c.cli(&["check-sequencer", "not-a-sequencer"])
         .await?
         .refused_with(2)?;

@@ -51,13 +51,16 @@ def call(service, method, request, timeout=10.0):
 
 
 TTL_MS = 6000
-session = call("Lock", "OpenSession", pb.OpenSessionRequest(ttl_ms=TTL_MS)).session
+opened = call("Lock", "OpenSession", pb.OpenSessionRequest(ttl_ms=TTL_MS))
+# The secret proves the session is ours: every request for it carries it.
+session, secret = opened.session, opened.secret
 stop = threading.Event()
 
 
 def keep_alive():  # at least every ttl/3, or the session (and its locks) ends
     while not stop.wait(TTL_MS / 3 / 1000):
-        call("Lock", "KeepAlive", pb.KeepAliveRequest(session=session), timeout=TTL_MS / 3 / 1000)
+        call("Lock", "KeepAlive", pb.KeepAliveRequest(session=session, session_secret=secret),
+             timeout=TTL_MS / 3 / 1000)
 
 
 threading.Thread(target=keep_alive, daemon=True).start()
@@ -65,7 +68,8 @@ print(f"session {session} opened")
 
 # Wait up to 30 s in the lock's FIFO queue. The call is held up to hold_ms;
 # answered `queued` after that: ask again with the same request_id.
-acquire = pb.AcquireRequest(session=session, request_id=1, name="example/printer",
+acquire = pb.AcquireRequest(session=session, session_secret=secret, request_id=1,
+                            name="example/printer",
                             mode=pb.LOCK_MODE_EXCLUSIVE, wait_ms=30000, hold_ms=5000)
 reply = call("Lock", "Acquire", acquire, timeout=15.0)
 while reply.WhichOneof("result") == "queued":
@@ -76,12 +80,13 @@ print(f"holding {sequencer.name} with fencing token {sequencer.token}")
 
 # A write that is applied only while this grant is the lock's current one.
 put = pb.BatchOp(put=pb.PutRequest(key=b"example/printer/job", value=b"page 1"))
-call("Lock", "FencedWrite", pb.FencedWriteRequest(sequencer=sequencer, ops=[put]))
+call("Lock", "FencedWrite",
+     pb.FencedWriteRequest(sequencer=sequencer, session_secret=secret, ops=[put]))
 value = call("Kv", "Get", pb.GetRequest(key=b"example/printer/job")).value
 print(f"fenced put done; example/printer/job = {value.decode()}")
 
-call("Lock", "Release", pb.ReleaseRequest(session=session, request_id=2, name=sequencer.name,
-                                          token=sequencer.token))
+call("Lock", "Release", pb.ReleaseRequest(session=session, session_secret=secret, request_id=2,
+                                          name=sequencer.name, token=sequencer.token))
 stop.set()
-call("Lock", "CloseSession", pb.CloseSessionRequest(session=session))
+call("Lock", "CloseSession", pb.CloseSessionRequest(session=session, session_secret=secret))
 print("released and closed")

@@ -188,7 +188,11 @@ class Session:
         self.router = router
         self.ttl_ms = ttl_ms
         reply = router.call("Lock", "OpenSession", pb.OpenSessionRequest(ttl_ms=ttl_ms))
-        self.id = expect_ok("OpenSession", reply).session
+        opened = expect_ok("OpenSession", reply)
+        self.id = opened.session
+        # Every later request for the session carries this secret.
+        self.secret = opened.secret
+        check(len(self.secret) == 16, f"a session secret of {len(self.secret)} bytes")
         self.opened = time.monotonic()
         self._request_ids = itertools.count(1)  # unique and increasing per session
         self._stop = threading.Event()
@@ -208,7 +212,7 @@ class Session:
                 reply = self.router.call(
                     "Lock",
                     "KeepAlive",
-                    pb.KeepAliveRequest(session=self.id),
+                    pb.KeepAliveRequest(session=self.id, session_secret=self.secret),
                     timeout=every,
                     patience=every,
                 )
@@ -237,6 +241,7 @@ class Session:
         """
         request = pb.AcquireRequest(
             session=self.id,
+            session_secret=self.secret,
             owner=0,
             request_id=self.next_request_id(),
             name=name,
@@ -265,6 +270,7 @@ class Session:
             "Release",
             pb.ReleaseRequest(
                 session=self.id,
+                session_secret=self.secret,
                 owner=0,
                 request_id=self.next_request_id(),
                 name=sequencer.name,
@@ -277,7 +283,11 @@ class Session:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=RPC_TIMEOUT)
-        reply = self.router.call("Lock", "CloseSession", pb.CloseSessionRequest(session=self.id))
+        reply = self.router.call(
+            "Lock",
+            "CloseSession",
+            pb.CloseSessionRequest(session=self.id, session_secret=self.secret),
+        )
         return expect_ok(f"CloseSession {self.id}", reply)
 
 
@@ -301,9 +311,10 @@ def granted(what, reply):
     return reply.granted.sequencer
 
 
-def fenced_put(sequencer, key, value):
+def fenced_put(sequencer, secret, key, value):
     return pb.FencedWriteRequest(
         sequencer=sequencer,
+        session_secret=secret,
         ops=[pb.BatchOp(put=pb.PutRequest(key=key, value=value))],
     )
 
@@ -461,7 +472,7 @@ def section_locks(router, ns):
 
         # A's old sequencer fences nothing any more.
         key = ns + b"fenced"
-        reply = router.call("Lock", "FencedWrite", fenced_put(first, key, b"from A"))
+        reply = router.call("Lock", "FencedWrite", fenced_put(first, a.secret, key, b"from A"))
         error = expect_error("fenced put with A's old sequencer", reply, pb.ERROR_KIND_STALE_FENCE)
         check(error.name == name, f"STALE_FENCE names lock {error.name!r}, not {name!r}")
         check(error.token == first.token, f"STALE_FENCE token {error.token}, sent {first.token}")
@@ -469,7 +480,36 @@ def section_locks(router, ns):
             error.HasField("current_token") and error.current_token == second.token,
             f"STALE_FENCE current_token {error.current_token}, expected B's {second.token}",
         )
-        reply = router.call("Lock", "FencedWrite", fenced_put(second, key, b"from B"))
+        # Nobody but B acts for B's session, even knowing its id and
+        # sequencer (both are in every lock list): not A, not C.
+        for who, secret in (("A", a.secret), ("C", c.secret)):
+            reply = router.call("Lock", "FencedWrite", fenced_put(second, secret, key, b"forged"))
+            error = expect_error(
+                f"fenced put with B's sequencer and {who}'s secret",
+                reply,
+                pb.ERROR_KIND_WRONG_SESSION_SECRET,
+            )
+            check(error.session == b.id, f"WRONG_SESSION_SECRET names session {error.session}")
+            for method, request in (
+                (
+                    "Release",
+                    pb.ReleaseRequest(
+                        session=b.id,
+                        session_secret=secret,
+                        request_id=10_000,
+                        name=name,
+                        token=second.token,
+                    ),
+                ),
+                ("CloseSession", pb.CloseSessionRequest(session=b.id, session_secret=secret)),
+                ("KeepAlive", pb.KeepAliveRequest(session=b.id, session_secret=secret)),
+            ):
+                expect_error(
+                    f"{method} of B's session with {who}'s secret",
+                    router.call("Lock", method, request),
+                    pb.ERROR_KIND_WRONG_SESSION_SECRET,
+                )
+        reply = router.call("Lock", "FencedWrite", fenced_put(second, b.secret, key, b"from B"))
         expect_ok("fenced put with B's sequencer", reply)
         check(not reply.HasField("failed_condition"), f"fenced put: {reply}")
         reply = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
@@ -503,7 +543,11 @@ def section_expiry(router, ns):
         took = time.monotonic() - started
         print(f"   session {lapsing.id} expired: its grant ended {took:.1f} s after the acquire")
 
-        reply = router.call("Lock", "KeepAlive", pb.KeepAliveRequest(session=lapsing.id))
+        reply = router.call(
+            "Lock",
+            "KeepAlive",
+            pb.KeepAliveRequest(session=lapsing.id, session_secret=lapsing.secret),
+        )
         error = expect_error("KeepAlive of an expired session", reply, pb.ERROR_KIND_SESSION_ENDED)
         check(error.session == lapsing.id, f"SESSION_ENDED names session {error.session}")
 
@@ -538,6 +582,7 @@ def section_bad_input(router, ns):
         for mode in (0, 99):
             request = pb.AcquireRequest(
                 session=session.id,
+                session_secret=session.secret,
                 request_id=session.next_request_id(),
                 name=ns.decode() + "bad-mode",
                 mode=mode,

@@ -138,7 +138,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use latchkey_core::lock::{LockCommand, Sequencer};
+use latchkey_core::lock::{LockCommand, Sequencer, SessionSecret};
 use latchkey_core::{Command, Outcome};
 
 use crate::kv::unexpected;
@@ -596,35 +596,43 @@ fn unescape(escaped: &str) -> Result<String, String> {
 impl Client {
     /// Set `key` to `value` only while `sequencer` is the current exclusive
     /// holder of its lock; otherwise nothing is written and the error
-    /// answers [`Error::is_stale_fence`].
+    /// answers [`Error::is_stale_fence`]. `secret` is the secret of the
+    /// sequencer's session ([`crate::Session::secret`]): only the holder
+    /// writes, not whoever read its sequencer. A [`crate::LockGuard`] does
+    /// this for its own grant ([`crate::LockGuard::put`]).
     pub async fn put_fenced(
         &self,
         sequencer: &Sequencer,
+        secret: &SessionSecret,
         key: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
     ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, Batch::new().put(key, value))
+        self.batch_fenced(sequencer, secret, Batch::new().put(key, value))
             .await?
             .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
     }
 
-    /// Delete `key` only while `sequencer` is the current exclusive holder.
+    /// Delete `key` only while `sequencer` is the current exclusive holder
+    /// (`secret` as in [`Client::put_fenced`]).
     pub async fn delete_fenced(
         &self,
         sequencer: &Sequencer,
+        secret: &SessionSecret,
         key: impl AsRef<[u8]>,
     ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, Batch::new().delete(key))
+        self.batch_fenced(sequencer, secret, Batch::new().delete(key))
             .await?
             .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
     }
 
     /// Apply `batch` only while `sequencer` is the current exclusive holder,
     /// atomically with that check. `Err(index)` of the first failed
-    /// condition, as [`Client::batch`].
+    /// condition, as [`Client::batch`]. `secret` as in
+    /// [`Client::put_fenced`].
     pub async fn batch_fenced(
         &self,
         sequencer: &Sequencer,
+        secret: &SessionSecret,
         batch: Batch,
     ) -> Result<Result<(), u32>, Error> {
         let Command::Batch { conditions, ops } = batch.into_command() else {
@@ -632,6 +640,7 @@ impl Client {
         };
         let command = Command::Lock(LockCommand::Fenced {
             sequencer: sequencer.clone(),
+            secret: *secret,
             conditions,
             ops,
         });

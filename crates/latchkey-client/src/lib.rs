@@ -54,7 +54,9 @@ pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate
 pub use kv::{Batch, Client, Consistency, ScanPage};
 // The contract shared with replicas lives in latchkey-proto; re-exported
 // here because client users meet these types.
-pub use latchkey_core::lock::{HolderInfo, LockInfo, LockMode, Sequencer, SessionId, Token};
+pub use latchkey_core::lock::{
+    HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
+};
 pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
 pub use latchkey_proto::{
     BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, MAX_FRAME_CALLS,

@@ -261,6 +261,7 @@ impl Lock {
         };
         let command = Command::Lock(LockCommand::Acquire {
             session: session.id(),
+            secret: session.secret(),
             owner: self.owner,
             request_id,
             name: self.name.clone(),
@@ -337,6 +338,7 @@ impl Lock {
     fn cancel_command(&self, request_id: u64) -> Command {
         Command::Lock(LockCommand::CancelWait {
             session: self.session.id(),
+            secret: self.session.secret(),
             owner: self.owner,
             name: self.name.clone(),
             request_id,
@@ -420,6 +422,7 @@ impl Lock {
 async fn release(session: &Session, owner: u64, sequencer: &Sequencer) -> Result<u32, Error> {
     let command = Command::Lock(LockCommand::Release {
         session: session.id(),
+        secret: session.secret(),
         owner,
         request_id: session.next_request(),
         name: sequencer.name.clone(),
@@ -544,7 +547,7 @@ impl LockGuard {
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
         self.session
             .client()
-            .put_fenced(&self.sequencer, key, value)
+            .put_fenced(&self.sequencer, &self.session.secret(), key, value)
             .await
     }
 
@@ -552,7 +555,7 @@ impl LockGuard {
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
         self.session
             .client()
-            .delete_fenced(&self.sequencer, key)
+            .delete_fenced(&self.sequencer, &self.session.secret(), key)
             .await
     }
 
@@ -560,7 +563,7 @@ impl LockGuard {
     pub async fn batch(&self, batch: Batch) -> Result<Result<(), u32>, Error> {
         self.session
             .client()
-            .batch_fenced(&self.sequencer, batch)
+            .batch_fenced(&self.sequencer, &self.session.secret(), batch)
             .await
     }
 }

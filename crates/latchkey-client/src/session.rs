@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use latchkey_core::limits::{MAX_SESSION_TTL_MS, MIN_SESSION_TTL_MS};
-use latchkey_core::lock::{LockCommand, LockOutcome, SessionId};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
 use latchkey_core::{Command, CommandError, CommandResult, Outcome};
 use latchkey_proto::Operation;
 use tokio::sync::watch;
@@ -71,12 +71,18 @@ impl Client {
             .execute_timed(
                 Command::Lock(LockCommand::OpenSession {
                     ttl_ms: millis(ttl),
+                    // The replica draws the secret; this one is not sent.
+                    secret: SessionSecret::default(),
                 }),
                 true,
             )
             .await?;
-        let (id, ttl_ms) = match outcome {
-            Outcome::Lock(LockOutcome::SessionOpened { session, ttl_ms }) => (session, ttl_ms),
+        let (id, ttl_ms, secret) = match outcome {
+            Outcome::Lock(LockOutcome::SessionOpened {
+                session,
+                ttl_ms,
+                secret,
+            }) => (session, ttl_ms, secret),
             other => return Err(unexpected("SessionOpened", &other)),
         };
         if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(&ttl_ms) {
@@ -90,12 +96,13 @@ impl Client {
             valid_until: sent + ttl - margin,
             lost: None,
         });
-        let watchdog = tokio::spawn(watchdog(self.clone(), id, ttl, margin, sent, tx));
+        let watchdog = tokio::spawn(watchdog(self.clone(), id, secret, ttl, margin, sent, tx));
         tracing::debug!(session = id.0, ?ttl, "session opened");
         Ok(Session {
             inner: Arc::new(SessionInner {
                 client: self.clone(),
                 id,
+                secret,
                 ttl,
                 next_request: AtomicU64::new(1),
                 next_owner: AtomicU64::new(1),
@@ -111,6 +118,7 @@ impl Client {
     async fn keep_alive_call(
         &self,
         session: SessionId,
+        secret: SessionSecret,
         within: Duration,
     ) -> Result<(CommandResult, Instant), Error> {
         let attempt = self.router().options().attempt_timeout.min(within);
@@ -119,7 +127,11 @@ impl Client {
             .router()
             .call_with(false, within, attempt, |target, _| {
                 sent = lease_clock::now();
-                async move { target.send(Operation::KeepAlive(session), attempt).await }
+                async move {
+                    target
+                        .send(Operation::KeepAlive { session, secret }, attempt)
+                        .await
+                }
             })
             .await?;
         Ok((result, sent))
@@ -137,6 +149,7 @@ struct LeaseState {
 async fn watchdog(
     client: Client,
     id: SessionId,
+    secret: SessionSecret,
     ttl: Duration,
     margin: Duration,
     opened: Instant,
@@ -156,7 +169,7 @@ async fn watchdog(
             );
             return;
         }
-        match client.keep_alive_call(id, valid_until - now).await {
+        match client.keep_alive_call(id, secret, valid_until - now).await {
             Ok((Ok(_), sent)) => {
                 let acked = lease_clock::now();
                 if acked >= valid_until {
@@ -214,6 +227,9 @@ pub struct Session {
 struct SessionInner {
     client: Client,
     id: SessionId,
+    /// The secret the cluster gave at open: every request for the session
+    /// carries it. Never printed.
+    secret: SessionSecret,
     ttl: Duration,
     next_request: AtomicU64,
     next_owner: AtomicU64,
@@ -236,11 +252,14 @@ impl Drop for SessionInner {
             return;
         }
         let client = self.client.clone();
-        let session = self.id;
+        let (session, secret) = (self.id, self.secret);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 let _ = client
-                    .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
+                    .execute_with(
+                        Command::Lock(LockCommand::CloseSession { session, secret }),
+                        true,
+                    )
                     .await;
             });
         }
@@ -256,6 +275,15 @@ impl Session {
     /// The session's TTL.
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
+    }
+
+    /// The session's secret, given by the cluster at open: every request
+    /// acting for the session carries it (the client does this), and the
+    /// cluster refuses one without it. Hand it only to a process that must
+    /// write fenced with this session's grants ([`Client::put_fenced`]);
+    /// whoever has it can also release the session's locks or close it.
+    pub fn secret(&self) -> SessionSecret {
+        self.inner.secret
     }
 
     /// The client this session talks through.
@@ -345,11 +373,14 @@ impl Session {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let session = self.inner.id;
+        let (session, secret) = (self.inner.id, self.inner.secret);
         match self
             .inner
             .client
-            .execute_with(Command::Lock(LockCommand::CloseSession { session }), true)
+            .execute_with(
+                Command::Lock(LockCommand::CloseSession { session, secret }),
+                true,
+            )
             .await
         {
             Ok(_) => Ok(()),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::Stream;
 use latchkey_client::{Client, ClientOptions, Error};
 use latchkey_core::lock::LockCommand;
-use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo};
+use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo, SessionSecret};
 use latchkey_core::{Command, Outcome, Query};
 use latchkey_proto::v1::kv_server::Kv;
 use latchkey_proto::v1::lock_server::Lock;
@@ -76,6 +76,8 @@ impl Script {
 
 /// The session every `OpenSession` gets.
 const SESSION: SessionId = SessionId(7);
+/// The secret the fake replica gives `SESSION`: the client must send it back.
+const SECRET: SessionSecret = SessionSecret([0x42; 16]);
 
 /// How a request reached the replica.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -92,13 +94,17 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
     let outcome = match op {
         Operation::Write(command) => {
             let outcome = match &command {
-                Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
+                Command::Lock(LockCommand::OpenSession { ttl_ms, .. }) => {
                     Outcome::Lock(LockOutcome::SessionOpened {
                         session: SESSION,
                         ttl_ms: *ttl_ms,
+                        secret: SECRET,
                     })
                 }
-                Command::Lock(LockCommand::CloseSession { session }) => {
+                Command::Lock(LockCommand::CloseSession { session, secret }) => {
+                    if *secret != SECRET {
+                        return Err(Status::internal("close without the session's secret"));
+                    }
                     Outcome::Lock(LockOutcome::SessionEnded {
                         session: *session,
                         released: 0,
@@ -121,14 +127,16 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
             query: Query::Get { key },
             ..
         } => Outcome::Value(Some(key)),
-        Operation::KeepAlive(session) => {
+        Operation::KeepAlive { session, secret } => {
             let count = match via {
                 Via::Stream => &script.keep_alives_on_stream,
                 Via::Unary => &script.unary_keep_alives,
             };
             count.fetch_add(1, Ordering::SeqCst);
-            if session != SESSION {
-                return Err(Status::internal("keep-alive of an unknown session"));
+            if session != SESSION || secret != SECRET {
+                return Err(Status::internal(
+                    "keep-alive of an unknown session, or without its secret",
+                ));
             }
             Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
                 session,

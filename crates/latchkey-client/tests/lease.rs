@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use futures::Stream;
 use latchkey_client::{Client, ClientOptions, Error, LockGuard, Session};
 use latchkey_core::lock::{
-    LockCommand, LockMode, LockOutcome, Sequencer, SessionId, SessionInfo, Token,
+    LockCommand, LockMode, LockOutcome, Sequencer, SessionId, SessionInfo, SessionSecret, Token,
 };
 use latchkey_core::{Command, Outcome};
 use latchkey_proto::v1::kv_server::Kv;
@@ -131,13 +131,14 @@ impl Script {
     /// else at once.
     async fn write(&self, command: Command) -> Result<Outcome, Status> {
         Ok(match command {
-            Command::Lock(LockCommand::OpenSession { ttl_ms }) => {
+            Command::Lock(LockCommand::OpenSession { ttl_ms, .. }) => {
                 let slot = Script::arrived(&self.opens);
                 tokio::time::sleep(self.open_delay).await;
                 Script::replied(&self.opens, slot);
                 Outcome::Lock(LockOutcome::SessionOpened {
                     session: SESSION,
                     ttl_ms,
+                    secret: SessionSecret([0x17; 16]),
                 })
             }
             Command::Lock(LockCommand::Release { name, token, .. }) => {
@@ -147,7 +148,7 @@ impl Script {
                     remaining: 0,
                 })
             }
-            Command::Lock(LockCommand::CloseSession { session }) => {
+            Command::Lock(LockCommand::CloseSession { session, .. }) => {
                 Outcome::Lock(LockOutcome::SessionEnded {
                     session,
                     released: 0,
@@ -202,7 +203,7 @@ impl Script {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let outcome = match op {
             Operation::Write(command) => self.write(command).await?,
-            Operation::KeepAlive(session) => self.keep_alive(session).await?,
+            Operation::KeepAlive { session, .. } => self.keep_alive(session).await?,
             Operation::Acquire { command, .. } => self.acquire(command)?,
             Operation::Read { .. } => return Err(Status::internal("unexpected call")),
         };

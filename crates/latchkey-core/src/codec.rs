@@ -11,7 +11,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 2: the membership in log entries and snapshots records each member's
 /// data-directory incarnation (`latchkey_storage::Member`), and Raft
 /// messages carry it.
-pub const FORMAT_VERSION: u8 = 2;
+///
+/// 3: sessions have a secret ([`crate::lock::SessionSecret`]): in the
+/// session record, in `OpenSession` and in every client command acting for
+/// a session; the leader's wait timeout is its own command (`ExpireWait`).
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

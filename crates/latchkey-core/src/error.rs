@@ -46,6 +46,17 @@ pub enum CommandError {
         /// The ended session.
         session: SessionId,
     },
+    /// The command acts for a live session but does not carry its secret
+    /// (the one the session's open answered): only the client that opened a
+    /// session may close it, keep it alive, acquire or release in it, or
+    /// write fenced with its grants. Nothing was done.
+    #[error(
+        "session {session}: wrong session secret, only the client that opened the session may use it"
+    )]
+    WrongSessionSecret {
+        /// The session the command named.
+        session: SessionId,
+    },
     /// A lock name must be non-empty UTF-8 of at most `max` bytes.
     #[error("invalid lock name: {len} bytes, it must be 1 to {max}")]
     InvalidLockName {

@@ -114,7 +114,7 @@ fn check_sequencer(sequencer: &Sequencer) -> Result<usize, CommandError> {
 
 fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
     match command {
-        LockCommand::OpenSession { ttl_ms } => {
+        LockCommand::OpenSession { ttl_ms, .. } => {
             if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(ttl_ms) {
                 return Err(CommandError::TtlOutOfRange {
                     ttl_ms: *ttl_ms,
@@ -160,11 +160,14 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
             check_token(*token)?;
             Ok(n)
         }
-        LockCommand::CancelWait { name, .. } => check_lock_name(name),
+        LockCommand::CancelWait { name, .. } | LockCommand::ExpireWait { name, .. } => {
+            check_lock_name(name)
+        }
         LockCommand::Fenced {
             sequencer,
             conditions,
             ops,
+            ..
         } => {
             let n = check_sequencer(sequencer)?;
             if sequencer.mode != LockMode::Exclusive {
@@ -202,7 +205,7 @@ fn check_lock_query(query: &LockQuery) -> Result<(), CommandError> {
                 )));
             }
         }
-        LockQuery::Session { .. } | LockQuery::TimerState => {}
+        LockQuery::Session { .. } | LockQuery::TimerState | LockQuery::SessionTimer { .. } => {}
     }
     Ok(())
 }

@@ -7,8 +7,8 @@ use std::fmt::Debug;
 use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
 use latchkey_core::lock::{
     Event, HoldEnd, HolderInfo, LeaseTimer, LockCommand, LockDelayTimer, LockInfo, LockMode,
-    LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, TimerKind, TimerState,
-    Token, WaitCancel, WaitEnd, WaitTimer,
+    LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret,
+    SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
     BatchOp, Command, CommandError, CommandResult, Condition, Outcome, Query, Request, ScanRange,
@@ -142,15 +142,20 @@ fn commands() -> Vec<Command> {
             key: b("s"),
             step: u64::MAX,
         },
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 3_000,
+            secret: SessionSecret::default(),
+        }),
         Command::Lock(LockCommand::CloseSession {
             session: SessionId(1),
+            secret: SessionSecret::default(),
         }),
         Command::Lock(LockCommand::ExpireSession {
             session: SessionId(u64::MAX),
         }),
         Command::Lock(LockCommand::Acquire {
             session: SessionId(2),
+            secret: SessionSecret::default(),
             owner: 3,
             request_id: 4,
             name: "jobs/é".to_string(),
@@ -161,6 +166,7 @@ fn commands() -> Vec<Command> {
         }),
         Command::Lock(LockCommand::Release {
             session: SessionId(2),
+            secret: SessionSecret::default(),
             owner: 3,
             request_id: 5,
             name: "l".to_string(),
@@ -168,6 +174,7 @@ fn commands() -> Vec<Command> {
         }),
         Command::Lock(LockCommand::CancelWait {
             session: SessionId(2),
+            secret: SessionSecret::default(),
             owner: 3,
             name: "l".to_string(),
             request_id: 4,
@@ -182,6 +189,7 @@ fn commands() -> Vec<Command> {
         }),
         Command::Lock(LockCommand::Fenced {
             sequencer: sequencer(),
+            secret: SessionSecret::default(),
             conditions: vec![Condition::ValueIs {
                 key: b("a"),
                 expected: None,
@@ -281,6 +289,7 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::Lock(LockOutcome::SessionOpened {
             session: SessionId(1),
             ttl_ms: 3_000,
+            secret: SessionSecret([9; 16]),
         }),
         Outcome::Lock(LockOutcome::SessionEnded {
             session: SessionId(1),
@@ -325,9 +334,10 @@ fn outcomes() -> Vec<Outcome> {
         }))),
         Outcome::Lock(LockOutcome::Session(None)),
         Outcome::Lock(LockOutcome::Timers(TimerState {
-            sessions: vec![SessionInfo {
+            sessions: vec![SessionTimer {
                 session: SessionId(1),
                 ttl_ms: 3_000,
+                secret: SessionSecret([9; 16]),
             }],
             leases: vec![LeaseTimer {
                 name: "l".to_string(),
@@ -431,6 +441,7 @@ fn events_round_trip() {
         Event::SessionOpened {
             session: SessionId(1),
             ttl_ms: 3_000,
+            secret: SessionSecret([9; 16]),
         },
         Event::SessionEnded {
             session: SessionId(1),
@@ -556,8 +567,8 @@ fn large_values_round_trip() {
 }
 
 /// The log and snapshots outlive builds: a change of these bytes is a format
-/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 2
-/// since members carry incarnations).
+/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 3
+/// since sessions have secrets).
 #[test]
 fn format_is_frozen() {
     let bytes = encode(&Request {
@@ -568,29 +579,35 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [2, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [3, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
     // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [2, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+    assert_eq!(bytes, [3, 0, 5, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
-    // LockCommand variant 0 (OpenSession), ttl 3000.
+    // LockCommand variant 0 (OpenSession), ttl 3000, then the secret's 16
+    // bytes as they are.
     let bytes = encode(&Request {
         now: 1,
-        command: Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        command: Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 3_000,
+            secret: SessionSecret([0xaa; 16]),
+        }),
     })
     .expect("encodes");
-    assert_eq!(bytes, [2, 1, 8, 0, 0xfb, 0xb8, 0x0b]);
+    let mut expected = vec![3, 1, 8, 0, 0xfb, 0xb8, 0x0b];
+    expected.extend([0xaa; 16]);
+    assert_eq!(bytes, expected);
     // Lock errors come after the KV errors: CommandError variant 2 is
     // UnknownSession.
     let bytes = encode(&Err::<Outcome, _>(CommandError::UnknownSession {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [2, 1, 2, 5]);
+    assert_eq!(bytes, [3, 1, 2, 5]);
 }
 
 // ---------------------------------------------------------------- refusals
@@ -792,10 +809,16 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
     let name = ".{0,8}";
     let opt = || prop::option::of(any::<u64>());
     prop_oneof![
-        any::<u64>().prop_map(|ttl_ms| LockCommand::OpenSession { ttl_ms }),
+        any::<u64>().prop_map(|ttl_ms| LockCommand::OpenSession {
+            ttl_ms,
+            secret: SessionSecret::default()
+        }),
         session
             .clone()
-            .prop_map(|session| LockCommand::CloseSession { session }),
+            .prop_map(|session| LockCommand::CloseSession {
+                session,
+                secret: SessionSecret::default()
+            }),
         session
             .clone()
             .prop_map(|session| LockCommand::ExpireSession { session }),
@@ -813,6 +836,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
                 |(session, owner, request_id, name, mode, wait_ms, lease_ms, lock_delay_ms)| {
                     LockCommand::Acquire {
                         session,
+                        secret: SessionSecret::default(),
                         owner,
                         request_id,
                         name,
@@ -833,6 +857,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
             .prop_map(
                 |(session, owner, request_id, name, token)| LockCommand::Release {
                     session,
+                    secret: SessionSecret::default(),
                     owner,
                     request_id,
                     name,
@@ -842,6 +867,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
         (session.clone(), any::<u64>(), name, any::<u64>()).prop_map(
             |(session, owner, name, request_id)| LockCommand::CancelWait {
                 session,
+                secret: SessionSecret::default(),
                 owner,
                 name,
                 request_id,
@@ -864,6 +890,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
                     token,
                     session,
                 },
+                secret: SessionSecret([3; 16]),
                 conditions: vec![],
                 ops: puts
                     .into_iter()

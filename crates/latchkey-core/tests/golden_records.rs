@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use latchkey_core::codec::FORMAT_VERSION;
 use latchkey_core::lock::{
     Event, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery, Sequencer,
-    SessionId, SessionInfo, TimerState, Token, WaitTimer,
+    SessionId, SessionSecret, SessionTimer, TimerState, Token, WaitTimer,
 };
 use latchkey_core::{apply_with_events, query, Command, MemStore, Outcome, Query, Request};
 
@@ -47,6 +47,11 @@ const S1: SessionId = SessionId(1);
 const S2: SessionId = SessionId(2);
 const S3: SessionId = SessionId(3);
 
+/// Session n's secret in the script: 16 bytes of 0xn0 + n.
+fn secret(session: SessionId) -> SessionSecret {
+    SessionSecret([0x10 * session.0 as u8 + session.0 as u8; 16])
+}
+
 #[allow(clippy::too_many_arguments)]
 fn acquire(
     session: SessionId,
@@ -59,6 +64,7 @@ fn acquire(
 ) -> Command {
     Command::Lock(LockCommand::Acquire {
         session,
+        secret: secret(session),
         owner,
         request_id,
         name: name.to_string(),
@@ -80,9 +86,18 @@ fn script() -> Vec<Request> {
             key: b"ids".to_vec(),
             step: 10,
         },
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 }),
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 5_000 }),
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 10_000,
+            secret: secret(S1),
+        }),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 5_000,
+            secret: secret(S2),
+        }),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 3_000,
+            secret: secret(S3),
+        }),
         // Session 1 holds "a" (token 1) with a lease; session 2 waits for it.
         acquire(S1, 1, 1, "a", None, Some(60_000), None),
         acquire(S2, 1, 1, "a", Some(5_000), None, Some(1_000)),
@@ -114,7 +129,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (02); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (03); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -128,7 +143,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "02
+        "03
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
@@ -140,7 +155,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "02
+        "03
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
@@ -155,9 +170,11 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "02
+        "03
          03                 # request: LockCommand::Acquire
-         01 01 01  01 61 00 # session 1, owner 1, request 1, name \"a\", Exclusive,
+         01                 # session 1,
+         11111111111111111111111111111111 # secret,
+         01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
          00  01 fb60ea  00  # wait_ms None, lease_ms Some(60000), lock_delay_ms None
          00                 # answer: Answer::Outcome
          02                 #   LockOutcome::Granted
@@ -166,9 +183,11 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "02
+        "03
          03                 # request: LockCommand::Acquire
-         02 01 01  01 61 00 # session 2, owner 1, request 1, name \"a\", Exclusive,
+         02                 # session 2,
+         22222222222222222222222222222222 # secret,
+         01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
          01 fb8813  00      # wait_ms Some(5000), lease_ms None,
          01 fbe803          # lock_delay_ms Some(1000)
          00                 # answer: Answer::Outcome
@@ -176,14 +195,16 @@ const ROWS: &[(&str, &str)] = &[
          01 61 01 00        #   { name \"a\", request_id 1, position 0 }",
     ),
     // S + session id (u64 BE) -> codec(SessionRecord { ttl_ms, remembered,
-    // forgotten_below, kept_below }).
+    // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "02 fb1027 01 00 01 00  # ttl 10000, 1 remembered, 0, Some([])",
+        "03 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
+         11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "02 fb8813 01 00 01 00  # ttl 5000, 1 remembered, 0, Some([])",
+        "03 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+         22222222222222222222222222222222 # secret",
     ),
 ];
 
@@ -204,7 +225,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 2);
+    assert_eq!(FORMAT_VERSION, 3);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -239,13 +260,15 @@ fn stored_records_read_back() {
         ask(&store, LockQuery::TimerState),
         LockOutcome::Timers(TimerState {
             sessions: vec![
-                SessionInfo {
+                SessionTimer {
                     session: S1,
-                    ttl_ms: 10_000
+                    ttl_ms: 10_000,
+                    secret: secret(S1),
                 },
-                SessionInfo {
+                SessionTimer {
                     session: S2,
-                    ttl_ms: 5_000
+                    ttl_ms: 5_000,
+                    secret: secret(S2),
                 },
             ],
             leases: vec![LeaseTimer {
@@ -305,7 +328,10 @@ fn stored_records_read_back() {
     let (_, events) = run(
         &mut store,
         102,
-        Command::Lock(LockCommand::CloseSession { session: S1 }),
+        Command::Lock(LockCommand::CloseSession {
+            session: S1,
+            secret: secret(S1),
+        }),
     );
     assert!(
         events.iter().any(|e| matches!(
@@ -319,13 +345,17 @@ fn stored_records_read_back() {
     let (outcome, _) = run(
         &mut store,
         103,
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 3_000 }),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 3_000,
+            secret: latchkey_core::lock::SessionSecret::default(),
+        }),
     );
     assert_eq!(
         outcome,
         Outcome::Lock(LockOutcome::SessionOpened {
             session: SessionId(4),
-            ttl_ms: 3_000
+            ttl_ms: 3_000,
+            secret: latchkey_core::lock::SessionSecret::default(),
         })
     );
 }

@@ -3,19 +3,23 @@
 //! their own with the same `now`: same results, same events, same store.
 
 use latchkey_core::limits::MAX_GROUP_COMMANDS;
-use latchkey_core::lock::{LockCommand, LockMode, SessionId, Token};
+use latchkey_core::lock::{LockCommand, LockMode, SessionId, SessionSecret, Token};
 use latchkey_core::{
     apply_with_events, validate_command, Command, CommandError, CommandResult, Event, MemStore,
     Outcome, Request,
 };
 
 fn open() -> Command {
-    Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 })
+    Command::Lock(LockCommand::OpenSession {
+        ttl_ms: 10_000,
+        secret: SessionSecret::default(),
+    })
 }
 
 fn acquire(session: u64, request_id: u64, wait: Option<u64>) -> Command {
     Command::Lock(LockCommand::Acquire {
         session: SessionId(session),
+        secret: SessionSecret::default(),
         owner: 1,
         request_id,
         name: "jobs".into(),
@@ -29,6 +33,7 @@ fn acquire(session: u64, request_id: u64, wait: Option<u64>) -> Command {
 fn release(session: u64, request_id: u64, token: u64) -> Command {
     Command::Lock(LockCommand::Release {
         session: SessionId(session),
+        secret: SessionSecret::default(),
         owner: 1,
         request_id,
         name: "jobs".into(),

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use latchkey_core::keyspace::{self, META_LAST_TOKEN, SESSION_LOCKS};
 use latchkey_core::lock::{
     Event, LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, SessionId,
-    TimerState, Token, WaitEnd,
+    SessionSecret, TimerState, Token, WaitEnd,
 };
 use latchkey_core::{
     apply_with_events, codec, query, BatchOp, Command, CommandError, CommandResult, MemStore,
@@ -109,7 +109,9 @@ enum Op {
         stale: bool,
     },
     /// `how`: 0 the current holder, 1 an earlier grant, 2 the current
-    /// holder's token under another session (a forgery).
+    /// holder's token under another session (a forgery), 3 the current
+    /// holder's sequencer with a wrong secret (a forgery by whoever read it
+    /// from a lock list).
     Fenced {
         name: usize,
         pick: Index,
@@ -148,7 +150,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(slot, owner, name, pick)| Op::Cancel { slot, owner, name, pick }),
         1 => (any::<Index>(), prop::bool::weighted(0.3)).prop_map(|(pick, stale)| Op::ExpireLease { pick, stale }),
         2 => (any::<Index>(), prop::bool::weighted(0.3)).prop_map(|(pick, stale)| Op::EndDelay { pick, stale }),
-        3 => (name, any::<Index>(), 0u8..3).prop_map(|(name, pick, how)| Op::Fenced { name, pick, how }),
+        3 => (name, any::<Index>(), 0u8..4).prop_map(|(name, pick, how)| Op::Fenced { name, pick, how }),
         1 => (0u8..4, slot).prop_map(|(kind, slot)| Op::Bogus { kind, slot }),
     ]
 }
@@ -168,6 +170,10 @@ struct Harness {
     slots: [Option<SessionId>; SLOTS],
     /// The slot an `OpenSession` in flight will fill.
     opening: Option<usize>,
+    /// How many `OpenSession`s were sent: each gets its own secret.
+    opens: u8,
+    /// The secret of every session opened, from its outcome.
+    secrets: BTreeMap<SessionId, SessionSecret>,
     next_rid: BTreeMap<SessionId, u64>,
     sent: Vec<LockCommand>,
     seen_grants: Vec<Sequencer>,
@@ -233,6 +239,7 @@ fn classify(
             CommandError::SessionEnded { .. } => "session ended",
             CommandError::UnknownSession { .. } => "unknown session",
             CommandError::WaitCancelled { .. } => "retry of a cancelled wait",
+            CommandError::WrongSessionSecret { .. } => "wrong session secret",
             CommandError::InvalidArgument(_)
             | CommandError::InvalidLockName { .. }
             | CommandError::TtlOutOfRange { .. } => "invalid",
@@ -284,11 +291,13 @@ fn request_of(command: &LockCommand) -> Option<(SessionId, u64)> {
     match command {
         LockCommand::Acquire {
             session,
+            secret: _,
             request_id,
             ..
         }
         | LockCommand::Release {
             session,
+            secret: _,
             request_id,
             ..
         } => Some((*session, *request_id)),
@@ -311,7 +320,16 @@ impl Harness {
     /// the outcome. The session it replaces (if any) stays open, abandoned.
     fn open(&mut self, slot: usize) -> LockCommand {
         self.opening = Some(slot);
-        LockCommand::OpenSession { ttl_ms: 5_000 }
+        self.opens = self.opens.wrapping_add(1);
+        LockCommand::OpenSession {
+            ttl_ms: 5_000,
+            secret: SessionSecret([self.opens; 16]),
+        }
+    }
+
+    /// The secret `session` was opened with (a wrong one if it never was).
+    fn secret(&self, session: SessionId) -> SessionSecret {
+        self.secrets.get(&session).copied().unwrap_or_default()
     }
 
     fn session(&self, slot: usize) -> Option<SessionId> {
@@ -389,9 +407,10 @@ impl Harness {
         match op {
             Op::Open { slot } => self.open(*slot),
             Op::Close { slot } | Op::Expire { slot } => match live_or_open(self, *slot) {
-                Ok(session) if matches!(op, Op::Close { .. }) => {
-                    LockCommand::CloseSession { session }
-                }
+                Ok(session) if matches!(op, Op::Close { .. }) => LockCommand::CloseSession {
+                    session,
+                    secret: self.secret(session),
+                },
                 Ok(session) => LockCommand::ExpireSession { session },
                 Err(slot) => self.open(slot),
             },
@@ -406,6 +425,7 @@ impl Harness {
             } => match live_or_open(self, *slot) {
                 Ok(session) => LockCommand::Acquire {
                     session,
+                    secret: self.secret(session),
                     owner: *owner,
                     request_id: self.rid(session),
                     name: NAMES[*name].to_string(),
@@ -450,6 +470,7 @@ impl Harness {
                     };
                     LockCommand::Release {
                         session,
+                        secret: self.secret(session),
                         owner,
                         request_id: self.rid(session),
                         name,
@@ -478,6 +499,7 @@ impl Harness {
                     match live_or_open(self, *slot) {
                         Ok(session) => LockCommand::CancelWait {
                             session,
+                            secret: self.secret(session),
                             owner: *owner,
                             name: NAMES[*name].to_string(),
                             request_id: pick.index(4) as u64,
@@ -485,12 +507,23 @@ impl Harness {
                         Err(slot) => self.open(slot),
                     }
                 } else {
+                    // The client's cancel, or the leader's wait timeout.
                     let w = pick.get(&waits);
-                    LockCommand::CancelWait {
-                        session: w.session,
-                        owner: w.owner,
-                        name: w.name.clone(),
-                        request_id: w.request_id,
+                    if pick.index(2) == 0 {
+                        LockCommand::CancelWait {
+                            session: w.session,
+                            secret: self.secret(w.session),
+                            owner: w.owner,
+                            name: w.name.clone(),
+                            request_id: w.request_id,
+                        }
+                    } else {
+                        LockCommand::ExpireWait {
+                            session: w.session,
+                            owner: w.owner,
+                            name: w.name.clone(),
+                            request_id: w.request_id,
+                        }
                     }
                 }
             }
@@ -552,8 +585,15 @@ impl Harness {
                     },
                 };
                 self.fence_value += 1;
+                // how 3: the right sequencer with a forged secret.
+                let secret = if *how == 3 {
+                    SessionSecret([0xee; 16])
+                } else {
+                    self.secret(sequencer.session)
+                };
                 LockCommand::Fenced {
                     sequencer,
+                    secret,
                     conditions: vec![],
                     ops: vec![BatchOp::Put {
                         key: b"fenced".to_vec(),
@@ -566,6 +606,7 @@ impl Harness {
                 match kind {
                     0 => LockCommand::Acquire {
                         session,
+                        secret: self.secret(session),
                         owner: 0,
                         request_id: 0,
                         name: String::new(),
@@ -576,6 +617,7 @@ impl Harness {
                     },
                     1 => LockCommand::Acquire {
                         session: SessionId(1_000),
+                        secret: SessionSecret::default(),
                         owner: 0,
                         request_id: 1,
                         name: "a".into(),
@@ -584,9 +626,13 @@ impl Harness {
                         lease_ms: None,
                         lock_delay_ms: None,
                     },
-                    2 => LockCommand::OpenSession { ttl_ms: 0 },
+                    2 => LockCommand::OpenSession {
+                        ttl_ms: 0,
+                        secret: SessionSecret::default(),
+                    },
                     _ => LockCommand::Release {
                         session,
+                        secret: self.secret(session),
                         owner: 0,
                         request_id: 1,
                         name: "a".into(),
@@ -626,15 +672,23 @@ impl Harness {
         let locks_before = self.locks();
         let request = request_of(&command);
         let retried = request.is_some_and(|r| self.first_ok.contains_key(&r) && self.live(r.0));
+        // A fenced write with a forged secret for a live session.
+        let forged_secret = match &command {
+            LockCommand::Fenced {
+                sequencer, secret, ..
+            } => *secret != self.secret(sequencer.session) && self.live(sequencer.session),
+            _ => false,
+        };
         let fence_expected = match &command {
-            LockCommand::Fenced { sequencer, .. } => {
-                Some(locks_before.get(&sequencer.name).is_some_and(|l| {
-                    l.mode == Some(LockMode::Exclusive)
-                        && l.holders
-                            .iter()
-                            .any(|h| h.token == sequencer.token && h.session == sequencer.session)
-                }))
-            }
+            LockCommand::Fenced { sequencer, .. } => Some(
+                !forged_secret
+                    && locks_before.get(&sequencer.name).is_some_and(|l| {
+                        l.mode == Some(LockMode::Exclusive)
+                            && l.holders.iter().any(|h| {
+                                h.token == sequencer.token && h.session == sequencer.session
+                            })
+                    }),
+            ),
             _ => None,
         };
         let fenced_before = self.data(b"fenced");
@@ -663,7 +717,14 @@ impl Harness {
                         "fenced write lost: {shown}"
                     );
                 }
+                Err(CommandError::WrongSessionSecret { .. }) => {
+                    check!(
+                        forged_secret,
+                        "the holder's own secret was refused: {shown}"
+                    );
+                }
                 Err(CommandError::StaleFence { .. }) => {
+                    check!(!forged_secret, "a forged secret was not refused: {shown}");
                     check!(!expected, "the current holder was fenced off: {shown}");
                     check!(
                         self.data(b"fenced") == fenced_before,
@@ -728,6 +789,7 @@ impl Harness {
                 (
                     LockCommand::Acquire {
                         session,
+                        secret: _,
                         owner,
                         name,
                         ..
@@ -753,6 +815,7 @@ impl Harness {
                 (
                     LockCommand::Release {
                         session,
+                        secret: _,
                         owner,
                         name,
                         ..
@@ -862,9 +925,12 @@ impl Harness {
     fn record(&mut self, command: &LockCommand, result: &CommandResult, retried: bool) {
         if let (
             LockCommand::OpenSession { .. },
-            Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })),
+            Ok(Outcome::Lock(LockOutcome::SessionOpened {
+                session, secret, ..
+            })),
         ) = (command, result)
         {
+            self.secrets.insert(*session, *secret);
             if let Some(slot) = self.opening.take() {
                 self.slots[slot] = Some(*session);
             }
@@ -872,7 +938,7 @@ impl Harness {
         // An ended session leaves its slot: the next op there opens a new one
         // (retries still reach the ended session).
         if let (
-            LockCommand::CloseSession { session } | LockCommand::ExpireSession { session },
+            LockCommand::CloseSession { session, .. } | LockCommand::ExpireSession { session },
             Ok(_),
         ) = (command, result)
         {
@@ -1074,6 +1140,7 @@ fn the_generator_reaches_every_case() {
         "not holder",
         "stale token",
         "stale fence",
+        "wrong session secret",
         "upgrade refused",
         "downgrade refused",
         "already waiting",

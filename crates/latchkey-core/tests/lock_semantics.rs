@@ -5,8 +5,8 @@ use latchkey_core::keyspace::{self, META_LAST_TOKEN, META_NOW};
 use latchkey_core::limits::*;
 use latchkey_core::lock::{
     Event, HoldEnd, LockCommand, LockDelayTimer, LockInfo, LockMode, LockOutcome, LockQuery,
-    Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, TimerKind, TimerState, Token,
-    WaitCancel, WaitEnd, WaitTimer,
+    Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret, SessionTimer,
+    TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
     apply_with_events, query, validate_command, BatchOp, Command, CommandError, CommandResult,
@@ -16,6 +16,13 @@ use latchkey_core::{
 use LockMode::{Exclusive, Shared};
 
 // ---------------------------------------------------------------- helpers
+
+/// The secret the tests give `session` (distinct per session).
+fn secret_of(session: SessionId) -> SessionSecret {
+    let mut bytes = [0x5a; 16];
+    bytes[..8].copy_from_slice(&session.0.to_le_bytes());
+    SessionSecret(bytes)
+}
 
 const WAIT: Option<u64> = Some(5_000);
 const TRY: Option<u64> = None;
@@ -59,8 +66,26 @@ impl Cluster {
         }
     }
 
+    /// The id the next `OpenSession` will get.
+    fn next_session(&self) -> SessionId {
+        let last = self
+            .store
+            .map
+            .get(keyspace::META_LAST_SESSION)
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        SessionId(last + 1)
+    }
+
+    /// Open a session with the secret [`secret_of`] its id.
     fn open(&mut self) -> SessionId {
-        match self.ok(LockCommand::OpenSession { ttl_ms: 10_000 }).0 {
+        match self
+            .ok(LockCommand::OpenSession {
+                ttl_ms: 10_000,
+                secret: secret_of(self.next_session()),
+            })
+            .0
+        {
             LockOutcome::SessionOpened { session, .. } => session,
             other => panic!("unexpected {other:?}"),
         }
@@ -156,6 +181,7 @@ fn acquire_with(
 ) -> LockCommand {
     LockCommand::Acquire {
         session,
+        secret: secret_of(session),
         owner,
         request_id,
         name: name.to_string(),
@@ -175,6 +201,7 @@ fn release(
 ) -> LockCommand {
     LockCommand::Release {
         session,
+        secret: secret_of(session),
         owner,
         request_id,
         name: name.to_string(),
@@ -185,6 +212,7 @@ fn release(
 fn cancel(session: SessionId, owner: u64, name: &str, request_id: u64) -> LockCommand {
     LockCommand::CancelWait {
         session,
+        secret: secret_of(session),
         owner,
         name: name.to_string(),
         request_id,
@@ -194,6 +222,7 @@ fn cancel(session: SessionId, owner: u64, name: &str, request_id: u64) -> LockCo
 fn fenced_put(sequencer: &Sequencer, key: &str, value: &str) -> LockCommand {
     LockCommand::Fenced {
         sequencer: sequencer.clone(),
+        secret: secret_of(sequencer.session),
         conditions: vec![],
         ops: vec![BatchOp::Put {
             key: key.as_bytes().to_vec(),
@@ -228,7 +257,10 @@ fn sessions_are_numbered_from_one_and_never_reused() {
     let a = c.open();
     let b = c.open();
     assert_eq!((a, b), (SessionId(1), SessionId(2)));
-    c.ok(LockCommand::CloseSession { session: b });
+    c.ok(LockCommand::CloseSession {
+        session: b,
+        secret: secret_of(b),
+    });
     assert_eq!(c.open(), SessionId(3));
     assert_eq!(
         c.ask(LockQuery::Session { session: a }),
@@ -246,19 +278,24 @@ fn sessions_are_numbered_from_one_and_never_reused() {
 #[test]
 fn open_session_reports_an_event() {
     let mut c = Cluster::default();
-    let (o, events) = c.ok(LockCommand::OpenSession { ttl_ms: 4_000 });
+    let (o, events) = c.ok(LockCommand::OpenSession {
+        ttl_ms: 4_000,
+        secret: secret_of(SessionId(1)),
+    });
     assert_eq!(
         o,
         LockOutcome::SessionOpened {
             session: SessionId(1),
-            ttl_ms: 4_000
+            ttl_ms: 4_000,
+            secret: secret_of(SessionId(1)),
         }
     );
     assert_eq!(
         events,
         vec![Event::SessionOpened {
             session: SessionId(1),
-            ttl_ms: 4_000
+            ttl_ms: 4_000,
+            secret: secret_of(SessionId(1)),
         }]
     );
 }
@@ -274,7 +311,10 @@ fn session_ttl_out_of_range_is_refused() {
         u64::MAX,
     ] {
         assert_eq!(
-            c.refused(LockCommand::OpenSession { ttl_ms }),
+            c.refused(LockCommand::OpenSession {
+                ttl_ms,
+                secret: SessionSecret::default()
+            }),
             CommandError::TtlOutOfRange {
                 ttl_ms,
                 min: MIN_SESSION_TTL_MS,
@@ -284,8 +324,127 @@ fn session_ttl_out_of_range_is_refused() {
     }
     assert!(c.store.map.is_empty());
     for ttl_ms in [MIN_SESSION_TTL_MS, MAX_SESSION_TTL_MS] {
-        c.ok(LockCommand::OpenSession { ttl_ms });
+        c.ok(LockCommand::OpenSession {
+            ttl_ms,
+            secret: SessionSecret::default(),
+        });
     }
+}
+
+/// Only the client that opened a session (it alone has the secret) may
+/// close it, acquire or release in it, cancel its waits or write fenced
+/// with its grants. A refusal writes nothing; the leader's expiries need no
+/// secret.
+#[test]
+fn a_session_is_used_only_with_its_secret() {
+    let mut c = Cluster::default();
+    let a = c.open();
+    let b = c.open();
+    let held = c.grant(acquire(a, 1, 1, "l", Exclusive, TRY));
+    c.ok(acquire(b, 1, 1, "l", Exclusive, WAIT));
+    // Every command of a's carrying b's secret, and of b's carrying a's.
+    let forged = [
+        (
+            a,
+            LockCommand::CloseSession {
+                session: a,
+                secret: secret_of(b),
+            },
+        ),
+        (
+            a,
+            LockCommand::Acquire {
+                session: a,
+                secret: secret_of(b),
+                owner: 1,
+                request_id: 2,
+                name: "m".into(),
+                mode: Exclusive,
+                wait_ms: None,
+                lease_ms: None,
+                lock_delay_ms: None,
+            },
+        ),
+        (
+            a,
+            LockCommand::Release {
+                session: a,
+                secret: secret_of(b),
+                owner: 1,
+                request_id: 3,
+                name: "l".into(),
+                token: held.token,
+            },
+        ),
+        (
+            a,
+            LockCommand::Fenced {
+                sequencer: held.clone(),
+                secret: SessionSecret([0; 16]),
+                conditions: vec![],
+                ops: vec![BatchOp::Put {
+                    key: b"k".to_vec(),
+                    value: b"forged".to_vec(),
+                }],
+            },
+        ),
+        (
+            b,
+            LockCommand::CancelWait {
+                session: b,
+                secret: secret_of(a),
+                owner: 1,
+                name: "l".into(),
+                request_id: 1,
+            },
+        ),
+    ];
+    for (session, command) in forged {
+        assert_eq!(
+            c.refused(command),
+            CommandError::WrongSessionSecret { session }
+        );
+    }
+    // Nothing moved: a holds, b waits, and their own secrets work.
+    assert_eq!(c.holders("l"), vec![(a, 1, Exclusive, held.token, 1)]);
+    assert_eq!(c.data("k"), None);
+    assert!(c.run(fenced_put(&held, "k", "v")).0.is_ok());
+    assert_eq!(c.data("k"), Some(b"v".to_vec()));
+    // The leader's wait timeout carries no secret.
+    let (o, events) = c.ok(LockCommand::ExpireWait {
+        session: b,
+        owner: 1,
+        name: "l".into(),
+        request_id: 1,
+    });
+    assert_eq!(o, LockOutcome::WaitCancel(WaitCancel::Cancelled));
+    assert!(matches!(
+        events.as_slice(),
+        [Event::WaitCancelled {
+            why: WaitEnd::Cancelled,
+            ..
+        }]
+    ));
+    c.ok(LockCommand::CloseSession {
+        session: a,
+        secret: secret_of(a),
+    });
+    // A session that is not live is refused as such, whatever the secret.
+    assert_eq!(
+        c.refused(LockCommand::CloseSession {
+            session: a,
+            secret: secret_of(b),
+        }),
+        CommandError::SessionEnded { session: a }
+    );
+    assert_eq!(
+        c.refused(fenced_put(&held, "k", "late")),
+        CommandError::StaleFence {
+            name: "l".into(),
+            token: held.token,
+            current: None
+        }
+    );
 }
 
 #[test]
@@ -293,7 +452,10 @@ fn unknown_and_ended_sessions_are_refused_everywhere() {
     let mut c = Cluster::default();
     let live = c.open();
     let ended = c.open();
-    c.ok(LockCommand::CloseSession { session: ended });
+    c.ok(LockCommand::CloseSession {
+        session: ended,
+        secret: secret_of(ended),
+    });
     let expired = c.open();
     c.ok(LockCommand::ExpireSession { session: expired });
     let seq = c.grant(acquire(live, 1, 1, "l", Exclusive, TRY));
@@ -317,7 +479,10 @@ fn unknown_and_ended_sessions_are_refused_everywhere() {
             acquire(session, 1, 1, "l", Exclusive, WAIT),
             release(session, 1, 2, "l", seq.token),
             cancel(session, 1, "l", 1),
-            LockCommand::CloseSession { session },
+            LockCommand::CloseSession {
+                session,
+                secret: secret_of(session),
+            },
             LockCommand::ExpireSession { session },
         ];
         for command in commands {
@@ -332,7 +497,10 @@ fn ended_sessions_forget_everything() {
     let a = c.open();
     c.grant(acquire(a, 1, 1, "x", Exclusive, TRY));
     c.grant(acquire(a, 1, 2, "y", Shared, TRY));
-    c.ok(LockCommand::CloseSession { session: a });
+    c.ok(LockCommand::CloseSession {
+        session: a,
+        secret: secret_of(a),
+    });
     // Only counters and the clock remain.
     let rooms: Vec<u8> = c.store.map.keys().map(|k| k[0]).collect();
     assert!(
@@ -365,7 +533,10 @@ fn close_session_releases_everything_without_lock_delay() {
     let (b_waits, _) = c.ok(acquire(b, 1, 2, "x", Exclusive, WAIT));
     assert!(matches!(b_waits, LockOutcome::Queued { position: 0, .. }));
 
-    let (o, events) = c.ok(LockCommand::CloseSession { session: a });
+    let (o, events) = c.ok(LockCommand::CloseSession {
+        session: a,
+        secret: secret_of(a),
+    });
     assert_eq!(
         o,
         LockOutcome::SessionEnded {
@@ -700,12 +871,16 @@ fn validation_agrees_with_apply() {
         })
     );
     assert!(matches!(
-        validate_command(&Command::Lock(LockCommand::OpenSession { ttl_ms: 0 })),
+        validate_command(&Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 0,
+            secret: SessionSecret::default()
+        })),
         Err(CommandError::TtlOutOfRange { .. })
     ));
     // Validation knows nothing of state: an unknown session passes it.
     assert!(validate_command(&Command::Lock(LockCommand::CloseSession {
-        session: SessionId(9)
+        session: SessionId(9),
+        secret: secret_of(SessionId(9)),
     }))
     .is_ok());
     // Fenced writes follow the batch limits.
@@ -716,6 +891,7 @@ fn validation_agrees_with_apply() {
             token: Token(1),
             session: a,
         },
+        secret: secret_of(a),
         conditions: vec![],
         ops: vec![BatchOp::Delete { key: b"k".to_vec() }; MAX_BATCH_OPS + 1],
     };
@@ -1410,6 +1586,7 @@ fn fenced_write_applies_under_the_current_exclusive_holder() {
     // A failed condition is still a fenced success that writes nothing.
     let guarded = LockCommand::Fenced {
         sequencer: seq.clone(),
+        secret: secret_of(seq.session),
         conditions: vec![Condition::ValueIs {
             key: b"k".to_vec(),
             expected: None,
@@ -1458,7 +1635,10 @@ fn fenced_write_applies_under_the_current_exclusive_holder() {
         CommandError::StaleFence { .. }
     ));
     // Ended session: stale, not unknown.
-    c.ok(LockCommand::CloseSession { session: b });
+    c.ok(LockCommand::CloseSession {
+        session: b,
+        secret: secret_of(b),
+    });
     assert_eq!(
         c.refused(fenced_put(&seq_b, "k", "x")),
         CommandError::StaleFence {
@@ -1532,6 +1712,7 @@ fn fenced_write_with_the_same_sessions_older_token_is_stale() {
     assert_eq!(
         c.refused(LockCommand::Fenced {
             sequencer: first.clone(),
+            secret: secret_of(first.session),
             conditions: vec![],
             ops: vec![BatchOp::Delete { key: b"k".to_vec() }],
         }),
@@ -1540,6 +1721,7 @@ fn fenced_write_with_the_same_sessions_older_token_is_stale() {
     assert_eq!(
         c.refused(LockCommand::Fenced {
             sequencer: first.clone(),
+            secret: secret_of(first.session),
             conditions: vec![Condition::ValueIs {
                 key: b"k".to_vec(),
                 expected: Some(b"v1".to_vec()),
@@ -1811,9 +1993,10 @@ fn timer_state_lists_every_countdown() {
     let t = c.timers();
     assert_eq!(
         t.sessions,
-        vec![SessionInfo {
+        vec![SessionTimer {
             session: b,
-            ttl_ms: 10_000
+            ttl_ms: 10_000,
+            secret: secret_of(b),
         }]
     );
     // a's lease went with a; b was granted "leased" (no lease of its own).
@@ -1884,7 +2067,17 @@ fn leader_only_commands_are_marked() {
         .proposer(),
         Proposer::Leader
     );
-    assert_eq!(cancel(a, 1, "l", 1).proposer(), Proposer::ClientOrLeader);
+    assert_eq!(cancel(a, 1, "l", 1).proposer(), Proposer::Client);
+    assert_eq!(
+        LockCommand::ExpireWait {
+            session: a,
+            owner: 1,
+            name: "l".into(),
+            request_id: 1
+        }
+        .proposer(),
+        Proposer::Leader
+    );
     assert_eq!(
         acquire(a, 1, 1, "l", Exclusive, TRY).proposer(),
         Proposer::Client
@@ -1899,7 +2092,11 @@ fn payload_len_counts_names_and_batch_bytes() {
         4
     );
     assert_eq!(
-        Command::Lock(LockCommand::OpenSession { ttl_ms: 5_000 }).payload_len(),
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 5_000,
+            secret: SessionSecret::default()
+        })
+        .payload_len(),
         0
     );
     let seq = Sequencer {
@@ -2123,65 +2320,4 @@ fn waits_granted_after_falling_behind_are_forgotten_first_in_id_order() {
     let oldest_other = *remembered_ids(&c, a).first().expect("remembers some");
     cycle(&mut c);
     assert!(!remembered_ids(&c, a).contains(&oldest_other));
-}
-
-#[test]
-fn a_session_record_from_before_kept_ids_is_read_and_upgraded() {
-    // Session records written before `kept_below` existed hold three
-    // numbers. Such a record is read, its memory is searched from the start
-    // of its range once, and from then on the store is exactly what a
-    // session that always had the new record ends with.
-    fn script(legacy_at: Option<u64>) -> (Cluster, Vec<String>) {
-        let mut c = Cluster::default();
-        let mut answers = Vec::new();
-        let holder = c.open();
-        let a = c.open();
-        c.grant(acquire(holder, 1, 1, "busy", Exclusive, TRY));
-        for owner in 1..=5u64 {
-            c.ok(acquire(a, owner, owner, "busy", Exclusive, WAIT));
-        }
-        for i in 0..u64::from(MAX_REMEMBERED_REQUESTS) + 30 {
-            if legacy_at == Some(i) {
-                let key = keyspace::session_key(a.0);
-                let bytes = c
-                    .store
-                    .get(&key)
-                    .expect("MemStore never fails")
-                    .expect("live");
-                // ttl_ms, remembered, forgotten_below: the old record is the
-                // current one without its last field (an Option tag, and
-                // the list when Some).
-                let (ttl, remembered, below, _kept): (u64, u32, u64, Option<Vec<u64>>) =
-                    latchkey_core::codec::decode(&bytes).expect("current record");
-                let old = latchkey_core::codec::encode(&(ttl, remembered, below)).expect("encodes");
-                c.store.put(&key, &old).expect("MemStore never fails");
-            }
-            let rid = 100 + 2 * i;
-            let s = c.grant(acquire(a, 999, rid, "other", Exclusive, TRY));
-            answers.push(format!(
-                "{:?}",
-                c.run(release(a, 999, rid + 1, "other", s.token)).0
-            ));
-        }
-        for owner in 1..=5u64 {
-            answers.push(format!(
-                "{:?}",
-                c.run(acquire(a, owner, owner, "busy", Exclusive, WAIT)).0
-            ));
-        }
-        answers.push(format!(
-            "{:?}",
-            c.run(acquire(a, 999, 100, "other", Exclusive, TRY)).0
-        ));
-        (c, answers)
-    }
-    let (current, want) = script(None);
-    for at in [0, 100, u64::from(MAX_REMEMBERED_REQUESTS) + 20] {
-        let (legacy, got) = script(Some(at));
-        assert_eq!(got, want, "legacy record from request {at}");
-        assert_eq!(
-            legacy.store, current.store,
-            "legacy record from request {at}"
-        );
-    }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use latchkey_core::lock::{
     HolderInfo, LockCommand, LockDelayTimer, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer,
-    SessionId, SessionInfo, TimerKind, Token, WaitCancel,
+    SessionId, SessionInfo, SessionSecret, TimerKind, Token, WaitCancel,
 };
 use latchkey_core::{
     BatchOp, Command, CommandError, CommandResult, Condition, Outcome, Query, ScanRange,
@@ -56,7 +56,12 @@ pub enum Operation {
         hold: Duration,
     },
     /// Extend a session's lease (writes nothing).
-    KeepAlive(SessionId),
+    KeepAlive {
+        /// The session.
+        session: SessionId,
+        /// Its secret, from its open.
+        secret: SessionSecret,
+    },
 }
 
 /// Which RPC a request came by: it decides the shape of the reply.
@@ -159,9 +164,10 @@ pub fn request_to_wire(op: &Operation) -> Result<Req, ReplicaFailure> {
         Operation::Write(command) => command_to_wire(command, hold_ms(Duration::ZERO))?,
         Operation::Acquire { command, hold } => command_to_wire(command, hold_ms(*hold))?,
         Operation::Read { query, stale } => query_to_wire(query, *stale)?,
-        Operation::KeepAlive(session) => {
-            Req::KeepAlive(v1::KeepAliveRequest { session: session.0 })
-        }
+        Operation::KeepAlive { session, secret } => Req::KeepAlive(v1::KeepAliveRequest {
+            session: session.0,
+            session_secret: secret.0.to_vec(),
+        }),
     })
 }
 
@@ -210,14 +216,19 @@ fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailur
 
 fn lock_command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req, ReplicaFailure> {
     Ok(match command {
-        LockCommand::OpenSession { ttl_ms } => {
+        // The replica draws the secret: the request has no room for one.
+        LockCommand::OpenSession { ttl_ms, .. } => {
             Req::OpenSession(v1::OpenSessionRequest { ttl_ms: *ttl_ms })
         }
-        LockCommand::CloseSession { session } => {
-            Req::CloseSession(v1::CloseSessionRequest { session: session.0 })
+        LockCommand::CloseSession { session, secret } => {
+            Req::CloseSession(v1::CloseSessionRequest {
+                session: session.0,
+                session_secret: secret.0.to_vec(),
+            })
         }
         LockCommand::Acquire {
             session,
+            secret,
             owner,
             request_id,
             name,
@@ -227,6 +238,7 @@ fn lock_command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req, Repl
             lock_delay_ms,
         } => Req::Acquire(v1::AcquireRequest {
             session: session.0,
+            session_secret: secret.0.to_vec(),
             owner: *owner,
             request_id: *request_id,
             name: name.clone(),
@@ -238,12 +250,14 @@ fn lock_command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req, Repl
         }),
         LockCommand::Release {
             session,
+            secret,
             owner,
             request_id,
             name,
             token,
         } => Req::Release(v1::ReleaseRequest {
             session: session.0,
+            session_secret: secret.0.to_vec(),
             owner: *owner,
             request_id: *request_id,
             name: name.clone(),
@@ -251,30 +265,35 @@ fn lock_command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req, Repl
         }),
         LockCommand::CancelWait {
             session,
+            secret,
             owner,
             name,
             request_id,
         } => Req::CancelWait(v1::CancelWaitRequest {
             session: session.0,
+            session_secret: secret.0.to_vec(),
             owner: *owner,
             name: name.clone(),
             request_id: *request_id,
         }),
         LockCommand::Fenced {
             sequencer,
+            secret,
             conditions,
             ops,
         } => Req::FencedWrite(v1::FencedWriteRequest {
             sequencer: Some(sequencer_to_wire(sequencer)),
+            session_secret: secret.0.to_vec(),
             conditions: conditions_to_wire(conditions),
             ops: ops_to_wire(ops),
         }),
         LockCommand::ExpireSession { .. }
+        | LockCommand::ExpireWait { .. }
         | LockCommand::ExpireLockLease { .. }
         | LockCommand::EndLockDelay { .. } => {
             return Err(invalid(
-                "session expiry and lock-lease and lock-delay ends are proposed by the leader \
-                 alone, not by clients",
+                "session, wait and lock-lease expiry and lock-delay ends are proposed by the \
+                 leader alone, not by clients",
             ))
         }
     })
@@ -318,7 +337,7 @@ fn query_to_wire(query: &Query, stale: bool) -> Result<Req, ReplicaFailure> {
             session: session.0,
             stale,
         }),
-        Query::Lock(LockQuery::TimerState) => {
+        Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) => {
             return Err(invalid(
                 "the timer state is read by the leader itself, not by clients",
             ))
@@ -415,10 +434,19 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
             key: r.key,
             step: r.step,
         }),
-        Req::OpenSession(r) => write(Command::Lock(LockCommand::OpenSession { ttl_ms: r.ttl_ms })),
-        Req::KeepAlive(r) => Operation::KeepAlive(SessionId(r.session)),
+        // A placeholder secret: the replica draws the real one when it
+        // proposes the open (see `LockCommand::OpenSession`).
+        Req::OpenSession(r) => write(Command::Lock(LockCommand::OpenSession {
+            ttl_ms: r.ttl_ms,
+            secret: SessionSecret::default(),
+        })),
+        Req::KeepAlive(r) => Operation::KeepAlive {
+            session: SessionId(r.session),
+            secret: secret_from_wire(&r.session_secret)?,
+        },
         Req::CloseSession(r) => write(Command::Lock(LockCommand::CloseSession {
             session: SessionId(r.session),
+            secret: secret_from_wire(&r.session_secret)?,
         })),
         Req::GetSession(r) => read(
             Query::Lock(LockQuery::Session {
@@ -429,6 +457,7 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         Req::Acquire(r) => Operation::Acquire {
             command: Command::Lock(LockCommand::Acquire {
                 session: SessionId(r.session),
+                secret: secret_from_wire(&r.session_secret)?,
                 owner: r.owner,
                 request_id: r.request_id,
                 name: r.name,
@@ -444,6 +473,7 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         },
         Req::Release(r) => write(Command::Lock(LockCommand::Release {
             session: SessionId(r.session),
+            secret: secret_from_wire(&r.session_secret)?,
             owner: r.owner,
             request_id: r.request_id,
             name: r.name,
@@ -451,12 +481,14 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         })),
         Req::CancelWait(r) => write(Command::Lock(LockCommand::CancelWait {
             session: SessionId(r.session),
+            secret: secret_from_wire(&r.session_secret)?,
             owner: r.owner,
             name: r.name,
             request_id: r.request_id,
         })),
         Req::FencedWrite(r) => write(Command::Lock(LockCommand::Fenced {
             sequencer: required_sequencer(r.sequencer)?,
+            secret: secret_from_wire(&r.session_secret)?,
             conditions: conditions_from_wire(r.conditions),
             ops: ops_from_wire(r.ops)?,
         })),
@@ -519,6 +551,18 @@ fn sequencer_from_wire(s: v1::Sequencer) -> Result<Sequencer, ReplicaFailure> {
         name: s.name,
         token: Token(s.token),
         session: SessionId(s.session),
+    })
+}
+
+/// A request's `session_secret`: exactly [`SessionSecret::LEN`] bytes.
+fn secret_from_wire(bytes: &[u8]) -> Result<SessionSecret, ReplicaFailure> {
+    SessionSecret::from_slice(bytes).ok_or_else(|| {
+        invalid(format!(
+            "`session_secret` must be the {} bytes the session's OpenSession reply gave, not {} \
+             bytes",
+            SessionSecret::LEN,
+            bytes.len()
+        ))
     })
 }
 
@@ -598,14 +642,20 @@ fn outcome_to_wire(rpc: Rpc, outcome: Outcome) -> Rep {
                 end,
             })
         }
-        (Rpc::OpenSession, Outcome::Lock(L::SessionOpened { session, ttl_ms })) => {
-            Rep::OpenSession(v1::SessionReply {
-                error: None,
-                session: session.0,
+        (
+            Rpc::OpenSession,
+            Outcome::Lock(L::SessionOpened {
+                session,
                 ttl_ms,
-                live: true,
-            })
-        }
+                secret,
+            }),
+        ) => Rep::OpenSession(v1::SessionReply {
+            error: None,
+            session: session.0,
+            ttl_ms,
+            live: true,
+            secret: secret.0.to_vec(),
+        }),
         (Rpc::KeepAlive, Outcome::Lock(L::Session(info))) => Rep::KeepAlive(session_reply(info)),
         (Rpc::GetSession, Outcome::Lock(L::Session(info))) => Rep::GetSession(session_reply(info)),
         (
@@ -711,6 +761,7 @@ fn session_reply(info: Option<SessionInfo>) -> v1::SessionReply {
             session: info.session.0,
             ttl_ms: info.ttl_ms,
             live: true,
+            secret: Vec::new(),
         },
         None => v1::SessionReply::default(),
     }
@@ -897,6 +948,8 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
             Outcome::Lock(L::SessionOpened {
                 session: SessionId(r.session),
                 ttl_ms: r.ttl_ms,
+                secret: SessionSecret::from_slice(&r.secret)
+                    .ok_or_else(|| malformed("a session without a 16-byte secret"))?,
             })
         }
         Rep::KeepAlive(r) | Rep::GetSession(r) => {
@@ -1076,6 +1129,10 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             session: session.0,
             ..base(ErrorKind::UnknownSession)
         },
+        E::WrongSessionSecret { session } => v1::Error {
+            session: session.0,
+            ..base(ErrorKind::WrongSessionSecret)
+        },
         E::SessionEnded { session } => v1::Error {
             session: session.0,
             ..base(ErrorKind::SessionEnded)
@@ -1229,6 +1286,9 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
         ErrorKind::UnknownSession => E::UnknownSession {
             session: SessionId(e.session),
         },
+        ErrorKind::WrongSessionSecret => E::WrongSessionSecret {
+            session: SessionId(e.session),
+        },
         ErrorKind::SessionEnded => E::SessionEnded {
             session: SessionId(e.session),
         },
@@ -1318,6 +1378,7 @@ mod tests {
     fn acquire(wait_ms: Option<u64>) -> Command {
         Command::Lock(LockCommand::Acquire {
             session: SessionId(3),
+            secret: SessionSecret([3; 16]),
             owner: 9,
             request_id: 11,
             name: "jobs/a".into(),
@@ -1381,12 +1442,17 @@ mod tests {
                 ops: ops.clone(),
             },
             Command::NextSequence { key: k(), step: 5 },
-            Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 }),
+            Command::Lock(LockCommand::OpenSession {
+                ttl_ms: 10_000,
+                secret: SessionSecret::default(),
+            }),
             Command::Lock(LockCommand::CloseSession {
                 session: SessionId(4),
+                secret: SessionSecret([3; 16]),
             }),
             Command::Lock(LockCommand::Release {
                 session: SessionId(3),
+                secret: SessionSecret([3; 16]),
                 owner: 1,
                 request_id: 12,
                 name: "jobs/a".into(),
@@ -1394,12 +1460,14 @@ mod tests {
             }),
             Command::Lock(LockCommand::CancelWait {
                 session: SessionId(3),
+                secret: SessionSecret([3; 16]),
                 owner: 1,
                 name: "jobs/a".into(),
                 request_id: 12,
             }),
             Command::Lock(LockCommand::Fenced {
                 sequencer: seq("jobs/a", 40),
+                secret: SessionSecret([3; 16]),
                 conditions,
                 ops,
             }),
@@ -1447,7 +1515,10 @@ mod tests {
             command: acquire(None),
             hold: Duration::from_millis(1),
         });
-        all.push(Operation::KeepAlive(SessionId(3)));
+        all.push(Operation::KeepAlive {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+        });
         all
     }
 
@@ -1616,6 +1687,7 @@ mod tests {
                 Ok(Outcome::Lock(L::SessionOpened {
                     session: SessionId(3),
                     ttl_ms: 10_000,
+                    secret: SessionSecret([3; 16]),
                 })),
             ),
             (

@@ -7,7 +7,8 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use latchkey_core::lock::{
-    LockCommand, LockOutcome, LockQuery, Proposer, SessionId, TimerState, WaitEnd,
+    LockCommand, LockOutcome, LockQuery, Proposer, SessionId, SessionSecret, SessionTimer,
+    TimerState, WaitEnd,
 };
 use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
@@ -171,11 +172,15 @@ impl Replica {
                 "command groups are formed by the leader only; send the commands one by one".into(),
             ));
         }
-        if let Command::Lock(lock) = &command {
+        let mut command = command;
+        if let Command::Lock(lock) = &mut command {
             if lock.proposer() == Proposer::Leader {
                 return Err(ReplicaFailure::InvalidArgument(
                     "expiry commands are proposed by the leader's timers only".into(),
                 ));
+            }
+            if let LockCommand::OpenSession { secret, .. } = lock {
+                *secret = draw_session_secret()?;
             }
         }
         self.propose(command, Origin::Client).await
@@ -291,11 +296,9 @@ impl Replica {
     pub(crate) fn local_session(
         &self,
         session: SessionId,
-    ) -> Result<Option<Duration>, ReplicaFailure> {
-        match self.local_query(&Query::Lock(LockQuery::Session { session }))? {
-            Ok(Outcome::Lock(LockOutcome::Session(info))) => {
-                Ok(info.map(|i| Duration::from_millis(i.ttl_ms)))
-            }
+    ) -> Result<Option<SessionTimer>, ReplicaFailure> {
+        match self.local_query(&Query::Lock(LockQuery::SessionTimer { session }))? {
+            Ok(Outcome::Lock(LockOutcome::SessionTimer(info))) => Ok(info),
             other => Err(ReplicaFailure::Unavailable(format!(
                 "unexpected session answer: {other:?}"
             ))),
@@ -379,6 +382,7 @@ impl Replica {
     pub(crate) async fn keep_alive(
         &self,
         session: SessionId,
+        secret: SessionSecret,
     ) -> Result<CommandResult, ReplicaFailure> {
         self.check_serving()?;
         if !self.is_leader() {
@@ -387,6 +391,7 @@ impl Replica {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let ka = KeepAlive {
             session,
+            secret,
             received: std::time::Instant::now(),
             reply,
         };
@@ -476,9 +481,22 @@ impl Replica {
             Operation::Acquire { command, hold } => {
                 self.acquire(command, hold.min(MAX_ACQUIRE_HOLD)).await
             }
-            Operation::KeepAlive(session) => self.keep_alive(session).await,
+            Operation::KeepAlive { session, secret } => self.keep_alive(session, secret).await,
         }
     }
+}
+
+/// A new session's secret: 128 bits from the operating system's generator.
+/// The replica that proposes the open draws it, so a client cannot choose a
+/// weak one, and the log carries it to every replica.
+fn draw_session_secret() -> Result<SessionSecret, ReplicaFailure> {
+    let mut bytes = [0u8; SessionSecret::LEN];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        ReplicaFailure::Unavailable(format!(
+            "cannot draw a session secret from the operating system: {e}"
+        ))
+    })?;
+    Ok(SessionSecret(bytes))
 }
 
 /// Longest time a replica holds an acquire call while it waits.

@@ -26,7 +26,10 @@ fn events_are_published_after_commit() {
                 1,
                 2,
                 1_001,
-                Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 }),
+                Command::Lock(LockCommand::OpenSession {
+                    ttl_ms: 10_000,
+                    secret: latchkey_core::lock::SessionSecret::default(),
+                }),
             ),
             blank(1, 3),
         ])
@@ -75,7 +78,10 @@ fn events_are_published_after_commit() {
             1,
             4,
             1_002,
-            Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000 }),
+            Command::Lock(LockCommand::OpenSession {
+                ttl_ms: 10_000,
+                secret: latchkey_core::lock::SessionSecret::default(),
+            }),
         )])
         .await
         .unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use latchkey::{
     Client, ClientOptions, ClusterSecret, ClusterState, Consistency, Error, LockMode, Node,
-    RaftSettings, ScanRange, Sequencer,
+    RaftSettings, ScanRange, Sequencer, SessionSecret,
 };
 
 /// latchkey: an embedded replicated KV store with a lock service.
@@ -44,6 +44,15 @@ enum Cmd {
         /// Write only while this sequencer holds its lock (exit 7 if stale).
         #[arg(long, value_name = "SEQUENCER")]
         fence: Option<String>,
+        /// The secret of the sequencer's session (32 hex digits), which a
+        /// fenced write needs; `latchkey lock` gives its command both.
+        #[arg(
+            long,
+            env = "LATCHKEY_SESSION_SECRET",
+            value_name = "HEX",
+            hide_env_values = true
+        )]
+        session_secret: Option<String>,
     },
     /// Print the value of KEY (exit code 1 if absent).
     Get {
@@ -58,6 +67,14 @@ enum Cmd {
         /// Delete only while this sequencer holds its lock (exit 7 if stale).
         #[arg(long, value_name = "SEQUENCER")]
         fence: Option<String>,
+        /// The secret of the sequencer's session, as for `put`.
+        #[arg(
+            long,
+            env = "LATCHKEY_SESSION_SECRET",
+            value_name = "HEX",
+            hide_env_values = true
+        )]
+        session_secret: Option<String>,
     },
     /// Print keys and values, one `key<TAB>value` a line.
     Scan {
@@ -92,8 +109,8 @@ enum Cmd {
     /// Change cluster membership.
     #[command(subcommand)]
     Members(Members),
-    /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN and
-    /// LATCHKEY_SEQUENCER. Exits with CMD's code, 5 if the lock was not
+    /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN,
+    /// LATCHKEY_SEQUENCER and LATCHKEY_SESSION_SECRET. Exits with CMD's code, 5 if the lock was not
     /// acquired in time, 6 if the lock was lost while CMD ran (CMD is killed).
     Lock(LockArgs),
     /// Exit 0 if SEQUENCER still holds its lock, 1 if it is stale.
@@ -347,10 +364,19 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
         Cmd::Serve(s) => serve(s, args.cluster_secret_file.as_deref()).await,
-        Cmd::Put { key, value, fence } => {
+        Cmd::Put {
+            key,
+            value,
+            fence,
+            session_secret,
+        } => {
             let c = client(&args)?;
             match fence {
-                Some(seq) => c.put_fenced(&parse_sequencer(seq)?, key, value).await?,
+                Some(seq) => {
+                    let secret = parse_session_secret(session_secret.as_deref())?;
+                    c.put_fenced(&parse_sequencer(seq)?, &secret, key, value)
+                        .await?
+                }
                 None => c.put(key, value).await?,
             }
             out(&[b"OK\n"])?;
@@ -370,11 +396,17 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 None => Err(Failure::NotFound(format!("key {key:?} not found"))),
             }
         }
-        Cmd::Del { key, fence } => {
+        Cmd::Del {
+            key,
+            fence,
+            session_secret,
+        } => {
             let c = client(&args)?;
             match fence {
                 Some(seq) => {
-                    c.delete_fenced(&parse_sequencer(seq)?, key).await?;
+                    let secret = parse_session_secret(session_secret.as_deref())?;
+                    c.delete_fenced(&parse_sequencer(seq)?, &secret, key)
+                        .await?;
                     out(&[b"OK\n"])?;
                 }
                 None => {
@@ -515,6 +547,25 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
         return Err(Failure::Unavailable("no endpoint answered".into()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session secret a fenced write needs, from `--session-secret` or
+/// `LATCHKEY_SESSION_SECRET`.
+fn parse_session_secret(hex: Option<&str>) -> Result<SessionSecret, Failure> {
+    let hex = hex.ok_or_else(|| {
+        Failure::Usage(
+            "a fenced write needs the secret of the sequencer's session: run it under `latchkey \
+             lock`, which sets LATCHKEY_SESSION_SECRET, or pass --session-secret"
+                .into(),
+        )
+    })?;
+    SessionSecret::from_hex(hex.trim()).ok_or_else(|| {
+        Failure::Usage(format!(
+            "bad session secret: {} characters, it must be {} hex digits",
+            hex.trim().len(),
+            2 * SessionSecret::LEN
+        ))
+    })
 }
 
 fn parse_sequencer(s: &str) -> Result<Sequencer, Failure> {

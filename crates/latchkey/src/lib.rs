@@ -44,7 +44,7 @@
 pub use latchkey_client::{
     Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
     FenceGate, FileFenceGate, HolderInfo, Lock, LockGuard, LockInfo, LockMode, MemberInfo,
-    MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, Token,
+    MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, SessionSecret, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{

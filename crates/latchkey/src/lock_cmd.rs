@@ -1,9 +1,10 @@
 //! `latchkey lock NAME -- CMD`: hold a lock while a command runs.
 //!
-//! The command gets `LATCHKEY_LOCK`, `LATCHKEY_TOKEN` and
-//! `LATCHKEY_SEQUENCER` in its environment, so it can fence its own writes
-//! (`latchkey put --fence "$LATCHKEY_SEQUENCER" ...`, or pass the token to
-//! its storage). If the session is lost while the command runs (this process
+//! The command gets `LATCHKEY_LOCK`, `LATCHKEY_TOKEN`, `LATCHKEY_SEQUENCER`
+//! and `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
+//! writes (`latchkey put --fence "$LATCHKEY_SEQUENCER" ...`, which reads the
+//! secret from the environment; only the holder's session may write fenced),
+//! or pass the token to its storage. If the session is lost while the command runs (this process
 //! was paused, or cut off from the cluster past the TTL), the command's
 //! whole process group is killed at once and `latchkey` exits 6: past that
 //! point another process may hold the lock. If `latchkey` itself dies, the
@@ -81,6 +82,7 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         .env("LATCHKEY_LOCK", &req.name)
         .env("LATCHKEY_TOKEN", guard.token().to_string())
         .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
+        .env("LATCHKEY_SESSION_SECRET", session.secret().to_hex())
         .stdin(Stdio::inherit())
         .kill_on_drop(true)
         // Its own process group, so losing the lock stops the whole command

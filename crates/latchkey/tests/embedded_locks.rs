@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use latchkey::Node;
 use latchkey_client::{Client, CommandError, Error, LockInfo, Outcome, SessionId};
-use latchkey_core::lock::{LockCommand, LockOutcome, Token};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionSecret, Token};
 use latchkey_core::Command;
 use tokio::sync::Mutex;
 
@@ -59,26 +59,32 @@ impl Cluster {
 }
 
 /// A session opened by hand: nothing keeps it alive.
-async fn bare_session(client: &Client) -> Result<SessionId, Box<dyn std::error::Error>> {
+async fn bare_session(
+    client: &Client,
+) -> Result<(SessionId, SessionSecret), Box<dyn std::error::Error>> {
     match client
         .execute(Command::Lock(LockCommand::OpenSession {
             ttl_ms: TTL.as_millis() as u64,
+            secret: SessionSecret::default(),
         }))
         .await?
     {
-        Outcome::Lock(LockOutcome::SessionOpened { session, .. }) => Ok(session),
+        Outcome::Lock(LockOutcome::SessionOpened {
+            session, secret, ..
+        }) => Ok((session, secret)),
         other => Err(format!("unexpected {other:?}").into()),
     }
 }
 
 async fn bare_acquire(
     client: &Client,
-    session: SessionId,
+    (session, secret): (SessionId, SessionSecret),
     name: &str,
 ) -> Result<Token, Box<dyn std::error::Error>> {
     match client
         .execute(Command::Lock(LockCommand::Acquire {
             session,
+            secret,
             owner: 1,
             request_id: 1,
             name: name.into(),
@@ -92,6 +98,117 @@ async fn bare_acquire(
         Outcome::Lock(LockOutcome::Granted { sequencer, .. }) => Ok(sequencer.token),
         other => Err(format!("unexpected {other:?}").into()),
     }
+}
+
+/// Session ids are small and visible (lock lists, sequencers): a second
+/// client that knows them but not the session's secret can neither release
+/// its locks, close it, keep it alive, cancel its waits nor write fenced with
+/// its grant. Every attempt is refused as a wrong secret; the holder holds
+/// on and its own fenced write goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_client_cannot_act_for_a_session() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let cluster = Cluster::start().await?;
+        let owner = cluster.client()?.session(TTL).await?;
+        let held = owner.lock("vault").acquire().await?;
+        let waiter = owner.clone();
+        let stranger = cluster.client()?;
+        let own = stranger.session(TTL).await?;
+        let seq = held.sequencer().clone();
+        // What a stranger learns from the lock list.
+        let listed = cluster.lock_info("vault").await?.ok_or("lock not listed")?;
+        assert_eq!(listed.holders[0].session, owner.id());
+        let forged = [own.secret(), SessionSecret([0; 16])];
+        for secret in forged {
+            let attempts = [
+                Command::Lock(LockCommand::Release {
+                    session: owner.id(),
+                    secret,
+                    owner: 1,
+                    request_id: 1_000,
+                    name: "vault".into(),
+                    token: seq.token,
+                }),
+                Command::Lock(LockCommand::CloseSession {
+                    session: owner.id(),
+                    secret,
+                }),
+                Command::Lock(LockCommand::Acquire {
+                    session: owner.id(),
+                    secret,
+                    owner: 99,
+                    request_id: 1_001,
+                    name: "other".into(),
+                    mode: latchkey_client::LockMode::Exclusive,
+                    wait_ms: None,
+                    lease_ms: None,
+                    lock_delay_ms: None,
+                }),
+                Command::Lock(LockCommand::CancelWait {
+                    session: owner.id(),
+                    secret,
+                    owner: 1,
+                    name: "vault".into(),
+                    request_id: 1,
+                }),
+            ];
+            for command in attempts {
+                let refused = stranger.execute(command.clone()).await;
+                assert!(
+                    matches!(
+                        refused,
+                        Err(Error::Refused(CommandError::WrongSessionSecret { session }))
+                            if session == owner.id()
+                    ),
+                    "{command:?} answered {refused:?}"
+                );
+            }
+            let write = stranger
+                .put_fenced(&seq, &secret, "vault/k", "forged")
+                .await;
+            assert!(
+                matches!(
+                    write,
+                    Err(Error::Refused(CommandError::WrongSessionSecret { .. }))
+                ),
+                "forged fenced write answered {write:?}"
+            );
+        }
+        // A keep-alive with another secret is refused too (sent in its wire
+        // form: the Rust client only sends its own secret).
+        let leader = cluster
+            .nodes
+            .values()
+            .find(|n| n.is_leader())
+            .ok_or("no leader")?;
+        let mut lock_api = latchkey_proto::v1::lock_client::LockClient::new(
+            latchkey_client::channel(&leader.local_addr().to_string(), &Default::default())?,
+        );
+        let ka = lock_api
+            .keep_alive(latchkey_proto::v1::KeepAliveRequest {
+                session: owner.id().0,
+                session_secret: own.secret().0.to_vec(),
+            })
+            .await?
+            .into_inner();
+        let error = ka.error.ok_or("a forged keep-alive was accepted")?;
+        assert!(
+            error.kind == latchkey_proto::v1::ErrorKind::WrongSessionSecret as i32
+                || error.kind == latchkey_proto::v1::ErrorKind::NotLeader as i32,
+            "{error:?}"
+        );
+        // Nothing moved: the holder holds, and writes.
+        assert!(stranger.check_sequencer(&seq).await?);
+        assert_eq!(stranger.get("vault/k").await?, None);
+        held.put("vault/k", "mine").await?;
+        assert_eq!(stranger.get("vault/k").await?, Some(b"mine".to_vec()));
+        assert!(waiter.is_live());
+        held.release().await?;
+        owner.close().await?;
+        own.close().await?;
+        Ok(())
+    })
+    .await?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +246,9 @@ async fn grants_tokens_sequencers_and_fenced_writes() -> TestResult {
             .ok_or("free lock refused")?;
         assert!(second.token() > old.token, "tokens strictly increase");
         // The old holder's fenced write is refused and writes nothing.
-        let stale = client.put_fenced(&old, "orders/1", "refunded").await;
+        let stale = client
+            .put_fenced(&old, &a.secret(), "orders/1", "refunded")
+            .await;
         assert!(
             matches!(&stale, Err(e) if e.is_stale_fence()),
             "stale write answered {stale:?}"
@@ -273,7 +392,10 @@ async fn keep_alives_hold_a_session_and_the_leader_expires_a_silent_one() -> Tes
         assert!(granted.token() > silent_token);
         // The silent session is gone.
         let refused = client
-            .execute(Command::Lock(LockCommand::CloseSession { session: silent }))
+            .execute(Command::Lock(LockCommand::CloseSession {
+                session: silent.0,
+                secret: silent.1,
+            }))
             .await;
         assert!(
             matches!(

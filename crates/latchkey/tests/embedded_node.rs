@@ -577,32 +577,43 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             Ok(Outcome::Value(Some(v))) if v == b"1"
         ));
 
-        // Keep-alives: of a live session, and of one never opened.
+        // Keep-alives: of a live session with its secret, with another
+        // secret, without one, and of a session never opened.
         let open = call(
             40,
             Req::OpenSession(latchkey_proto::v1::OpenSessionRequest { ttl_ms: 10_000 }),
         );
         frames.send(frame(vec![open])).await?;
         let got = replies(&mut answers, 1).await?;
-        let session = match result(&got[&40])? {
+        let (session, secret) = match result(&got[&40])? {
             Ok(Outcome::Lock(latchkey_core::lock::LockOutcome::SessionOpened {
-                session, ..
-            })) => session,
+                session,
+                secret,
+                ..
+            })) => (session, secret),
             other => return Err(format!("open session: {other:?}").into()),
         };
-        let keep_alive = |id, session| {
+        assert_ne!(secret.0, [0; 16], "the replica drew a secret");
+        let keep_alive = |id, session, secret: Vec<u8>| {
             call(
                 id,
-                Req::KeepAlive(latchkey_proto::v1::KeepAliveRequest { session }),
+                Req::KeepAlive(latchkey_proto::v1::KeepAliveRequest {
+                    session,
+                    session_secret: secret,
+                }),
             )
         };
+        let mut wrong = secret.0.to_vec();
+        wrong[0] ^= 1;
         frames
             .send(frame(vec![
-                keep_alive(41, session.0),
-                keep_alive(42, 999_999),
+                keep_alive(41, session.0, secret.0.to_vec()),
+                keep_alive(42, 999_999, secret.0.to_vec()),
+                keep_alive(43, session.0, wrong),
+                keep_alive(44, session.0, Vec::new()),
             ]))
             .await?;
-        let got = replies(&mut answers, 2).await?;
+        let got = replies(&mut answers, 4).await?;
         assert!(
             result(&got[&41])?.is_ok(),
             "a live session's keep-alive succeeds: {:?}",
@@ -617,6 +628,16 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             "a keep-alive of a session that is not live is refused as ended: {:?}",
             got[&42]
         );
+        assert!(
+            matches!(
+                result(&got[&43])?,
+                Err(latchkey_core::CommandError::WrongSessionSecret { session: s })
+                    if s == session
+            ),
+            "a keep-alive with another secret is refused: {:?}",
+            got[&43]
+        );
+        assert!(invalid(&got[&44]), "{:?}", got[&44]);
 
         // A frame above the limit runs none of its calls.
         let too_many = (0..=latchkey_client::MAX_FRAME_CALLS as u64)

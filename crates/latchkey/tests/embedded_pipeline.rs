@@ -171,10 +171,12 @@ async fn a_frame_answers_each_call_as_its_unary_rpc_and_bad_calls_apply_nothing(
             // machine.
             Some(Req::CloseSession(v1::CloseSessionRequest {
                 session: 999_999,
+                session_secret: vec![0; 16],
             })),
             // No lock mode: refused before it becomes a command.
             Some(Req::Acquire(v1::AcquireRequest {
                 session: 1,
+                session_secret: vec![0; 16],
                 name: "l".into(),
                 ..Default::default()
             })),

@@ -56,16 +56,39 @@ fn execute<S: Store>(
     events: &mut Vec<Event>,
 ) -> Applied<Outcome> {
     let outcome = match command {
-        LockCommand::OpenSession { ttl_ms } => session::open(store, *ttl_ms, events)?,
-        LockCommand::CloseSession { session } => {
+        LockCommand::OpenSession { ttl_ms, secret } => {
+            session::open(store, *ttl_ms, *secret, events)?
+        }
+        LockCommand::CloseSession { session, secret } => {
+            session::check_secret(store, *session, secret)?;
             session::end(store, *session, SessionEnd::Closed, events)?
         }
         LockCommand::ExpireSession { session } => {
             session::end(store, *session, SessionEnd::Expired, events)?
         }
-        LockCommand::Acquire { .. } => lock_table::acquire(store, command, events)?,
-        LockCommand::Release { .. } => lock_table::release(store, command, events)?,
+        LockCommand::Acquire {
+            session, secret, ..
+        } => {
+            session::check_secret(store, *session, secret)?;
+            lock_table::acquire(store, command, events)?
+        }
+        LockCommand::Release {
+            session, secret, ..
+        } => {
+            session::check_secret(store, *session, secret)?;
+            lock_table::release(store, command, events)?
+        }
         LockCommand::CancelWait {
+            session,
+            secret,
+            owner,
+            name,
+            request_id,
+        } => {
+            session::check_secret(store, *session, secret)?;
+            lock_table::cancel_wait(store, *session, *owner, name, *request_id, events)?
+        }
+        LockCommand::ExpireWait {
             session,
             owner,
             name,
@@ -79,13 +102,15 @@ fn execute<S: Store>(
         }
         LockCommand::Fenced {
             sequencer,
+            secret,
             conditions,
             ops,
         } => {
+            session::check_secret(store, sequencer.session, secret)?;
             return match fence::fenced_write(store, sequencer, conditions, ops)? {
                 Ok(outcome) => Ok(outcome),
                 Err(e) => Err(e.into()),
-            }
+            };
         }
     };
     Ok(Outcome::Lock(outcome))

@@ -6,7 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{LockInfo, LockMode, Sequencer, SessionId, SessionInfo, TimerState, Token};
+use super::{
+    LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionSecret, SessionTimer, TimerState,
+    Token,
+};
 use crate::command::{BatchOp, Condition};
 
 /// A lock-service write, applied through the log like any [`crate::Command`].
@@ -19,6 +22,9 @@ pub enum LockCommand {
     OpenSession {
         /// How long the session lives without a keep-alive, in milliseconds.
         ttl_ms: u64,
+        /// The new session's secret, drawn at random by the replica that
+        /// proposes the command (never by the client).
+        secret: SessionSecret,
     },
     /// End a session by its client's wish: every hold ends at once without
     /// lock-delay and every wait is cancelled. Returns
@@ -26,6 +32,8 @@ pub enum LockCommand {
     CloseSession {
         /// The session to close.
         session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
     },
     /// Leader only: the session's TTL ran out on the leader's clock. Like
     /// `CloseSession`, but holds acquired with a lock-delay leave their lock
@@ -44,6 +52,8 @@ pub enum LockCommand {
     Acquire {
         /// The acquiring session.
         session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
         /// The party within the session that will hold the lock.
         owner: u64,
         /// This request's id within the session; a retry reuses it (see the
@@ -68,6 +78,8 @@ pub enum LockCommand {
     Release {
         /// The holding session.
         session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
         /// The holding party within the session.
         owner: u64,
         /// This request's id within the session; a retry reuses it.
@@ -78,10 +90,25 @@ pub enum LockCommand {
         token: Token,
     },
     /// Withdraw the queued acquire `request_id` of (`session`, `owner`) from
-    /// `name`'s queue: its wait timed out or its client gave up. Proposed by
-    /// the leader's wait timer or by the client. Returns
+    /// `name`'s queue: its client gave up. Returns
     /// [`LockOutcome::WaitCancel`].
     CancelWait {
+        /// The waiting session.
+        session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
+        /// The waiting party within the session.
+        owner: u64,
+        /// The lock waited for.
+        name: String,
+        /// The request id of the queued acquire.
+        request_id: u64,
+    },
+    /// Leader only: the wait of the queued acquire `request_id` of
+    /// (`session`, `owner`) ran out on the leader's clock. Exactly
+    /// [`LockCommand::CancelWait`] without the secret (clients cannot
+    /// propose it). Returns [`LockOutcome::WaitCancel`].
+    ExpireWait {
         /// The waiting session.
         session: SessionId,
         /// The waiting party within the session.
@@ -117,6 +144,8 @@ pub enum LockCommand {
     Fenced {
         /// The exclusive grant that must still hold its lock.
         sequencer: Sequencer,
+        /// The secret of the sequencer's session: only the holder writes.
+        secret: SessionSecret,
         /// Checked once the fence holds, as in [`crate::Command::Batch`].
         conditions: Vec<Condition>,
         /// Applied if every condition holds, as in [`crate::Command::Batch`].
@@ -132,8 +161,6 @@ pub enum Proposer {
     Client,
     /// Only the leader's own timers propose it.
     Leader,
-    /// The leader's timers or the client.
-    ClientOrLeader,
 }
 
 impl LockCommand {
@@ -144,11 +171,12 @@ impl LockCommand {
             | LockCommand::CloseSession { .. }
             | LockCommand::Acquire { .. }
             | LockCommand::Release { .. }
+            | LockCommand::CancelWait { .. }
             | LockCommand::Fenced { .. } => Proposer::Client,
             LockCommand::ExpireSession { .. }
+            | LockCommand::ExpireWait { .. }
             | LockCommand::ExpireLockLease { .. }
             | LockCommand::EndLockDelay { .. } => Proposer::Leader,
-            LockCommand::CancelWait { .. } => Proposer::ClientOrLeader,
         }
     }
 
@@ -161,12 +189,14 @@ impl LockCommand {
             LockCommand::Acquire { name, .. }
             | LockCommand::Release { name, .. }
             | LockCommand::CancelWait { name, .. }
+            | LockCommand::ExpireWait { name, .. }
             | LockCommand::ExpireLockLease { name, .. }
             | LockCommand::EndLockDelay { name, .. } => name.len(),
             LockCommand::Fenced {
                 sequencer,
                 conditions,
                 ops,
+                ..
             } => sequencer.name.len() + crate::command::batch_payload_len(conditions, ops),
         }
     }
@@ -202,6 +232,14 @@ pub enum LockQuery {
     /// Everything a newly elected leader needs to restart every countdown at
     /// full length. Returns [`LockOutcome::Timers`].
     TimerState,
+    /// The leader's view of one session, with its secret, to check a
+    /// keep-alive for a session it does not count down yet. Returns
+    /// [`LockOutcome::SessionTimer`] (`None` for a session that is not
+    /// live). Read by the replica itself, never sent anywhere.
+    SessionTimer {
+        /// The session to look up.
+        session: SessionId,
+    },
 }
 
 /// The successful result of a [`LockCommand`] or [`LockQuery`].
@@ -213,6 +251,9 @@ pub enum LockOutcome {
         session: SessionId,
         /// Its TTL, in milliseconds.
         ttl_ms: u64,
+        /// Its secret: the client needs it for everything it does in the
+        /// session's name.
+        secret: SessionSecret,
     },
     /// A session was closed or expired: `released` holds ended, `cancelled`
     /// waits were withdrawn.
@@ -284,6 +325,8 @@ pub enum LockOutcome {
     Session(Option<SessionInfo>),
     /// The countdowns a new leader must restart.
     Timers(TimerState),
+    /// A live session with its secret, or `None`.
+    SessionTimer(Option<SessionTimer>),
 }
 
 /// What a [`LockCommand::CancelWait`] found.

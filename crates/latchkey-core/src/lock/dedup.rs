@@ -148,39 +148,32 @@ fn forget_oldest<S: Store>(
 ) -> Result<(), StoreError> {
     // 1. Ids below `forgotten_below`: acquires that were queued when a later
     //    request was forgotten. The first one no longer queued goes.
-    if let Some(kept) = rec.kept_below.as_mut() {
-        let mut i = 0;
-        while let Some(&id) = kept.get(i) {
-            match lookup(store, session, id)? {
-                // Not remembered any more (cannot happen while the invariant
-                // holds; dropping it restores it).
-                None => {
-                    kept.remove(i);
-                }
-                Some(first) if is_queued(&first) => i += 1,
-                Some(_) => {
-                    store.delete(&keyspace::request_key(session.0, id))?;
-                    kept.remove(i);
-                    rec.remembered = rec.remembered.saturating_sub(1);
-                    return Ok(());
-                }
+    let mut i = 0;
+    while let Some(&id) = rec.kept_below.get(i) {
+        match lookup(store, session, id)? {
+            // Not remembered any more (cannot happen while the invariant
+            // holds; dropping it restores it).
+            None => {
+                rec.kept_below.remove(i);
+            }
+            Some(first) if is_queued(&first) => i += 1,
+            Some(_) => {
+                store.delete(&keyspace::request_key(session.0, id))?;
+                rec.kept_below.remove(i);
+                rec.remembered = rec.remembered.saturating_sub(1);
+                return Ok(());
             }
         }
     }
 
-    // 2. The records from `forgotten_below` on, in id order. A record whose
-    //    `kept_below` is unknown (written by an earlier version) is scanned
-    //    from the start of its range, as it was then.
+    // 2. The records from `forgotten_below` on, in id order.
     let prefix = keyspace::requests_prefix(session.0);
     let upper = keyspace::prefix_end(&prefix);
     let upper = match &upper {
         Some(u) => Bound::Excluded(u.as_slice()),
         None => Bound::Unbounded,
     };
-    let mut lower = match rec.kept_below {
-        Some(_) => keyspace::request_key(session.0, rec.forgotten_below),
-        None => prefix.clone(),
-    };
+    let mut lower = keyspace::request_key(session.0, rec.forgotten_below);
     let mut lower_included = true;
     let limit = usize::try_from(rec.remembered).unwrap_or(usize::MAX);
     let mut seen = 0usize;
@@ -223,19 +216,11 @@ fn forget_oldest<S: Store>(
     };
     store.delete(&keyspace::request_key(session.0, id))?;
     rec.remembered = rec.remembered.saturating_sub(1);
-    let below = rec.forgotten_below;
-    rec.forgotten_below = below.max(id.saturating_add(1));
-    match rec.kept_below.as_mut() {
-        // The scan began at the old `forgotten_below`, so the queued ids it
-        // stepped over are exactly the remembered ids that just fell below
-        // the new one, and all above the ids kept already.
-        Some(kept) => kept.extend(queued),
-        // The scan began at the start of the range: if it reached the old
-        // `forgotten_below`, it saw every remembered id below the new one,
-        // and the set is known from now on.
-        None if id >= below => rec.kept_below = Some(queued),
-        None => {}
-    }
+    rec.forgotten_below = rec.forgotten_below.max(id.saturating_add(1));
+    // The scan began at the old `forgotten_below`, so the queued ids it
+    // stepped over are exactly the remembered ids that just fell below the
+    // new one, and all above the ids kept already.
+    rec.kept_below.extend(queued);
     Ok(())
 }
 

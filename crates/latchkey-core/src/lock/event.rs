@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{LockMode, SessionId, Token};
+use super::{LockMode, SessionId, SessionSecret, Token};
 
 /// One effect of an applied log entry that the shell must act on.
 ///
@@ -28,6 +28,8 @@ pub enum Event {
         session: SessionId,
         /// Its TTL, in milliseconds.
         ttl_ms: u64,
+        /// Its secret, which the leader checks keep-alives against.
+        secret: SessionSecret,
     },
     /// A session ended; everything it held or waited for is gone (and
     /// reported by the events before this one).
@@ -139,8 +141,8 @@ pub enum SessionEnd {
 /// Why a wait ended without a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WaitEnd {
-    /// [`crate::lock::LockCommand::CancelWait`] (the wait timed out, or the
-    /// client gave up).
+    /// [`crate::lock::LockCommand::CancelWait`] (the client gave up) or
+    /// [`crate::lock::LockCommand::ExpireWait`] (the wait timed out).
     Cancelled,
     /// The waiting session ended.
     SessionEnded(SessionEnd),

@@ -359,6 +359,7 @@ pub(crate) fn acquire<S: Store>(
 ) -> Applied<LockOutcome> {
     let LockCommand::Acquire {
         session,
+        secret: _,
         owner,
         request_id,
         name,
@@ -469,6 +470,7 @@ pub(crate) fn release<S: Store>(
 ) -> Applied<LockOutcome> {
     let LockCommand::Release {
         session,
+        secret: _,
         owner,
         request_id,
         name,

@@ -3,7 +3,7 @@
 //! I/O. The leader's timers live in the shell and reach the core only as
 //! explicit commands ([`LockCommand::ExpireSession`],
 //! [`LockCommand::ExpireLockLease`], [`LockCommand::EndLockDelay`],
-//! [`LockCommand::CancelWait`]).
+//! [`LockCommand::ExpireWait`]).
 //!
 //! This page is the lock contract (`LOCKS.md` of the design notes) made
 //! precise: every rule the contract leaves open is settled here, and the
@@ -43,6 +43,9 @@
 //!
 //! ## Sessions
 //!
+//! - Every session has a secret; a client command for a live session with
+//!   another secret is [`WrongSessionSecret`](crate::CommandError::WrongSessionSecret)
+//!   (see `session.rs`).
 //! - [`LockCommand::OpenSession`] takes a TTL in
 //!   [`MIN_SESSION_TTL_MS`](crate::limits::MIN_SESSION_TTL_MS)`..=`[`MAX_SESSION_TTL_MS`](crate::limits::MAX_SESSION_TTL_MS),
 //!   else [`CommandError::TtlOutOfRange`](crate::CommandError::TtlOutOfRange).
@@ -178,7 +181,7 @@
 //! # Example
 //!
 //! ```
-//! use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, SessionId, Token};
+//! use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, SessionId, SessionSecret, Token};
 //! use latchkey_core::{apply_with_events, Command, MemStore, Outcome, Request};
 //!
 //! let mut store = MemStore::default();
@@ -186,13 +189,20 @@
 //!     let request = Request { now: 1, command: Command::Lock(command) };
 //!     apply_with_events(&mut store, &request).unwrap()
 //! };
-//! let (opened, _) = run(LockCommand::OpenSession { ttl_ms: 10_000 });
+//! // The replica draws the secret at random; the core only keeps it.
+//! let secret = SessionSecret([42; 16]);
+//! let (opened, _) = run(LockCommand::OpenSession { ttl_ms: 10_000, secret });
 //! assert_eq!(
 //!     opened,
-//!     Ok(Outcome::Lock(LockOutcome::SessionOpened { session: SessionId(1), ttl_ms: 10_000 }))
+//!     Ok(Outcome::Lock(LockOutcome::SessionOpened {
+//!         session: SessionId(1),
+//!         ttl_ms: 10_000,
+//!         secret,
+//!     }))
 //! );
 //! let acquire = |request_id| LockCommand::Acquire {
 //!     session: SessionId(1),
+//!     secret,
 //!     owner: 7,
 //!     request_id,
 //!     name: "jobs".to_string(),
@@ -231,10 +241,11 @@ pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
 pub use fence::Token;
 pub use mode::LockMode;
 pub use query::{
-    HolderInfo, LeaseTimer, LockDelayTimer, LockInfo, SessionInfo, TimerState, WaitTimer,
+    HolderInfo, LeaseTimer, LockDelayTimer, LockInfo, SessionInfo, SessionTimer, TimerState,
+    WaitTimer,
 };
 pub use sequencer::{Sequencer, SequencerParseError};
-pub use session::SessionId;
+pub use session::{SessionId, SessionSecret};
 
 pub(crate) use apply::apply;
 pub(crate) use query::query;

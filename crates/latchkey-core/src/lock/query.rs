@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lock_table::{self, LockRecord};
 use super::session::{self, SessionRecord};
-use super::{record, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, Token};
+use super::{record, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, SessionSecret, Token};
 use crate::keyspace::{self, LOCK, SESSION};
 use crate::limits::MAX_LOCK_LIST_LIMIT;
 use crate::{CommandResult, Store, StoreError};
@@ -60,13 +60,35 @@ pub struct SessionInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimerState {
     /// Every live session: expire it after `ttl_ms` without a keep-alive.
-    pub sessions: Vec<SessionInfo>,
+    pub sessions: Vec<SessionTimer>,
     /// Every grant with a lease: propose `ExpireLockLease` after `lease_ms`.
     pub leases: Vec<LeaseTimer>,
     /// Every lock in lock-delay: propose `EndLockDelay` after `delay_ms`.
     pub lock_delays: Vec<LockDelayTimer>,
-    /// Every queued acquire: propose `CancelWait` after `wait_ms`.
+    /// Every queued acquire: propose `ExpireWait` after `wait_ms`.
     pub waits: Vec<WaitTimer>,
+}
+
+/// A live session, as the leader counts it down: with its secret, which
+/// keep-alives must carry. Only in [`TimerState`], which the leader reads
+/// from its own state and never sends anywhere.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTimer {
+    /// The session.
+    pub session: SessionId,
+    /// Its TTL, in milliseconds.
+    pub ttl_ms: u64,
+    /// Its secret.
+    pub secret: SessionSecret,
+}
+
+impl std::fmt::Debug for SessionTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionTimer")
+            .field("session", &self.session)
+            .field("ttl_ms", &self.ttl_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A grant with a lease.
@@ -124,6 +146,13 @@ pub(crate) fn query<S: Store>(store: &S, q: &LockQuery) -> Result<CommandResult,
             }))
         }
         LockQuery::TimerState => LockOutcome::Timers(timer_state(store)?),
+        LockQuery::SessionTimer { session } => {
+            LockOutcome::SessionTimer(session::load(store, *session)?.map(|r| SessionTimer {
+                session: *session,
+                ttl_ms: r.ttl_ms,
+                secret: r.secret,
+            }))
+        }
     };
     Ok(Ok(crate::Outcome::Lock(outcome)))
 }
@@ -201,9 +230,10 @@ fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
             .ok_or_else(|| record::corrupt(&key, "session key has no id"))?;
         let rec: SessionRecord =
             crate::codec::decode(&value).map_err(|e| record::corrupt(&key, e))?;
-        state.sessions.push(SessionInfo {
+        state.sessions.push(SessionTimer {
             session: SessionId(session),
             ttl_ms: rec.ttl_ms,
+            secret: rec.secret,
         });
     }
     for (key, value) in record::scan_prefix(store, &[LOCK])? {

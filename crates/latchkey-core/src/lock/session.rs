@@ -12,6 +12,17 @@
 //! - An id at or below the counter without a record has ended:
 //!   [`CommandError::SessionEnded`]. Any other id (0, or above the counter)
 //!   is [`CommandError::UnknownSession`].
+//! - Every session has a [`SessionSecret`], drawn by the replica that
+//!   proposes [`crate::lock::LockCommand::OpenSession`] and answered to the
+//!   client that opened it. Every client command that acts for a live
+//!   session (close, acquire, release, cancel a wait, fenced write) carries
+//!   it, and one with another secret is refused with
+//!   [`CommandError::WrongSessionSecret`] before anything else is looked at.
+//!   The id alone (small, counting up, visible in sequencers and lock lists)
+//!   therefore lets nobody end, keep alive or release another client's
+//!   session. A command naming a session that is not live is refused as
+//!   before ([`CommandError::UnknownSession`], [`CommandError::SessionEnded`],
+//!   or "not current" for a fence), whatever secret it carries.
 //! - Ending a session (close or expiry) visits exactly the locks in its
 //!   [`crate::keyspace::SESSION_LOCKS`] index, in name order, then forgets
 //!   its request memory and its record.
@@ -37,6 +48,78 @@ impl std::fmt::Display for SessionId {
     }
 }
 
+/// The secret of a session: 128 random bits given to the client that opened
+/// it, needed for everything done in the session's name. Drawn by the shell
+/// (the core has no randomness) and carried in the log, so every replica
+/// checks the same secret. `Debug` does not print it.
+///
+/// ```
+/// use latchkey_core::lock::SessionSecret;
+///
+/// let secret = SessionSecret([7; 16]);
+/// assert!(secret.matches(&SessionSecret([7; 16])));
+/// assert!(!secret.matches(&SessionSecret([8; 16])));
+/// assert_eq!(format!("{secret:?}"), "SessionSecret(..)");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SessionSecret(pub [u8; 16]);
+
+impl SessionSecret {
+    /// Its length in bytes.
+    pub const LEN: usize = 16;
+
+    /// Whether `other` is this secret, comparing every byte whatever the
+    /// first difference (no early exit to time).
+    pub fn matches(&self, other: &SessionSecret) -> bool {
+        self.0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+
+    /// The secret in `bytes`, if they are exactly [`SessionSecret::LEN`] long.
+    pub fn from_slice(bytes: &[u8]) -> Option<SessionSecret> {
+        <[u8; 16]>::try_from(bytes).ok().map(SessionSecret)
+    }
+
+    /// The secret as 32 lowercase hex digits, to hand it to another process
+    /// (`latchkey lock` puts it in its command's environment). Hand-written:
+    /// two short functions do not warrant a dependency of the pure core.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The secret written by [`SessionSecret::to_hex`] (either case), if
+    /// `hex` is exactly 32 hex digits.
+    ///
+    /// ```
+    /// use latchkey_core::lock::SessionSecret;
+    ///
+    /// let s = SessionSecret([0xab; 16]);
+    /// assert_eq!(SessionSecret::from_hex(&s.to_hex()), Some(s));
+    /// assert_eq!(SessionSecret::from_hex("ab"), None);
+    /// ```
+    pub fn from_hex(hex: &str) -> Option<SessionSecret> {
+        let digits = hex.as_bytes();
+        if digits.len() != 2 * Self::LEN {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (byte, pair) in out.iter_mut().zip(digits.chunks(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(SessionSecret(out))
+    }
+}
+
+impl std::fmt::Debug for SessionSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionSecret(..)")
+    }
+}
+
 /// What the store keeps of a live session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionRecord {
@@ -48,36 +131,16 @@ pub(crate) struct SessionRecord {
     pub forgotten_below: u64,
     /// The ids below `forgotten_below` that are still remembered, ascending:
     /// acquires that were queued when a later request was forgotten (see
-    /// [`dedup`]). `None` in records written before this field existed: the
-    /// set is then unknown and found by scanning (once, see
-    /// [`dedup::remember`]).
-    pub kept_below: Option<Vec<u64>>,
-}
-
-/// The record as written before `kept_below` existed. Read-only: records
-/// are always written in the current form.
-#[derive(Deserialize)]
-struct SessionRecordV1 {
-    ttl_ms: u64,
-    remembered: u32,
-    forgotten_below: u64,
+    /// [`dedup`]).
+    pub kept_below: Vec<u64>,
+    /// The session's secret.
+    pub secret: SessionSecret,
 }
 
 impl SessionRecord {
-    /// Decode a stored record, current form first, then the earlier one.
+    /// Decode a stored record.
     fn decode(key: &[u8], bytes: &[u8]) -> Result<SessionRecord, StoreError> {
-        match crate::codec::decode::<SessionRecord>(bytes) {
-            Ok(rec) => Ok(rec),
-            Err(current) => match crate::codec::decode::<SessionRecordV1>(bytes) {
-                Ok(v1) => Ok(SessionRecord {
-                    ttl_ms: v1.ttl_ms,
-                    remembered: v1.remembered,
-                    forgotten_below: v1.forgotten_below,
-                    kept_below: None,
-                }),
-                Err(_) => Err(record::corrupt(key, current)),
-            },
-        }
+        crate::codec::decode::<SessionRecord>(bytes).map_err(|e| record::corrupt(key, e))
     }
 }
 
@@ -91,6 +154,22 @@ pub(crate) fn load_live<S: Store>(store: &S, session: SessionId) -> Applied<Sess
         Err(CommandError::UnknownSession { session }.into())
     } else {
         Err(CommandError::SessionEnded { session }.into())
+    }
+}
+
+/// Refuse `secret` unless it is the secret of `session`. A session that is
+/// not live passes: the command's own checks then refuse it as unknown or
+/// ended (or, for a fence, as not current), as they would without a secret.
+pub(crate) fn check_secret<S: Store>(
+    store: &S,
+    session: SessionId,
+    secret: &SessionSecret,
+) -> Applied<()> {
+    match load(store, session)? {
+        Some(rec) if !rec.secret.matches(secret) => {
+            Err(CommandError::WrongSessionSecret { session }.into())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -119,6 +198,7 @@ pub(crate) fn save<S: Store>(
 pub(crate) fn open<S: Store>(
     store: &mut S,
     ttl_ms: u64,
+    secret: SessionSecret,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
     let last = read_counter(store, META_LAST_SESSION)?;
@@ -136,11 +216,20 @@ pub(crate) fn open<S: Store>(
             ttl_ms,
             remembered: 0,
             forgotten_below: 0,
-            kept_below: Some(Vec::new()),
+            kept_below: Vec::new(),
+            secret,
         },
     )?;
-    events.push(Event::SessionOpened { session, ttl_ms });
-    Ok(LockOutcome::SessionOpened { session, ttl_ms })
+    events.push(Event::SessionOpened {
+        session,
+        ttl_ms,
+        secret,
+    });
+    Ok(LockOutcome::SessionOpened {
+        session,
+        ttl_ms,
+        secret,
+    })
 }
 
 /// Close or expire `session`: every hold ends (with lock-delay on expiry

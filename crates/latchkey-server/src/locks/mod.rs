@@ -45,7 +45,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_core::lock::{LockOutcome, LockQuery, SessionId, SessionInfo, TimerState};
+use latchkey_core::lock::{
+    LockOutcome, LockQuery, SessionId, SessionInfo, SessionSecret, TimerState,
+};
 use latchkey_core::{CommandError, CommandResult, Event, Outcome, Query};
 use latchkey_proto::ReplicaFailure;
 use latchkey_storage::StateChange;
@@ -53,12 +55,13 @@ use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::replica::Replica;
-pub(crate) use timers::{TimerKey, Timers};
+pub(crate) use timers::{KeptAlive, TimerKey, Timers};
 pub(crate) use waiters::{WaitOutcome, Waiters};
 
 /// A keep-alive waiting for the lock task.
 pub(crate) struct KeepAlive {
     pub(crate) session: SessionId,
+    pub(crate) secret: SessionSecret,
     pub(crate) received: Instant,
     pub(crate) reply: oneshot::Sender<Result<CommandResult, ReplicaFailure>>,
 }
@@ -198,6 +201,10 @@ fn session_ended(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
     Ok(Err(CommandError::SessionEnded { session }))
 }
 
+fn wrong_secret(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+    Ok(Err(CommandError::WrongSessionSecret { session }))
+}
+
 impl Task {
     fn leader_term(&self) -> Option<u64> {
         match self.role {
@@ -325,7 +332,7 @@ impl Task {
             }
             Internal::RetryExpiry { term, key } => {
                 let ended = match &key {
-                    TimerKey::Session(s) => self.timers.session_ttl(*s).is_none(),
+                    TimerKey::Session(s) => !self.timers.counts(*s),
                     _ => false,
                 };
                 if ended {
@@ -401,13 +408,23 @@ impl Task {
                     let _ = ka.reply.send(session_ended(ka.session));
                     return;
                 }
-                let ttl = match self.timers.keep_alive(ka.session, ka.received) {
-                    Some(ttl) => ttl,
-                    None => match self.replica.local_session(ka.session) {
+                let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
+                    KeptAlive::Extended(ttl) => ttl,
+                    KeptAlive::WrongSecret => {
+                        let _ = ka.reply.send(wrong_secret(ka.session));
+                        return;
+                    }
+                    KeptAlive::NotCounted => match self.replica.local_session(ka.session) {
+                        Ok(Some(s)) if !s.secret.matches(&ka.secret) => {
+                            let _ = ka.reply.send(wrong_secret(ka.session));
+                            return;
+                        }
                         // Live in the state but not counted down here: count
                         // it down from now (errs towards a longer lease).
-                        Ok(Some(ttl)) => {
-                            self.timers.open_session(ka.session, ttl, ka.received);
+                        Ok(Some(s)) => {
+                            let ttl = Duration::from_millis(s.ttl_ms);
+                            self.timers
+                                .open_session(ka.session, ttl, s.secret, ka.received);
                             ttl
                         }
                         Ok(None) => {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use latchkey_core::lock::{LockCommand, SessionId, TimerState, Token};
+use latchkey_core::lock::{LockCommand, SessionId, SessionSecret, TimerState, Token};
 use latchkey_core::Event;
 
 /// What a countdown expires.
@@ -48,7 +48,7 @@ impl TimerKey {
                 owner,
                 name,
                 request_id,
-            } => LockCommand::CancelWait {
+            } => LockCommand::ExpireWait {
                 session: *session,
                 owner: *owner,
                 name: name.clone(),
@@ -63,8 +63,19 @@ impl TimerKey {
 pub(crate) struct Timers {
     at: BTreeMap<TimerKey, Instant>,
     queue: BTreeSet<(Instant, TimerKey)>,
-    /// The TTL of every live session, for keep-alives.
-    ttl: BTreeMap<SessionId, Duration>,
+    /// The TTL and secret of every live session, for keep-alives.
+    sessions: BTreeMap<SessionId, (Duration, SessionSecret)>,
+}
+
+/// What a keep-alive found in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptAlive {
+    /// The session's deadline is now at least `received + ttl`.
+    Extended(Duration),
+    /// The keep-alive did not carry the session's secret: nothing changed.
+    WrongSecret,
+    /// The session is not counted down here.
+    NotCounted,
 }
 
 impl Timers {
@@ -88,29 +99,45 @@ impl Timers {
         self.at.get(key).copied()
     }
 
-    /// The TTL of a session this table counts down.
-    pub(crate) fn session_ttl(&self, session: SessionId) -> Option<Duration> {
-        self.ttl.get(&session).copied()
+    /// Whether this table counts `session` down.
+    pub(crate) fn counts(&self, session: SessionId) -> bool {
+        self.sessions.contains_key(&session)
     }
 
     /// Start counting down `session` with `ttl` from `now`.
-    pub(crate) fn open_session(&mut self, session: SessionId, ttl: Duration, now: Instant) {
-        self.ttl.insert(session, ttl);
+    pub(crate) fn open_session(
+        &mut self,
+        session: SessionId,
+        ttl: Duration,
+        secret: SessionSecret,
+        now: Instant,
+    ) {
+        self.sessions.insert(session, (ttl, secret));
         self.set(TimerKey::Session(session), now + ttl);
     }
 
-    /// A keep-alive for `session` received at `received`: its deadline
-    /// becomes `received + ttl` unless it is already later. Returns the TTL,
-    /// or `None` if the session is not counted down here.
-    pub(crate) fn keep_alive(&mut self, session: SessionId, received: Instant) -> Option<Duration> {
-        let ttl = self.session_ttl(session)?;
+    /// A keep-alive for `session` carrying `secret`, received at
+    /// `received`: if the secret is the session's, its deadline becomes
+    /// `received + ttl` unless it is already later.
+    pub(crate) fn keep_alive(
+        &mut self,
+        session: SessionId,
+        secret: &SessionSecret,
+        received: Instant,
+    ) -> KeptAlive {
+        let Some((ttl, own)) = self.sessions.get(&session).copied() else {
+            return KeptAlive::NotCounted;
+        };
+        if !own.matches(secret) {
+            return KeptAlive::WrongSecret;
+        }
         let key = TimerKey::Session(session);
         let deadline = received + ttl;
         match self.deadline(&key) {
             Some(d) if d >= deadline => {}
             _ => self.set(key, deadline),
         }
-        Some(ttl)
+        KeptAlive::Extended(ttl)
     }
 
     /// The earliest deadline.
@@ -137,7 +164,7 @@ impl Timers {
     pub(crate) fn clear(&mut self) {
         self.at.clear();
         self.queue.clear();
-        self.ttl.clear();
+        self.sessions.clear();
     }
 
     /// How many countdowns run.
@@ -150,7 +177,7 @@ impl Timers {
     pub(crate) fn restart(&mut self, state: &TimerState, now: Instant) {
         self.clear();
         for s in &state.sessions {
-            self.open_session(s.session, Duration::from_millis(s.ttl_ms), now);
+            self.open_session(s.session, Duration::from_millis(s.ttl_ms), s.secret, now);
         }
         for l in &state.leases {
             self.set(
@@ -189,11 +216,13 @@ impl Timers {
     /// the events that raced with its [`Timers::restart`].
     pub(crate) fn apply(&mut self, event: &Event, now: Instant) {
         match event {
-            Event::SessionOpened { session, ttl_ms } => {
-                self.open_session(*session, Duration::from_millis(*ttl_ms), now)
-            }
+            Event::SessionOpened {
+                session,
+                ttl_ms,
+                secret,
+            } => self.open_session(*session, Duration::from_millis(*ttl_ms), *secret, now),
             Event::SessionEnded { session, .. } => {
-                self.ttl.remove(session);
+                self.sessions.remove(session);
                 self.remove(&TimerKey::Session(*session));
             }
             Event::Granted {
@@ -279,18 +308,20 @@ impl Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latchkey_core::lock::{HoldEnd, LockMode, SessionEnd, SessionInfo, WaitTimer};
+    use latchkey_core::lock::{HoldEnd, LockMode, SessionEnd, SessionTimer, WaitTimer};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
+    const SECRET: SessionSecret = SessionSecret([7; 16]);
+
     #[test]
     fn due_countdowns_come_out_in_time_order_once() {
         let t0 = Instant::now();
         let mut t = Timers::default();
-        t.open_session(SessionId(2), ms(300), t0);
-        t.open_session(SessionId(1), ms(100), t0);
+        t.open_session(SessionId(2), ms(300), SECRET, t0);
+        t.open_session(SessionId(1), ms(100), SECRET, t0);
         assert_eq!(t.next_deadline(), Some(t0 + ms(100)));
         assert!(t.take_due(t0 + ms(50)).is_empty());
         assert_eq!(
@@ -308,17 +339,38 @@ mod tests {
     fn keep_alive_extends_never_shortens() {
         let t0 = Instant::now();
         let mut t = Timers::default();
-        assert_eq!(t.keep_alive(SessionId(1), t0), None);
-        t.open_session(SessionId(1), ms(100), t0 + ms(50));
-        assert_eq!(t.keep_alive(SessionId(1), t0), Some(ms(100)));
+        assert_eq!(
+            t.keep_alive(SessionId(1), &SECRET, t0),
+            KeptAlive::NotCounted
+        );
+        t.open_session(SessionId(1), ms(100), SECRET, t0 + ms(50));
+        assert_eq!(
+            t.keep_alive(SessionId(1), &SECRET, t0),
+            KeptAlive::Extended(ms(100))
+        );
         assert_eq!(
             t.deadline(&TimerKey::Session(SessionId(1))),
             Some(t0 + ms(150))
         );
-        t.keep_alive(SessionId(1), t0 + ms(80));
+        t.keep_alive(SessionId(1), &SECRET, t0 + ms(80));
         assert_eq!(
             t.deadline(&TimerKey::Session(SessionId(1))),
             Some(t0 + ms(180))
+        );
+    }
+
+    #[test]
+    fn a_keep_alive_without_the_secret_changes_nothing() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        t.open_session(SessionId(1), ms(100), SECRET, t0);
+        assert_eq!(
+            t.keep_alive(SessionId(1), &SessionSecret([8; 16]), t0 + ms(90)),
+            KeptAlive::WrongSecret
+        );
+        assert_eq!(
+            t.deadline(&TimerKey::Session(SessionId(1))),
+            Some(t0 + ms(100))
         );
     }
 
@@ -331,6 +383,7 @@ mod tests {
             &Event::SessionOpened {
                 session: s,
                 ttl_ms: 5000,
+                secret: SECRET,
             },
             t0,
         );
@@ -389,7 +442,7 @@ mod tests {
             },
             t0,
         );
-        assert_eq!(t.session_ttl(s), None);
+        assert!(!t.counts(s));
         assert_eq!(
             t.take_due(t0 + ms(10)),
             vec![TimerKey::Delay {
@@ -404,11 +457,12 @@ mod tests {
     fn restart_counts_everything_at_full_length() {
         let t0 = Instant::now();
         let mut t = Timers::default();
-        t.open_session(SessionId(99), ms(1), t0);
+        t.open_session(SessionId(99), ms(1), SECRET, t0);
         let state = TimerState {
-            sessions: vec![SessionInfo {
+            sessions: vec![SessionTimer {
                 session: SessionId(1),
                 ttl_ms: 3000,
+                secret: SECRET,
             }],
             waits: vec![WaitTimer {
                 session: SessionId(1),
@@ -420,7 +474,7 @@ mod tests {
             ..TimerState::default()
         };
         t.restart(&state, t0);
-        assert_eq!(t.session_ttl(SessionId(99)), None, "old table dropped");
+        assert!(!t.counts(SessionId(99)), "old table dropped");
         assert_eq!(
             t.take_due(t0 + ms(3000)).len(),
             2,
@@ -438,7 +492,7 @@ mod tests {
         };
         assert_eq!(
             key.expiry(),
-            LockCommand::CancelWait {
+            LockCommand::ExpireWait {
                 session: SessionId(1),
                 owner: 2,
                 name: "n".into(),
