@@ -27,11 +27,26 @@ pub struct ProcessCluster {
     bin: String,
     members: String,
     serve_args: Vec<String>,
+    /// With TLS: the directory `latchkey certs` wrote (ca.pem, node-N.pem,
+    /// client.pem and their keys).
+    pub certs: Option<PathBuf>,
     dir: tempfile::TempDir,
 }
 
 impl ProcessCluster {
+    #[allow(dead_code)] // The demo uses `start_with`.
     pub fn start(bin: &str, serve_args: Vec<String>) -> std::io::Result<ProcessCluster> {
+        ProcessCluster::start_with(bin, serve_args, false)
+    }
+
+    /// Like [`ProcessCluster::start`]; with `tls`, first `latchkey certs`
+    /// into the cluster's directory, then every replica serves TLS with its
+    /// own certificate and talks mutual TLS to its peers.
+    pub fn start_with(
+        bin: &str,
+        serve_args: Vec<String>,
+        tls: bool,
+    ) -> std::io::Result<ProcessCluster> {
         let mut ports = Vec::new();
         let mut holders = Vec::new();
         for _ in 0..3 {
@@ -54,12 +69,31 @@ impl ProcessCluster {
         .into_iter()
         .chain(serve_args)
         .collect();
+        let certs = if tls {
+            let certs = dir.path().join("certs");
+            let status = Command::new(bin)
+                .arg("certs")
+                .arg("--out")
+                .arg(&certs)
+                .args(["--nodes", "3"])
+                .stdout(Stdio::null())
+                .status()?;
+            if !status.success() {
+                return Err(std::io::Error::other(format!(
+                    "`latchkey certs` failed: {status}"
+                )));
+            }
+            Some(certs)
+        } else {
+            None
+        };
         let mut cluster = ProcessCluster {
             addrs,
             children: Vec::new(),
             bin: bin.to_string(),
             members,
             serve_args,
+            certs,
             dir,
         };
         for i in 0..3 {
@@ -108,7 +142,18 @@ impl ProcessCluster {
 
     fn spawn(&self, i: usize) -> std::io::Result<Child> {
         let log = append(&self.log_path(i))?;
-        Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(certs) = &self.certs {
+            // Global options: before the subcommand.
+            command
+                .arg("--cacert")
+                .arg(certs.join("ca.pem"))
+                .arg("--cert")
+                .arg(certs.join(format!("node-{}.pem", i + 1)))
+                .arg("--key")
+                .arg(certs.join(format!("node-{}-key.pem", i + 1)));
+        }
+        command
             .args([
                 "serve",
                 "--id",

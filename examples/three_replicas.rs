@@ -5,12 +5,15 @@
 //! bring the crashed replica back on its data.
 //!
 //! Run it with `cargo xtask demo`, which builds the `latchkey` binary first
-//! (or `cargo run -p latchkey --example three_replicas -- [LATCHKEY_BIN]`,
-//! with the binary next to the example's by default).
+//! (or `cargo run -p latchkey --example three_replicas -- [LATCHKEY_BIN]
+//! [--tls]`, with the binary next to the example's by default). With `--tls`
+//! (`cargo xtask demo --tls`) it first makes a development CA and
+//! certificates with `latchkey certs`, and everything (clients to replicas,
+//! replicas to each other, mutually) runs over TLS.
 
 use std::time::{Duration, Instant};
 
-use latchkey::{Client, ScanRange};
+use latchkey::{Client, ClientOptions, ScanRange, TlsOptions};
 
 #[path = "process_cluster.rs"]
 mod process_cluster;
@@ -41,8 +44,10 @@ async fn leader(client: &Client, not: Option<u64>, within: Duration) -> Result<u
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let bin = match std::env::args().nth(1) {
-        Some(bin) => bin,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tls = args.iter().any(|a| a == "--tls");
+    let bin = match args.iter().find(|a| *a != "--tls") {
+        Some(bin) => bin.clone(),
         None => process_cluster::sibling_server_bin()
             .ok_or(
                 "no latchkey binary next to this example: run `cargo xtask demo`, or pass its path",
@@ -50,12 +55,27 @@ async fn main() -> Result<()> {
             .to_string_lossy()
             .into_owned(),
     };
-    let mut cluster = ProcessCluster::start(&bin, Vec::new())?;
+    let mut cluster = ProcessCluster::start_with(&bin, Vec::new(), tls)?;
     let addrs = cluster.addrs.clone();
     say(format!(
         "started three `latchkey serve` processes: {addrs:?}"
     ));
-    let client = Client::connect(&addrs)?;
+    let client = match &cluster.certs {
+        Some(certs) => {
+            say(format!(
+                "TLS: `latchkey certs` wrote a CA and certificates to {}; the replicas talk \
+                 mutual TLS to each other, and this client trusts the CA and presents \
+                 client.pem",
+                certs.display()
+            ));
+            let tls = TlsOptions::from_files(
+                &certs.join("ca.pem"),
+                Some((&certs.join("client.pem"), &certs.join("client-key.pem"))),
+            )?;
+            Client::with_options(&addrs, ClientOptions::default().with_tls(tls))?
+        }
+        None => Client::connect(&addrs)?,
+    };
 
     let first = leader(&client, None, Duration::from_secs(30)).await?;
     say(format!("node {first} was elected leader"));

@@ -443,3 +443,104 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
     .await?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+
+/// `latchkey certs`, then three `latchkey serve` processes with TLS (one
+/// node certificate shared: they all listen on 127.0.0.1) and mutual TLS
+/// between them; the CLI over TLS; and the CLI's clear refusals of TLS
+/// options that do not fit together or files it cannot use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_over_tls() {
+    let certs = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => panic!("temporary directory: {e}"),
+    };
+    let dir = certs.path().display().to_string();
+    let made = run_cli(&["certs", "--out", &dir, "--nodes", "1"]).await;
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    match made {
+        Ok(out) if out.code == Some(0) => {}
+        other => panic!("latchkey certs: {other:?}"),
+    }
+    let (ca, node, node_key) = (file("ca.pem"), file("node-1.pem"), file("node-1-key.pem"));
+    let c = Cluster::start(
+        "cli-tls",
+        3,
+        &["--cacert", &ca, "--cert", &node, "--key", &node_key],
+    )
+    .await
+    .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, cli_tls_body(&c, certs.path())).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn cli_tls_body(c: &Cluster, certs: &std::path::Path) -> Result<()> {
+    let file = |name: &str| certs.join(name).display().to_string();
+    let ca = file("ca.pem");
+    // The replicas elect a leader over mutual TLS; the CLI waits for it.
+    let out = c
+        .cli(&["--cacert", &ca, "--timeout", "30s", "put", "k", "over tls"])
+        .await?;
+    ensure!(out.ok()? == "OK\n", "put over TLS printed {:?}", out.stdout);
+    let out = c.cli(&["--cacert", &ca, "get", "k"]).await?;
+    ensure!(
+        out.ok()? == "over tls\n",
+        "get over TLS printed {:?}",
+        out.stdout
+    );
+    // With a client certificate too.
+    let out = c
+        .cli(&[
+            "--cacert",
+            &ca,
+            "--cert",
+            &file("client.pem"),
+            "--key",
+            &file("client-key.pem"),
+            "get",
+            "k",
+        ])
+        .await?;
+    ensure!(
+        out.ok()? == "over tls\n",
+        "get with a client certificate: {out:?}"
+    );
+    // Plaintext on the TLS port: refused, never answered.
+    let out = c.cli(&["--timeout", "2s", "get", "k"]).await?;
+    ensure!(
+        out.code != Some(0) && !out.stdout.contains("over tls"),
+        "a plaintext CLI was answered: {out:?}"
+    );
+    // Options that do not fit together, and files that cannot be used: a
+    // usage error (exit 2) naming the cause.
+    for (args, cause) in [
+        (
+            vec!["--cacert", &ca, "--cert", &file("client.pem")],
+            "--cert needs --key",
+        ),
+        (
+            vec!["--cacert", "/nonexistent/ca.pem"],
+            "cannot read CA certificate",
+        ),
+        (
+            vec!["--cacert", &file("client-key.pem")],
+            "no PEM certificate",
+        ),
+    ] {
+        let mut all = args.clone();
+        all.extend(["get", "k"]);
+        let out = c.cli(&all).await?;
+        ensure!(
+            out.code == Some(2) && out.stderr.contains(cause),
+            "{args:?}: expected exit 2 naming {cause:?}, got {out:?}"
+        );
+    }
+    // `latchkey certs` never replaces an existing CA.
+    let again = run_cli(&["certs", "--out", &certs.display().to_string()]).await?;
+    ensure!(
+        again.code == Some(2) && again.stderr.contains("exists already"),
+        "a second `latchkey certs` into the same directory: {again:?}"
+    );
+    Ok(())
+}

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use support::{Cluster, LEADER_WAIT};
+use support::{run_cli, Cluster, LEADER_WAIT};
 
 /// Bound on the test script (about 20 s on an idle machine).
 const SCRIPT_LIMIT: Duration = Duration::from_secs(180);
@@ -58,6 +58,66 @@ async fn python_client_and_example() {
     let outcome =
         tokio::time::timeout(BODY_LIMIT, body(&mut c, &python, &stubs, work.path())).await;
     c.finish(outcome, BODY_LIMIT);
+
+    // The example again, over TLS, against replicas with certificates from
+    // `latchkey certs` (one node certificate: they all listen on 127.0.0.1).
+    let certs = work.path().join("certs");
+    let made = run_cli(&[
+        "certs",
+        "--out",
+        &certs.display().to_string(),
+        "--nodes",
+        "1",
+    ])
+    .await;
+    assert!(
+        matches!(&made, Ok(out) if out.code == Some(0)),
+        "latchkey certs: {made:?}"
+    );
+    let path = |name: &str| certs.join(name).display().to_string();
+    let (ca, node, key) = (path("ca.pem"), path("node-1.pem"), path("node-1-key.pem"));
+    let mut c = Cluster::start(
+        "python-tls",
+        3,
+        &["--cacert", &ca, "--cert", &node, "--key", &key],
+    )
+    .await
+    .expect("start the TLS cluster");
+    let outcome = tokio::time::timeout(
+        BODY_LIMIT,
+        example_over_tls(&mut c, &python, &stubs, work.path(), &ca),
+    )
+    .await;
+    c.finish(outcome, BODY_LIMIT);
+}
+
+async fn example_over_tls(
+    c: &mut Cluster,
+    python: &OsString,
+    stubs: &Path,
+    work: &Path,
+    ca: &str,
+) -> Result<()> {
+    let example = repo_root().join("examples/python/lock_example.py");
+    let out = run_python(
+        "lock_example.py over TLS",
+        python,
+        &[
+            example.into(),
+            "--cacert".into(),
+            ca.into(),
+            c.endpoints_arg().into(),
+        ],
+        stubs,
+        EXAMPLE_LIMIT,
+        &work.join("lock_example_tls.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("released and closed"),
+        "lock_example.py over TLS exited 0 without finishing:\n{out}"
+    );
+    c.assert_all_alive()
 }
 
 async fn body(c: &mut Cluster, python: &OsString, stubs: &Path, work: &Path) -> Result<()> {

@@ -10,6 +10,10 @@ directory, hence PYTHONPATH=.):
     PYTHONPATH=. python examples/python/lock_example.py 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 
 The endpoints (comma- or space-separated) default to the README's cluster.
+With `--cacert FILE` (the CA that signs the replicas' certificates, e.g.
+`certs/ca.pem` from `latchkey certs`) it talks TLS:
+
+    PYTHONPATH=. python examples/python/lock_example.py --cacert certs/ca.pem 127.0.0.1:7101
 """
 import sys
 import threading
@@ -19,7 +23,14 @@ import grpc
 import latchkey_pb2 as pb
 import latchkey_pb2_grpc as rpc
 
-endpoints = ",".join(sys.argv[1:]) or "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+args = sys.argv[1:]
+credentials = None  # plaintext unless --cacert
+if "--cacert" in args:
+    i = args.index("--cacert")
+    with open(args[i + 1], "rb") as f:
+        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+    del args[i : i + 2]
+endpoints = ",".join(args) or "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 endpoints = endpoints.split(",")
 leader = [endpoints[0]]  # writes go to the leader; NOT_LEADER names it
 channels = {}  # one channel (HTTP/2 connection) per replica, reused
@@ -29,7 +40,11 @@ def call(service, method, request, timeout=10.0):
     """Send to the leader; follow NOT_LEADER, retry UNAVAILABLE (bounded)."""
     for attempt in range(30):
         if leader[0] not in channels:
-            channels[leader[0]] = grpc.insecure_channel(leader[0])
+            channels[leader[0]] = (
+                grpc.secure_channel(leader[0], credentials)
+                if credentials
+                else grpc.insecure_channel(leader[0])
+            )
         stub = getattr(rpc, service + "Stub")(channels[leader[0]])
         try:
             reply = getattr(stub, method)(request, timeout=timeout)

@@ -37,6 +37,8 @@ OPTIONS:
     --transport T      stream (default: each client's requests share one
                        Pipeline.Calls stream per replica) or unary (every
                        request its own unary RPC, as a Python or Go client sends)
+    --tls              run the servers with TLS (certificates from `latchkey
+                       certs`; mutual TLS between them) and the clients over TLS
     -h, --help         print this text
 
 Every lock task has its own session (ttl 10s). Exit codes: 0 done, 1 the
@@ -92,6 +94,8 @@ pub struct Options {
     pub client_mode: ClientMode,
     pub tmp_dir: Option<PathBuf>,
     pub unary: bool,
+    /// --tls: servers and clients over TLS.
+    pub tls: bool,
 }
 
 impl Default for Options {
@@ -106,6 +110,7 @@ impl Default for Options {
             client_mode: ClientMode::Shared,
             tmp_dir: None,
             unary: false,
+            tls: false,
         }
     }
 }
@@ -174,6 +179,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             return Ok(Parsed::Help);
         }
         if arg == "--" {
+            continue;
+        }
+        if arg == "--tls" {
+            opts.tls = true;
             continue;
         }
         let (flag, inline) = match arg.split_once('=') {

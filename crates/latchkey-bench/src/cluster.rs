@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use latchkey::{Client, ClientOptions};
+use latchkey::{Client, ClientOptions, TlsOptions};
 
 /// A directory removed (recursively) when dropped.
 pub struct TempDir {
@@ -58,6 +58,7 @@ struct Server {
 /// Three running replicas. Dropping it kills them (SIGKILL by pid) and reaps them.
 pub struct Cluster {
     servers: Vec<Server>,
+    tls: Option<TlsOptions>,
 }
 
 /// Three distinct free loopback ports: all three listeners are held open at
@@ -83,13 +84,38 @@ fn free_ports() -> Result<[u16; 3], String> {
 impl Cluster {
     /// Start three durable replicas with default settings under `dir`,
     /// stdout and stderr of each to `dir/node-<id>.log`.
-    pub fn start(server_bin: &Path, dir: &Path) -> Result<Cluster, String> {
+    ///
+    /// With `tls`, `latchkey certs` first writes a CA and certificates to
+    /// `dir/certs`; each server then serves TLS with its own certificate
+    /// (mutual TLS between them), and [`Cluster::tls`] is what clients use.
+    pub fn start(server_bin: &Path, dir: &Path, tls: bool) -> Result<Cluster, String> {
         let ports = free_ports()?;
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let members = latchkey::initial_members_arg(&addrs);
+        let certs = dir.join("certs");
+        let tls = if tls {
+            let status = Command::new(server_bin)
+                .arg("certs")
+                .arg("--out")
+                .arg(&certs)
+                .args(["--nodes", "3"])
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|e| format!("cannot run {} certs: {e}", server_bin.display()))?;
+            if !status.success() {
+                return Err(format!("`{} certs` failed: {status}", server_bin.display()));
+            }
+            Some(
+                TlsOptions::from_files(&certs.join("ca.pem"), None)
+                    .map_err(|e| format!("the certificates `latchkey certs` wrote: {e}"))?,
+            )
+        } else {
+            None
+        };
 
         let mut cluster = Cluster {
             servers: Vec::with_capacity(3),
+            tls,
         };
         for (i, addr) in addrs.iter().enumerate() {
             let id = (i + 1) as u64;
@@ -101,6 +127,14 @@ impl Cluster {
                 .try_clone()
                 .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
             let mut cmd = Command::new(server_bin);
+            if cluster.tls.is_some() {
+                cmd.arg("--cacert")
+                    .arg(certs.join("ca.pem"))
+                    .arg("--cert")
+                    .arg(certs.join(format!("node-{id}.pem")))
+                    .arg("--key")
+                    .arg(certs.join(format!("node-{id}-key.pem")));
+            }
             cmd.arg("serve")
                 .arg("--id")
                 .arg(id.to_string())
@@ -129,6 +163,11 @@ impl Cluster {
             });
         }
         Ok(cluster)
+    }
+
+    /// The TLS settings clients need, when the servers run TLS.
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_ref()
     }
 
     /// The replicas' `host:port`, in id order.
@@ -185,10 +224,13 @@ impl Cluster {
 
     /// Poll every replica's status until one says it leads; its address.
     pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
-        let options = ClientOptions::default()
+        let mut options = ClientOptions::default()
             .with_request_timeout(Duration::from_secs(2))
             .with_attempt_timeout(Duration::from_millis(500))
             .with_connect_timeout(Duration::from_millis(500));
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
         let endpoints = self.endpoints();
         let client = Client::with_options(&endpoints, options)
             .map_err(|e| format!("cannot build a status client: {e}"))?;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use latchkey::{Client, ClientOptions};
+use latchkey::{Client, ClientOptions, TlsOptions};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
@@ -78,12 +78,16 @@ pub struct Clients {
     list: Vec<Client>,
 }
 
-fn options(unary: bool) -> ClientOptions {
-    ClientOptions::default()
+fn options(unary: bool, tls: Option<TlsOptions>) -> ClientOptions {
+    let options = ClientOptions::default()
         .with_request_timeout(REQUEST_TIMEOUT)
         .with_attempt_timeout(Duration::from_secs(3))
         .with_connect_timeout(Duration::from_secs(1))
-        .with_call_stream(!unary)
+        .with_call_stream(!unary);
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
 }
 
 impl Clients {
@@ -94,6 +98,7 @@ impl Clients {
         endpoints: &[String],
         mode: ClientMode,
         unary: bool,
+        tls: Option<TlsOptions>,
         max_tasks: usize,
     ) -> Result<Clients, String> {
         let count = match mode {
@@ -103,7 +108,7 @@ impl Clients {
         let mut list = Vec::with_capacity(count);
         for _ in 0..count {
             list.push(
-                Client::with_options(endpoints, options(unary))
+                Client::with_options(endpoints, options(unary, tls.clone()))
                     .map_err(|e| format!("cannot build a client: {e}"))?,
             );
         }

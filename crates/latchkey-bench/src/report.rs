@@ -118,6 +118,8 @@ pub struct Config<W> {
     #[serde(flatten)]
     pub workload: W,
     pub client_mode: &'static str,
+    /// The servers and clients talk TLS (`--tls`).
+    pub tls: bool,
     pub replicas: usize,
     pub server_bin: String,
     pub server_settings: &'static str,
@@ -175,13 +177,14 @@ pub fn table<W: Params>(report: &Report<W>) -> String {
     let c = &report.config;
     let _ = writeln!(
         t,
-        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run, {}, {} client",
+        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run, {}, {} client{}",
         report.benchmark,
         c.replicas,
         m.nproc,
         c.duration_s,
         c.workload.describe(),
-        c.client_mode
+        c.client_mode,
+        if c.tls { ", TLS" } else { "" }
     );
     let _ = writeln!(
         t,

@@ -66,7 +66,7 @@ impl Testbed {
             fsync.per_second, fsync.p50_us
         );
 
-        let mut cluster = Cluster::start(&server_bin, dir.path())?;
+        let mut cluster = Cluster::start(&server_bin, dir.path(), opts.tls)?;
         eprintln!(
             "latchkey-bench: started 3 servers (pids {:?}) at {}; waiting for a leader...",
             cluster.pids(),
@@ -92,9 +92,15 @@ impl Testbed {
         unary: bool,
         max_tasks: usize,
     ) -> Result<Clients, String> {
-        Clients::connect(&self.cluster.endpoints(), mode, unary, max_tasks)
-            .await
-            .map_err(|e| format!("{e}\n{}", self.cluster.logs_tail()))
+        Clients::connect(
+            &self.cluster.endpoints(),
+            mode,
+            unary,
+            self.cluster.tls().cloned(),
+            max_tasks,
+        )
+        .await
+        .map_err(|e| format!("{e}\n{}", self.cluster.logs_tail()))
     }
 
     /// An error if a server has exited, with the end of its log.
@@ -131,6 +137,7 @@ impl Testbed {
                 duration_s: opts.duration.as_secs_f64(),
                 workload: params,
                 client_mode: opts.client_mode.name(),
+                tls: opts.tls,
                 replicas: 3,
                 server_bin: server_bin.display().to_string(),
                 server_settings: SERVER_SETTINGS,

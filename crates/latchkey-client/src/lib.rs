@@ -59,8 +59,8 @@ pub use latchkey_core::lock::{
 };
 pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
 pub use latchkey_proto::{
-    BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, MAX_FRAME_CALLS,
-    MAX_MESSAGE_BYTES,
+    BoxFuture, Identity, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, TlsError,
+    TlsOptions, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES,
 };
 pub use lock::{Lock, LockGuard};
 pub use router::{channel, ClientOptions};

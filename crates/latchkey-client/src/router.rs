@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
-use latchkey_proto::Operation;
+use latchkey_proto::{Operation, TlsOptions};
 
 use crate::transport::{Answer, Endpoint, TransportStats};
 use crate::{Error, LocalReplica, ReplicaFailure};
@@ -40,6 +40,10 @@ pub struct ClientOptions {
     /// which replicas started with a cluster secret refuse without it.
     /// Default: none.
     pub cluster_secret: Option<String>,
+    /// Talk to the replicas over TLS: trust the CA these options name, and
+    /// present their certificate if the replicas ask for one. Default:
+    /// plaintext. A client with TLS never falls back to plaintext.
+    pub tls: Option<TlsOptions>,
 }
 
 impl Default for ClientOptions {
@@ -52,6 +56,7 @@ impl Default for ClientOptions {
             max_backoff: Duration::from_millis(500),
             call_stream: true,
             cluster_secret: None,
+            tls: None,
         }
     }
 }
@@ -94,6 +99,22 @@ impl ClientOptions {
     /// as a file's final newline, is ignored).
     pub fn with_cluster_secret(mut self, secret: impl Into<String>) -> Self {
         self.cluster_secret = Some(secret.into().trim().to_string());
+        self
+    }
+
+    /// Set [`ClientOptions::tls`].
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use latchkey_client::{ClientOptions, TlsOptions};
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tls = TlsOptions::from_files(Path::new("certs/ca.pem"), None)?;
+    /// let options = ClientOptions::default().with_tls(tls);
+    /// # let _ = options; Ok(()) }
+    /// ```
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -185,15 +206,19 @@ pub struct Router {
     options: ClientOptions,
 }
 
-/// Parse `host:port` (an optional `http://` prefix is accepted) into a lazy
-/// channel with `options`' connect timeout (see [`latchkey_proto::channel`]).
+/// Parse `host:port` (an optional `http://` or `https://` prefix is
+/// accepted) into a lazy channel with `options`' connect timeout and TLS
+/// (see [`latchkey_proto::channel`]).
 pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
-    latchkey_proto::channel(addr, options.connect_timeout).map_err(|e| match e {
-        latchkey_proto::ChannelError::BadEndpoint { endpoint, reason } => {
-            Error::BadEndpoint { endpoint, reason }
-        }
-        latchkey_proto::ChannelError::NoRuntime => Error::NoRuntime,
-    })
+    latchkey_proto::channel(addr, options.connect_timeout, options.tls.as_ref()).map_err(
+        |e| match e {
+            latchkey_proto::ChannelError::BadEndpoint { endpoint, reason } => {
+                Error::BadEndpoint { endpoint, reason }
+            }
+            latchkey_proto::ChannelError::NoRuntime => Error::NoRuntime,
+            e @ latchkey_proto::ChannelError::Tls { .. } => Error::InvalidArgument(e.to_string()),
+        },
+    )
 }
 
 impl Router {
@@ -399,7 +424,7 @@ impl Router {
                 return Err(Error::Unavailable {
                     attempts,
                     elapsed: started.elapsed(),
-                    last,
+                    last: with_tls_hint(last, self.options.tls.is_some()),
                 });
             }
             let Some(target) = self.pick() else {
@@ -474,12 +499,41 @@ fn describe(target: &Target) -> String {
 
 fn normalise(addr: &str) -> String {
     let t = addr.trim();
-    t.strip_prefix("http://").unwrap_or(t).to_string()
+    t.strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"))
+        .unwrap_or(t)
+        .to_string()
+}
+
+/// `last` (the last attempt's failure) with what a TLS mismatch usually
+/// means, when its text looks like one: the transport's own words ("h2
+/// protocol error", "corrupt message") do not say that one side talks TLS
+/// and the other does not.
+fn with_tls_hint(last: String, tls: bool) -> String {
+    let lower = last.to_ascii_lowercase();
+    let hint = if !tls && (lower.contains("h2 protocol error") || lower.contains("http2 error")) {
+        "this client talks plaintext: the replica may serve TLS (give the client its CA: \
+         --cacert, ClientOptions::with_tls)"
+    } else if tls && lower.contains("corrupt message") {
+        "this client talks TLS: the replica may serve plaintext (drop --cacert, or give the \
+         replica a certificate)"
+    } else if tls && lower.contains("invalid peer certificate") {
+        "the replica's certificate is not signed by the CA given to this client, has expired, \
+         or does not name the address dialled"
+    } else if tls && (lower.contains("operation was canceled") || lower.contains("alert")) {
+        "the TLS handshake failed: the replica may require a client certificate signed by its \
+         CA (--cert and --key), or refused the one given (another CA, or expired)"
+    } else {
+        return last;
+    };
+    format!("{last} ({hint})")
 }
 
 /// Classify a gRPC status from one attempt.
 pub fn classify_status(status: &tonic::Status) -> Attempt {
-    let text = format!("{}: {}", status.code(), status.message());
+    // With its causes: a TLS or connection failure names its reason only
+    // in the error's sources.
+    let text = format!("{}: {}", status.code(), latchkey_proto::error_chain(status));
     // Refused before anything ran: a request over the size limit, or one
     // without the credentials it needs. Resending it changes nothing.
     if matches!(
@@ -522,6 +576,29 @@ fn never_sent(status: &tonic::Status) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tls_mismatches_get_a_hint_and_other_failures_do_not() {
+        let plain = with_tls_hint("h2 protocol error: http2 error".into(), false);
+        assert!(plain.contains("may serve TLS"), "{plain}");
+        let tls = with_tls_hint(
+            "received corrupt message of type InvalidContentType".into(),
+            true,
+        );
+        assert!(tls.contains("may serve plaintext"), "{tls}");
+        let ca = with_tls_hint("invalid peer certificate: UnknownIssuer".into(), true);
+        assert!(ca.contains("not signed by the CA"), "{ca}");
+        let refused = with_tls_hint("operation was canceled".into(), true);
+        assert!(refused.contains("client certificate"), "{refused}");
+        assert_eq!(
+            with_tls_hint("connection refused".into(), true),
+            "connection refused"
+        );
+        assert_eq!(
+            with_tls_hint("connection refused".into(), false),
+            "connection refused"
+        );
+    }
+
     use super::*;
 
     #[test]

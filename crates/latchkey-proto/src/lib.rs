@@ -23,9 +23,10 @@ mod failure;
 mod limits;
 mod local;
 mod status;
+mod tls;
 pub mod wire;
 
-pub use channel::{channel, ChannelError};
+pub use channel::{channel, error_chain, ChannelError};
 pub use failure::ReplicaFailure;
 pub use limits::{
     CLUSTER_SECRET_HEADER, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES,
@@ -33,6 +34,7 @@ pub use limits::{
 };
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};
+pub use tls::{Identity, TlsError, TlsOptions};
 pub use wire::{Operation, Rpc};
 
 /// The encoded protobuf descriptors of `proto/latchkey.proto`, which a

@@ -1558,6 +1558,7 @@ mod tests {
         let wire = Req::Acquire(v1::AcquireRequest {
             mode: v1::LockMode::Exclusive as i32,
             wait_ms: Some(10_000),
+            session_secret: vec![0; 16],
             ..Default::default()
         });
         let (op, _) = request_from_wire(wire).expect("decodes");

@@ -71,15 +71,14 @@ enum Answer {
 }
 
 async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
-    let Ok(channel) = latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT) else {
+    let Ok(mut client) = replica.peer_client(addr) else {
         return Answer::Nothing;
     };
     let request = IdentifyRequest {
         from_id: replica.id(),
         from_incarnation: replica.incarnation(),
     };
-    let reply =
-        tokio::time::timeout(ASK_TIMEOUT, replica.peer_client(channel).identify(request)).await;
+    let reply = tokio::time::timeout(ASK_TIMEOUT, client.identify(request)).await;
     let Ok(Ok(reply)) = reply else {
         return Answer::Nothing;
     };

@@ -55,29 +55,27 @@ pub(crate) fn failure(
 
 /// The incarnation of the replica at `addr`, which must be node `id`.
 async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, ReplicaFailure> {
-    let channel = latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT)
+    let mut client = replica
+        .peer_client(addr)
         .map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
     let request = IdentifyRequest {
         from_id: replica.id(),
         from_incarnation: replica.incarnation(),
     };
-    let reply = tokio::time::timeout(
-        IDENTIFY_TIMEOUT,
-        replica.peer_client(channel).identify(request),
-    )
-    .await
-    .map_err(|_| {
-        ReplicaFailure::Unavailable(format!(
-            "no answer from {addr} within {IDENTIFY_TIMEOUT:?}: start node {id} there first"
-        ))
-    })?
-    .map_err(|s| {
-        ReplicaFailure::Unavailable(format!(
-            "cannot ask {addr} who it is (start node {id} there first): {}",
-            s.message()
-        ))
-    })?
-    .into_inner();
+    let reply = tokio::time::timeout(IDENTIFY_TIMEOUT, client.identify(request))
+        .await
+        .map_err(|_| {
+            ReplicaFailure::Unavailable(format!(
+                "no answer from {addr} within {IDENTIFY_TIMEOUT:?}: start node {id} there first"
+            ))
+        })?
+        .map_err(|s| {
+            ReplicaFailure::Unavailable(format!(
+                "cannot ask {addr} who it is (start node {id} there first): {}",
+                s.message()
+            ))
+        })?
+        .into_inner();
     if reply.node_id != id {
         return Err(ReplicaFailure::InvalidArgument(format!(
             "the replica at {addr} is node {}, not node {id}",

@@ -43,7 +43,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::peer_auth::{peer_client, ClusterSecret, PeerClient, SharedSecret};
+use crate::peer_auth::{PeerClient, PeerCredentials, SharedCredentials};
 
 /// Above this encoded size an AppendEntries with several entries is split.
 const SPLIT_ABOVE_BYTES: usize = 16 * 1024 * 1024;
@@ -78,7 +78,7 @@ pub struct PeerNetwork {
     /// of the network alone.
     durable: Option<DurableLog>,
     /// Sent with every peer call (see [`crate::peer_auth`]).
-    secret: SharedSecret,
+    credentials: SharedCredentials,
 }
 
 impl PeerNetwork {
@@ -89,20 +89,20 @@ impl PeerNetwork {
         me: u64,
         my_incarnation: u64,
         durable: DurableLog,
-        secret: Option<ClusterSecret>,
+        credentials: PeerCredentials,
     ) -> Self {
         PeerNetwork {
             durable: Some(durable),
             me,
             my_incarnation,
-            secret: Arc::new(secret),
+            credentials: Arc::new(credentials),
             ..PeerNetwork::default()
         }
     }
 
-    /// A Raft client on `channel` whose calls carry the cluster secret.
-    pub(crate) fn client(&self, channel: Channel) -> PeerClient {
-        peer_client(channel, self.secret.as_ref().clone())
+    /// What this replica calls its peers with.
+    pub(crate) fn credentials(&self) -> &PeerCredentials {
+        &self.credentials
     }
 
     fn peer(&self, target: u64, node: &Member) -> Arc<Peer> {
@@ -116,9 +116,11 @@ impl PeerNetwork {
             incarnation: node.incarnation,
             me: self.me,
             my_incarnation: self.my_incarnation,
-            channel: latchkey_proto::channel(&node.addr, crate::PEER_CONNECT_TIMEOUT)
+            channel: self
+                .credentials
+                .channel(&node.addr)
                 .map_err(|e| e.to_string()),
-            secret: Arc::clone(&self.secret),
+            credentials: Arc::clone(&self.credentials),
             idle: Mutex::new(Vec::new()),
             matched: Mutex::new(None),
             problem: Mutex::new(None),
@@ -195,7 +197,7 @@ struct Peer {
     me: u64,
     my_incarnation: u64,
     channel: Result<Channel, String>,
-    secret: SharedSecret,
+    credentials: SharedCredentials,
     idle: Mutex<Vec<AppendStream>>,
     /// The highest log id the peer acknowledged, under which leader vote.
     matched: Mutex<Option<(Vote<u64>, LogId<u64>)>>,
@@ -315,7 +317,7 @@ impl Peer {
 
     fn client(&self) -> Result<PeerClient, Unreachable> {
         match &self.channel {
-            Ok(c) => Ok(peer_client(c.clone(), self.secret.as_ref().clone())),
+            Ok(c) => Ok(self.credentials.client(c.clone())),
             Err(e) => Err(Unreachable::new(&LinkError(format!(
                 "bad address for node {}: {e}",
                 self.target
@@ -914,7 +916,7 @@ mod tests {
         log.blocking_append(entries).await?;
         let peer = Arc::new(FakePeer::default());
         let addr = serve(Arc::clone(&peer)).await?;
-        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), None)
+        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), Default::default())
             .new_client(2, &Member::new(addr.to_string(), 0))
             .await;
         for commit in [Some(2), Some(3), Some(5), None] {

@@ -12,10 +12,15 @@
 //! (`services::RaftService`).
 //!
 //! The secret travels as a header, so on a network that others can read it
-//! protects only as much as the network does: it is meant for loopback and
-//! trusted networks; mutual TLS between peers replaces it elsewhere (issue
-//! 17, not done yet). A replica started without a secret accepts
-//! unauthenticated peer calls and says so in a warning at start.
+//! protects only as much as the network does. With TLS ([`ServerTls`]) the
+//! header is encrypted, and peers authenticate each other with
+//! certificates as well: a replica presents its own certificate when it
+//! calls a peer, and refuses `Raft` calls (and membership changes) that
+//! come without a client certificate signed by the cluster's CA
+//! (UNAUTHENTICATED). The certificate is not yet tied to a node id: any
+//! certificate of the cluster's CA passes that check, and the secret and
+//! the membership check still decide. A replica started without a secret
+//! accepts unauthenticated peer calls and says so in a warning at start.
 //!
 //! The comparison takes the same time wherever the secrets differ, so the
 //! secret cannot be guessed byte by byte from response times.
@@ -23,6 +28,7 @@
 use std::sync::Arc;
 
 use latchkey_proto::v1::raft_client::RaftClient;
+use latchkey_proto::{ChannelError, Identity, TlsError, TlsOptions};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -120,6 +126,94 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// TLS for a replica: its certificate (served to clients and peers, and
+/// presented to peers when it calls them), the CA whose certificates it
+/// trusts (its peers', and clients' when they present one), and whether
+/// clients must present one.
+///
+/// ```no_run
+/// use std::path::Path;
+/// use latchkey_server::ServerTls;
+///
+/// # fn demo() -> Result<(), latchkey_proto::TlsError> {
+/// let tls = ServerTls::from_files(
+///     Path::new("certs/node-1.pem"),
+///     Path::new("certs/node-1-key.pem"),
+///     Path::new("certs/ca.pem"),
+/// )?
+/// .require_client_certificate(true);
+/// # let _ = tls; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    identity: Identity,
+    trust: TlsOptions,
+    require_client_certificate: bool,
+}
+
+impl ServerTls {
+    /// Serve `identity`; trust the CA of `trust` for peers and clients.
+    pub fn new(identity: Identity, trust: TlsOptions) -> ServerTls {
+        ServerTls {
+            identity,
+            trust,
+            require_client_certificate: false,
+        }
+    }
+
+    /// Read and check the replica's certificate, its key and the CA.
+    pub fn from_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Result<ServerTls, TlsError> {
+        Ok(ServerTls::new(
+            Identity::from_files(cert, key)?,
+            TlsOptions::from_files(ca, None)?,
+        ))
+    }
+
+    /// Refuse the TLS handshake of clients without a certificate signed by
+    /// the CA (default: a client certificate is optional for clients, and
+    /// always required for peer calls).
+    pub fn require_client_certificate(mut self, required: bool) -> ServerTls {
+        self.require_client_certificate = required;
+        self
+    }
+
+    /// tonic's server configuration.
+    pub(crate) fn server_config(&self) -> tonic::transport::ServerTlsConfig {
+        self.trust
+            .server_config(&self.identity, self.require_client_certificate)
+    }
+
+    /// What this replica uses to call its peers, and what its in-process
+    /// client uses: the same CA, and its own certificate.
+    pub fn client_options(&self) -> TlsOptions {
+        self.trust.clone().with_identity(self.identity.clone())
+    }
+}
+
+/// What a replica proves itself with when it calls a peer: the cluster
+/// secret, and with TLS its certificate. Every peer channel is made here.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PeerCredentials {
+    pub(crate) secret: Option<ClusterSecret>,
+    pub(crate) tls: Option<TlsOptions>,
+}
+
+impl PeerCredentials {
+    /// A lazy channel to the peer at `addr`.
+    pub(crate) fn channel(&self, addr: &str) -> Result<Channel, ChannelError> {
+        latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT, self.tls.as_ref())
+    }
+
+    /// A Raft client on `channel` whose calls carry the secret.
+    pub(crate) fn client(&self, channel: Channel) -> PeerClient {
+        peer_client(channel, self.secret.clone())
+    }
+}
+
 /// Adds the secret (if any) to every outgoing peer call.
 #[derive(Clone, Debug)]
 pub(crate) struct Attach(Option<ClusterSecret>);
@@ -145,13 +239,33 @@ pub(crate) fn peer_client(channel: Channel, secret: Option<ClusterSecret>) -> Pe
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-/// Refuses incoming peer calls without the secret (when one is set).
+/// Refuses incoming peer calls without the secret (when one is set), and
+/// with TLS on, without a client certificate.
 #[derive(Clone, Debug)]
-pub(crate) struct Check(pub(crate) Option<ClusterSecret>);
+pub(crate) struct Check {
+    pub(crate) secret: Option<ClusterSecret>,
+    pub(crate) tls: bool,
+}
+
+/// Whether the call came over TLS with a verified client certificate
+/// (rustls checked it against the CA during the handshake).
+fn has_client_certificate<T>(request: &Request<T>) -> bool {
+    request.peer_certs().is_some_and(|certs| !certs.is_empty())
+}
 
 impl Interceptor for Check {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(secret) = &self.0 else {
+        if self.tls && !has_client_certificate(&request) {
+            let from = request
+                .remote_addr()
+                .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+            log_refusal("a peer call without a client certificate", &from);
+            return Err(Status::unauthenticated(
+                "Raft calls need a client certificate signed by the cluster's CA (the calling \
+                 replica's --cert and --key)",
+            ));
+        }
+        let Some(secret) = &self.secret else {
             return Ok(request);
         };
         let why = match request.metadata().get(PEER_SECRET_HEADER) {
@@ -174,14 +288,17 @@ impl Interceptor for Check {
 /// that does not carry the cluster secret, when this replica has one: until
 /// access control exists, changing who is in the cluster takes what a peer
 /// takes.
-pub(crate) fn require_for_admin(
-    secret: &Option<ClusterSecret>,
-    metadata: &tonic::metadata::MetadataMap,
-) -> Result<(), Status> {
-    let Some(secret) = secret else {
+pub(crate) fn require_for_admin<T>(check: &Check, request: &Request<T>) -> Result<(), Status> {
+    if check.tls && !has_client_certificate(request) {
+        return Err(Status::unauthenticated(
+            "membership changes need a client certificate signed by the cluster's CA: pass \
+             --cert and --key to the CLI (or ClientOptions::with_tls with an identity)",
+        ));
+    }
+    let Some(secret) = &check.secret else {
         return Ok(());
     };
-    match metadata.get(PEER_SECRET_HEADER) {
+    match request.metadata().get(PEER_SECRET_HEADER) {
         Some(offered) if secret.matches(offered.as_bytes()) => Ok(()),
         _ => Err(Status::unauthenticated(
             "membership changes need the cluster secret: pass the replicas' \
@@ -201,8 +318,8 @@ fn log_refusal(why: &str, from: &str) {
     }
 }
 
-/// A shared, optional secret, for the places that make peer clients.
-pub(crate) type SharedSecret = Arc<Option<ClusterSecret>>;
+/// Shared peer credentials, for the places that make peer clients.
+pub(crate) type SharedCredentials = Arc<PeerCredentials>;
 
 #[cfg(test)]
 mod tests {
@@ -221,7 +338,10 @@ mod tests {
     #[test]
     fn only_the_same_secret_passes() {
         let secret = ClusterSecret::new("0123456789abcdef").expect("valid");
-        let mut check = Check(Some(secret.clone()));
+        let mut check = Check {
+            secret: Some(secret.clone()),
+            tls: false,
+        };
         let mut attach = Attach(Some(secret));
         let signed = attach.call(Request::new(())).expect("attached");
         assert!(check.call(signed).is_ok());
@@ -241,7 +361,21 @@ mod tests {
             Err(tonic::Code::Unauthenticated)
         );
         // Without a secret configured, nothing is checked.
-        assert!(Check(None).call(Request::new(())).is_ok());
+        let mut open = Check {
+            secret: None,
+            tls: false,
+        };
+        assert!(open.call(Request::new(())).is_ok());
+        // With TLS on, a call without a verified client certificate is
+        // refused whatever its secret.
+        let mut tls = Check {
+            secret: None,
+            tls: true,
+        };
+        assert_eq!(
+            tls.call(Request::new(())).map(|_| ()).map_err(|s| s.code()),
+            Err(tonic::Code::Unauthenticated)
+        );
     }
 
     #[test]

@@ -129,13 +129,14 @@ impl Replica {
         }
     }
 
-    /// A Raft client to a peer on `channel`, its calls carrying the
-    /// cluster secret.
+    /// A Raft client to the peer at `addr`, over TLS if this replica has
+    /// it, its calls carrying the cluster secret.
     pub(crate) fn peer_client(
         &self,
-        channel: tonic::transport::Channel,
-    ) -> crate::peer_auth::PeerClient {
-        self.peers.client(channel)
+        addr: &str,
+    ) -> Result<crate::peer_auth::PeerClient, latchkey_proto::ChannelError> {
+        let credentials = self.peers.credentials();
+        Ok(credentials.client(credentials.channel(addr)?))
     }
 
     /// The openraft handle.
@@ -222,6 +223,14 @@ impl Replica {
         stale: bool,
     ) -> Result<CommandResult, ReplicaFailure> {
         validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+        // The leader's own reads: they carry session secrets. The replica
+        // reads them with `local_query`; no caller, in-process or remote,
+        // may.
+        if let Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) = &query {
+            return Err(ReplicaFailure::InvalidArgument(
+                "the timer state is read by the leader itself, not by clients".into(),
+            ));
+        }
         self.check_serving()?;
         if !stale {
             self.confirm(true).await?;

@@ -22,9 +22,10 @@ use crate::bootstrap::ClusterState;
 use crate::health::Condition;
 use crate::locks::LockShared;
 use crate::network::PeerNetwork;
+use crate::peer_auth::PeerCredentials;
 use crate::replica::Replica;
 use crate::services::{AdminService, KvService, LockService, PipelineService, RaftService};
-use crate::{ClusterSecret, NodeError, RaftSettings, MAX_MESSAGE_BYTES};
+use crate::{ClusterSecret, NodeError, RaftSettings, ServerTls, MAX_MESSAGE_BYTES};
 use latchkey_proto::MAX_REQUEST_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
@@ -53,6 +54,7 @@ pub struct ServerBuilder {
     raft: RaftSettings,
     storage: StorageOptions,
     secret: Option<ClusterSecret>,
+    tls: Option<ServerTls>,
     max_connections: usize,
     handshake_timeout: Duration,
 }
@@ -63,6 +65,14 @@ impl ServerBuilder {
     /// one, peer calls are not authenticated (a warning says so at start).
     pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Serve TLS, and call peers over mutual TLS (see [`ServerTls`]).
+    /// Without it everything is plaintext, and a replica listening on an
+    /// address other than loopback says so in a warning at start.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -159,8 +169,13 @@ impl ServerBuilder {
                 self.initial_members.keys().collect::<Vec<_>>()
             )));
         }
+        let credentials = PeerCredentials {
+            secret: self.secret.clone(),
+            tls: self.tls.as_ref().map(ServerTls::client_options),
+        };
         for addr in self.initial_members.values() {
-            latchkey_proto::channel(addr, crate::PEER_CONNECT_TIMEOUT)
+            credentials
+                .channel(addr)
                 .map_err(|e| NodeError::Config(e.to_string()))?;
         }
         let listener = match (self.listener, self.listen) {
@@ -202,7 +217,15 @@ impl ServerBuilder {
                  accepted; give every replica the same --cluster-secret-file"
             );
         }
-        let network = PeerNetwork::new(id, incarnation, log_store.durable(), self.secret.clone());
+        if self.tls.is_none() && !local_addr.ip().is_loopback() {
+            tracing::warn!(
+                listen = %local_addr,
+                "no TLS on an address other than loopback: calls, keys, values, session \
+                 secrets and the cluster secret travel in the clear; give every replica \
+                 --cert, --key and --cacert (see `latchkey certs`)"
+            );
+        }
+        let network = PeerNetwork::new(id, incarnation, log_store.durable(), credentials);
         let reader = state_machine.reader();
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
@@ -256,7 +279,17 @@ impl ServerBuilder {
         let (streams_stop, streams_stopped) = watch::channel(false);
         let incoming =
             crate::conn_limit::limit(incoming, self.max_connections, self.handshake_timeout);
-        let server = tonic::transport::Server::builder()
+        let check = crate::peer_auth::Check {
+            secret: self.secret.clone(),
+            tls: self.tls.is_some(),
+        };
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            server = server.tls_config(tls.server_config()).map_err(|e| {
+                NodeError::Config(format!("TLS: {}", latchkey_proto::error_chain(&e)))
+            })?;
+        }
+        let server = server
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             // A connection whose peer stopped answering pings is closed.
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -268,7 +301,7 @@ impl ServerBuilder {
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                crate::peer_auth::Check(self.secret.clone()),
+                check.clone(),
             ))
             .add_service(
                 KvServer::new(KvService {
@@ -294,7 +327,7 @@ impl ServerBuilder {
             )
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
-                secret: self.secret.clone(),
+                check,
             }))
             .add_service(health_service)
             .add_service(reflection)
@@ -405,6 +438,7 @@ impl Server {
             raft: RaftSettings::default(),
             storage: StorageOptions::default(),
             secret: None,
+            tls: None,
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: crate::DEFAULT_HANDSHAKE_TIMEOUT,
         }

@@ -299,8 +299,9 @@ impl Pipeline for PipelineService {
 /// Cluster status and membership changes.
 pub struct AdminService {
     pub(crate) replica: Arc<Replica>,
-    /// Membership changes need it (see `peer_auth::require_for_admin`).
-    pub(crate) secret: Option<crate::ClusterSecret>,
+    /// Membership changes need what a peer call needs (see
+    /// `peer_auth::require_for_admin`).
+    pub(crate) check: crate::peer_auth::Check,
 }
 
 fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
@@ -342,7 +343,7 @@ impl Admin for AdminService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        crate::peer_auth::require_for_admin(&self.secret, request.metadata())?;
+        crate::peer_auth::require_for_admin(&self.check, &request)?;
         let AddMemberRequest { id, addr, voter } = request.into_inner();
         let result = crate::membership::add_member(&self.replica, id, &addr, voter).await;
         Ok(admin_reply(result))
@@ -352,7 +353,7 @@ impl Admin for AdminService {
         &self,
         request: Request<ChangeVotersRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        crate::peer_auth::require_for_admin(&self.secret, request.metadata())?;
+        crate::peer_auth::require_for_admin(&self.check, &request)?;
         let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
         if voters.is_empty() {
             return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(

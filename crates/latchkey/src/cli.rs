@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use latchkey::{
     Client, ClientOptions, ClusterSecret, ClusterState, Consistency, Error, LockMode, Node,
-    RaftSettings, ScanRange, Sequencer, SessionSecret,
+    RaftSettings, ScanRange, Sequencer, ServerTls, SessionSecret, TlsOptions,
 };
 
 /// latchkey: an embedded replicated KV store with a lock service.
@@ -29,6 +29,33 @@ pub struct Args {
     /// so). `members`: membership changes send it.
     #[arg(long, env = "LATCHKEY_CLUSTER_SECRET_FILE", global = true)]
     cluster_secret_file: Option<PathBuf>,
+    /// TLS: the CA certificate (PEM) that signs the replicas' certificates.
+    /// Clients then talk TLS and verify the replicas against it; `serve`
+    /// verifies peers (and clients that present a certificate) against it.
+    #[arg(long, env = "LATCHKEY_CACERT", global = true, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// TLS: this side's certificate (PEM). `serve`: the replica's own, served
+    /// to clients and presented to peers (needs --cacert and --key). Other
+    /// commands: a client certificate, for replicas that require one and
+    /// for membership changes.
+    #[arg(
+        long = "cert",
+        id = "tls_cert",
+        env = "LATCHKEY_CERT",
+        global = true,
+        value_name = "FILE"
+    )]
+    cert: Option<PathBuf>,
+    /// TLS: the private key (PEM) of --cert.
+    // Its own id: `put` and `get` have a KEY argument.
+    #[arg(
+        long = "key",
+        id = "tls_key",
+        env = "LATCHKEY_KEY",
+        global = true,
+        value_name = "FILE"
+    )]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -37,6 +64,21 @@ pub struct Args {
 enum Cmd {
     /// Run one replica in the foreground until SIGINT or SIGTERM.
     Serve(Serve),
+    /// Write a development CA and TLS certificates for a local cluster:
+    /// ca.pem, node-N.pem and client.pem, each with its -key.pem.
+    Certs {
+        /// Directory to write them to (created if missing; an existing
+        /// ca.pem is never replaced).
+        #[arg(long)]
+        out: PathBuf,
+        /// How many node certificates.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Host names or addresses the node certificates are valid for,
+        /// besides localhost, 127.0.0.1 and ::1 (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+    },
     /// Set KEY to VALUE.
     Put {
         key: String,
@@ -45,7 +87,8 @@ enum Cmd {
         #[arg(long, value_name = "SEQUENCER")]
         fence: Option<String>,
         /// The secret of the sequencer's session (32 hex digits), which a
-        /// fenced write needs; `latchkey lock` gives its command both.
+        /// fenced write needs; `latchkey lock` gives its command both. Prefer
+        /// the environment variable: arguments are visible in `ps`.
         #[arg(
             long,
             env = "LATCHKEY_SESSION_SECRET",
@@ -212,6 +255,10 @@ struct Serve {
     /// closed on accept and logged.
     #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// With TLS (--cert): refuse clients that present no certificate
+    /// signed by --cacert (peers always need one).
+    #[arg(long)]
+    client_cert_auth: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -346,8 +393,58 @@ fn client(args: &Args) -> Result<Client, Failure> {
         let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
         options = options.with_cluster_secret(secret.as_str());
     }
+    if let Some(tls) = client_tls(args)? {
+        options = options.with_tls(tls);
+    }
     let endpoints = args.endpoints.iter().filter(|e| !e.trim().is_empty());
     Ok(Client::with_options(endpoints, options)?)
+}
+
+/// `--cert` and `--key` go together.
+fn identity_paths(args: &Args) -> Result<Option<(&std::path::Path, &std::path::Path)>, Failure> {
+    match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => Ok(Some((cert.as_path(), key.as_path()))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Failure::Usage(
+            "--cert needs --key (its private key)".into(),
+        )),
+        (None, Some(_)) => Err(Failure::Usage("--key needs --cert".into())),
+    }
+}
+
+/// The client's TLS settings: with --cacert, TLS; with --cert and --key
+/// too, a client certificate.
+fn client_tls(args: &Args) -> Result<Option<TlsOptions>, Failure> {
+    let identity = identity_paths(args)?;
+    match &args.cacert {
+        Some(ca) => TlsOptions::from_files(ca, identity)
+            .map(Some)
+            .map_err(|e| Failure::Usage(e.to_string())),
+        None if identity.is_some() => Err(Failure::Usage(
+            "--cert and --key need --cacert (the CA that signs the replicas' certificates)".into(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The replica's TLS settings: --cert, --key and --cacert together, or none.
+fn server_tls(args: &Args, client_cert_auth: bool) -> Result<Option<ServerTls>, Failure> {
+    match (identity_paths(args)?, &args.cacert) {
+        (Some((cert, key)), Some(ca)) => ServerTls::from_files(cert, key, ca)
+            .map(|tls| Some(tls.require_client_certificate(client_cert_auth)))
+            .map_err(|e| Failure::Usage(e.to_string())),
+        (None, None) if client_cert_auth => Err(Failure::Usage(
+            "--client-cert-auth needs TLS: --cert, --key and --cacert".into(),
+        )),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Failure::Usage(
+            "serve with --cert needs --cacert (the CA that signs every replica's certificate)"
+                .into(),
+        )),
+        (None, Some(_)) => Err(Failure::Usage(
+            "serve with --cacert needs --cert and --key (this replica's certificate)".into(),
+        )),
+    }
 }
 
 fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
@@ -363,7 +460,22 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
 /// Run one parsed command.
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
-        Cmd::Serve(s) => serve(s, args.cluster_secret_file.as_deref()).await,
+        Cmd::Serve(s) => {
+            let tls = server_tls(&args, s.client_cert_auth)?;
+            serve(s, args.cluster_secret_file.as_deref(), tls).await
+        }
+        Cmd::Certs {
+            out: dir,
+            nodes,
+            hosts,
+        } => {
+            let written = latchkey::certs::write_cluster(dir, *nodes, hosts)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            for path in written {
+                out(&[path.display().to_string().as_bytes(), b"\n"])?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Put {
             key,
             value,
@@ -562,7 +674,7 @@ fn parse_session_secret(hex: Option<&str>) -> Result<SessionSecret, Failure> {
     SessionSecret::from_hex(hex.trim()).ok_or_else(|| {
         Failure::Usage(format!(
             "bad session secret: {} characters, it must be {} hex digits",
-            hex.trim().len(),
+            hex.trim().chars().count(),
             2 * SessionSecret::LEN
         ))
     })
@@ -641,7 +753,11 @@ fn c_endpoints(args: &Args) -> Vec<String> {
         .collect()
 }
 
-async fn serve(s: &Serve, secret_file: Option<&std::path::Path>) -> Result<ExitCode, Failure> {
+async fn serve(
+    s: &Serve,
+    secret_file: Option<&std::path::Path>,
+    tls: Option<ServerTls>,
+) -> Result<ExitCode, Failure> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let _ = tracing_subscriber::fmt()
@@ -672,6 +788,9 @@ async fn serve(s: &Serve, secret_file: Option<&std::path::Path>) -> Result<ExitC
     if let Some(path) = secret_file {
         let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
         builder = builder.cluster_secret(secret);
+    }
+    if let Some(tls) = tls {
+        builder = builder.tls(tls);
     }
     let node = builder
         .start()
@@ -760,5 +879,32 @@ mod tests {
                 (3, addrs[2].to_string())
             ])
         );
+    }
+}
+
+#[cfg(test)]
+mod tls_args_tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    /// The global TLS options do not collide with the KEY of `put` and
+    /// `get` (they once did, and clap panicked at parse time).
+    #[test]
+    fn tls_options_and_a_key_argument_parse_together() -> Result<(), clap::Error> {
+        let args = Args::try_parse_from([
+            "latchkey", "--cacert", "ca.pem", "--cert", "c.pem", "--key", "k.pem", "put", "mykey",
+            "v",
+        ])?;
+        assert_eq!(args.key.as_deref(), Some(std::path::Path::new("k.pem")));
+        assert!(matches!(&args.command, Cmd::Put { key, .. } if key == "mykey"));
+        let args = Args::try_parse_from(["latchkey", "get", "mykey", "--key", "k.pem"])?;
+        assert!(matches!(&args.command, Cmd::Get { key, .. } if key == "mykey"));
+        assert_eq!(args.key.as_deref(), Some(std::path::Path::new("k.pem")));
+        Ok(())
     }
 }

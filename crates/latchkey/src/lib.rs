@@ -43,16 +43,18 @@
 
 pub use latchkey_client::{
     Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
-    FenceGate, FileFenceGate, HolderInfo, Lock, LockGuard, LockInfo, LockMode, MemberInfo,
-    MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId, SessionSecret, Token,
+    FenceGate, FileFenceGate, HolderInfo, Identity, Lock, LockGuard, LockInfo, LockMode,
+    MemberInfo, MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId,
+    SessionSecret, TlsError, TlsOptions, Token,
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{
-    ClusterSecret, ClusterState, Condition, NodeError, RaftSettings, StorageOptions,
+    ClusterSecret, ClusterState, Condition, NodeError, RaftSettings, ServerTls, StorageOptions,
     DEFAULT_MAX_CONNECTIONS,
 };
 pub use node::{Node, NodeBuilder};
 
+pub mod certs;
 mod node;
 
 /// The `--initial-members` value of `latchkey serve` for replicas numbered

@@ -4,7 +4,9 @@
 //! and `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
 //! writes (`latchkey put --fence "$LATCHKEY_SEQUENCER" ...`, which reads the
 //! secret from the environment; only the holder's session may write fenced),
-//! or pass the token to its storage. If the session is lost while the command runs (this process
+//! or pass the token to its storage. The secret gives the command the
+//! session's whole authority (it could also release the lock or close the
+//! session): run only commands you trust with the lock. If the session is lost while the command runs (this process
 //! was paused, or cut off from the cluster past the TTL), the command's
 //! whole process group is killed at once and `latchkey` exits 6: past that
 //! point another process may hold the lock. If `latchkey` itself dies, the

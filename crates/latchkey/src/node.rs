@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use latchkey_client::{Client, ClientOptions, NodeStatus};
 use latchkey_server::{
-    ClusterSecret, ClusterState, NodeError, RaftSettings, Server, ServerBuilder, StorageOptions,
+    ClusterSecret, ClusterState, NodeError, RaftSettings, Server, ServerBuilder, ServerTls,
+    StorageOptions,
 };
 
 /// Configures and starts a [`Node`].
@@ -34,6 +35,7 @@ pub struct NodeBuilder {
     server: ServerBuilder,
     client: ClientOptions,
     secret: Option<ClusterSecret>,
+    tls: Option<ServerTls>,
 }
 
 impl NodeBuilder {
@@ -94,6 +96,15 @@ impl NodeBuilder {
         self
     }
 
+    /// Serve TLS and call peers over mutual TLS (see [`ServerTls`]). The
+    /// node's own client reaches the other replicas over TLS too, with the
+    /// node's certificate.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.server = self.server.tls(tls.clone());
+        self.tls = Some(tls);
+        self
+    }
+
     /// Most connections held open at once (see
     /// [`latchkey_server::ServerBuilder::max_connections`]).
     pub fn max_connections(mut self, max: usize) -> Self {
@@ -134,6 +145,9 @@ impl NodeBuilder {
         if let (None, Some(secret)) = (&options.cluster_secret, &self.secret) {
             options = options.with_cluster_secret(secret.as_str());
         }
+        if let (None, Some(tls)) = (&options.tls, &self.tls) {
+            options = options.with_tls(tls.client_options());
+        }
         let client = match Client::with_local(server.replica(), server.peers().to_vec(), options) {
             Ok(client) => client,
             Err(e) => {
@@ -161,6 +175,7 @@ impl Node {
             server: Server::builder(id),
             client: ClientOptions::default(),
             secret: None,
+            tls: None,
         }
     }
 

@@ -33,7 +33,7 @@ async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
 async fn health_of(addr: &str) -> Result<i32, Box<dyn std::error::Error>> {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
-    let channel = latchkey_proto::channel(addr, Duration::from_secs(1))?;
+    let channel = latchkey_proto::channel(addr, Duration::from_secs(1), None)?;
     let reply = HealthClient::new(channel)
         .check(HealthCheckRequest {
             service: String::new(),

@@ -197,6 +197,26 @@ async fn another_client_cannot_act_for_a_session() -> TestResult {
                 || error.kind == latchkey_proto::v1::ErrorKind::NotLeader as i32,
             "{error:?}"
         );
+        // The leader's timer state (it holds every session's secret) is
+        // not for clients, in-process ones included.
+        for query in [
+            latchkey_core::lock::LockQuery::TimerState,
+            latchkey_core::lock::LockQuery::SessionTimer {
+                session: owner.id(),
+            },
+        ] {
+            let read = leader
+                .client()
+                .query(
+                    latchkey_core::Query::Lock(query.clone()),
+                    latchkey_client::Consistency::Stale,
+                )
+                .await;
+            assert!(
+                matches!(read, Err(Error::InvalidArgument(_))),
+                "{query:?} answered {read:?}"
+            );
+        }
         // Nothing moved: the holder holds, and writes.
         assert!(stranger.check_sequencer(&seq).await?);
         assert_eq!(stranger.get("vault/k").await?, None);

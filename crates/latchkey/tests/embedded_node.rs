@@ -780,7 +780,7 @@ async fn health_and_reflection_are_served() -> TestResult {
         let (nodes, members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         for (_, addr) in &members {
-            let channel = latchkey_proto::channel(addr, Duration::from_secs(1))?;
+            let channel = latchkey_proto::channel(addr, Duration::from_secs(1), None)?;
             let mut health = HealthClient::new(channel.clone());
             for service in [
                 "",
@@ -837,7 +837,7 @@ async fn health_and_reflection_are_served() -> TestResult {
         // it no longer serves, and an open Watch does not hold the shutdown.
         let mut nodes = nodes;
         let node = nodes.remove(&3).ok_or("no node 3")?;
-        let channel = latchkey_proto::channel(&members[2].1, Duration::from_secs(1))?;
+        let channel = latchkey_proto::channel(&members[2].1, Duration::from_secs(1), None)?;
         let mut watch = HealthClient::new(channel)
             .watch(HealthCheckRequest {
                 service: String::new(),

@@ -56,10 +56,15 @@ LATCHKEY_SKIP_SETUP=1 skips the checks (here and before every command).
 ";
 
 const DEMO_HELP: &str = "\
-cargo xtask demo [NAME] [-- ARGS...]
+cargo xtask demo [NAME] [--tls] [-- ARGS...]
 
 Runs a demo example of the latchkey package (`cargo run -p latchkey --example ...`),
 passing ARGS to it.
+
+OPTIONS:
+    --tls   three_replicas only: make a development CA and certificates
+            (`latchkey certs`), run the replicas with TLS and mutual TLS
+            between peers, and talk to them over TLS
 
 DEMOS:
     three_replicas  (default) three `latchkey serve` processes: crashes the
@@ -289,10 +294,13 @@ fn cmd_setup(rest: &[OsString]) -> Result {
 fn cmd_demo(rest: &[OsString]) -> Result {
     let (ours, passthrough) = split_at_dashdash(rest);
     let mut name: Option<&OsString> = None;
+    let mut tls = false;
     for arg in ours {
         if is_help(arg) {
             print!("{DEMO_HELP}");
             return Ok(());
+        } else if arg == "--tls" {
+            tls = true;
         } else if arg.to_string_lossy().starts_with('-') {
             return Err(usage_error(
                 DEMO_HELP,
@@ -334,6 +342,12 @@ fn cmd_demo(rest: &[OsString]) -> Result {
         }
     };
 
+    if tls && example != "three_replicas" {
+        return Err(usage_error(
+            DEMO_HELP,
+            "demo: --tls is for the three_replicas demo".to_string(),
+        ));
+    }
     setup::ensure(setup::Mode::Quiet)?;
     let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
     // The process demo runs `latchkey serve` processes: build the binary
@@ -348,6 +362,9 @@ fn cmd_demo(rest: &[OsString]) -> Result {
     }
     if let Some(server) = server {
         cmd.arg(server);
+    }
+    if tls {
+        cmd.arg("--tls");
     }
     cmd.args(passthrough);
     println!("xtask: {}", display(&cmd));

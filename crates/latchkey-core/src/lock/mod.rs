@@ -38,7 +38,8 @@
 //! - A lock command that succeeds may still be a no-op:
 //!   [`LockCommand::ExpireLockLease`] for a grant that no longer holds (or has
 //!   no lease), [`LockCommand::EndLockDelay`] for a delay that is not the
-//!   current one, [`LockCommand::CancelWait`] for a wait that is gone. They
+//!   current one, [`LockCommand::ExpireWait`] or [`LockCommand::CancelWait`]
+//!   for a wait that is gone. They
 //!   answer which, so a late timer is harmless.
 //!
 //! ## Sessions
@@ -125,7 +126,8 @@
 //! ## Waits
 //!
 //! - A queued acquire answers [`LockOutcome::Queued`]; the shell cancels it
-//!   after `wait_ms` with [`LockCommand::CancelWait`], which removes it from
+//!   after `wait_ms` with [`LockCommand::ExpireWait`] (its client may give
+//!   up sooner with [`LockCommand::CancelWait`]), which removes it from
 //!   the queue (and may let the waiters behind it through). A cancel that
 //!   finds the acquire already granted answers
 //!   [`WaitCancel::AlreadyGranted`] and never releases the grant: the client

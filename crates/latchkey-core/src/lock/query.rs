@@ -122,7 +122,7 @@ pub struct WaitTimer {
     pub owner: u64,
     /// The lock waited for.
     pub name: String,
-    /// The queued acquire, for `CancelWait`.
+    /// The queued acquire, for `ExpireWait`.
     pub request_id: u64,
     /// The wait, in milliseconds.
     pub wait_ms: u64,

@@ -17,7 +17,9 @@
 //!   client that opened it. Every client command that acts for a live
 //!   session (close, acquire, release, cancel a wait, fenced write) carries
 //!   it, and one with another secret is refused with
-//!   [`CommandError::WrongSessionSecret`] before anything else is looked at.
+//!   [`CommandError::WrongSessionSecret`] before any other state is read or
+//!   changed (only the stateless checks of [`crate::validate_command`] come
+//!   first).
 //!   The id alone (small, counting up, visible in sequencers and lock lists)
 //!   therefore lets nobody end, keep alive or release another client's
 //!   session. A command naming a session that is not live is refused as
@@ -99,10 +101,11 @@ impl SessionSecret {
     /// let s = SessionSecret([0xab; 16]);
     /// assert_eq!(SessionSecret::from_hex(&s.to_hex()), Some(s));
     /// assert_eq!(SessionSecret::from_hex("ab"), None);
+    /// assert_eq!(SessionSecret::from_hex(&"+f".repeat(16)), None);
     /// ```
     pub fn from_hex(hex: &str) -> Option<SessionSecret> {
         let digits = hex.as_bytes();
-        if digits.len() != 2 * Self::LEN {
+        if digits.len() != 2 * Self::LEN || !digits.iter().all(u8::is_ascii_hexdigit) {
             return None;
         }
         let mut out = [0u8; 16];

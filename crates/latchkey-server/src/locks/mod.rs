@@ -9,7 +9,7 @@
 //! - on the **leader**, keeps a countdown per session, lock lease,
 //!   lock-delay and queued acquire on its monotonic clock ([`timers`]) and
 //!   proposes `ExpireSession`, `ExpireLockLease`, `EndLockDelay` and
-//!   `CancelWait` when one runs out;
+//!   `ExpireWait` when one runs out;
 //! - on the leader, answers keep-alives: the session's deadline becomes
 //!   receipt time + TTL, and the answer waits for one leadership
 //!   confirmation round (`Raft::is_leader`, a heartbeat to a quorum) begun

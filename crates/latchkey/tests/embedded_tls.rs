@@ -1,0 +1,275 @@
+//! TLS between clients and replicas and mutual TLS between peers, and what
+//! is refused: a plaintext client on a TLS port, a TLS client on a
+//! plaintext port, a replica certificate from another CA, client
+//! certificates that are expired or from another CA, and peer (Raft) or
+//! membership calls without a client certificate. Each refusal leaves the
+//! cluster serving, with the same leader and term.
+//!
+//! The certificates come from `latchkey::certs` (what `latchkey certs`
+//! writes), made fresh for each test.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use latchkey::certs::{DevCa, Issued};
+use latchkey::{Client, ClientOptions, Error, Identity, Node, ServerTls, TlsOptions};
+use latchkey_proto::v1::RaftMessage;
+
+mod common;
+
+use common::{addrs, reserve, secret, settings, SecretHeader, SECRET};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn loopback() -> Vec<String> {
+    vec!["127.0.0.1".to_string(), "localhost".to_string()]
+}
+
+fn identity(issued: &Issued) -> Result<Identity, latchkey::TlsError> {
+    Identity::from_pem(
+        issued.cert_pem.clone().into_bytes(),
+        issued.key_pem.clone().into_bytes(),
+    )
+}
+
+fn trust(ca: &DevCa) -> Result<TlsOptions, latchkey::TlsError> {
+    TlsOptions::new(ca.cert_pem().into_bytes())
+}
+
+/// `n` nodes forming a TLS cluster whose certificates `ca` signs.
+async fn start_tls_cluster(
+    dir: &Path,
+    n: u64,
+    ca: &DevCa,
+    require_client_certificate: bool,
+) -> Result<BTreeMap<u64, Node>, Box<dyn std::error::Error>> {
+    let listeners = reserve(n)?;
+    let members = addrs(&listeners)?;
+    let mut nodes = BTreeMap::new();
+    for (id, listener) in listeners {
+        let cert = ca.issue(&format!("latchkey node {id}"), &loopback(), false)?;
+        let tls = ServerTls::new(identity(&cert)?, trust(ca)?)
+            .require_client_certificate(require_client_certificate);
+        let node = Node::builder(id)
+            .listener(listener)
+            .data_dir(dir.join(format!("node-{id}")))
+            .initial_members(members.iter().cloned())
+            .raft_settings(settings())
+            .cluster_secret(secret())
+            .tls(tls)
+            .start()
+            .await?;
+        nodes.insert(id, node);
+    }
+    Ok(nodes)
+}
+
+fn client(nodes: &BTreeMap<u64, Node>, tls: Option<TlsOptions>) -> Result<Client, Error> {
+    let mut options = ClientOptions::default()
+        .with_request_timeout(Duration::from_secs(2))
+        .with_attempt_timeout(Duration::from_secs(1))
+        .with_cluster_secret(SECRET);
+    if let Some(tls) = tls {
+        options = options.with_tls(tls);
+    }
+    Client::with_options(nodes.values().map(|n| n.local_addr().to_string()), options)
+}
+
+/// (leader, term) as every node sees it, once they agree.
+async fn agreed(nodes: &BTreeMap<u64, Node>) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen: Vec<_> = nodes
+            .values()
+            .map(|n| {
+                let s = n.status();
+                (s.leader_id, s.term)
+            })
+            .collect();
+        if let Some((Some(leader), term)) = seen.first().copied() {
+            if seen.iter().all(|s| *s == (Some(leader), term)) {
+                return Ok((leader, term));
+            }
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("the nodes do not agree on a leader: {seen:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A vote from node 2's id and incarnation, to `node`, with a higher term.
+fn vote_for(
+    node: &Node,
+    from: &Node,
+    term: u64,
+) -> Result<RaftMessage, Box<dyn std::error::Error>> {
+    let vote = openraft::raft::VoteRequest::<u64> {
+        vote: openraft::Vote::new(term + 100, from.id()),
+        last_log_id: None,
+    };
+    Ok(RaftMessage {
+        payload: latchkey_core::codec::encode(&vote)?.into(),
+        to_id: node.id(),
+        to_incarnation: node.incarnation(),
+        from_id: from.id(),
+        from_incarnation: from.incarnation(),
+    })
+}
+
+/// A Raft client to `addr` over TLS with `tls`, sending the cluster secret.
+fn raft_over_tls(
+    addr: &str,
+    tls: &TlsOptions,
+) -> Result<common::RaftCaller, Box<dyn std::error::Error>> {
+    let channel = latchkey_proto::channel(addr, Duration::from_secs(2), Some(tls))?;
+    Ok(
+        latchkey_proto::v1::raft_client::RaftClient::with_interceptor(
+            channel,
+            SecretHeader(Some(SECRET)),
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_serves_and_refuses_what_it_must() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let ca = DevCa::new("test CA")?;
+        let rogue = DevCa::new("rogue CA")?;
+        // The peers elect a leader: Raft runs over mutual TLS.
+        let nodes = start_tls_cluster(dir.path(), 3, &ca, false).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+
+        // A client trusting the CA works, locks and fenced writes included.
+        let good = client(&nodes, Some(trust(&ca)?))?;
+        good.put("tls/k", "v").await?;
+        assert_eq!(good.get("tls/k").await?, Some(b"v".to_vec()));
+        let session = good.session(Duration::from_secs(10)).await?;
+        let guard = session.lock("tls/lock").acquire().await?;
+        guard.put("tls/fenced", "yes").await?;
+        guard.release().await?;
+        session.close().await?;
+        // The nodes' own (in-process) clients reach the others over TLS.
+        for node in nodes.values() {
+            assert_eq!(node.client().get("tls/k").await?, Some(b"v".to_vec()));
+        }
+        let (leader, term) = agreed(&nodes).await?;
+
+        // A plaintext client on the TLS port gets nothing through.
+        let plain = client(&nodes, None)?;
+        let refused = plain.get("tls/k").await;
+        assert!(
+            refused.is_err(),
+            "a plaintext client was answered: {refused:?}"
+        );
+        // A client trusting another CA refuses the replicas' certificates.
+        let misled = client(&nodes, Some(trust(&rogue)?))?;
+        let refused = misled.get("tls/k").await;
+        let text = format!("{refused:?}").to_lowercase();
+        assert!(
+            refused.is_err() && text.contains("certificate"),
+            "a client trusting another CA: {refused:?}"
+        );
+
+        // Peer calls over TLS without a client certificate are refused
+        // whatever they carry, even the right secret and a member's id.
+        let target = &nodes[&leader];
+        let member = nodes
+            .values()
+            .find(|n| n.id() != leader)
+            .ok_or("no follower")?;
+        let addr = target.local_addr().to_string();
+        let mut anonymous = raft_over_tls(&addr, &trust(&ca)?)?;
+        let answer = anonymous.vote(vote_for(target, member, term)?).await;
+        assert_eq!(
+            answer.as_ref().map(|_| ()).map_err(|s| s.code()),
+            Err(tonic::Code::Unauthenticated),
+            "a vote without a client certificate: {answer:?}"
+        );
+        // Client certificates from another CA, or expired ones, fail the
+        // handshake: no call gets through.
+        let stranger = rogue.issue("stranger", &loopback(), false)?;
+        let expired = ca.issue("expired", &loopback(), true)?;
+        for (what, cert) in [("another CA's", &stranger), ("an expired", &expired)] {
+            let tls = trust(&ca)?.with_identity(identity(cert)?);
+            let mut raft = raft_over_tls(&addr, &tls)?;
+            let answer = raft.vote(vote_for(target, member, term)?).await;
+            assert!(
+                answer.is_err(),
+                "a vote with {what} client certificate was answered: {answer:?}"
+            );
+            let tls_client = client(&nodes, Some(tls))?;
+            let refused = tls_client.get("tls/k").await;
+            assert!(
+                refused.is_err(),
+                "a client with {what} certificate was answered: {refused:?}"
+            );
+        }
+        // Membership changes without a client certificate are refused too,
+        // though the client has the cluster secret.
+        let refused = good.add_member(9, "127.0.0.1:1", false).await;
+        let text = format!("{refused:?}");
+        assert!(
+            refused.is_err() && text.contains("client certificate"),
+            "a membership change without a client certificate: {refused:?}"
+        );
+
+        // Nothing moved: same leader and term, and the cluster serves.
+        assert_eq!(agreed(&nodes).await?, (leader, term));
+        good.put("tls/after", "ok").await?;
+        for (_, node) in nodes {
+            node.shutdown().await;
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// With client certificates required, a client without one is refused at
+/// the handshake and one with a certificate of the CA is served; a TLS
+/// client on a plaintext replica fails instead of falling back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_when_required_and_no_fallback_to_plaintext() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let ca = DevCa::new("test CA")?;
+        let nodes = start_tls_cluster(dir.path(), 1, &ca, true).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let anonymous = client(&nodes, Some(trust(&ca)?))?;
+        let refused = anonymous.put("k", "v").await;
+        assert!(
+            refused.is_err(),
+            "a client without a certificate: {refused:?}"
+        );
+        let cert = ca.issue("latchkey client", &[], false)?;
+        let with_cert = client(&nodes, Some(trust(&ca)?.with_identity(identity(&cert)?)))?;
+        with_cert.put("k", "v").await?;
+        assert_eq!(with_cert.get("k").await?, Some(b"v".to_vec()));
+        // The node's own client presents the node's certificate.
+        assert_eq!(nodes[&1].client().get("k").await?, Some(b"v".to_vec()));
+        for (_, node) in nodes {
+            node.shutdown().await;
+        }
+
+        // A plaintext replica, and a client that insists on TLS.
+        let (plain_nodes, _) = common::start_cluster(&dir.path().join("plain"), 1).await?;
+        plain_nodes[&1]
+            .wait_for_leader(Duration::from_secs(30))
+            .await?;
+        let tls_client = client(&plain_nodes, Some(trust(&ca)?))?;
+        let refused = tls_client.get("k").await;
+        assert!(
+            refused.is_err(),
+            "a TLS client on a plaintext port: {refused:?}"
+        );
+        for (_, node) in plain_nodes {
+            node.shutdown().await;
+        }
+        Ok(())
+    })
+    .await?
+}
