@@ -446,10 +446,10 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
 
 // ---------------------------------------------------------------------------
 
-/// `latchkey certs`, then three `latchkey serve` processes with TLS (one
-/// node certificate shared: they all listen on 127.0.0.1) and mutual TLS
-/// between them; the CLI over TLS; and the CLI's clear refusals of TLS
-/// options that do not fit together or files it cannot use.
+/// `latchkey certs`, then three `latchkey serve` processes with TLS, each
+/// with its own certificate, and mutual TLS between them; the CLI over TLS;
+/// and the CLI's clear refusals of TLS options that do not fit together or
+/// files it cannot use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_over_tls() {
     let certs = match tempfile::tempdir() {
@@ -457,13 +457,17 @@ async fn cli_over_tls() {
         Err(e) => panic!("temporary directory: {e}"),
     };
     let dir = certs.path().display().to_string();
-    let made = run_cli(&["certs", "--out", &dir, "--nodes", "1"]).await;
+    let made = run_cli(&["certs", "--out", &dir, "--nodes", "3"]).await;
     let file = |name: &str| certs.path().join(name).display().to_string();
     match made {
         Ok(out) if out.code == Some(0) => {}
         other => panic!("latchkey certs: {other:?}"),
     }
-    let (ca, node, node_key) = (file("ca.pem"), file("node-1.pem"), file("node-1-key.pem"));
+    let (ca, node, node_key) = (
+        file("ca.pem"),
+        file("node-{id}.pem"),
+        file("node-{id}-key.pem"),
+    );
     let c = Cluster::start(
         "cli-tls",
         3,

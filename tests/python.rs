@@ -60,14 +60,14 @@ async fn python_client_and_example() {
     c.finish(outcome, BODY_LIMIT);
 
     // The example again, over TLS, against replicas with certificates from
-    // `latchkey certs` (one node certificate: they all listen on 127.0.0.1).
+    // `latchkey certs`.
     let certs = work.path().join("certs");
     let made = run_cli(&[
         "certs",
         "--out",
         &certs.display().to_string(),
         "--nodes",
-        "1",
+        "3",
     ])
     .await;
     assert!(
@@ -75,7 +75,11 @@ async fn python_client_and_example() {
         "latchkey certs: {made:?}"
     );
     let path = |name: &str| certs.join(name).display().to_string();
-    let (ca, node, key) = (path("ca.pem"), path("node-1.pem"), path("node-1-key.pem"));
+    let (ca, node, key) = (
+        path("ca.pem"),
+        path("node-{id}.pem"),
+        path("node-{id}-key.pem"),
+    );
     let mut c = Cluster::start(
         "python-tls",
         3,

@@ -120,7 +120,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Start `n` replicas (ids 1..=n) forming one cluster; `extra_args` are
-    /// appended to every `latchkey serve` command line.
+    /// appended to every `latchkey serve` command line, `{id}` in them
+    /// replaced by the node's id (for per-node certificate files).
     pub async fn start(name: &str, n: u64, extra_args: &[&str]) -> Result<Cluster> {
         let permit = ONE_CLUSTER_AT_A_TIME
             .acquire()
@@ -315,7 +316,11 @@ impl Cluster {
             .arg(&spec.data_dir)
             .arg("--initial-members")
             .arg(&self.members_arg)
-            .args(&self.extra_args)
+            .args(
+                self.extra_args
+                    .iter()
+                    .map(|a| a.replace("{id}", &id.to_string())),
+            )
             .args(more)
             .stdin(Stdio::null())
             .stdout(stdout)

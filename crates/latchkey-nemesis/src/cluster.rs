@@ -69,6 +69,8 @@ pub struct Cluster {
     secret: PathBuf,
     replicas: Vec<Replica>,
     status: Client,
+    /// With TLS: the directory `latchkey certs` wrote.
+    certs: Option<PathBuf>,
     /// Declared last: dropped after the replicas are killed.
     net: Option<Netns>,
 }
@@ -84,7 +86,12 @@ const KEEP_AFTER_SNAPSHOT: &str = "50";
 impl Cluster {
     /// Starts three replicas with data under `dir`; in `net`'s namespaces
     /// when given, else on loopback.
-    pub fn start(server_bin: &Path, dir: &Path, net: Option<Netns>) -> Result<Cluster> {
+    ///
+    /// With `tls`, `latchkey certs` first writes a CA and a certificate per
+    /// replica (naming its address) to `dir/certs`; the replicas then serve
+    /// TLS and talk mutual TLS to each other, and every client of the run
+    /// trusts the CA.
+    pub fn start(server_bin: &Path, dir: &Path, net: Option<Netns>, tls: bool) -> Result<Cluster> {
         let mut addrs = Vec::new();
         let mut listens = Vec::new();
         match &net {
@@ -107,10 +114,34 @@ impl Cluster {
             }
         }
         let members = latchkey::initial_members_arg(&addrs);
-        let options = ClientOptions::default()
-            .with_request_timeout(Duration::from_millis(400))
-            .with_attempt_timeout(Duration::from_millis(300))
-            .with_connect_timeout(Duration::from_millis(300));
+        let certs = if tls {
+            let certs = dir.join("certs");
+            let hosts: Vec<&str> = addrs
+                .iter()
+                .filter_map(|a| a.rsplit_once(':').map(|(host, _)| host))
+                .collect();
+            let status = Command::new(server_bin)
+                .arg("certs")
+                .arg("--out")
+                .arg(&certs)
+                .args(["--nodes", "3", "--hosts", &hosts.join(",")])
+                .stdout(Stdio::null())
+                .status()
+                .map_err(Error::io("run `latchkey certs`"))?;
+            if !status.success() {
+                return Err(Error::Cluster(format!("`latchkey certs` failed: {status}")));
+            }
+            Some(certs)
+        } else {
+            None
+        };
+        let options = tls_options(
+            certs.as_deref(),
+            ClientOptions::default()
+                .with_request_timeout(Duration::from_millis(400))
+                .with_attempt_timeout(Duration::from_millis(300))
+                .with_connect_timeout(Duration::from_millis(300)),
+        )?;
         let status = Client::with_options(&addrs, options)
             .map_err(|e| Error::Cluster(format!("cannot build a status client: {e}")))?;
         let replicas = (0..3)
@@ -141,6 +172,7 @@ impl Cluster {
             secret,
             replicas,
             status,
+            certs,
             net,
         };
         for i in 0..3 {
@@ -152,6 +184,17 @@ impl Cluster {
     /// The replicas' addresses, in id order.
     pub fn endpoints(&self) -> Vec<String> {
         self.replicas.iter().map(|r| r.addr.clone()).collect()
+    }
+
+    /// The directory of the run's certificates, when it runs TLS.
+    pub fn certs(&self) -> Option<&Path> {
+        self.certs.as_deref()
+    }
+
+    /// `base` with the run's TLS (trust the CA, present the client
+    /// certificate, which membership changes need), when it runs TLS.
+    pub fn client_options(&self, base: ClientOptions) -> Result<ClientOptions> {
+        tls_options(self.certs.as_deref(), base)
     }
 
     /// A client for status polls (short timeouts).
@@ -173,6 +216,14 @@ impl Cluster {
             Some(n) => n.command(i, &self.server_bin),
             None => Command::new(&self.server_bin),
         };
+        if let Some(certs) = &self.certs {
+            cmd.arg("--cacert")
+                .arg(certs.join("ca.pem"))
+                .arg("--cert")
+                .arg(certs.join(format!("node-{}.pem", r.id)))
+                .arg("--key")
+                .arg(certs.join(format!("node-{}-key.pem", r.id)));
+        }
         cmd.arg("serve")
             .arg("--id")
             .arg(r.id.to_string())
@@ -597,4 +648,18 @@ pub fn log_file(path: &Path) -> Result<(File, File)> {
     let f = File::create(path).map_err(Error::io(format!("create {}", path.display())))?;
     let g = f.try_clone().map_err(Error::io("clone a log handle"))?;
     Ok((f, g))
+}
+
+/// `base` trusting `certs/ca.pem` and presenting `certs/client.pem`, when
+/// the run has certificates.
+fn tls_options(certs: Option<&Path>, base: ClientOptions) -> Result<ClientOptions> {
+    let Some(certs) = certs else {
+        return Ok(base);
+    };
+    let tls = latchkey::TlsOptions::from_files(
+        &certs.join("ca.pem"),
+        Some((&certs.join("client.pem"), &certs.join("client-key.pem"))),
+    )
+    .map_err(|e| Error::Cluster(format!("TLS: {e}")))?;
+    Ok(base.with_tls(tls))
 }

@@ -575,7 +575,9 @@ async fn repair_steps(ctx: &mut Ctx<'_>, i: usize, steps: &mut Vec<String>) -> R
     ));
 
     // 2. members add, retried until it succeeds.
-    let options = ClientOptions::default().with_cluster_secret(crate::cluster::CLUSTER_SECRET);
+    let options = ctx.cluster.client_options(
+        ClientOptions::default().with_cluster_secret(crate::cluster::CLUSTER_SECRET),
+    )?;
     let client = Client::with_options(ctx.cluster.endpoints(), options)
         .map_err(|e| Error::Cluster(format!("cannot build an admin client: {e}")))?;
     let t = Instant::now();

@@ -90,6 +90,10 @@ enum Cmd {
         /// Session TTL of the lock clients (pauses outlast it).
         #[arg(long, default_value = "3s", value_parser = parse_duration)]
         ttl: Duration,
+        /// Run everything over TLS: certificates from `latchkey certs`,
+        /// mutual TLS between the replicas, clients over TLS.
+        #[arg(long)]
+        tls: bool,
     },
     /// A workload process (started by `run`).
     Worker(worker::WorkerArgs),
@@ -213,6 +217,7 @@ fn main() -> ExitCode {
             loopback,
             lock_workers,
             ttl,
+            tls,
         } => {
             nemesis.sort();
             nemesis.dedup();
@@ -223,10 +228,11 @@ fn main() -> ExitCode {
                 .collect();
             let replay = format!(
                 "cargo xtask soak --seconds {} --seed {seed} --nemesis {} --lock-workers \
-                 {lock_workers} --ttl {}ms",
+                 {lock_workers} --ttl {}ms{}",
                 duration.as_secs(),
                 kinds.join(","),
-                ttl.as_millis()
+                ttl.as_millis(),
+                if tls { " --tls" } else { "" }
             );
             let out = out.unwrap_or_else(|| run::default_out(&PathBuf::from("soak-results"), seed));
             eprintln!(
@@ -242,6 +248,7 @@ fn main() -> ExitCode {
                 loopback,
                 lock_workers,
                 ttl,
+                tls,
                 replay,
             };
             let rt = match tokio::runtime::Builder::new_current_thread()

@@ -4,6 +4,7 @@
 //! restores the cluster, checks durability after a full restart, merges the
 //! histories, runs the checkers and writes the report.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,8 @@ pub struct RunConfig {
     pub lock_workers: usize,
     /// The lock clients' session TTL.
     pub ttl: Duration,
+    /// Everything over TLS (`--tls`).
+    pub tls: bool,
     /// The command line that replays this run, for the report.
     pub replay: String,
 }
@@ -105,7 +108,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         None
     };
     let host = net.as_ref().map(|n| n.host_ip());
-    let mut cluster = Cluster::start(&cfg.server_bin, &cfg.out, net)?;
+    let mut cluster = Cluster::start(&cfg.server_bin, &cfg.out, net, cfg.tls)?;
     let started = Instant::now();
     let leader = cluster.wait_ready(Duration::from_secs(60)).await?;
     eprintln!(
@@ -120,7 +123,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     );
 
     gate::serve(&cfg.out.join("gate.state"), &cfg.out.join("gate.sock"))?;
-    let mut workers = Workers(start_workers(&cfg, &cluster.endpoints())?);
+    let mut workers = Workers(start_workers(&cfg, &cluster.endpoints(), cluster.certs())?);
     let lock_workers: Vec<usize> = workers
         .0
         .iter()
@@ -311,7 +314,12 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
 
 /// Starts the workload processes: the lock clients first (w0..), then one
 /// register, one sequence and one durability worker.
-fn start_workers(cfg: &RunConfig, endpoints: &[String]) -> Result<Vec<Worker>> {
+/// With `certs`, they talk TLS, trusting its CA.
+fn start_workers(
+    cfg: &RunConfig,
+    endpoints: &[String],
+    certs: Option<&Path>,
+) -> Result<Vec<Worker>> {
     let exe = std::env::current_exe().map_err(Error::io("find the harness's own binary"))?;
     let mut roles: Vec<(Role, u64, u64)> = Vec::new();
     for _ in 0..cfg.lock_workers {
@@ -344,6 +352,11 @@ fn start_workers(cfg: &RunConfig, endpoints: &[String]) -> Result<Vec<Worker>> {
             .arg(cfg.ttl.as_millis().to_string())
             .arg("--pace-ms")
             .arg(pace.to_string())
+            .args(
+                certs
+                    .map(|dir| vec![OsString::from("--tls-dir"), dir.as_os_str().to_owned()])
+                    .unwrap_or_default(),
+            )
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(log)
@@ -649,7 +662,8 @@ async fn check_durability(
         };
         disk::repair_late_exits(&mut ctx).await?;
     }
-    let options = ClientOptions::default().with_request_timeout(Duration::from_secs(20));
+    let options = cluster
+        .client_options(ClientOptions::default().with_request_timeout(Duration::from_secs(20)))?;
     let client = Client::with_options(cluster.endpoints(), options)
         .map_err(|e| Error::Cluster(format!("cannot build a client: {e}")))?;
     rec.invoke(0, ops::read_all(None));

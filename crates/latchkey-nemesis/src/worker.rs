@@ -91,6 +91,9 @@ pub struct WorkerArgs {
     /// Pause between operations of a task, in milliseconds.
     #[arg(long, default_value_t = 20)]
     pub pace_ms: u64,
+    /// Talk TLS, trusting `DIR/ca.pem` (what `latchkey certs` wrote).
+    #[arg(long)]
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// Shared by a worker's tasks.
@@ -118,10 +121,15 @@ impl Ctx {
 
 /// Runs a worker until its standard input closes.
 pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
-    let options = ClientOptions::default()
+    let mut options = ClientOptions::default()
         .with_request_timeout(Duration::from_secs(5))
         .with_attempt_timeout(Duration::from_secs(1))
         .with_connect_timeout(Duration::from_millis(500));
+    if let Some(dir) = &args.tls_dir {
+        let tls = latchkey::TlsOptions::from_files(&dir.join("ca.pem"), None)
+            .map_err(|e| crate::error::Error::Worker(format!("TLS: {e}")))?;
+        options = options.with_tls(tls);
+    }
     let client = Client::with_options(&args.endpoints, options)
         .map_err(|e| crate::error::Error::Worker(format!("cannot build a client: {e}")))?;
     let rec = Recorder::create(&args.out)?;

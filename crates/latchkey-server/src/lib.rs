@@ -54,7 +54,7 @@ pub use conn_limit::{
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;
 pub use latchkey_storage::StorageOptions;
-pub use peer_auth::{ClusterSecret, ServerTls, PEER_SECRET_HEADER};
+pub use peer_auth::{peer_certificate_name, ClusterSecret, ServerTls, PEER_SECRET_HEADER};
 pub use replica::Replica;
 pub use server::{Server, ServerBuilder};
 pub use settings::RaftSettings;

@@ -17,9 +17,13 @@
 //! certificates as well: a replica presents its own certificate when it
 //! calls a peer, and refuses `Raft` calls (and membership changes) that
 //! come without a client certificate signed by the cluster's CA
-//! (UNAUTHENTICATED). The certificate is not yet tied to a node id: any
-//! certificate of the cluster's CA passes that check, and the secret and
-//! the membership check still decide. A replica started without a secret
+//! (UNAUTHENTICATED). The certificate also names the node: a Raft call
+//! that says it comes from node N must present a certificate valid for the
+//! DNS name [`peer_certificate_name`]`(N)` (`latchkey-node-N`), or it is
+//! refused (PERMISSION_DENIED), so a replica cannot speak for another even
+//! with a valid certificate of the cluster's CA. `latchkey certs` puts that
+//! name in node certificates; with another CA, add it as a DNS subject
+//! alternative name. A replica started without a secret
 //! accepts unauthenticated peer calls and says so in a warning at start.
 //!
 //! The comparison takes the same time wherever the secrets differ, so the
@@ -192,6 +196,43 @@ impl ServerTls {
     pub fn client_options(&self) -> TlsOptions {
         self.trust.clone().with_identity(self.identity.clone())
     }
+}
+
+/// The DNS name node `id`'s certificate must hold for the node to make Raft
+/// calls to a replica with TLS (see the module docs).
+///
+/// ```
+/// assert_eq!(latchkey_server::peer_certificate_name(3), "latchkey-node-3");
+/// ```
+pub fn peer_certificate_name(id: u64) -> String {
+    format!("latchkey-node-{id}")
+}
+
+/// Refuse a Raft call that says it comes from node `from_id` unless its
+/// client certificate (the first of `certs`, verified against the CA during
+/// the handshake) is valid for [`peer_certificate_name`]`(from_id)`.
+pub(crate) fn check_certificate_names(
+    certs: Option<&[tonic::transport::CertificateDer<'static>]>,
+    from_id: u64,
+) -> Result<(), Status> {
+    let name = peer_certificate_name(from_id);
+    let Some(leaf) = certs.and_then(<[_]>::first) else {
+        return Err(Status::unauthenticated(
+            "Raft calls need a client certificate signed by the cluster's CA",
+        ));
+    };
+    let refused = || {
+        Status::permission_denied(format!(
+            "the caller's certificate does not name {name}: a Raft call from node {from_id} \
+             must present node {from_id}'s certificate"
+        ))
+    };
+    let server_name = rustls_pki_types::ServerName::try_from(name.as_str())
+        .map_err(|_| refused())?
+        .to_owned();
+    let cert = webpki::EndEntityCert::try_from(leaf).map_err(|_| refused())?;
+    cert.verify_is_valid_for_subject_name(&server_name)
+        .map_err(|_| refused())
 }
 
 /// What a replica proves itself with when it calls a peer: the cluster

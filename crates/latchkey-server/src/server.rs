@@ -298,6 +298,7 @@ impl ServerBuilder {
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
                     stopping: streams_stopped.clone(),
+                    tls: self.tls.is_some(),
                 })
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),

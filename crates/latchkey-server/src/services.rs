@@ -36,6 +36,21 @@ pub struct RaftService {
     /// `AppendEntriesStream`s end then, so they do not hold up the server's
     /// graceful shutdown, which waits for open streams.
     pub(crate) stopping: watch::Receiver<bool>,
+    /// TLS is on: every call's certificate must name the node it says it
+    /// comes from (see `peer_auth::check_certificate_names`).
+    pub(crate) tls: bool,
+}
+
+impl RaftService {
+    /// With TLS, refuse a call from `from_id` whose certificate is not
+    /// node `from_id`'s.
+    fn check_certificate<T>(&self, request: &Request<T>, from_id: u64) -> Result<(), Status> {
+        if !self.tls {
+            return Ok(());
+        }
+        let certs = request.peer_certs();
+        crate::peer_auth::check_certificate_names(certs.as_deref().map(Vec::as_slice), from_id)
+    }
 }
 
 /// Refuse a Raft message that is not addressed to this very replica: another
@@ -120,9 +135,16 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<RaftMessage>>,
     ) -> Result<Response<BoxStream<RaftMessage>>, Status> {
         let replica = Arc::clone(&self.replica);
+        // The stream's certificate, checked against each message's sender.
+        let certs = if self.tls {
+            Some(request.peer_certs())
+        } else {
+            None
+        };
         let start = Some((request.into_inner(), self.stopping.clone()));
         let replies = futures::stream::unfold(start, move |state| {
             let replica = Arc::clone(&replica);
+            let certs = certs.clone();
             async move {
                 let (mut incoming, mut stopping) = state?;
                 let next = tokio::select! {
@@ -134,7 +156,17 @@ impl RaftRpc for RaftService {
                 };
                 match next {
                     Ok(Some(message)) => {
-                        let reply = append_reply(&replica, &message).await;
+                        let reply = match &certs {
+                            Some(certs) => crate::peer_auth::check_certificate_names(
+                                certs.as_deref().map(Vec::as_slice),
+                                message.from_id,
+                            ),
+                            None => Ok(()),
+                        };
+                        let reply = match reply {
+                            Ok(()) => append_reply(&replica, &message).await,
+                            Err(status) => Err(status),
+                        };
                         let next = reply.is_ok().then_some((incoming, stopping));
                         Some((reply, next))
                     }
@@ -153,6 +185,7 @@ impl RaftRpc for RaftService {
     /// the candidate's node id with another incarnation: the candidate's
     /// data directory is not the member this replica knows.
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.check_certificate(&request, request.get_ref().from_id)?;
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
         check_sender(&self.replica, &message)?;
@@ -165,6 +198,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        self.check_certificate(&request, request.get_ref().from_id)?;
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
         check_sender(&self.replica, &message)?;
@@ -177,6 +211,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<IdentifyRequest>,
     ) -> Result<Response<IdentifyReply>, Status> {
+        self.check_certificate(&request, request.get_ref().from_id)?;
         let asker = request.into_inner();
         if let Some(cause) = self.replica.health().failure() {
             return Err(Status::unavailable(format!(

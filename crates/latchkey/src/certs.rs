@@ -145,7 +145,8 @@ impl DevCa {
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Write a CA (`ca.pem`, `ca-key.pem`), `nodes` node certificates
-/// (`node-N.pem`, `node-N-key.pem`, for the loopback names and `hosts`) and
+/// (`node-N.pem`, `node-N-key.pem`, for the loopback names, `hosts`, and
+/// the node's peer name [`crate::peer_certificate_name`]) and
 /// a client certificate (`client.pem`, `client-key.pem`) into `dir`,
 /// created if missing. Keys are written readable by their owner only.
 /// Returns the files written.
@@ -165,7 +166,9 @@ pub fn write_cluster(dir: &Path, nodes: u64, hosts: &[String]) -> Result<Vec<Pat
     write_file(dir, "ca.pem", &ca.cert_pem(), false, &mut written)?;
     write_file(dir, "ca-key.pem", &ca.key_pem(), true, &mut written)?;
     for id in 1..=nodes {
-        let node = ca.issue(&format!("latchkey node {id}"), &names, false)?;
+        let mut node_names = names.clone();
+        node_names.push(crate::peer_certificate_name(id));
+        let node = ca.issue(&format!("latchkey node {id}"), &node_names, false)?;
         write_file(
             dir,
             &format!("node-{id}.pem"),

@@ -49,8 +49,8 @@ pub use latchkey_client::{
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{
-    ClusterSecret, ClusterState, Condition, NodeError, RaftSettings, ServerTls, StorageOptions,
-    DEFAULT_MAX_CONNECTIONS,
+    peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError, RaftSettings,
+    ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
 };
 pub use node::{Node, NodeBuilder};
 

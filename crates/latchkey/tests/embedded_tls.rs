@@ -1,8 +1,10 @@
 //! TLS between clients and replicas and mutual TLS between peers, and what
 //! is refused: a plaintext client on a TLS port, a TLS client on a
 //! plaintext port, a replica certificate from another CA, client
-//! certificates that are expired or from another CA, and peer (Raft) or
-//! membership calls without a client certificate. Each refusal leaves the
+//! certificates that are expired or from another CA, peer (Raft) or
+//! membership calls without a client certificate, and a peer call whose
+//! certificate (valid, of the cluster's CA) names another node than the
+//! sender it claims. Each refusal leaves the
 //! cluster serving, with the same leader and term.
 //!
 //! The certificates come from `latchkey::certs` (what `latchkey certs`
@@ -28,6 +30,13 @@ fn loopback() -> Vec<String> {
     vec!["127.0.0.1".to_string(), "localhost".to_string()]
 }
 
+/// What node `id`'s certificate names: loopback, and its peer name.
+fn node_names(id: u64) -> Vec<String> {
+    let mut names = loopback();
+    names.push(latchkey::peer_certificate_name(id));
+    names
+}
+
 fn identity(issued: &Issued) -> Result<Identity, latchkey::TlsError> {
     Identity::from_pem(
         issued.cert_pem.clone().into_bytes(),
@@ -50,7 +59,7 @@ async fn start_tls_cluster(
     let members = addrs(&listeners)?;
     let mut nodes = BTreeMap::new();
     for (id, listener) in listeners {
-        let cert = ca.issue(&format!("latchkey node {id}"), &loopback(), false)?;
+        let cert = ca.issue(&format!("latchkey node {id}"), &node_names(id), false)?;
         let tls = ServerTls::new(identity(&cert)?, trust(ca)?)
             .require_client_certificate(require_client_certificate);
         let node = Node::builder(id)
@@ -190,6 +199,29 @@ async fn a_tls_cluster_serves_and_refuses_what_it_must() -> TestResult {
             Err(tonic::Code::Unauthenticated),
             "a vote without a client certificate: {answer:?}"
         );
+        // A valid certificate of the cluster's CA speaks only for the node
+        // it names: another node's certificate (or a client's) claiming to
+        // be this member is refused.
+        let other_id = nodes
+            .keys()
+            .copied()
+            .find(|id| *id != leader && *id != member.id())
+            .ok_or("no third node")?;
+        let impostors = [
+            ca.issue("latchkey node", &node_names(other_id), false)?,
+            ca.issue("latchkey client", &[], false)?,
+        ];
+        for impostor in &impostors {
+            let tls = trust(&ca)?.with_identity(identity(impostor)?);
+            let mut raft = raft_over_tls(&addr, &tls)?;
+            let answer = raft.vote(vote_for(target, member, term)?).await;
+            assert_eq!(
+                answer.as_ref().map(|_| ()).map_err(|s| s.code()),
+                Err(tonic::Code::PermissionDenied),
+                "a vote from node {} with another's certificate: {answer:?}",
+                member.id()
+            );
+        }
         // Client certificates from another CA, or expired ones, fail the
         // handshake: no call gets through.
         let stranger = rogue.issue("stranger", &loopback(), false)?;

@@ -178,6 +178,8 @@ OPTIONS:
     --loopback         run on loopback even as root (no partitions)
     --lock-workers N   lock client processes (3, two tasks each)
     --ttl D            lock sessions' TTL (3s; pauses outlast it)
+    --tls              everything over TLS: `latchkey certs` makes the
+                       certificates, replicas talk mutual TLS, clients TLS
 
 Exits 0 when every checker passed and every workload made progress, 1 when
 one failed (or a disk-faulted replica misbehaved or could not be repaired),
