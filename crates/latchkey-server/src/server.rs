@@ -279,6 +279,10 @@ impl ServerBuilder {
         let (streams_stop, streams_stopped) = watch::channel(false);
         let incoming =
             crate::conn_limit::limit(incoming, self.max_connections, self.handshake_timeout);
+        let mut trimmer_stop = streams_stopped.clone();
+        tokio::spawn(crate::conn_limit::trim_after_floods(async move {
+            let _ = trimmer_stop.wait_for(|stop| *stop).await;
+        }));
         let check = crate::peer_auth::Check {
             secret: self.secret.clone(),
             tls: self.tls.is_some(),
