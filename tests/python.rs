@@ -59,8 +59,8 @@ async fn python_client_and_example() {
         tokio::time::timeout(BODY_LIMIT, body(&mut c, &python, &stubs, work.path())).await;
     c.finish(outcome, BODY_LIMIT);
 
-    // The example again, over TLS, against replicas with certificates from
-    // `latchkey certs`.
+    // The example again, over mutual TLS, against replicas with
+    // certificates from `latchkey certs` that require client certificates.
     let certs = work.path().join("certs");
     let made = run_cli(&[
         "certs",
@@ -83,13 +83,21 @@ async fn python_client_and_example() {
     let mut c = Cluster::start(
         "python-tls",
         3,
-        &["--cacert", &ca, "--cert", &node, "--key", &key],
+        &[
+            "--cacert",
+            &ca,
+            "--cert",
+            &node,
+            "--key",
+            &key,
+            "--client-cert-auth",
+        ],
     )
     .await
     .expect("start the TLS cluster");
     let outcome = tokio::time::timeout(
         BODY_LIMIT,
-        example_over_tls(&mut c, &python, &stubs, work.path(), &ca),
+        example_over_tls(&mut c, &python, &stubs, work.path(), &certs),
     )
     .await;
     c.finish(outcome, BODY_LIMIT);
@@ -100,7 +108,7 @@ async fn example_over_tls(
     python: &OsString,
     stubs: &Path,
     work: &Path,
-    ca: &str,
+    certs: &Path,
 ) -> Result<()> {
     let example = repo_root().join("examples/python/lock_example.py");
     let out = run_python(
@@ -109,7 +117,11 @@ async fn example_over_tls(
         &[
             example.into(),
             "--cacert".into(),
-            ca.into(),
+            certs.join("ca.pem").into(),
+            "--cert".into(),
+            certs.join("client.pem").into(),
+            "--key".into(),
+            certs.join("client-key.pem").into(),
             c.endpoints_arg().into(),
         ],
         stubs,

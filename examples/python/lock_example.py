@@ -11,9 +11,12 @@ directory, hence PYTHONPATH=.):
 
 The endpoints (comma- or space-separated) default to the README's cluster.
 With `--cacert FILE` (the CA that signs the replicas' certificates, e.g.
-`certs/ca.pem` from `latchkey certs`) it talks TLS:
+`certs/ca.pem` from `latchkey certs`) it talks TLS, and with `--cert FILE
+--key FILE` too it presents a client certificate (replicas started with
+--client-cert-auth require one):
 
-    PYTHONPATH=. python examples/python/lock_example.py --cacert certs/ca.pem 127.0.0.1:7101
+    PYTHONPATH=. python examples/python/lock_example.py --cacert certs/ca.pem \
+        --cert certs/client.pem --key certs/client-key.pem 127.0.0.1:7101
 """
 import sys
 import threading
@@ -24,12 +27,25 @@ import latchkey_pb2 as pb
 import latchkey_pb2_grpc as rpc
 
 args = sys.argv[1:]
-credentials = None  # plaintext unless --cacert
-if "--cacert" in args:
-    i = args.index("--cacert")
+
+
+def option(name):
+    """The bytes of the file given after `name`, removed from args; or None."""
+    if name not in args:
+        return None
+    i = args.index(name)
     with open(args[i + 1], "rb") as f:
-        credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        data = f.read()
     del args[i : i + 2]
+    return data
+
+
+ca, cert, key = option("--cacert"), option("--cert"), option("--key")
+credentials = None  # plaintext unless --cacert
+if ca:
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=cert
+    )
 endpoints = ",".join(args) or "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 endpoints = endpoints.split(",")
 leader = [endpoints[0]]  # writes go to the leader; NOT_LEADER names it

@@ -11,6 +11,13 @@
 //! ([`MAX_STREAMS_PER_CONNECTION`]) this bounds what one peer or client can
 //! make a replica hold.
 //!
+//! One address may hold at most
+//! [`ServerBuilder::max_connections_per_address`](crate::ServerBuilder::max_connections_per_address)
+//! of them (default [`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`], half the total),
+//! so a stranger who keeps connections open and talking from one host
+//! cannot take every place from the clients of other hosts. More from that
+//! address are closed on accept and logged the same way.
+//!
 //! A connection must also send its first bytes within the handshake timeout
 //! ([`DEFAULT_HANDSHAKE_TIMEOUT`]): one that connects and stays silent is
 //! closed then, so silent connections cannot hold every place for long.
@@ -28,10 +35,12 @@
 //! [`TRIM_EVERY`]. It costs a walk over the heaps off the request path,
 //! and only after a flood.
 
+use std::collections::BTreeMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,6 +56,12 @@ use crate::log_limit::LogLimit;
 /// peers and the clients of one application need, far below what would
 /// exhaust the process's memory or file descriptors.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Connections one IP address may hold open at once by default: half of
+/// [`DEFAULT_MAX_CONNECTIONS`], far above what the clients of one host need
+/// (a client keeps one connection per replica, or one per task), so one
+/// host can never take every place.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = DEFAULT_MAX_CONNECTIONS / 2;
 
 /// How long a new connection has to send its first bytes (the HTTP/2
 /// preface) before it is closed.
@@ -94,10 +109,15 @@ fn release_free_memory() {
     }
 }
 
+/// Open connections per address.
+type PerAddress = Arc<Mutex<BTreeMap<IpAddr, usize>>>;
+
 /// An accepted connection holding its permit.
 pub struct Limited {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Its address's count, given back on drop.
+    address: Option<(IpAddr, PerAddress)>,
     /// Until the first bytes arrive: when the connection is given up.
     handshake: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -105,6 +125,15 @@ pub struct Limited {
 impl Drop for Limited {
     fn drop(&mut self) {
         CLOSED.fetch_add(1, Ordering::Relaxed);
+        if let Some((ip, counts)) = self.address.take() {
+            let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = counts.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(&ip);
+                }
+            }
+        }
     }
 }
 
@@ -178,55 +207,93 @@ impl AsyncWrite for Limited {
     }
 }
 
-/// `incoming` with at most `max` connections open at once, each given
-/// `handshake` to send its first bytes (see the module docs); accept errors
-/// pass through.
+/// `incoming` with at most `max` connections open at once and at most
+/// `per_address` from one IP address, each given `handshake` to send its
+/// first bytes (see the module docs); accept errors pass through.
 pub fn limit<S>(
     incoming: S,
     max: usize,
+    per_address: usize,
     handshake: Duration,
 ) -> impl Stream<Item = io::Result<Limited>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
 {
     let permits = Arc::new(Semaphore::new(max.max(1)));
+    let per_address = per_address.max(1);
+    let counts: PerAddress = Arc::default();
     incoming.filter_map(move |accepted| {
         let permits = Arc::clone(&permits);
+        let counts = Arc::clone(&counts);
         async move {
             let stream = match accepted {
                 Ok(stream) => stream,
                 Err(e) => return Some(Err(e)),
             };
-            match permits.try_acquire_owned() {
-                Ok(permit) => Some(Ok(Limited {
-                    inner: stream,
-                    _permit: permit,
-                    handshake: Some(Box::pin(tokio::time::sleep(handshake))),
-                })),
-                Err(_) => {
-                    log_refusal(&stream, max);
-                    // Dropped here: the connection is closed.
-                    None
+            let Ok(permit) = permits.try_acquire_owned() else {
+                log_refusal(&stream, Refusal::Total(max));
+                // Dropped here: the connection is closed.
+                return None;
+            };
+            let address = match stream.peer_addr() {
+                Ok(peer) => {
+                    let ip = peer.ip();
+                    let mut held = counts.lock().unwrap_or_else(|p| p.into_inner());
+                    let n = held.entry(ip).or_insert(0);
+                    if *n >= per_address {
+                        drop(held);
+                        log_refusal(&stream, Refusal::PerAddress(per_address));
+                        return None;
+                    }
+                    *n += 1;
+                    drop(held);
+                    Some((ip, Arc::clone(&counts)))
                 }
-            }
+                // Gone already: nothing to count.
+                Err(_) => None,
+            };
+            Some(Ok(Limited {
+                inner: stream,
+                _permit: permit,
+                address,
+                handshake: Some(Box::pin(tokio::time::sleep(handshake))),
+            }))
         }
     })
+}
+
+/// Which cap refused a connection.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// `--max-connections` are open.
+    Total(usize),
+    /// `--max-connections-per-address` are open from its address.
+    PerAddress(usize),
 }
 
 /// Refusals are logged at most every 10 s.
 static LAST_LOGGED: LogLimit = LogLimit::new();
 
-fn log_refusal(stream: &TcpStream, max: usize) {
+fn log_refusal(stream: &TcpStream, why: Refusal) {
     if LAST_LOGGED.allow() {
         let from = stream
             .peer_addr()
             .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
-        tracing::warn!(
-            %from,
-            max,
-            "refused a connection: {max} are open, the limit (--max-connections); \
-             further refusals are logged at most every 10 s"
-        );
+        match why {
+            Refusal::Total(max) => tracing::warn!(
+                %from,
+                max,
+                "refused a connection: {max} are open, the limit (--max-connections); \
+                 further refusals are logged at most every 10 s"
+            ),
+            Refusal::PerAddress(max) => tracing::warn!(
+                %from,
+                max,
+                "refused a connection: {max} are open from its address, the limit \
+                 (--max-connections-per-address); further refusals are logged at most \
+                 every 10 s"
+            ),
+        }
     }
 }
 
@@ -243,7 +310,7 @@ mod tests {
             let accepted = l.accept().await.map(|(s, _)| s);
             Some((accepted, l))
         });
-        let mut limited = Box::pin(limit(incoming, 2, Duration::from_secs(60)));
+        let mut limited = Box::pin(limit(incoming, 2, 2, Duration::from_secs(60)));
         let a = TcpStream::connect(addr).await?;
         let b = TcpStream::connect(addr).await?;
         let mut c = TcpStream::connect(addr).await?;
@@ -270,6 +337,64 @@ mod tests {
         Ok(())
     }
 
+    /// A connection from `from` (a loopback address) to `to`.
+    async fn connect_from(from: &str, to: std::net::SocketAddr) -> io::Result<TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(format!("{from}:0").parse().map_err(io::Error::other)?)?;
+        socket.connect(to).await
+    }
+
+    /// Whether the replica closed `stream` (end of file or reset) within
+    /// a few seconds.
+    async fn closed(stream: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_take_every_place() -> io::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            let accepted = l.accept().await.map(|(s, _)| s);
+            Some((accepted, l))
+        });
+        let (kept_tx, mut kept) = tokio::sync::mpsc::unbounded_channel();
+        let limited = limit(incoming, 10, 2, Duration::from_secs(60));
+        let server = tokio::spawn(async move {
+            let mut limited = Box::pin(limited);
+            while let Some(conn) = limited.next().await {
+                if kept_tx.send(conn).is_err() {
+                    return;
+                }
+            }
+        });
+        // Two from 127.0.0.2 are kept, the third from it is closed.
+        let _a = connect_from("127.0.0.2", addr).await?;
+        let _b = connect_from("127.0.0.2", addr).await?;
+        let first = kept.recv().await.ok_or(io::ErrorKind::Other)??;
+        let _second = kept.recv().await.ok_or(io::ErrorKind::Other)??;
+        let mut c = connect_from("127.0.0.2", addr).await?;
+        assert!(closed(&mut c).await, "a third connection from one address");
+        // Another address still gets in.
+        let mut d = connect_from("127.0.0.3", addr).await?;
+        let from_d = kept.recv().await.ok_or(io::ErrorKind::Other)??;
+        assert!(!closed(&mut d).await, "another address was refused");
+        // A closed connection frees its address's place.
+        drop(first);
+        let _e = connect_from("127.0.0.2", addr).await?;
+        let again = tokio::time::timeout(Duration::from_secs(5), kept.recv())
+            .await
+            .map_err(|_| io::Error::other("the freed place was not given"))?;
+        assert!(matches!(again, Some(Ok(_))));
+        drop(from_d);
+        server.abort();
+        Ok(())
+    }
+
     #[tokio::test]
     async fn a_silent_connection_is_closed_at_the_handshake_timeout() -> io::Result<()> {
         let (client, server) = {
@@ -280,6 +405,7 @@ mod tests {
         };
         let mut limited = Box::pin(limit(
             futures::stream::iter([Ok(server)]),
+            1,
             1,
             Duration::from_millis(100),
         ));
@@ -301,6 +427,7 @@ mod tests {
         let (server, _) = listener.accept().await?;
         let mut limited = Box::pin(limit(
             futures::stream::iter([Ok(server)]),
+            1,
             1,
             Duration::from_millis(100),
         ));

@@ -49,7 +49,8 @@ mod write_queue;
 
 pub use bootstrap::ClusterState;
 pub use conn_limit::{
-    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, MAX_STREAMS_PER_CONNECTION,
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    MAX_STREAMS_PER_CONNECTION,
 };
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;

@@ -56,6 +56,7 @@ pub struct ServerBuilder {
     secret: Option<ClusterSecret>,
     tls: Option<ServerTls>,
     max_connections: usize,
+    max_connections_per_address: usize,
     handshake_timeout: Duration,
 }
 
@@ -80,6 +81,14 @@ impl ServerBuilder {
     /// closed on accept and logged (default [`crate::DEFAULT_MAX_CONNECTIONS`]).
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max;
+        self
+    }
+
+    /// Most connections held open at once from one IP address; more from it
+    /// are closed on accept and logged (default
+    /// [`crate::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
+    pub fn max_connections_per_address(mut self, max: usize) -> Self {
+        self.max_connections_per_address = max;
         self
     }
 
@@ -277,8 +286,12 @@ impl ServerBuilder {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (streams_stop, streams_stopped) = watch::channel(false);
-        let incoming =
-            crate::conn_limit::limit(incoming, self.max_connections, self.handshake_timeout);
+        let incoming = crate::conn_limit::limit(
+            incoming,
+            self.max_connections,
+            self.max_connections_per_address,
+            self.handshake_timeout,
+        );
         let mut trimmer_stop = streams_stopped.clone();
         tokio::spawn(crate::conn_limit::trim_after_floods(async move {
             let _ = trimmer_stop.wait_for(|stop| *stop).await;
@@ -445,6 +458,7 @@ impl Server {
             secret: None,
             tls: None,
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: crate::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             handshake_timeout: crate::DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }

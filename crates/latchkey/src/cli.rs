@@ -255,6 +255,10 @@ struct Serve {
     /// closed on accept and logged.
     #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Most connections held open at once from one IP address; more from
+    /// it are closed on accept and logged.
+    #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    max_connections_per_address: usize,
     /// With TLS (--cert): refuse clients that present no certificate
     /// signed by --cacert (peers always need one).
     #[arg(long)]
@@ -781,6 +785,7 @@ async fn serve(
         .initial_members(s.initial_members.iter().cloned())
         .initial_cluster_state(state)
         .max_connections(s.max_connections)
+        .max_connections_per_address(s.max_connections_per_address)
         .raft_settings(settings);
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());

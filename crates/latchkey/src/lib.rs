@@ -50,7 +50,7 @@ pub use latchkey_client::{
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{
     peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError, RaftSettings,
-    ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
+    ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
 };
 pub use node::{Node, NodeBuilder};
 

@@ -112,6 +112,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Most connections held open at once from one IP address (see
+    /// [`latchkey_server::ServerBuilder::max_connections_per_address`]).
+    pub fn max_connections_per_address(mut self, max: usize) -> Self {
+        self.server = self.server.max_connections_per_address(max);
+        self
+    }
+
     /// How long a new connection has to send its first bytes (see
     /// [`latchkey_server::ServerBuilder::handshake_timeout`]).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
