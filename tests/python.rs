@@ -110,6 +110,28 @@ async fn example_over_tls(
     work: &Path,
     certs: &Path,
 ) -> Result<()> {
+    // The whole contract over mutual TLS.
+    let script = repo_root().join("tests/python/latchkey_client_test.py");
+    run_python(
+        "latchkey_client_test.py over TLS",
+        python,
+        &[
+            script.into(),
+            "--stubs".into(),
+            stubs.into(),
+            "--cacert".into(),
+            certs.join("ca.pem").into(),
+            "--cert".into(),
+            certs.join("client.pem").into(),
+            "--key".into(),
+            certs.join("client-key.pem").into(),
+            c.endpoints_arg().into(),
+        ],
+        stubs,
+        SCRIPT_LIMIT,
+        &work.join("client_test_tls.log"),
+    )
+    .await?;
     let example = repo_root().join("examples/python/lock_example.py");
     let out = run_python(
         "lock_example.py over TLS",

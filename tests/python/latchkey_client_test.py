@@ -95,8 +95,9 @@ class Router:
     most `patience` seconds.
     """
 
-    def __init__(self, endpoints, patience=PATIENCE):
+    def __init__(self, endpoints, patience=PATIENCE, credentials=None):
         self.endpoints = list(endpoints)
+        self.credentials = credentials  # grpc.ssl_channel_credentials, or plaintext
         self.leader = self.endpoints[0]  # a guess, corrected by NOT_LEADER
         self.patience = patience
         self._channels = {}
@@ -107,13 +108,14 @@ class Router:
             if addr not in self._channels:
                 # Values go up to 1 MiB, Scan pages further: lift grpcio's
                 # 4 MiB receive limit to the server's 64 MiB.
-                self._channels[addr] = grpc.insecure_channel(
-                    addr,
-                    options=[
-                        ("grpc.max_send_message_length", 64 << 20),
-                        ("grpc.max_receive_message_length", 64 << 20),
-                    ],
-                )
+                options = [
+                    ("grpc.max_send_message_length", 64 << 20),
+                    ("grpc.max_receive_message_length", 64 << 20),
+                ]
+                if self.credentials:
+                    self._channels[addr] = grpc.secure_channel(addr, self.credentials, options)
+                else:
+                    self._channels[addr] = grpc.insecure_channel(addr, options=options)
             return self._channels[addr]
 
     def stub(self, service, addr=None):
@@ -760,6 +762,9 @@ def main():
         "default: $LATCHKEY_PY_STUBS, else sys.path",
     )
     parser.add_argument("--only", help="run only these sections (comma-separated)")
+    parser.add_argument("--cacert", help="talk TLS, trusting this CA certificate (PEM)")
+    parser.add_argument("--cert", help="with --cacert: present this client certificate")
+    parser.add_argument("--key", help="the private key of --cert")
     args = parser.parse_args()
     given = args.endpoints or [os.environ.get("LATCHKEY_ENDPOINTS", "")]
     endpoints = [e for arg in given for e in arg.split(",") if e]
@@ -775,7 +780,21 @@ def main():
     except ImportError as e:
         sys.exit(f"cannot import the stubs ({e}): generate them (grpc_tools.protoc), pass --stubs")
 
-    router = Router(endpoints)
+    credentials = None
+    if args.cacert:
+
+        def read(path):
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=read(args.cacert),
+            private_key=read(args.key),
+            certificate_chain=read(args.cert),
+        )
+    router = Router(endpoints, credentials=credentials)
     ns = b"py-test/%d/" % time.time_ns()  # this run's keys and lock names
     print(f"latchkey Python client test: endpoints {endpoints}, keys under {ns.decode()}")
     only = set(args.only.split(",")) if args.only else None
