@@ -95,9 +95,9 @@ Runs, in order, stopping at the first failure (exit code = that step's):
        more to make it). CARGO_TEST_ARGS do not apply to it.
     5. cargo build -p latchkey --bin latchkey   (skipped with --quick)
     6. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
-       seed; at least one disk fault, with its repair), as `cargo xtask soak
-       --seconds 100 --seed 20261121 --nemesis kill,pause,partition,disk`
-       would run it; its report goes to
+       seed; at least one disk fault, with its repair) over TLS, as `cargo
+       xtask soak --seconds 100 --seed 20261121 --nemesis
+       kill,pause,partition,disk --tls` would run it; its report goes to
        soak-results/ci-<unix time>-seed20261121/ (skipped with --quick)
 TARGET_DIR is CARGO_TARGET_DIR, else cargo metadata's target_directory.
 Example: cargo xtask test --quick -- -p latchkey-core -- --nocapture
@@ -812,6 +812,9 @@ fn ci_nemesis() -> Result<Command> {
         CI_SEED.into(),
         "--nemesis".into(),
         "kill,pause,partition,disk".into(),
+        // As a deployment runs: TLS between clients and replicas and
+        // mutual TLS between the replicas.
+        "--tls".into(),
         "--out".into(),
         out.into_os_string(),
     ];
