@@ -490,30 +490,22 @@ rmdir "$D/held""#;
     );
     other.close().await?;
     let secret = session.secret().to_hex();
-    c.cli(&[
-        "put",
-        "--fence",
-        &seq,
-        "--session-secret",
-        &secret,
-        "k",
-        "v",
-    ])
-    .await?
-    .ok()?;
+    let (seq_arg, secret_arg) = (seq.as_str(), secret.as_str());
+    let fenced_put = |value| {
+        [
+            "put",
+            "--fence",
+            seq_arg,
+            "--session-secret",
+            secret_arg,
+            "k",
+            value,
+        ]
+    };
+    c.cli(&fenced_put("v")).await?.ok()?;
     guard.release().await?;
     c.cli(&["check-sequencer", &seq]).await?.refused_with(1)?;
-    c.cli(&[
-        "put",
-        "--fence",
-        &seq,
-        "--session-secret",
-        &secret,
-        "k",
-        "w",
-    ])
-    .await?
-    .refused_with(7)?;
+    c.cli(&fenced_put("w")).await?.refused_with(7)?;
     c.cli(&["check-sequencer", "not-a-sequencer"])
         .await?
         .refused_with(2)?;

@@ -110,42 +110,39 @@ async fn example_over_tls(
     work: &Path,
     certs: &Path,
 ) -> Result<()> {
+    // Both scripts take the same TLS options: trust the CA, present the
+    // client certificate; then the endpoints.
+    let with_tls = |script: &str, more: &[OsString]| -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![repo_root().join(script).into()];
+        args.extend_from_slice(more);
+        for (flag, file) in [
+            ("--cacert", "ca.pem"),
+            ("--cert", "client.pem"),
+            ("--key", "client-key.pem"),
+        ] {
+            args.push(flag.into());
+            args.push(certs.join(file).into());
+        }
+        args.push(c.endpoints_arg().into());
+        args
+    };
     // The whole contract over mutual TLS.
-    let script = repo_root().join("tests/python/latchkey_client_test.py");
     run_python(
         "latchkey_client_test.py over TLS",
         python,
-        &[
-            script.into(),
-            "--stubs".into(),
-            stubs.into(),
-            "--cacert".into(),
-            certs.join("ca.pem").into(),
-            "--cert".into(),
-            certs.join("client.pem").into(),
-            "--key".into(),
-            certs.join("client-key.pem").into(),
-            c.endpoints_arg().into(),
-        ],
+        &with_tls(
+            "tests/python/latchkey_client_test.py",
+            &["--stubs".into(), stubs.into()],
+        ),
         stubs,
         SCRIPT_LIMIT,
         &work.join("client_test_tls.log"),
     )
     .await?;
-    let example = repo_root().join("examples/python/lock_example.py");
     let out = run_python(
         "lock_example.py over TLS",
         python,
-        &[
-            example.into(),
-            "--cacert".into(),
-            certs.join("ca.pem").into(),
-            "--cert".into(),
-            certs.join("client.pem").into(),
-            "--key".into(),
-            certs.join("client-key.pem").into(),
-            c.endpoints_arg().into(),
-        ],
+        &with_tls("examples/python/lock_example.py", &[]),
         stubs,
         EXAMPLE_LIMIT,
         &work.join("lock_example_tls.log"),
