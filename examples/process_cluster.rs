@@ -39,8 +39,8 @@ impl ProcessCluster {
         ProcessCluster::start_with(bin, serve_args, false)
     }
 
-    /// Like [`ProcessCluster::start`]; with `tls`, first `latchkey certs`
-    /// into the cluster's directory, then every replica serves TLS with its
+    /// Like [`ProcessCluster::start`]; with `tls`, first certificates (as
+    /// `latchkey certs` writes them) into the cluster's directory, then every replica serves TLS with its
     /// own certificate and talks mutual TLS to its peers.
     pub fn start_with(
         bin: &str,
@@ -71,18 +71,7 @@ impl ProcessCluster {
         .collect();
         let certs = if tls {
             let certs = dir.path().join("certs");
-            let status = Command::new(bin)
-                .arg("certs")
-                .arg("--out")
-                .arg(&certs)
-                .args(["--nodes", "3"])
-                .stdout(Stdio::null())
-                .status()?;
-            if !status.success() {
-                return Err(std::io::Error::other(format!(
-                    "`latchkey certs` failed: {status}"
-                )));
-            }
+            latchkey::certs::write_cluster(&certs, 3, &[]).map_err(std::io::Error::other)?;
             Some(certs)
         } else {
             None

@@ -63,7 +63,7 @@ async fn main() -> Result<()> {
     let client = match &cluster.certs {
         Some(certs) => {
             say(format!(
-                "TLS: `latchkey certs` wrote a CA and certificates to {}; the replicas talk \
+                "TLS: a development CA and certificates (as `latchkey certs` writes them) are in {}; the replicas talk \
                  mutual TLS to each other, and this client trusts the CA and presents \
                  client.pem",
                 certs.display()

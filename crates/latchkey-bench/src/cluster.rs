@@ -94,17 +94,8 @@ impl Cluster {
         let members = latchkey::initial_members_arg(&addrs);
         let certs = dir.join("certs");
         let tls = if tls {
-            let status = Command::new(server_bin)
-                .arg("certs")
-                .arg("--out")
-                .arg(&certs)
-                .args(["--nodes", "3"])
-                .stdout(Stdio::null())
-                .status()
-                .map_err(|e| format!("cannot run {} certs: {e}", server_bin.display()))?;
-            if !status.success() {
-                return Err(format!("`{} certs` failed: {status}", server_bin.display()));
-            }
+            latchkey::certs::write_cluster(&certs, 3, &[])
+                .map_err(|e| format!("cannot make TLS certificates: {e}"))?;
             Some(
                 TlsOptions::from_files(&certs.join("ca.pem"), None)
                     .map_err(|e| format!("the certificates `latchkey certs` wrote: {e}"))?,

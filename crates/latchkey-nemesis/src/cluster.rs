@@ -116,21 +116,12 @@ impl Cluster {
         let members = latchkey::initial_members_arg(&addrs);
         let certs = if tls {
             let certs = dir.join("certs");
-            let hosts: Vec<&str> = addrs
+            let hosts: Vec<String> = addrs
                 .iter()
-                .filter_map(|a| a.rsplit_once(':').map(|(host, _)| host))
+                .filter_map(|a| a.rsplit_once(':').map(|(host, _)| host.to_string()))
                 .collect();
-            let status = Command::new(server_bin)
-                .arg("certs")
-                .arg("--out")
-                .arg(&certs)
-                .args(["--nodes", "3", "--hosts", &hosts.join(",")])
-                .stdout(Stdio::null())
-                .status()
-                .map_err(Error::io("run `latchkey certs`"))?;
-            if !status.success() {
-                return Err(Error::Cluster(format!("`latchkey certs` failed: {status}")));
-            }
+            latchkey::certs::write_cluster(&certs, 3, &hosts)
+                .map_err(|e| Error::Cluster(format!("cannot make TLS certificates: {e}")))?;
             Some(certs)
         } else {
             None
