@@ -65,10 +65,13 @@ impl Storage {
 #[tokio::main]
 async fn main() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let (nodes, members) = support::start_three(dir.path()).await?;
+    let (nodes, _members) = support::start_three(dir.path()).await?;
     let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
     say("cluster", format!("three replicas up, node {leader} leads"));
-    let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
+    let endpoints: Vec<String> = nodes
+        .values()
+        .map(|n| n.advertise_addr().to_string())
+        .collect();
 
     let storage = Arc::new(Storage {
         gate: FileFenceGate::open(dir.path().join("orders.fence"))?,

@@ -129,7 +129,9 @@ async fn main() -> Res<()> {
     cluster.restart_wiped(f)?;
     // A wiped replica is a new member (a new incarnation): it waits until
     // it is added, then catches up as a learner and is promoted.
-    client.add_member((f + 1) as u64, &addrs[f], true).await?;
+    client
+        .add_member((f + 1) as u64, &cluster.peer_addrs[f], true)
+        .await?;
     let now = client.status().await?;
     let target = now.last_applied;
     // Packed writes make few log entries: without `--snapshot-every`, the

@@ -22,7 +22,10 @@ pub const CLUSTER_SECRET: &str = "latchkey-example-cluster-secret";
 
 /// Three replicas of `bin`, started with `serve_args` added.
 pub struct ProcessCluster {
+    /// Each replica's client listener.
     pub addrs: Vec<String>,
+    /// Each replica's peer listener (the initial members; `members add`).
+    pub peer_addrs: Vec<String>,
     pub children: Vec<Child>,
     bin: String,
     members: String,
@@ -47,16 +50,9 @@ impl ProcessCluster {
         serve_args: Vec<String>,
         tls: bool,
     ) -> std::io::Result<ProcessCluster> {
-        let mut ports = Vec::new();
-        let mut holders = Vec::new();
-        for _ in 0..3 {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-            ports.push(l.local_addr()?.port());
-            holders.push(l);
-        }
-        drop(holders);
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let members = latchkey::initial_members_arg(&addrs);
+        let mut addrs = latchkey::free_loopback_addrs(6)?;
+        let peer_addrs = addrs.split_off(3);
+        let members = latchkey::initial_members_arg(&peer_addrs);
         let dir = tempfile::tempdir()?;
         // The replicas authenticate each other with a shared secret, as a
         // deployment should (README, "Securing a cluster").
@@ -78,6 +74,7 @@ impl ProcessCluster {
         };
         let mut cluster = ProcessCluster {
             addrs,
+            peer_addrs,
             children: Vec::new(),
             bin: bin.to_string(),
             members,
@@ -149,6 +146,8 @@ impl ProcessCluster {
                 &(i + 1).to_string(),
                 "--listen",
                 &self.addrs[i],
+                "--peer-listen",
+                &self.peer_addrs[i],
             ])
             .arg("--data-dir")
             .arg(self.data_dir(i))

@@ -100,11 +100,11 @@ async fn member_incarnation(c: &Cluster, id: u64) -> Result<u64> {
     Ok(m.incarnation)
 }
 
-/// `latchkey members add ID ADDR` through the CLI, as an operator would;
+/// `latchkey members add ID PEER_ADDR` through the CLI, as an operator would;
 /// run again (it is idempotent) if the cluster was briefly unavailable.
 async fn members_add(c: &Cluster, id: u64) -> Result<()> {
     let id_arg = id.to_string();
-    let addr = c.addr(id);
+    let addr = c.peer_addr(id);
     let mut last = None;
     for _ in 0..3 {
         let out = c.cli(&["members", "add", &id_arg, &addr]).await?;

@@ -64,20 +64,12 @@ pub fn client_options() -> ClientOptions {
 }
 
 struct NodeSpec {
+    /// Client listener.
     addr: String,
+    /// Peer listener (what the initial members and `members add` name).
+    peer_addr: String,
     data_dir: PathBuf,
     log: PathBuf,
-}
-
-/// Free loopback ports, all held at once so they are distinct, then released.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0"))
-        .collect::<Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr().context("local_addr")?.port()))
-        .collect()
 }
 
 fn signal(pid: u32, sig: libc::c_int) -> std::io::Result<()> {
@@ -131,13 +123,15 @@ impl Cluster {
             .prefix(&format!("latchkey-{name}-"))
             .tempdir()
             .context("create the test's temporary directory")?;
-        let ports = free_ports(usize::try_from(n).context("node count")?)?;
+        let addrs = latchkey::free_loopback_addrs(2 * usize::try_from(n).context("node count")?)
+            .context("find free loopback ports")?;
         let mut specs = BTreeMap::new();
-        for (id, port) in (1..=n).zip(ports) {
+        for (id, pair) in (1..=n).zip(addrs.chunks(2)) {
             specs.insert(
                 id,
                 NodeSpec {
-                    addr: format!("127.0.0.1:{port}"),
+                    addr: pair[0].clone(),
+                    peer_addr: pair[1].clone(),
                     data_dir: dir.path().join(format!("node-{id}")),
                     log: dir.path().join(format!("node-{id}.log")),
                 },
@@ -145,7 +139,7 @@ impl Cluster {
         }
         let members_arg = specs
             .iter()
-            .map(|(id, s)| format!("{id}={}", s.addr))
+            .map(|(id, s)| format!("{id}={}", s.peer_addr))
             .collect::<Vec<_>>()
             .join(",");
         // Every process cluster authenticates its peers, as a deployment
@@ -217,11 +211,19 @@ impl Cluster {
         self.specs.len() / 2 + 1
     }
 
-    /// `127.0.0.1:PORT` of node `id`.
+    /// `127.0.0.1:PORT` of node `id`'s client listener.
     pub fn addr(&self, id: u64) -> String {
         self.specs
             .get(&id)
             .map(|s| s.addr.clone())
+            .unwrap_or_else(|| panic!("no node {id} in this cluster"))
+    }
+
+    /// `127.0.0.1:PORT` of node `id`'s peer listener.
+    pub fn peer_addr(&self, id: u64) -> String {
+        self.specs
+            .get(&id)
+            .map(|s| s.peer_addr.clone())
             .unwrap_or_else(|| panic!("no node {id} in this cluster"))
     }
 
@@ -299,7 +301,13 @@ impl Cluster {
             .specs
             .get(&id)
             .with_context(|| format!("no node {id}"))?;
-        self.note(id, &format!("starting node {id} on {}", spec.addr));
+        self.note(
+            id,
+            &format!(
+                "starting node {id} on {} (peers {})",
+                spec.addr, spec.peer_addr
+            ),
+        );
         let stdout = OpenOptions::new()
             .create(true)
             .append(true)
@@ -312,6 +320,8 @@ impl Cluster {
             .arg(id.to_string())
             .arg("--listen")
             .arg(&spec.addr)
+            .arg("--peer-listen")
+            .arg(&spec.peer_addr)
             .arg("--data-dir")
             .arg(&spec.data_dir)
             .arg("--initial-members")

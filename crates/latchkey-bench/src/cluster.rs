@@ -4,7 +4,6 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -61,26 +60,6 @@ pub struct Cluster {
     tls: Option<TlsOptions>,
 }
 
-/// Three distinct free loopback ports: all three listeners are held open at
-/// once so the kernel cannot hand out the same port twice, then released for
-/// the servers to bind (a tiny race with other programs remains).
-fn free_ports() -> Result<[u16; 3], String> {
-    let mut listeners = Vec::with_capacity(3);
-    for _ in 0..3 {
-        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| format!("cannot find a free loopback port: {e}"))?;
-        listeners.push(l);
-    }
-    let mut ports = [0u16; 3];
-    for (slot, l) in ports.iter_mut().zip(&listeners) {
-        *slot = l
-            .local_addr()
-            .map_err(|e| format!("cannot read a listener's port: {e}"))?
-            .port();
-    }
-    Ok(ports)
-}
-
 impl Cluster {
     /// Start three durable replicas with default settings under `dir`,
     /// stdout and stderr of each to `dir/node-<id>.log`.
@@ -89,9 +68,10 @@ impl Cluster {
     /// `dir/certs`; each server then serves TLS with its own certificate
     /// (mutual TLS between them), and [`Cluster::tls`] is what clients use.
     pub fn start(server_bin: &Path, dir: &Path, tls: bool) -> Result<Cluster, String> {
-        let ports = free_ports()?;
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let members = latchkey::initial_members_arg(&addrs);
+        let mut addrs = latchkey::free_loopback_addrs(6)
+            .map_err(|e| format!("cannot find free loopback ports: {e}"))?;
+        let peer_addrs = addrs.split_off(3);
+        let members = latchkey::initial_members_arg(&peer_addrs);
         let certs = dir.join("certs");
         let tls = if tls {
             latchkey::certs::write_cluster(&certs, 3, &[])
@@ -108,7 +88,7 @@ impl Cluster {
             servers: Vec::with_capacity(3),
             tls,
         };
-        for (i, addr) in addrs.iter().enumerate() {
+        for (i, (addr, peer_addr)) in addrs.iter().zip(&peer_addrs).enumerate() {
             let id = (i + 1) as u64;
             let data = dir.join(format!("node-{id}"));
             let log = dir.join(format!("node-{id}.log"));
@@ -131,6 +111,8 @@ impl Cluster {
                 .arg(id.to_string())
                 .arg("--listen")
                 .arg(addr)
+                .arg("--peer-listen")
+                .arg(peer_addr)
                 .arg("--data-dir")
                 .arg(&data)
                 .arg("--initial-members")

@@ -1,9 +1,11 @@
-//! Cluster status and membership changes.
+//! Cluster status (the client listener's `Admin.Status`) and membership
+//! changes (the leader's peer listener, `Membership`).
 
 use std::collections::BTreeSet;
 
 use latchkey_proto::v1::{
-    admin_client::AdminClient, AddMemberRequest, AdminReply, ChangeVotersRequest, StatusRequest,
+    admin_client::AdminClient, membership_client::MembershipClient, AddMemberRequest, AdminReply,
+    ChangeVotersRequest, StatusRequest,
 };
 use tonic::transport::Channel;
 
@@ -98,28 +100,36 @@ impl Client {
         }))
     }
 
-    /// Add the replica answering at `addr` as node `id`: as a learner, and
-    /// with `voter`, promoted once it has caught up. If the cluster knows
-    /// `id` with another data-directory incarnation (its disk was wiped or
-    /// replaced), that member is removed first: this is how a failed node is
-    /// replaced (README: "Replacing a failed disk or node"). Returns once
-    /// the change is committed.
-    pub async fn add_member(&self, id: u64, addr: &str, voter: bool) -> Result<(), Error> {
-        crate::router::channel(addr, self.router().options())?;
-        let addr = addr.to_string();
+    /// Add the replica whose peer listener answers at `peer_addr` as node
+    /// `id`: as a learner, and with `voter`, promoted once it has caught up.
+    /// If the cluster knows `id` with another data-directory incarnation
+    /// (its disk was wiped or replaced), that member is removed first: this
+    /// is how a failed node is replaced (README: "Replacing a failed disk or
+    /// node"). Returns once the change is committed.
+    ///
+    /// Membership changes are served on the leader's peer listener only, so
+    /// this needs the peers' credentials: the cluster secret
+    /// ([`ClientOptions::with_cluster_secret`](crate::ClientOptions::with_cluster_secret))
+    /// and, with TLS, a client certificate of the cluster's CA
+    /// ([`ClientOptions::with_tls`](crate::ClientOptions::with_tls) with an
+    /// identity). The client asks its endpoints for the leader's peer
+    /// address.
+    pub async fn add_member(&self, id: u64, peer_addr: &str, voter: bool) -> Result<(), Error> {
+        crate::router::channel(peer_addr, self.router().options())?;
+        let peer_addr = peer_addr.to_string();
         // The replica waits (up to two minutes) for the new member to catch
         // up before it promotes it.
-        let secret = self.router().options().cluster_secret.clone();
         self.router()
             .call_with(true, ADD_MEMBER_TIMEOUT, ADD_MEMBER_TIMEOUT, |target, _| {
-                let addr = addr.clone();
-                let secret = secret.clone();
+                let request = AddMemberRequest {
+                    id,
+                    peer_addr: peer_addr.clone(),
+                    voter,
+                };
                 async move {
-                    let Target::Remote { channel, .. } = target else {
-                        return Err(Attempt::NotSent("admin calls go over gRPC".into()));
-                    };
-                    let request = with_secret(AddMemberRequest { id, addr, voter }, &secret)?;
-                    match admin_client(channel).add_member(request).await {
+                    let mut leader = self.leader_membership(target).await?;
+                    let request = with_secret(request, &self.router().options().cluster_secret)?;
+                    match leader.add_member(request).await {
                         Ok(r) => admin_result(r.into_inner()),
                         Err(s) => Err(classify_status(&s)),
                     }
@@ -130,6 +140,7 @@ impl Client {
 
     /// Make exactly `voters` the voting members (joint consensus). Every id
     /// must already be a member (add new nodes with [`Client::add_member`]).
+    /// Needs the peers' credentials, as [`Client::add_member`] does.
     pub async fn change_voters(&self, voters: impl IntoIterator<Item = u64>) -> Result<(), Error> {
         let voters: Vec<u64> = voters
             .into_iter()
@@ -141,23 +152,54 @@ impl Client {
                 "the voter set must not be empty".into(),
             ));
         }
-        let secret = self.router().options().cluster_secret.clone();
         self.router()
             .call(true, |target, _| {
-                let voters = voters.clone();
-                let secret = secret.clone();
+                let request = ChangeVotersRequest {
+                    voters: voters.clone(),
+                };
                 async move {
-                    let Target::Remote { channel, .. } = target else {
-                        return Err(Attempt::NotSent("admin calls go over gRPC".into()));
-                    };
-                    let request = with_secret(ChangeVotersRequest { voters }, &secret)?;
-                    match admin_client(channel).change_voters(request).await {
+                    let mut leader = self.leader_membership(target).await?;
+                    let request = with_secret(request, &self.router().options().cluster_secret)?;
+                    match leader.change_voters(request).await {
                         Ok(r) => admin_result(r.into_inner()),
                         Err(s) => Err(classify_status(&s)),
                     }
                 }
             })
             .await
+    }
+
+    /// A `Membership` client on the peer listener of the leader, as the
+    /// replica at `target` knows it (its status names the leader and the
+    /// membership records every member's peer address).
+    async fn leader_membership(
+        &self,
+        target: Target,
+    ) -> Result<MembershipClient<Channel>, Attempt> {
+        let status: NodeStatus = match target {
+            Target::Local(replica) => replica.status(),
+            Target::Remote { channel, .. } => admin_client(channel)
+                .status(StatusRequest {})
+                .await
+                .map_err(|s| classify_status(&s))?
+                .into_inner()
+                .into(),
+        };
+        let leader = status
+            .members
+            .iter()
+            .find(|m| Some(m.id) == status.leader_id)
+            .ok_or_else(|| {
+                Attempt::Refused(crate::ReplicaFailure::Unavailable(format!(
+                    "node {} knows no leader yet",
+                    status.id
+                )))
+            })?;
+        let channel = crate::router::channel(&leader.peer_addr, self.router().options())
+            .map_err(|e| Attempt::Refused(crate::ReplicaFailure::InvalidArgument(e.to_string())))?;
+        Ok(MembershipClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// Remove node `id` from the voters (and from the cluster).

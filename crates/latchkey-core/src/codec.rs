@@ -15,7 +15,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 3: sessions have a secret ([`crate::lock::SessionSecret`]): in the
 /// session record, in `OpenSession` and in every client command acting for
 /// a session; the leader's wait timeout is its own command (`ExpireWait`).
-pub const FORMAT_VERSION: u8 = 3;
+///
+/// 4: the membership records each member's client address besides its peer
+/// address (`latchkey_storage::Member`), since replicas serve clients and
+/// peers on separate listeners.
+pub const FORMAT_VERSION: u8 = 4;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

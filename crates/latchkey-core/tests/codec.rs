@@ -567,8 +567,8 @@ fn large_values_round_trip() {
 }
 
 /// The log and snapshots outlive builds: a change of these bytes is a format
-/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 3
-/// since sessions have secrets).
+/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 4
+/// since members record their client address).
 #[test]
 fn format_is_frozen() {
     let bytes = encode(&Request {
@@ -579,14 +579,14 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [3, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [4, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
     // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [3, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+    assert_eq!(bytes, [4, 0, 5, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
     // LockCommand variant 0 (OpenSession), ttl 3000, then the secret's 16
     // bytes as they are.
@@ -598,7 +598,7 @@ fn format_is_frozen() {
         }),
     })
     .expect("encodes");
-    let mut expected = vec![3, 1, 8, 0, 0xfb, 0xb8, 0x0b];
+    let mut expected = vec![4, 1, 8, 0, 0xfb, 0xb8, 0x0b];
     expected.extend([0xaa; 16]);
     assert_eq!(bytes, expected);
     // Lock errors come after the KV errors: CommandError variant 2 is
@@ -607,7 +607,7 @@ fn format_is_frozen() {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [3, 1, 2, 5]);
+    assert_eq!(bytes, [4, 1, 2, 5]);
 }
 
 // ---------------------------------------------------------------- refusals

@@ -129,7 +129,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (03); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (04); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -143,7 +143,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "03
+        "04
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
@@ -155,7 +155,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "03
+        "04
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
@@ -170,7 +170,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "03
+        "04
          03                 # request: LockCommand::Acquire
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -183,7 +183,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "03
+        "04
          03                 # request: LockCommand::Acquire
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -198,12 +198,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "03 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
+        "04 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "03 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "04 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -225,7 +225,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 3);
+    assert_eq!(FORMAT_VERSION, 4);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;

@@ -5,7 +5,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -16,8 +15,10 @@ use latchkey::{Client, ClientOptions};
 use crate::error::{Error, Result};
 use crate::net::Netns;
 
-/// The port every replica listens on inside its namespace.
+/// The port every replica listens on for clients inside its namespace.
 const NETNS_PORT: u16 = 7400;
+/// The port every replica listens on for peers inside its namespace.
+const NETNS_PEER_PORT: u16 = 7401;
 
 /// `latchkey serve`'s exit code when the replica could not start or failed
 /// while running (lost acknowledged state, data directory gone, Raft core
@@ -28,8 +29,12 @@ pub const EXIT_REPLICA_FAILED: i32 = 8;
 #[derive(Debug)]
 struct Replica {
     id: u64,
+    /// What clients dial.
     addr: String,
     listen: String,
+    /// What peers dial (the initial members; `members add`).
+    peer_addr: String,
+    peer_listen: String,
     data: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -92,28 +97,29 @@ impl Cluster {
     /// TLS and talk mutual TLS to each other, and every client of the run
     /// trusts the CA.
     pub fn start(server_bin: &Path, dir: &Path, net: Option<Netns>, tls: bool) -> Result<Cluster> {
-        let mut addrs = Vec::new();
-        let mut listens = Vec::new();
-        match &net {
+        let (addrs, listens, peer_addrs, peer_listens) = match &net {
             Some(n) => {
-                for i in 0..3 {
-                    addrs.push(format!("{}:{NETNS_PORT}", n.node_ip(i)));
-                    listens.push(format!("0.0.0.0:{NETNS_PORT}"));
-                }
+                let on = |port: u16| {
+                    (0..3)
+                        .map(|i| format!("{}:{port}", n.node_ip(i)))
+                        .collect::<Vec<_>>()
+                };
+                let any = |port: u16| vec![format!("0.0.0.0:{port}"); 3];
+                (
+                    on(NETNS_PORT),
+                    any(NETNS_PORT),
+                    on(NETNS_PEER_PORT),
+                    any(NETNS_PEER_PORT),
+                )
             }
             None => {
-                let mut held = Vec::new();
-                for _ in 0..3 {
-                    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                        .map_err(Error::io("find a free loopback port"))?;
-                    let port = l.local_addr().map_err(Error::io("read a port"))?.port();
-                    addrs.push(format!("127.0.0.1:{port}"));
-                    listens.push(format!("127.0.0.1:{port}"));
-                    held.push(l);
-                }
+                let mut addrs = latchkey::free_loopback_addrs(6)
+                    .map_err(Error::io("find free loopback ports"))?;
+                let peers = addrs.split_off(3);
+                (addrs.clone(), addrs, peers.clone(), peers)
             }
-        }
-        let members = latchkey::initial_members_arg(&addrs);
+        };
+        let members = latchkey::initial_members_arg(&peer_addrs);
         let certs = if tls {
             let certs = dir.join("certs");
             let hosts: Vec<String> = addrs
@@ -140,6 +146,8 @@ impl Cluster {
                 id: i as u64 + 1,
                 addr: addrs[i].clone(),
                 listen: listens[i].clone(),
+                peer_addr: peer_addrs[i].clone(),
+                peer_listen: peer_listens[i].clone(),
                 data: dir.join(format!("data/n{}", i + 1)),
                 log: dir.join(format!("logs/n{}.log", i + 1)),
                 child: None,
@@ -220,6 +228,8 @@ impl Cluster {
             .arg(r.id.to_string())
             .arg("--listen")
             .arg(&r.listen)
+            .arg("--peer-listen")
+            .arg(&r.peer_listen)
             .arg("--advertise")
             .arg(&r.addr)
             .arg("--data-dir")
@@ -248,9 +258,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// Replica `i`'s address (what clients and peers dial).
+    /// Replica `i`'s client address.
     pub fn addr(&self, i: usize) -> &str {
         &self.replicas[i].addr
+    }
+
+    /// Replica `i`'s peer address (what `members add` names).
+    pub fn peer_addr(&self, i: usize) -> &str {
+        &self.replicas[i].peer_addr
     }
 
     /// Replica `i`'s node id.

@@ -522,6 +522,7 @@ pub async fn repair(ctx: &mut Ctx<'_>, i: usize, after: &str) -> Result<()> {
 async fn repair_steps(ctx: &mut Ctx<'_>, i: usize, steps: &mut Vec<String>) -> Result<()> {
     let id = ctx.cluster.id(i);
     let addr = ctx.cluster.addr(i).to_owned();
+    let peer_addr = ctx.cluster.peer_addr(i).to_owned();
     let old = known_incarnation(ctx.cluster, i).await;
     ctx.cluster.set_suspect(i, None);
     ctx.cluster.kill(i);
@@ -584,7 +585,7 @@ async fn repair_steps(ctx: &mut Ctx<'_>, i: usize, steps: &mut Vec<String>) -> R
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let call = client.add_member(id, &addr, true);
+        let call = client.add_member(id, &peer_addr, true);
         tokio::pin!(call);
         let result = loop {
             tokio::select! {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use latchkey_core::CommandResult;
 
-use crate::{Operation, ReplicaFailure};
+use crate::{NodeStatus, Operation, ReplicaFailure};
 
 /// A boxed future, for the object-safe [`LocalReplica`] trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -22,4 +22,8 @@ pub trait LocalReplica: Send + Sync + 'static {
     /// Run `op`: writes, linearizable reads, acquires and keep-alives answer
     /// `NotLeader` without running on a replica that is not the leader.
     fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+
+    /// This replica's view of itself and the cluster, as `Admin.Status`
+    /// answers it.
+    fn status(&self) -> NodeStatus;
 }

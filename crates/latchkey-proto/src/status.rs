@@ -9,8 +9,10 @@ use crate::v1::StatusReply;
 pub struct MemberInfo {
     /// The member's node id.
     pub id: u64,
-    /// `host:port` of the member's peer listener.
-    pub addr: String,
+    /// `host:port` of the member's peer listener (Raft, membership changes).
+    pub peer_addr: String,
+    /// `host:port` of the member's client listener.
+    pub client_addr: String,
     /// A voter (counts toward quorums) or a learner (receives the log only).
     pub voter: bool,
     /// The incarnation of the member's data directory the cluster knows:
@@ -27,8 +29,8 @@ pub struct NodeStatus {
     /// The leader's node id, if this replica knows one (never set while it
     /// is Failed).
     pub leader_id: Option<u64>,
-    /// The leader's address, if this replica knows it (never set while it
-    /// is Failed).
+    /// The leader's client address, if this replica knows it (never set
+    /// while it is Failed).
     pub leader_addr: Option<String>,
     /// This replica's current Raft term.
     pub term: u64,
@@ -70,7 +72,8 @@ impl From<StatusReply> for NodeStatus {
                 .into_iter()
                 .map(|m| MemberInfo {
                     id: m.id,
-                    addr: m.addr,
+                    peer_addr: m.peer_addr,
+                    client_addr: m.client_addr,
                     voter: m.voter,
                     incarnation: m.incarnation,
                 })

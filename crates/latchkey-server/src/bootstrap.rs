@@ -15,7 +15,8 @@
 //!   directory, [`Condition::Waiting`](crate::health::Condition::Waiting),
 //!   until an operator adds it (`latchkey members add`);
 //! - if every other initial member answers and none holds state, it
-//!   initialises with the membership of every member's id, address and
+//!   initialises with the membership of every member's id, peer address (from
+//!   the initial members), client address (from its answer) and
 //!   incarnation. Every member computes the same set, so the initialisations
 //!   agree (openraft's static bootstrap is safe when they do). The member
 //!   with the lowest id initialises at once; the others wait `stagger` (the
@@ -62,8 +63,8 @@ pub enum ClusterState {
 
 /// What one other initial member said.
 enum Answer {
-    /// Not part of a cluster yet, with this incarnation.
-    Fresh(u64),
+    /// Not part of a cluster yet, with this incarnation and client address.
+    Fresh(u64, String),
     /// Already a member of a cluster; whether it knows this replica.
     Member { knows_me: bool },
     /// No answer, or an answer that does not fit.
@@ -87,6 +88,7 @@ async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
         incarnation,
         initialized,
         knows_you,
+        client_addr,
     } = reply.into_inner();
     if node_id != id {
         if warn {
@@ -103,8 +105,10 @@ async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
         Answer::Member {
             knows_me: knows_you,
         }
+    } else if client_addr.is_empty() {
+        Answer::Nothing
     } else {
-        Answer::Fresh(incarnation)
+        Answer::Fresh(incarnation, client_addr)
     }
 }
 
@@ -146,12 +150,19 @@ pub(crate) async fn run(
         let mut missing = Vec::new();
         for (&id, addr) in &members {
             if id == me {
-                incarnations.insert(id, Member::new(addr.clone(), replica.incarnation()));
+                incarnations.insert(
+                    id,
+                    Member::new(
+                        addr.clone(),
+                        replica.client_addr().to_string(),
+                        replica.incarnation(),
+                    ),
+                );
                 continue;
             }
             match ask(&replica, id, addr, warn).await {
-                Answer::Fresh(inc) => {
-                    incarnations.insert(id, Member::new(addr.clone(), inc));
+                Answer::Fresh(inc, client_addr) => {
+                    incarnations.insert(id, Member::new(addr.clone(), client_addr, inc));
                 }
                 Answer::Member { knows_me: true } => {
                     tracing::info!(

@@ -39,7 +39,7 @@ pub(crate) fn failure(
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
             leader: match (f.leader_id, f.leader_node) {
-                (Some(id), Some(n)) => Some((id, n.addr)),
+                (Some(id), Some(n)) => Some((id, n.client_addr)),
                 _ => replica.leader(),
             },
         },
@@ -53,8 +53,9 @@ pub(crate) fn failure(
     }
 }
 
-/// The incarnation of the replica at `addr`, which must be node `id`.
-async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, ReplicaFailure> {
+/// The incarnation and client address of the replica whose peer listener
+/// is at `addr`, which must be node `id`.
+async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<(u64, String), ReplicaFailure> {
     let mut client = replica
         .peer_client(addr)
         .map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
@@ -87,7 +88,12 @@ async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<u64, Replica
             "the replica at {addr} reports no incarnation"
         )));
     }
-    Ok(reply.incarnation)
+    if reply.client_addr.is_empty() {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "the replica at {addr} reports no client address"
+        )));
+    }
+    Ok((reply.incarnation, reply.client_addr))
 }
 
 /// Add (or replace) node `id` at `addr`; see the module docs.
@@ -112,7 +118,7 @@ pub(crate) async fn add_member(
             "node {id} is the leader answering this call; it cannot be added again"
         )));
     }
-    let incarnation = identify(replica, id, addr).await?;
+    let (incarnation, client_addr) = identify(replica, id, addr).await?;
     let raft = replica.raft();
     let membership = raft
         .metrics()
@@ -138,7 +144,7 @@ pub(crate) async fn add_member(
             .await
             .map_err(|e| failure(replica, e))?;
     }
-    let member = Member::new(addr, incarnation);
+    let member = Member::new(addr, client_addr, incarnation);
     let already = known.as_ref() == Some(&member);
     let added = raft
         .add_learner(id, member, false)

@@ -107,7 +107,7 @@ impl PeerNetwork {
 
     fn peer(&self, target: u64, node: &Member) -> Arc<Peer> {
         let mut map = lock(&self.peers);
-        let key = (target, node.addr.clone(), node.incarnation);
+        let key = (target, node.peer_addr.clone(), node.incarnation);
         if let Some(peer) = map.get(&key) {
             return Arc::clone(peer);
         }
@@ -118,7 +118,7 @@ impl PeerNetwork {
             my_incarnation: self.my_incarnation,
             channel: self
                 .credentials
-                .channel(&node.addr)
+                .channel(&node.peer_addr)
                 .map_err(|e| e.to_string()),
             credentials: Arc::clone(&self.credentials),
             idle: Mutex::new(Vec::new()),
@@ -673,7 +673,7 @@ mod tests {
 
     async fn link_to(addr: SocketAddr) -> PeerLink {
         PeerNetwork::default()
-            .new_client(2, &Member::new(addr.to_string(), 0))
+            .new_client(2, &Member::new(addr.to_string(), "", 0))
             .await
     }
 
@@ -740,7 +740,7 @@ mod tests {
                 // A fresh link per task, as openraft makes for leadership
                 // checks: the links share the peer's streams.
                 let mut link = network
-                    .new_client(2, &Member::new(addr.to_string(), 0))
+                    .new_client(2, &Member::new(addr.to_string(), "", 0))
                     .await;
                 tasks.push(tokio::spawn(async move {
                     let mut ok = 0;
@@ -760,7 +760,7 @@ mod tests {
             assert!((1..=8).contains(&opens), "{opens} streams opened");
             // Later links reuse the idle streams instead of opening more.
             let mut link = network
-                .new_client(2, &Member::new(addr.to_string(), 0))
+                .new_client(2, &Member::new(addr.to_string(), "", 0))
                 .await;
             append(&mut link, TTL).await?;
             assert_eq!(peer.opens.load(Ordering::SeqCst), opens);
@@ -852,7 +852,7 @@ mod tests {
             let addr = serve(Arc::clone(&peer)).await?;
             let mut link = network
                 .clone()
-                .new_client(2, &Member::new(addr.to_string(), 7))
+                .new_client(2, &Member::new(addr.to_string(), "", 7))
                 .await;
             let at = |prev| AppendEntriesRequest {
                 prev_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), prev)),
@@ -886,7 +886,7 @@ mod tests {
             // peer, with nothing held against it.
             let mut fresh = network
                 .clone()
-                .new_client(2, &Member::new(addr.to_string(), 8))
+                .new_client(2, &Member::new(addr.to_string(), "", 8))
                 .await;
             peer.lacks_from.store(9, Ordering::SeqCst);
             let reply = fresh.append_entries(at(1), RPCOption::new(TTL)).await?;
@@ -917,7 +917,7 @@ mod tests {
         let peer = Arc::new(FakePeer::default());
         let addr = serve(Arc::clone(&peer)).await?;
         let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), Default::default())
-            .new_client(2, &Member::new(addr.to_string(), 0))
+            .new_client(2, &Member::new(addr.to_string(), "", 0))
             .await;
         for commit in [Some(2), Some(3), Some(5), None] {
             let rpc = AppendEntriesRequest {

@@ -1,11 +1,13 @@
-//! Peers prove they belong: the cluster secret on every replica-to-replica
-//! call.
+//! Peers prove they belong: the cluster secret on every call to the peer
+//! listener.
 //!
-//! Every call of the `Raft` service (AppendEntries, Vote, InstallSnapshot,
-//! Identify) carries the cluster's shared secret in the
-//! [`PEER_SECRET_HEADER`] metadata, and a replica configured with a secret
-//! refuses (UNAUTHENTICATED, before reading the message) a call without it
-//! or with another one. So a stranger who can reach the port cannot forge a
+//! The peer listener serves only the `Raft` service (AppendEntries, Vote,
+//! InstallSnapshot, Identify) and `Membership` (membership changes); client
+//! services are on another listener and never reach either. Every call there
+//! carries the cluster's shared secret in the [`PEER_SECRET_HEADER`]
+//! metadata, and a replica configured with a secret refuses
+//! (UNAUTHENTICATED, before reading the message) a call without it or with
+//! another one. So a stranger who can reach the port cannot forge a
 //! vote (which would make the leader step down and the term jump) or an
 //! AppendEntries (which carries log entries). On top of that, the Raft
 //! service refuses messages from node ids its membership does not hold
@@ -15,9 +17,10 @@
 //! protects only as much as the network does. With TLS ([`ServerTls`]) the
 //! header is encrypted, and peers authenticate each other with
 //! certificates as well: a replica presents its own certificate when it
-//! calls a peer, and refuses `Raft` calls (and membership changes) that
-//! come without a client certificate signed by the cluster's CA
-//! (UNAUTHENTICATED). The certificate also names the node: a Raft call
+//! calls a peer, and its peer listener refuses calls that come without a
+//! client certificate signed by the cluster's CA (UNAUTHENTICATED, with a
+//! message that says so: refusing in the TLS handshake would leave the
+//! caller with only "connection closed"). The certificate also names the node: a Raft call
 //! that says it comes from node N must present a certificate valid for the
 //! DNS name [`peer_certificate_name`]`(N)` (`latchkey-node-N`), or it is
 //! refused (PERMISSION_DENIED), so a replica cannot speak for another even
@@ -302,8 +305,8 @@ impl Interceptor for Check {
                 .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
             log_refusal("a peer call without a client certificate", &from);
             return Err(Status::unauthenticated(
-                "Raft calls need a client certificate signed by the cluster's CA (the calling \
-                 replica's --cert and --key)",
+                "peer calls (Raft, membership changes) need a client certificate signed by the \
+                 cluster's CA: a replica's --cert and --key, or the CLI's",
             ));
         }
         let Some(secret) = &self.secret else {
@@ -319,32 +322,10 @@ impl Interceptor for Check {
             .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
         log_refusal(why, &from);
         Err(Status::unauthenticated(format!(
-            "{why}: this replica accepts Raft calls only from members of its cluster, \
-             which share its --cluster-secret-file"
+            "{why}: this replica's peer listener accepts calls only from members of its \
+             cluster and operators who hold its --cluster-secret-file (the CLI's \
+             --cluster-secret-file, ClientOptions::with_cluster_secret)"
         )))
-    }
-}
-
-/// Refuse a membership change (`Admin.AddMember`, `Admin.ChangeVoters`)
-/// that does not carry the cluster secret, when this replica has one: until
-/// access control exists, changing who is in the cluster takes what a peer
-/// takes.
-pub(crate) fn require_for_admin<T>(check: &Check, request: &Request<T>) -> Result<(), Status> {
-    if check.tls && !has_client_certificate(request) {
-        return Err(Status::unauthenticated(
-            "membership changes need a client certificate signed by the cluster's CA: pass \
-             --cert and --key to the CLI (or ClientOptions::with_tls with an identity)",
-        ));
-    }
-    let Some(secret) = &check.secret else {
-        return Ok(());
-    };
-    match request.metadata().get(PEER_SECRET_HEADER) {
-        Some(offered) if secret.matches(offered.as_bytes()) => Ok(()),
-        _ => Err(Status::unauthenticated(
-            "membership changes need the cluster secret: pass the replicas' \
-             --cluster-secret-file to the CLI (or ClientOptions::with_cluster_secret)",
-        )),
     }
 }
 

@@ -28,6 +28,8 @@ pub struct Replica {
     id: u64,
     /// This replica's data-directory incarnation.
     incarnation: u64,
+    /// Where this replica serves clients (see [`Replica::client_addr`]).
+    client_addr: String,
     raft: Raft<TypeConfig>,
     health: Health,
     /// The Raft transport, for the peer problems it reports.
@@ -47,6 +49,7 @@ impl Replica {
     pub(crate) fn new(
         id: u64,
         incarnation: u64,
+        client_addr: String,
         raft: Raft<TypeConfig>,
         peers: PeerNetwork,
         reader: StateReader,
@@ -59,6 +62,7 @@ impl Replica {
         Replica {
             id,
             incarnation,
+            client_addr,
             raft,
             health: Health::new(),
             peers,
@@ -83,6 +87,12 @@ impl Replica {
     /// This replica's data-directory incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// The address this replica serves clients at, as it reports it to
+    /// peers (`Raft.Identify`) for the membership to record.
+    pub fn client_addr(&self) -> &str {
+        &self.client_addr
     }
 
     pub(crate) fn health(&self) -> &Health {
@@ -144,12 +154,12 @@ impl Replica {
         &self.raft
     }
 
-    /// The leader as this replica knows it: id and address.
+    /// The leader as this replica knows it: id and client address.
     pub fn leader(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader?;
         let node = m.membership_config.membership().get_node(&leader)?;
-        Some((leader, node.addr.clone()))
+        Some((leader, node.client_addr.clone()))
     }
 
     pub(crate) fn is_leader(&self) -> bool {
@@ -439,14 +449,15 @@ impl Replica {
             .nodes()
             .map(|(id, node)| MemberInfo {
                 id: *id,
-                addr: node.addr.clone(),
+                peer_addr: node.peer_addr.clone(),
+                client_addr: node.client_addr.clone(),
                 voter: voters.contains(id),
                 incarnation: node.incarnation,
             })
             .collect();
         let leader_addr = m
             .current_leader
-            .and_then(|l| membership.get_node(&l).map(|n| n.addr.clone()));
+            .and_then(|l| membership.get_node(&l).map(|n| n.client_addr.clone()));
         let raft_state = match m.state {
             ServerState::Leader => "Leader",
             ServerState::Follower => "Follower",
@@ -514,5 +525,9 @@ pub const MAX_ACQUIRE_HOLD: Duration = Duration::from_secs(300);
 impl LocalReplica for Replica {
     fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
         Box::pin(Replica::call(self, op))
+    }
+
+    fn status(&self) -> NodeStatus {
+        Replica::status(self)
     }
 }

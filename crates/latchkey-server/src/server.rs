@@ -1,5 +1,20 @@
 //! [`Server`]: one replica serving gRPC in this process (the facade crate's
 //! `Node` adds an in-process client on top).
+//!
+//! A replica listens twice, at two levels of trust:
+//!
+//! - the **client listener** (`listen`) serves `Kv`, `Lock`, `Pipeline`,
+//!   `Admin.Status`, `grpc.health.v1` and reflection: anyone who may use
+//!   the store;
+//! - the **peer listener** (`peer_listen`, the address in the initial
+//!   members and in `members add`) serves `Raft` and `Membership` only:
+//!   other members, and operators holding the cluster's credentials. Every
+//!   call there needs the cluster secret, and with TLS a client certificate
+//!   of the cluster's CA.
+//!
+//! Nothing on the client listener reaches Raft or membership, so a client
+//! port can be opened to an application's whole network while the peer port
+//! stays between the replicas (firewall it so).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use latchkey_proto::v1::{
     admin_server::AdminServer, kv_server::KvServer, lock_server::LockServer,
-    pipeline_server::PipelineServer, raft_server::RaftServer,
+    membership_server::MembershipServer, pipeline_server::PipelineServer, raft_server::RaftServer,
 };
 use latchkey_proto::NodeStatus;
 use latchkey_storage::StorageOptions;
@@ -24,7 +39,9 @@ use crate::locks::LockShared;
 use crate::network::PeerNetwork;
 use crate::peer_auth::PeerCredentials;
 use crate::replica::Replica;
-use crate::services::{AdminService, KvService, LockService, PipelineService, RaftService};
+use crate::services::{
+    AdminService, KvService, LockService, MembershipService, PipelineService, RaftService,
+};
 use crate::{ClusterSecret, NodeError, RaftSettings, ServerTls, MAX_MESSAGE_BYTES};
 use latchkey_proto::MAX_REQUEST_BYTES;
 use tonic::service::interceptor::InterceptedService;
@@ -37,7 +54,8 @@ use tonic::service::interceptor::InterceptedService;
 /// let server = Server::builder(1)
 ///     .listen("127.0.0.1:7101".parse().expect("literal address"))
 ///     .data_dir("/var/lib/myapp/latchkey")
-///     .initial_members([(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")])
+///     // Peers: this node listens on its own entry, 127.0.0.1:7201.
+///     .initial_members([(1, "127.0.0.1:7201"), (2, "127.0.0.1:7202"), (3, "127.0.0.1:7203")])
 ///     .start()
 ///     .await?;
 /// server.shutdown().await;
@@ -47,6 +65,8 @@ pub struct ServerBuilder {
     id: u64,
     listen: Option<SocketAddr>,
     listener: Option<std::net::TcpListener>,
+    peer_listen: Option<SocketAddr>,
+    peer_listener: Option<std::net::TcpListener>,
     advertise: Option<String>,
     data_dir: Option<PathBuf>,
     initial_members: BTreeMap<u64, String>,
@@ -77,15 +97,16 @@ impl ServerBuilder {
         self
     }
 
-    /// Most connections (peers and clients) held open at once; more are
-    /// closed on accept and logged (default [`crate::DEFAULT_MAX_CONNECTIONS`]).
+    /// Most connections held open at once on each listener (clients, peers);
+    /// more are closed on accept and logged (default
+    /// [`crate::DEFAULT_MAX_CONNECTIONS`]).
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max;
         self
     }
 
-    /// Most connections held open at once from one IP address; more from it
-    /// are closed on accept and logged (default
+    /// Most connections held open at once from one IP address on each
+    /// listener; more from it are closed on accept and logged (default
     /// [`crate::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
     pub fn max_connections_per_address(mut self, max: usize) -> Self {
         self.max_connections_per_address = max;
@@ -99,21 +120,37 @@ impl ServerBuilder {
         self
     }
 
-    /// Listen for peers and clients on `addr`.
+    /// Listen for clients on `addr`. Required (or [`ServerBuilder::listener`]).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = Some(addr);
         self
     }
 
-    /// Serve on an already bound listener (handy with port 0 in tests).
+    /// Serve clients on an already bound listener (handy with port 0 in
+    /// tests).
     pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
         self.listener = Some(listener);
         self
     }
 
-    /// The address peers and clients use to reach this node, if it differs
-    /// from the listen address (default: this node's entry in the initial
-    /// members, else the listen address).
+    /// Listen for peers (Raft, membership changes) on `addr` (default: this
+    /// node's entry in the initial members).
+    pub fn peer_listen(mut self, addr: SocketAddr) -> Self {
+        self.peer_listen = Some(addr);
+        self
+    }
+
+    /// Serve peers on an already bound listener (handy with port 0 in tests).
+    pub fn peer_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.peer_listener = Some(listener);
+        self
+    }
+
+    /// The address clients use to reach this node, if it differs from the
+    /// client listener's address (needed when that is a wildcard such as
+    /// `0.0.0.0`). The membership records it, and clients that must find
+    /// the leader are sent there. Peers reach a node at the address given
+    /// for it in the initial members or in `members add`.
     pub fn advertise(mut self, addr: impl Into<String>) -> Self {
         self.advertise = Some(addr.into());
         self
@@ -125,9 +162,10 @@ impl ServerBuilder {
         self
     }
 
-    /// The cluster's first voters, `(id, "host:port")`. Every initial member
-    /// must be started with the same list; a node that already has data
-    /// ignores it. Leave empty for a node that will be added later.
+    /// The cluster's first voters, `(id, "host:port")` of each one's peer
+    /// listener. Every initial member must be started with the same list; a
+    /// node that already has data ignores it. Leave empty for a node that
+    /// will be added later.
     pub fn initial_members<I, S>(mut self, members: I) -> Self
     where
         I: IntoIterator<Item = (u64, S)>,
@@ -189,24 +227,45 @@ impl ServerBuilder {
         }
         let listener = match (self.listener, self.listen) {
             (Some(l), _) => l,
-            (None, Some(addr)) => std::net::TcpListener::bind(addr)
-                .map_err(|e| NodeError::Io(format!("cannot listen on {addr}: {e}")))?,
+            (None, Some(addr)) => bind("clients", &addr.to_string())?,
+            (None, None) => {
+                return Err(NodeError::Config(
+                    "a client listen address is required (--listen)".into(),
+                ))
+            }
+        };
+        let peer_listener = match (self.peer_listener, self.peer_listen) {
+            (Some(l), _) => l,
+            (None, Some(addr)) => bind("peers", &addr.to_string())?,
             (None, None) => match self.initial_members.get(&id) {
-                Some(a) => std::net::TcpListener::bind(a.as_str())
-                    .map_err(|e| NodeError::Io(format!("cannot listen on {a}: {e}")))?,
-                None => return Err(NodeError::Config("a listen address is required".into())),
+                Some(a) => bind("peers", a)?,
+                None => {
+                    return Err(NodeError::Config(
+                        "a peer listen address is required (--peer-listen)".into(),
+                    ))
+                }
             },
         };
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| NodeError::Io(e.to_string()))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| NodeError::Io(e.to_string()))?;
-        let advertise = self
-            .advertise
-            .or_else(|| self.initial_members.get(&id).cloned())
-            .unwrap_or_else(|| local_addr.to_string());
+        let local_addr = nonblocking_addr(&listener)?;
+        let peer_addr = nonblocking_addr(&peer_listener)?;
+        if local_addr == peer_addr {
+            return Err(NodeError::Config(format!(
+                "the client and peer listeners are both {local_addr}: give them different ports"
+            )));
+        }
+        let advertise = match self.advertise {
+            Some(a) => a,
+            None if local_addr.ip().is_unspecified() => {
+                return Err(NodeError::Config(format!(
+                    "clients are served on the wildcard address {local_addr}: give the address \
+                     clients reach this node at (--advertise)"
+                )))
+            }
+            None => local_addr.to_string(),
+        };
+        credentials
+            .channel(&advertise)
+            .map_err(|e| NodeError::Config(format!("the advertised client address: {e}")))?;
 
         let overlap = self.storage.overlap_leader_fsync;
         let (log_store, mut state_machine) = latchkey_storage::open(&data_dir, self.storage)
@@ -226,9 +285,10 @@ impl ServerBuilder {
                  accepted; give every replica the same --cluster-secret-file"
             );
         }
-        if self.tls.is_none() && !local_addr.ip().is_loopback() {
+        if self.tls.is_none() && !(local_addr.ip().is_loopback() && peer_addr.ip().is_loopback()) {
             tracing::warn!(
                 listen = %local_addr,
+                peer_listen = %peer_addr,
                 "no TLS on an address other than loopback: calls, keys, values, session \
                  secrets and the cluster secret travel in the clear; give every replica \
                  --cert, --key and --cacert (see `latchkey certs`)"
@@ -246,6 +306,7 @@ impl ServerBuilder {
         let replica = Arc::new(Replica::new(
             id,
             incarnation,
+            advertise.clone(),
             raft.clone(),
             network,
             reader,
@@ -267,10 +328,23 @@ impl ServerBuilder {
         // Reflection in both protocol versions: grpc.reflection.v1 (grpcurl,
         // current tools) and v1alpha (what grpcio-reflection's Python
         // client and older tools speak).
+        // Only the services of the client listener are advertised (the
+        // descriptor set holds the peer ones too).
         let reflection_builder = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(latchkey_proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            [
+                "latchkey.v1.Kv",
+                "latchkey.v1.Lock",
+                "latchkey.v1.Pipeline",
+                "latchkey.v1.Admin",
+                "grpc.health.v1.Health",
+            ]
+            .into_iter()
+            .fold(
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(latchkey_proto::FILE_DESCRIPTOR_SET)
+                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+                |builder, name| builder.with_service_name(name),
+            )
         };
         let reflection = reflection_builder()
             .build_v1()
@@ -278,49 +352,21 @@ impl ServerBuilder {
         let reflection_v1alpha = reflection_builder()
             .build_v1alpha()
             .map_err(|e| NodeError::Config(format!("gRPC reflection: {e}")))?;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| NodeError::Io(e.to_string()))?;
-        // With an incoming stream, tonic ignores the builder's tcp_nodelay:
-        // set it on the stream, or Nagle + delayed ACKs add ~40 ms stalls to
-        // replies (reads, lock hand-offs).
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (streams_stop, streams_stopped) = watch::channel(false);
-        let incoming = crate::conn_limit::limit(
-            incoming,
-            self.max_connections,
-            self.max_connections_per_address,
-            self.handshake_timeout,
-        );
         let mut trimmer_stop = streams_stopped.clone();
         tokio::spawn(crate::conn_limit::trim_after_floods(async move {
             let _ = trimmer_stop.wait_for(|stop| *stop).await;
         }));
+        let limits = Limits {
+            max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
+            handshake_timeout: self.handshake_timeout,
+        };
         let check = crate::peer_auth::Check {
             secret: self.secret.clone(),
             tls: self.tls.is_some(),
         };
-        let mut server = tonic::transport::Server::builder();
-        if let Some(tls) = &self.tls {
-            server = server.tls_config(tls.server_config()).map_err(|e| {
-                NodeError::Config(format!("TLS: {}", latchkey_proto::error_chain(&e)))
-            })?;
-        }
-        let server = server
-            .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            // A connection whose peer stopped answering pings is closed.
-            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-            .max_concurrent_streams(crate::MAX_STREAMS_PER_CONNECTION)
-            .add_service(InterceptedService::new(
-                RaftServer::new(RaftService {
-                    replica: replica.clone(),
-                    stopping: streams_stopped.clone(),
-                    tls: self.tls.is_some(),
-                })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                check.clone(),
-            ))
+        let clients = base_server(self.tls.as_ref())?
             .add_service(
                 KvServer::new(KvService {
                     replica: replica.clone(),
@@ -345,19 +391,31 @@ impl ServerBuilder {
             )
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
-                check,
             }))
             .add_service(health_service)
             .add_service(reflection)
-            .add_service(reflection_v1alpha)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stop_rx.await;
-            });
-        let server = tokio::spawn(async move {
-            if let Err(e) = server.await {
-                tracing::error!(error = %e, "gRPC server stopped");
-            }
-        });
+            .add_service(reflection_v1alpha);
+        let peers = base_server(self.tls.as_ref())?
+            .add_service(InterceptedService::new(
+                RaftServer::new(RaftService {
+                    replica: replica.clone(),
+                    stopping: streams_stopped.clone(),
+                    tls: self.tls.is_some(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                check.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                MembershipServer::new(MembershipService {
+                    replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                check,
+            ));
+        let (stop, server) = spawn_serving("clients", clients, listener, &limits)?;
+        let (peer_stop, peer_server) = spawn_serving("peers", peers, peer_listener, &limits)?;
 
         let (health_stop, health_stop_rx) = oneshot::channel::<()>();
         let health_task = tokio::spawn(crate::health::watch(
@@ -394,21 +452,15 @@ impl ServerBuilder {
             None
         };
 
-        let peers: Vec<String> = self
-            .initial_members
-            .iter()
-            .filter(|(i, _)| **i != id)
-            .map(|(_, a)| a.clone())
-            .collect();
         Ok(Server {
             id,
             advertise,
             local_addr,
+            peer_addr,
             replica,
-            peers,
-            stop: Some(stop_tx),
+            stops: vec![stop, peer_stop],
             streams_stop,
-            server: Some(server),
+            servers: vec![server, peer_server],
             lock_stop: Some(lock_stop),
             lock_task: Some(lock_task),
             health_stop: Some(health_stop),
@@ -427,13 +479,13 @@ pub struct Server {
     id: u64,
     advertise: String,
     local_addr: SocketAddr,
+    peer_addr: SocketAddr,
     replica: Arc<Replica>,
-    /// The other initial members' addresses.
-    peers: Vec<String>,
-    stop: Option<oneshot::Sender<()>>,
+    /// Stop the client and the peer listener.
+    stops: Vec<oneshot::Sender<()>>,
     /// Ends the open `AppendEntriesStream`s (see `RaftService::stopping`).
     streams_stop: watch::Sender<bool>,
-    server: Option<JoinHandle<()>>,
+    servers: Vec<JoinHandle<()>>,
     lock_stop: Option<oneshot::Sender<()>>,
     lock_task: Option<JoinHandle<()>>,
     health_stop: Option<oneshot::Sender<()>>,
@@ -449,6 +501,8 @@ impl Server {
             id,
             listen: None,
             listener: None,
+            peer_listen: None,
+            peer_listener: None,
             advertise: None,
             data_dir: None,
             initial_members: BTreeMap::new(),
@@ -468,14 +522,19 @@ impl Server {
         self.id
     }
 
-    /// The address peers and clients reach this node at.
+    /// The address clients reach this node at.
     pub fn advertise_addr(&self) -> &str {
         &self.advertise
     }
 
-    /// The socket address the gRPC server is bound to.
+    /// The socket address the client listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The socket address the peer listener is bound to.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
     }
 
     /// The replica's request path, which an in-process client calls
@@ -484,10 +543,16 @@ impl Server {
         Arc::clone(&self.replica)
     }
 
-    /// The other initial members' addresses (where an in-process client
-    /// looks for the leader besides this replica).
-    pub fn peers(&self) -> &[String] {
-        &self.peers
+    /// The client addresses of the other members this replica knows (where
+    /// an in-process client looks for the leader besides this replica; it
+    /// learns more from the replicas' leader hints).
+    pub fn other_members(&self) -> Vec<String> {
+        self.status()
+            .members
+            .into_iter()
+            .filter(|m| m.id != self.id)
+            .map(|m| m.client_addr)
+            .collect()
     }
 
     /// This replica's view of itself and the cluster: leader, term, last
@@ -580,7 +645,7 @@ impl Server {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
         self.streams_stop.send_replace(true);
-        if let Some(stop) = self.stop.take() {
+        for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
         if let Some(stop) = self.lock_stop.take() {
@@ -593,7 +658,7 @@ impl Server {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
         self.replica.close();
-        if let Some(server) = self.server.take() {
+        for server in self.servers.drain(..) {
             let abort = server.abort_handle();
             if tokio::time::timeout(Duration::from_secs(5), server)
                 .await
@@ -633,8 +698,10 @@ impl Drop for Server {
         if let Some(stop) = self.lock_stop.take() {
             let _ = stop.send(());
         }
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if !self.stops.is_empty() {
+            for stop in self.stops.drain(..) {
+                let _ = stop.send(());
+            }
             let raft = self.replica.raft().clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
@@ -643,4 +710,76 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// Bind `addr` for `what` ("clients", "peers").
+fn bind(what: &str, addr: &str) -> Result<std::net::TcpListener, NodeError> {
+    std::net::TcpListener::bind(addr)
+        .map_err(|e| NodeError::Io(format!("cannot listen for {what} on {addr}: {e}")))
+}
+
+/// Make `listener` non-blocking (tokio needs it) and return its address.
+fn nonblocking_addr(listener: &std::net::TcpListener) -> Result<SocketAddr, NodeError> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| NodeError::Io(e.to_string()))?;
+    listener
+        .local_addr()
+        .map_err(|e| NodeError::Io(e.to_string()))
+}
+
+/// The connection limits each listener enforces (see `crate::conn_limit`).
+struct Limits {
+    max_connections: usize,
+    max_connections_per_address: usize,
+    handshake_timeout: Duration,
+}
+
+/// The HTTP/2 settings both listeners share, with TLS when given. (On the
+/// peer listener, calls without a client certificate are refused by
+/// `peer_auth::Check`.)
+fn base_server(tls: Option<&ServerTls>) -> Result<tonic::transport::Server, NodeError> {
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server
+            .tls_config(tls.server_config())
+            .map_err(|e| NodeError::Config(format!("TLS: {}", latchkey_proto::error_chain(&e))))?;
+    }
+    Ok(server
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        // A connection whose peer stopped answering pings is closed.
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(crate::MAX_STREAMS_PER_CONNECTION))
+}
+
+/// Serve `router` on `listener` (within `limits`) in a task, until the
+/// returned sender fires.
+fn spawn_serving(
+    what: &'static str,
+    router: tonic::transport::server::Router,
+    listener: std::net::TcpListener,
+    limits: &Limits,
+) -> Result<(oneshot::Sender<()>, JoinHandle<()>), NodeError> {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).map_err(|e| NodeError::Io(e.to_string()))?;
+    // With an incoming stream, tonic ignores the builder's tcp_nodelay:
+    // set it on the stream, or Nagle + delayed ACKs add ~40 ms stalls to
+    // replies (reads, lock hand-offs).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = crate::conn_limit::limit(
+        incoming,
+        limits.max_connections,
+        limits.max_connections_per_address,
+        limits.handshake_timeout,
+    );
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let serving = router.serve_with_incoming_shutdown(incoming, async {
+        let _ = stop_rx.await;
+    });
+    let task = tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            tracing::error!(listener = what, error = %e, "gRPC server stopped");
+        }
+    });
+    Ok((stop, task))
 }

@@ -1,6 +1,7 @@
 //! The gRPC services a replica serves: the client API (`Kv`, `Lock`, and
 //! `Pipeline`, which carries the same calls on one stream, all answered by
-//! [`answer`]), `Admin`, and the replicas' own `Raft` transport.
+//! [`answer`]) and `Admin` (status) on the client listener; the replicas'
+//! own `Raft` transport and `Membership` changes on the peer listener.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -10,9 +11,9 @@ use futures::Stream;
 use latchkey_core::codec;
 use latchkey_proto::v1::{
     self, admin_server::Admin, call::Request as Req, call_reply::Reply as Rep, kv_server::Kv,
-    lock_server::Lock, pipeline_server::Pipeline, raft_server::Raft as RaftRpc, AddMemberRequest,
-    AdminReply, ChangeVotersRequest, IdentifyReply, IdentifyRequest, Member, RaftMessage,
-    StatusReply, StatusRequest,
+    lock_server::Lock, membership_server::Membership, pipeline_server::Pipeline,
+    raft_server::Raft as RaftRpc, AddMemberRequest, AdminReply, ChangeVotersRequest, IdentifyReply,
+    IdentifyRequest, Member, RaftMessage, StatusReply, StatusRequest,
 };
 use latchkey_proto::{wire, ReplicaFailure, Rpc};
 use serde::Serialize;
@@ -219,6 +220,7 @@ impl RaftRpc for RaftService {
             )));
         }
         Ok(Response::new(IdentifyReply {
+            client_addr: self.replica.client_addr().to_string(),
             node_id: self.replica.id(),
             incarnation: self.replica.incarnation(),
             // A membership, not merely a vote: a replica that granted a vote
@@ -331,12 +333,9 @@ impl Pipeline for PipelineService {
     }
 }
 
-/// Cluster status and membership changes.
+/// Cluster status (client listener).
 pub struct AdminService {
     pub(crate) replica: Arc<Replica>,
-    /// Membership changes need what a peer call needs (see
-    /// `peer_auth::require_for_admin`).
-    pub(crate) check: crate::peer_auth::Check,
 }
 
 fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
@@ -362,7 +361,8 @@ impl Admin for AdminService {
                 .into_iter()
                 .map(|m| Member {
                     id: m.id,
-                    addr: m.addr,
+                    peer_addr: m.peer_addr,
+                    client_addr: m.client_addr,
                     voter: m.voter,
                     incarnation: m.incarnation,
                 })
@@ -373,14 +373,26 @@ impl Admin for AdminService {
             peer_problems: s.peer_problems,
         }))
     }
+}
 
+/// Membership changes (peer listener only, behind the peer check: the
+/// cluster secret and, with TLS, a client certificate of the cluster's CA).
+pub struct MembershipService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+#[tonic::async_trait]
+impl Membership for MembershipService {
     async fn add_member(
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        crate::peer_auth::require_for_admin(&self.check, &request)?;
-        let AddMemberRequest { id, addr, voter } = request.into_inner();
-        let result = crate::membership::add_member(&self.replica, id, &addr, voter).await;
+        let AddMemberRequest {
+            id,
+            peer_addr,
+            voter,
+        } = request.into_inner();
+        let result = crate::membership::add_member(&self.replica, id, &peer_addr, voter).await;
         Ok(admin_reply(result))
     }
 
@@ -388,7 +400,6 @@ impl Admin for AdminService {
         &self,
         request: Request<ChangeVotersRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        crate::peer_auth::require_for_admin(&self.check, &request)?;
         let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
         if voters.is_empty() {
             return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(

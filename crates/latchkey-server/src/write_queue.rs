@@ -159,7 +159,7 @@ fn wall_millis() -> u64 {
 
 pub(crate) fn hint(f: &ForwardToLeader<u64, Member>) -> Option<(u64, String)> {
     match (f.leader_id, &f.leader_node) {
-        (Some(id), Some(node)) => Some((id, node.addr.clone())),
+        (Some(id), Some(node)) => Some((id, node.client_addr.clone())),
         _ => None,
     }
 }

@@ -218,8 +218,11 @@ mod tests {
 
     fn meta() -> SnapshotMeta {
         let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
-        let nodes: BTreeMap<u64, Member> =
-            [(1, Member::new("a:1", 1)), (2, Member::new("b:2", 2))].into();
+        let nodes: BTreeMap<u64, Member> = [
+            (1, Member::new("a:1", "a:0", 1)),
+            (2, Member::new("b:2", "b:0", 2)),
+        ]
+        .into();
         let voters: BTreeSet<u64> = [1, 2].into();
         SnapshotMeta {
             last_log_id: Some(log_id),

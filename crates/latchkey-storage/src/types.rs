@@ -5,8 +5,15 @@ use serde::{Deserialize, Serialize};
 /// A replica's id in the cluster.
 pub type NodeId = u64;
 
-/// What the replicated membership records of each member: where to reach
-/// it, and which incarnation of its data directory joined the cluster.
+/// What the replicated membership records of each member: where its peers
+/// and its clients reach it, and which incarnation of its data directory
+/// joined the cluster.
+///
+/// A replica listens twice: for peers (Raft and membership changes, members
+/// only) and for clients. The peer address is the one given in the initial
+/// members or to `members add`; the client address is what the replica
+/// itself reports when asked who it is (`Raft.Identify`), and what clients
+/// are pointed to when they must find the leader.
 ///
 /// A data directory draws a random incarnation when it is created
 /// ([`crate::ack_mark`]). Raft messages are addressed to a member's
@@ -16,22 +23,30 @@ pub type NodeId = u64;
 /// before it votes.
 ///
 /// ```
-/// let m = latchkey_storage::Member::new("127.0.0.1:7101", 42);
-/// assert_eq!(m.to_string(), "127.0.0.1:7101#42");
+/// let m = latchkey_storage::Member::new("127.0.0.1:7201", "127.0.0.1:7101", 42);
+/// assert_eq!(m.to_string(), "127.0.0.1:7201#42 (clients 127.0.0.1:7101)");
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     /// `host:port` of the replica's peer listener.
-    pub addr: String,
+    pub peer_addr: String,
+    /// `host:port` of the replica's client listener.
+    pub client_addr: String,
     /// The incarnation of its data directory (never 0 for a real member).
     pub incarnation: u64,
 }
 
 impl Member {
-    /// A member at `addr` with data directory `incarnation`.
-    pub fn new(addr: impl Into<String>, incarnation: u64) -> Self {
+    /// A member whose peers reach it at `peer_addr` and clients at
+    /// `client_addr`, with data directory `incarnation`.
+    pub fn new(
+        peer_addr: impl Into<String>,
+        client_addr: impl Into<String>,
+        incarnation: u64,
+    ) -> Self {
         Member {
-            addr: addr.into(),
+            peer_addr: peer_addr.into(),
+            client_addr: client_addr.into(),
             incarnation,
         }
     }
@@ -39,7 +54,11 @@ impl Member {
 
 impl std::fmt::Display for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}#{}", self.addr, self.incarnation)
+        write!(
+            f,
+            "{}#{} (clients {})",
+            self.peer_addr, self.incarnation, self.client_addr
+        )
     }
 }
 

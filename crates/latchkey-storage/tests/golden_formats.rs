@@ -89,9 +89,9 @@ fn varint(n: u64) -> Vec<u8> {
 fn members() -> Membership<u64, Member> {
     let voters: BTreeSet<u64> = [1, 2].into();
     let nodes: BTreeMap<u64, Member> = [
-        (1, Member::new("10.0.0.1:7101", 11)),
-        (2, Member::new("10.0.0.2:7101", 22)),
-        (3, Member::new("10.0.0.3:7101", 300)),
+        (1, Member::new("10.0.0.1:7201", "10.0.0.1:7101", 11)),
+        (2, Member::new("10.0.0.2:7201", "10.0.0.2:7101", 22)),
+        (3, Member::new("10.0.0.3:7201", "10.0.0.3:7101", 300)),
     ]
     .into();
     Membership::new(vec![voters], nodes)
@@ -120,7 +120,7 @@ const LOG_ID_3_1_7: &str = "03 01 07";
 
 /// codec(entry 7).
 const NORMAL_ENTRY: &str = "
-    03              # FORMAT_VERSION
+    04              # FORMAT_VERSION
     03 01 07        # log id: term 3, node 1, index 7
     01              # EntryPayload::Normal
     fb e803         # Request.now = 1000 (varint u16)
@@ -130,19 +130,22 @@ const NORMAL_ENTRY: &str = "
 
 /// codec(entry 8).
 const MEMBERSHIP_ENTRY: &str = "
-    03              # FORMAT_VERSION
+    04              # FORMAT_VERSION
     03 01 08        # log id: term 3, node 1, index 8
     02              # EntryPayload::Membership
     01 02 01 02     # configs: one config, voters {1, 2}
     03              # nodes: 3 (a node outside every config is a learner)
-    01 0d 31302e302e302e313a37313031  0b      # 1: Member { addr \"10.0.0.1:7101\", incarnation 11 }
-    02 0d 31302e302e302e323a37313031  16      # 2: Member { \"10.0.0.2:7101\", 22 }
-    03 0d 31302e302e302e333a37313031  fb2c01  # 3: Member { \"10.0.0.3:7101\", 300 (varint u16) }
+    01 0d 31302e302e302e313a37323031          # 1: Member { peer_addr \"10.0.0.1:7201\",
+       0d 31302e302e302e313a37313031  0b      #   client_addr \"10.0.0.1:7101\", incarnation 11 }
+    02 0d 31302e302e302e323a37323031          # 2: Member { \"10.0.0.2:7201\",
+       0d 31302e302e302e323a37313031  16      #   \"10.0.0.2:7101\", 22 }
+    03 0d 31302e302e302e333a37323031          # 3: Member { \"10.0.0.3:7201\",
+       0d 31302e302e302e333a37313031  fb2c01  #   \"10.0.0.3:7101\", 300 (varint u16) }
 ";
 
 /// codec(entry 9).
 const BLANK_ENTRY: &str = "
-    03
+    04
     03 01 09        # log id
     00              # EntryPayload::Blank
 ";
@@ -158,7 +161,7 @@ const BLANK_ENTRY: &str = "
 /// a migration or refuse old data.
 #[test]
 fn log_entries_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 3);
+    assert_eq!(FORMAT_VERSION, 4);
     let cases = [
         ("normal entry", normal_entry(), NORMAL_ENTRY),
         ("membership entry", membership_entry(), MEMBERSHIP_ENTRY),
@@ -193,29 +196,32 @@ fn raw(db: &DB, cf: &str, key: &[u8]) -> Vec<u8> {
 
 /// codec(`Vote`) of a committed vote for leader 1 in term 3.
 const VOTE: &str = "
-    03              # FORMAT_VERSION
+    04              # FORMAT_VERSION
     03 01           # leader id: term 3, node 1
     01              # committed: true
 ";
 /// codec(`Option<LogId>`): the committed log id (3, 1, 8).
 const COMMITTED: &str = "
-    03
+    04
     01 03 01 08     # Some(log id (3, 1, 8))
 ";
 /// codec(`LogId`) of the last applied entry (3, 1, 8).
 const LAST_APPLIED: &str = "
-    03
+    04
     03 01 08        # log id (3, 1, 8)
 ";
 /// codec(`StoredMembership`): entry 8's membership.
 const STORED_MEMBERSHIP: &str = "
-    03
+    04
     01 03 01 08     # log id of the entry that introduced it: Some((3, 1, 8))
     01 02 01 02     # configs
     03              # nodes, as in the membership entry
-    01 0d 31302e302e302e313a37313031  0b
-    02 0d 31302e302e302e323a37313031  16
-    03 0d 31302e302e302e333a37313031  fb2c01
+    01 0d 31302e302e302e313a37323031
+       0d 31302e302e302e313a37313031  0b
+    02 0d 31302e302e302e323a37323031
+       0d 31302e302e302e323a37313031  16
+    03 0d 31302e302e302e333a37323031
+       0d 31302e302e302e333a37313031  fb2c01
 ";
 
 /// Where a replica keeps the log and the state machine's metadata, and in
@@ -306,39 +312,45 @@ fn the_log_and_the_state_machine_are_stored_as_pinned() {
 /// ```
 const SNAPSHOT: &str = "
     4c4b534e41503031            # magic \"LKSNAP01\"
-    00000049                    # header frame: 73 bytes
-      03 00                     #   version, Frame::Header
+    00000073                    # header frame: 115 bytes
+      04 00                     #   version, Frame::Header
       01 03 01 08               #   meta.last_log_id: Some((3, 1, 8))
       01 03 01 08               #   meta.last_membership: log id Some((3, 1, 8)),
       01 02 01 02  03           #     configs, 3 nodes:
-      01 0d 31302e302e302e313a37313031  0b
-      02 0d 31302e302e302e323a37313031  16
-      03 0d 31302e302e302e333a37313031  fb2c01
+      01 0d 31302e302e302e313a37323031
+         0d 31302e302e302e313a37313031  0b
+      02 0d 31302e302e302e323a37323031
+         0d 31302e302e302e323a37313031  16
+      03 0d 31302e302e302e333a37323031
+         0d 31302e302e302e333a37313031  fb2c01
       07 332d312d382d30         #   meta.snapshot_id: \"3-1-8-0\"
     00000016                    # rows frame: 22 bytes
-      03 01                     #   version, Frame::Rows
+      04 01                     #   version, Frame::Rows
       02                        #   2 rows, keys ascending:
       02 446b  01 76            #   \"Dk\" = \"v\"
       04 4d6e6f77  08 00000000000003e8  # \"Mnow\" = 1000 (u64 big-endian)
     00000003                    # end frame: 3 bytes
-      03 02 02                  #   version, Frame::End, rows: 2
-    a3c7005c55542034            # FNV-1a 64 of everything above, big-endian
+      04 02 02                  #   version, Frame::End, rows: 2
+    853e0ff8990e6325            # FNV-1a 64 of everything above, big-endian
 ";
 
 /// codec(Frame::Header { meta }) up to the snapshot id, the meta's last
 /// field: last log id (3, 1, 8), membership of entry 8.
 const SNAPSHOT_HEADER_BEFORE_ID: &str = "
-    03 00
+    04 00
     01 03 01 08
     01 03 01 08  01 02 01 02  03
-    01 0d 31302e302e302e313a37313031  0b
-    02 0d 31302e302e302e323a37313031  16
-    03 0d 31302e302e302e333a37313031  fb2c01
+    01 0d 31302e302e302e313a37323031
+       0d 31302e302e302e313a37313031  0b
+    02 0d 31302e302e302e323a37323031
+       0d 31302e302e302e323a37313031  16
+    03 0d 31302e302e302e333a37323031
+       0d 31302e302e302e333a37313031  fb2c01
 ";
 /// codec(Frame::Rows([("Dk", "v"), ("Mnow", 1000 big-endian)])).
-const SNAPSHOT_ROWS: &str = "03 01 02  02 446b 01 76  04 4d6e6f77 08 00000000000003e8";
+const SNAPSHOT_ROWS: &str = "04 01 02  02 446b 01 76  04 4d6e6f77 08 00000000000003e8";
 /// codec(Frame::End { rows: 2 }).
-const SNAPSHOT_END: &str = "03 02 02";
+const SNAPSHOT_END: &str = "04 02 02";
 
 /// FNV-1a, 64 bit, as the blob's trailer.
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -462,22 +474,22 @@ const MARK_SLOT_1: &str = "
     4c4b4d41524b3031        # magic \"LKMARK01\"
     0100000000000000        # seq 1 (u64 little-endian)
     10000000                # payload: 16 bytes (u32 little-endian)
-    03                      # codec(MarkRecord): FORMAT_VERSION
+    04                      # codec(MarkRecord): FORMAT_VERSION
     fd 8877665544332211     #   incarnation (varint u64, little-endian)
     01 03 02 01             #   vote: Some({ term 3, node 2, committed })
     0a                      #   log_index 10
     07                      #   floor 7
-    e3fda069                # CRC-32 (little-endian)
+    96055994                # CRC-32 (little-endian)
 ";
 /// Slot with sequence 2: the same directory, log index 12, floor 12.
 const MARK_SLOT_2: &str = "
     4c4b4d41524b3031
     0200000000000000        # seq 2
     10000000
-    03 fd 8877665544332211 01 03 02 01
+    04 fd 8877665544332211 01 03 02 01
     0c                      # log_index 12
     0c                      # floor 12
-    ca84f6aa
+    bf7c0f57
 ";
 
 fn mark_record(log_index: u64, floor: u64) -> MarkRecord {
@@ -606,23 +618,26 @@ const MARK_VOTE_3_2: &str = "01 03 02 01";
 
 /// codec(VoteRequest): candidate 2 in term 4, last log id (3, 1, 9).
 const VOTE_REQUEST: &str = "
-    03
+    04
     04 02 00        # vote: term 4, node 2, not committed
     01 03 01 09     # last_log_id: Some((3, 1, 9))
 ";
 /// codec(AppendEntriesRequest): leader 1 in term 3, after (3, 1, 6),
 /// entries 7 and 8, committed up to 6.
 const APPEND_ENTRIES: &str = "
-    03
+    04
     03 01 01        # vote: term 3, node 1, committed
     01 03 01 06     # prev_log_id: Some((3, 1, 6))
     02              # 2 entries:
     03 01 07  01 fbe803 00 01 6b 01 76      # entry 7, as NORMAL_ENTRY
     03 01 08                                # entry 8, as MEMBERSHIP_ENTRY
     02  01 02 01 02  03
-    01 0d 31302e302e302e313a37313031  0b
-    02 0d 31302e302e302e323a37313031  16
-    03 0d 31302e302e302e333a37313031  fb2c01
+    01 0d 31302e302e302e313a37323031
+       0d 31302e302e302e313a37313031  0b
+    02 0d 31302e302e302e323a37323031
+       0d 31302e302e302e323a37313031  16
+    03 0d 31302e302e302e333a37323031
+       0d 31302e302e302e333a37313031  fb2c01
     01 03 01 06     # leader_commit: Some((3, 1, 6))
 ";
 

@@ -198,13 +198,16 @@ struct LockArgs {
 
 #[derive(Debug, Subcommand)]
 enum Members {
-    /// Add node ID, the replica answering at ADDR: it catches up as a
-    /// learner, then becomes a voter. Also replaces a member whose data
-    /// directory was wiped or replaced (the cluster knows it by another
-    /// incarnation): the old member is removed first.
+    /// Add node ID, the replica whose peer listener (its --peer-listen)
+    /// answers at PEER_ADDR: it catches up as a learner, then becomes a
+    /// voter. Also replaces a member whose data directory was wiped or
+    /// replaced (the cluster knows it by another incarnation): the old
+    /// member is removed first. Membership changes go to the leader's peer
+    /// listener, so they need --cluster-secret-file (and with TLS, --cert
+    /// and --key of the cluster's CA).
     Add {
         id: u64,
-        addr: String,
+        peer_addr: String,
         /// Add as a non-voting learner only.
         #[arg(long)]
         learner: bool,
@@ -218,18 +221,25 @@ struct Serve {
     /// This replica's id (1 or more, unique in the cluster).
     #[arg(long)]
     id: u64,
-    /// Address to listen on for peers and clients.
+    /// Address to listen on for clients.
     #[arg(long)]
     listen: std::net::SocketAddr,
+    /// Address to listen on for peers (Raft and membership changes; other
+    /// members and operators with the cluster's credentials only). Default:
+    /// this node's entry in --initial-members.
+    #[arg(long)]
+    peer_listen: Option<std::net::SocketAddr>,
     /// Directory for this replica's RocksDB data.
     #[arg(long)]
     data_dir: PathBuf,
-    /// The cluster's first voters: ID=HOST:PORT separated by commas. The
-    /// same list on every initial member; omit on a node to be added later.
+    /// The cluster's first voters: ID=HOST:PORT of each one's peer listener,
+    /// separated by commas. The same list on every initial member; omit on
+    /// a node to be added later.
     #[arg(long, value_delimiter = ',', value_parser = parse_member)]
     initial_members: Vec<(u64, String)>,
-    /// Address peers and clients use to reach this node (default: its entry
-    /// in --initial-members, else --listen).
+    /// Address clients use to reach this node (default: --listen; needed
+    /// when that is a wildcard such as 0.0.0.0). The membership records it
+    /// and clients are sent there to find the leader.
     #[arg(long)]
     advertise: Option<String>,
     /// Build a snapshot (and purge the log) after this many entries.
@@ -251,8 +261,8 @@ struct Serve {
     /// be added with `latchkey members add`.
     #[arg(long, value_enum, default_value = "new")]
     initial_cluster_state: InitialClusterState,
-    /// Most connections (peers and clients) held open at once; more are
-    /// closed on accept and logged.
+    /// Most connections held open at once on each listener (clients,
+    /// peers); more are closed on accept and logged.
     #[arg(long, default_value_t = latchkey::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
     /// Most connections held open at once from one IP address; more from
@@ -575,7 +585,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Members(m) => {
             let c = client(&args)?;
             match m {
-                Members::Add { id, addr, learner } => c.add_member(*id, addr, !*learner).await?,
+                Members::Add {
+                    id,
+                    peer_addr,
+                    learner,
+                } => c.add_member(*id, peer_addr, !*learner).await?,
                 Members::Remove { id } => c.remove_voter(*id).await?,
             }
             out(&[b"OK\n"])?;
@@ -644,16 +658,17 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
                 .iter()
                 .map(|m| {
                     format!(
-                        "{}={}#{}{}",
+                        "{}={}#{} (clients {}){}",
                         m.id,
-                        m.addr,
+                        m.peer_addr,
                         m.incarnation,
+                        m.client_addr,
                         if m.voter { "" } else { " (learner)" }
                     )
                 })
                 .collect();
             text.push_str(&format!(
-                "members (id=address#incarnation): {}\n",
+                "members (id=peer address#incarnation): {}\n",
                 members.join(", ")
             ));
         }
@@ -790,6 +805,9 @@ async fn serve(
     if let Some(a) = &s.advertise {
         builder = builder.advertise(a.clone());
     }
+    if let Some(a) = s.peer_listen {
+        builder = builder.peer_listen(a);
+    }
     if let Some(path) = secret_file {
         let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
         builder = builder.cluster_secret(secret);
@@ -804,6 +822,7 @@ async fn serve(
     tracing::info!(
         id = s.id,
         listen = %node.local_addr(),
+        peer_listen = %node.peer_addr(),
         incarnation = node.incarnation(),
         "serving"
     );

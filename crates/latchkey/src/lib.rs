@@ -57,8 +57,28 @@ pub use node::{Node, NodeBuilder};
 pub mod certs;
 mod node;
 
+/// `n` distinct free loopback addresses (`127.0.0.1:PORT`), for tools that
+/// start a local cluster of `latchkey serve` processes (two per replica: a
+/// client and a peer listener). The ports are free when this returns; a
+/// process of the machine could still take one before the replica binds it.
+///
+/// ```
+/// let addrs = latchkey::free_loopback_addrs(2).expect("free ports");
+/// assert_ne!(addrs[0], addrs[1]);
+/// ```
+pub fn free_loopback_addrs(n: usize) -> std::io::Result<Vec<String>> {
+    // All held at once, so they are distinct, then released.
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    held.iter()
+        .map(|l| Ok(l.local_addr()?.to_string()))
+        .collect()
+}
+
 /// The `--initial-members` value of `latchkey serve` for replicas numbered
-/// 1, 2, ... in the order of `addrs` (`ID=HOST:PORT`, comma-separated), as
+/// 1, 2, ... in the order of `addrs`, their peer addresses (`ID=HOST:PORT`,
+/// comma-separated), as
 /// tools that start a local cluster pass it.
 ///
 /// ```

@@ -23,7 +23,8 @@ use latchkey_server::{
 /// let node = Node::builder(1)
 ///     .listen("127.0.0.1:7101".parse().expect("literal address"))
 ///     .data_dir("/var/lib/myapp/latchkey")
-///     .initial_members([(1, "127.0.0.1:7101"), (2, "127.0.0.1:7102"), (3, "127.0.0.1:7103")])
+///     // Peers: this node listens on its own entry, 127.0.0.1:7201.
+///     .initial_members([(1, "127.0.0.1:7201"), (2, "127.0.0.1:7202"), (3, "127.0.0.1:7203")])
 ///     .start()
 ///     .await?;
 /// let kv = node.client();
@@ -39,21 +40,34 @@ pub struct NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// Listen for peers and clients on `addr`.
+    /// Listen for clients on `addr` (see [`ServerBuilder::listen`]).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.server = self.server.listen(addr);
         self
     }
 
-    /// Serve on an already bound listener (handy with port 0 in tests).
+    /// Serve clients on an already bound listener (handy with port 0 in
+    /// tests).
     pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
         self.server = self.server.listener(listener);
         self
     }
 
-    /// The address peers and clients use to reach this node, if it differs
-    /// from the listen address (default: this node's entry in the initial
-    /// members, else the listen address).
+    /// Listen for peers on `addr` (see [`ServerBuilder::peer_listen`];
+    /// default: this node's entry in the initial members).
+    pub fn peer_listen(mut self, addr: SocketAddr) -> Self {
+        self.server = self.server.peer_listen(addr);
+        self
+    }
+
+    /// Serve peers on an already bound listener.
+    pub fn peer_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.server = self.server.peer_listener(listener);
+        self
+    }
+
+    /// The address clients use to reach this node, if it differs from the
+    /// client listener's address (see [`ServerBuilder::advertise`]).
     pub fn advertise(mut self, addr: impl Into<String>) -> Self {
         self.server = self.server.advertise(addr);
         self
@@ -65,9 +79,10 @@ impl NodeBuilder {
         self
     }
 
-    /// The cluster's first voters, `(id, "host:port")`. Every initial member
-    /// must be started with the same list; a node that already has data
-    /// ignores it. Leave empty for a node that will be added later.
+    /// The cluster's first voters, `(id, "host:port")` of each one's peer
+    /// listener. Every initial member must be started with the same list; a
+    /// node that already has data ignores it. Leave empty for a node that
+    /// will be added later.
     pub fn initial_members<I, S>(mut self, members: I) -> Self
     where
         I: IntoIterator<Item = (u64, S)>,
@@ -155,7 +170,7 @@ impl NodeBuilder {
         if let (None, Some(tls)) = (&options.tls, &self.tls) {
             options = options.with_tls(tls.client_options());
         }
-        let client = match Client::with_local(server.replica(), server.peers().to_vec(), options) {
+        let client = match Client::with_local(server.replica(), server.other_members(), options) {
             Ok(client) => client,
             Err(e) => {
                 server.shutdown().await;
@@ -191,14 +206,19 @@ impl Node {
         self.server.id()
     }
 
-    /// The address peers and clients reach this node at.
+    /// The address clients reach this node at.
     pub fn advertise_addr(&self) -> &str {
         self.server.advertise_addr()
     }
 
-    /// The socket address the gRPC server is bound to.
+    /// The socket address the client listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// The socket address the peer listener is bound to.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.server.peer_addr()
     }
 
     /// A client that uses this replica directly while it leads and forwards

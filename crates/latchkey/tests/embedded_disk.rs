@@ -77,7 +77,7 @@ fn only(addr: &str) -> Result<Client, Error> {
 async fn a_replica_whose_raft_core_stops_fails_and_answers_unavailable() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
         let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         nodes[&1].client().put("before", "ok").await?;
         let node = &nodes[&leader];
@@ -104,7 +104,7 @@ async fn a_replica_whose_raft_core_stops_fails_and_answers_unavailable() -> Test
         assert_eq!(status.state, "Failed");
         assert_eq!(status.leader_id, None, "a failed replica names no leader");
         assert!(!node.is_leader());
-        let addr = &members[(leader - 1) as usize].1;
+        let addr = nodes[&leader].advertise_addr();
         match only(addr)?.put("after", "x").await {
             Err(Error::Unavailable { last, .. }) => {
                 assert!(last.contains("failed"), "{last}")
@@ -166,14 +166,17 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
         old.shutdown().await;
         std::fs::remove_dir_all(dir.path().join(format!("node-{victim}")))?;
         let addr = members[(victim - 1) as usize].1.clone();
-        let listener = TcpListener::bind(&addr)?;
-        let fresh = start(victim, listener, dir.path(), &members).await?;
+        let ports = common::Ports {
+            client: TcpListener::bind("127.0.0.1:0")?,
+            peer: TcpListener::bind(&addr)?,
+        };
+        let fresh = start(victim, ports, dir.path(), &members).await?;
         assert_ne!(fresh.incarnation(), old_incarnation);
         wait_until("the wiped member to wait", || fresh.waiting().is_some()).await?;
         let why = fresh.waiting().unwrap_or_default();
         assert!(why.contains("members add"), "{why}");
         assert_eq!(fresh.status().state, "Waiting");
-        wait_health(&addr, ServingStatus::NotServing).await?;
+        wait_health(fresh.advertise_addr(), ServingStatus::NotServing).await?;
         // The leader refuses to count it as the member it knew.
         kv.put("while-waiting", "v").await?;
         assert!(
@@ -182,7 +185,7 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
         );
 
         let admin = Client::with_options(
-            [members[(leader - 1) as usize].1.clone()],
+            [nodes[&leader].advertise_addr()],
             latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
         )?;
         admin.add_member(victim, &addr, true).await?;
@@ -200,8 +203,8 @@ async fn a_wiped_member_waits_and_is_replaced() -> TestResult {
         .await?;
         assert_eq!(fresh.status().state, "Follower");
         assert_eq!(fresh.waiting(), None);
-        wait_health(&addr, ServingStatus::Serving).await?;
-        let direct = Client::connect([addr.clone()])?;
+        wait_health(fresh.advertise_addr(), ServingStatus::Serving).await?;
+        let direct = Client::connect([fresh.advertise_addr()])?;
         for key in ["k000", "k119", "while-waiting"] {
             assert_eq!(
                 direct.get_with(key, Consistency::Stale).await?,

@@ -121,8 +121,9 @@ async fn attack(
             return Err(format!("{what}: a forged snapshot was answered: {reply:?}").into())
         }
     }
-    if code == tonic::Code::Unauthenticated {
-        // Not even who a replica is may be asked without the secret.
+    if code != tonic::Code::PermissionDenied {
+        // Not even who a replica is may be asked without the secret (or on
+        // the client listener).
         let identify = raft
             .identify(latchkey_proto::v1::IdentifyRequest {
                 from_id: STRANGER,
@@ -191,6 +192,26 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
                 tonic::Code::PermissionDenied,
             )
             .await?;
+            // The client listener serves neither Raft nor membership, even
+            // to a caller with the secret.
+            let client_port = node.advertise_addr();
+            let unimplemented = tonic::Code::Unimplemented;
+            attack(node, client_port, Some(SECRET), &forged, unimplemented).await?;
+            let channel = tonic::transport::Channel::from_shared(format!("http://{client_port}"))?
+                .connect()
+                .await?;
+            let mut membership =
+                latchkey_proto::v1::membership_client::MembershipClient::with_interceptor(
+                    channel,
+                    common::SecretHeader(Some(SECRET)),
+                );
+            let change = membership
+                .change_voters(latchkey_proto::v1::ChangeVotersRequest { voters: vec![1] })
+                .await;
+            match change {
+                Err(status) => assert_eq!(status.code(), unimplemented, "{status}"),
+                Ok(reply) => return Err(format!("membership on the client port: {reply:?}").into()),
+            }
         }
 
         // Nothing moved: same leader, term and log everywhere, and the
@@ -214,12 +235,13 @@ async fn single(
     cap: usize,
     handshake: Duration,
 ) -> Result<(Node, String), Box<dyn std::error::Error>> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?.to_string();
+    let ports = common::Ports::bind()?;
+    let addr = ports.client.local_addr()?.to_string();
     let node = Node::builder(1)
-        .listener(listener)
+        .initial_members([(1, ports.peer_addr()?)])
+        .listener(ports.client)
+        .peer_listener(ports.peer)
         .data_dir(dir.join("node-1"))
-        .initial_members([(1, addr.clone())])
         .cluster_secret(common::secret())
         .max_connections(cap)
         .handshake_timeout(handshake)
@@ -293,8 +315,7 @@ async fn membership_changes_need_the_cluster_secret() -> TestResult {
         let dir = tempfile::tempdir()?;
         let (nodes, members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
-        let endpoints: Vec<&str> = members.iter().map(|(_, a)| a.as_str()).collect();
-        let stranger = latchkey::Client::connect(endpoints.iter().copied())?;
+        let stranger = latchkey::Client::connect(common::client_addrs(&nodes))?;
         let before = nodes[&1].status().members;
         match stranger.change_voters([1, 2]).await {
             Err(latchkey::Error::InvalidArgument(why)) => {

@@ -32,11 +32,11 @@ struct Cluster {
 impl Cluster {
     async fn start() -> Result<Cluster, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         Ok(Cluster {
+            addrs: common::client_addrs(&nodes),
             nodes,
-            addrs: members.into_iter().map(|(_, a)| a).collect(),
             _dir: dir,
         })
     }

@@ -32,7 +32,7 @@ async fn wait_until<F: FnMut() -> bool>(what: &str, mut f: F) -> TestResult {
 async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
         let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         // Every node's in-process client works, leader or not.
         for (id, node) in &nodes {
@@ -49,7 +49,7 @@ async fn three_nodes_form_a_cluster_and_forward_writes() -> TestResult {
             .await?;
         assert_eq!(page.entries.len(), 3);
         // A remote client given only a follower's address finds the leader.
-        let remote = Client::connect([members[(follower - 1) as usize].1.clone()])?;
+        let remote = Client::connect([nodes[&follower].advertise_addr()])?;
         assert_eq!(remote.get("from/1").await?, Some(b"x".to_vec()));
         let status = nodes[&leader].status();
         assert_eq!(status.members.len(), 3);
@@ -111,13 +111,17 @@ async fn restarted_node_keeps_data_and_does_not_reinitialise() -> TestResult {
         }
         let seq = kv.next_sequence("ids", 5).await?;
         let term_before = nodes[&1].status().term;
+        let clients = common::client_addrs(&nodes);
         for node in std::mem::take(&mut nodes).into_values() {
             node.shutdown().await;
         }
         // Restart all three on the same data and ports.
-        for (id, addr) in &members {
-            let l = TcpListener::bind(addr.as_str())?;
-            nodes.insert(*id, start(*id, l, dir.path(), &members).await?);
+        for ((id, addr), client) in members.iter().zip(&clients) {
+            let ports = common::Ports {
+                client: TcpListener::bind(client.as_str())?,
+                peer: TcpListener::bind(addr.as_str())?,
+            };
+            nodes.insert(*id, start(*id, ports, dir.path(), &members).await?);
         }
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let kv = nodes[&2].client();
@@ -149,7 +153,7 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         let dir = tempfile::tempdir()?;
         let mut listeners = reserve(4)?;
         let fourth = listeners.remove(&4).ok_or("no 4th listener")?;
-        let fourth_addr = fourth.local_addr()?.to_string();
+        let fourth_addr = fourth.peer_addr()?;
         let members = addrs(&listeners)?;
         let mut nodes = BTreeMap::new();
         for (id, l) in listeners {
@@ -162,9 +166,8 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         }
         // Node 4 starts empty, without initial members, and waits to be added.
         let n4 = start(4, fourth, dir.path(), &[]).await?;
-        let endpoints: Vec<String> = members.iter().map(|(_, a)| a.clone()).collect();
         let admin = Client::with_options(
-            &endpoints,
+            common::client_addrs(&nodes),
             latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
         )?;
         admin.add_member(4, &fourth_addr, false).await?;
@@ -175,7 +178,7 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         })
         .await?;
         // The new voter serves stale reads from its own state.
-        let direct = Client::connect([fourth_addr.clone()])?;
+        let direct = Client::connect([n4.advertise_addr()])?;
         assert_eq!(
             direct.get_with("k79", Consistency::Stale).await?,
             Some(b"v".to_vec())
@@ -228,6 +231,25 @@ async fn bad_configuration_is_a_clear_error() -> TestResult {
         .err()
         .ok_or("no data dir accepted")?;
     assert!(err.to_string().contains("data directory"), "{err}");
+    // Both listeners are needed, on different ports; a wildcard client
+    // address needs an advertised one.
+    let err = Node::builder(1)
+        .listener(TcpListener::bind("127.0.0.1:0")?)
+        .data_dir(dir.path().join("a"))
+        .start()
+        .await
+        .err()
+        .ok_or("no peer listener accepted")?;
+    assert!(err.to_string().contains("--peer-listen"), "{err}");
+    let err = Node::builder(1)
+        .listen("0.0.0.0:0".parse()?)
+        .peer_listener(TcpListener::bind("127.0.0.1:0")?)
+        .data_dir(dir.path().join("b"))
+        .start()
+        .await
+        .err()
+        .ok_or("a wildcard client address without --advertise accepted")?;
+    assert!(err.to_string().contains("--advertise"), "{err}");
     let _ = ClientOptions::default();
     Ok(())
 }
@@ -240,9 +262,9 @@ async fn bad_configuration_is_a_clear_error() -> TestResult {
 async fn concurrent_writes_keep_their_own_results() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let remote = Client::connect(members.iter().map(|(_, a)| a.clone()))?;
+        let remote = Client::connect(common::client_addrs(&nodes))?;
         remote.put("warm-up", "x").await?;
         let mut tasks = Vec::new();
         for i in 0..48u32 {
@@ -392,7 +414,7 @@ async fn shutdown_ends_open_streams() -> TestResult {
         let dir = tempfile::tempdir()?;
         let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let addr = format!("http://{}", members[0].1);
+        let addr = format!("http://{}", nodes[&1].advertise_addr());
         let mut raft = common::raft_client(&members[0].1, Some(common::SECRET)).await?;
         let (requests, outgoing) = tokio::sync::mpsc::channel(1);
         let mut replies = raft
@@ -522,9 +544,10 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let mut pipeline = PipelineClient::connect(format!("http://{}", members[0].1)).await?;
+        let mut pipeline =
+            PipelineClient::connect(format!("http://{}", nodes[&1].advertise_addr())).await?;
         let (frames, outgoing) = tokio::sync::mpsc::channel(4);
         let mut answers = pipeline
             .calls(ReceiverStream::new(outgoing))
@@ -713,11 +736,14 @@ async fn an_undecodable_call_frame_ends_the_stream_with_invalid_argument() -> Te
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 1).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        let channel = tonic::transport::Channel::from_shared(format!("http://{}", members[0].1))?
-            .connect()
-            .await?;
+        let channel = tonic::transport::Channel::from_shared(format!(
+            "http://{}",
+            nodes[&1].advertise_addr()
+        ))?
+        .connect()
+        .await?;
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready().await?;
         let good = frame(vec![put_call(1, b"before", b"v")?]).encode_to_vec();
@@ -777,9 +803,9 @@ async fn health_and_reflection_are_served() -> TestResult {
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 3).await?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
-        for (_, addr) in &members {
+        for addr in &common::client_addrs(&nodes) {
             let channel = latchkey_proto::channel(addr, Duration::from_secs(1), None)?;
             let mut health = HealthClient::new(channel.clone());
             for service in [
@@ -824,7 +850,6 @@ async fn health_and_reflection_are_served() -> TestResult {
                 "latchkey.v1.Lock",
                 "latchkey.v1.Pipeline",
                 "latchkey.v1.Admin",
-                "latchkey.v1.Raft",
                 "grpc.health.v1.Health",
             ] {
                 assert!(
@@ -832,12 +857,19 @@ async fn health_and_reflection_are_served() -> TestResult {
                     "{addr}: {names:?} lacks {wanted}"
                 );
             }
+            // The peer services are not on the client listener.
+            for peer_only in ["latchkey.v1.Raft", "latchkey.v1.Membership"] {
+                assert!(
+                    !names.iter().any(|n| n == peer_only),
+                    "{addr}: {names:?} advertises {peer_only}"
+                );
+            }
         }
         // A replica that shuts down tells whoever watches its health that
         // it no longer serves, and an open Watch does not hold the shutdown.
         let mut nodes = nodes;
         let node = nodes.remove(&3).ok_or("no node 3")?;
-        let channel = latchkey_proto::channel(&members[2].1, Duration::from_secs(1), None)?;
+        let channel = latchkey_proto::channel(node.advertise_addr(), Duration::from_secs(1), None)?;
         let mut watch = HealthClient::new(channel)
             .watch(HealthCheckRequest {
                 service: String::new(),

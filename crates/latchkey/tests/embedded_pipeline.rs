@@ -29,14 +29,13 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// A started cluster with its leader's and a follower's address.
 struct Cluster {
     nodes: BTreeMap<u64, Node>,
-    members: Vec<(u64, String)>,
     leader: u64,
     follower: u64,
 }
 
 impl Cluster {
     async fn start(dir: &std::path::Path) -> Result<Cluster, Box<dyn std::error::Error>> {
-        let (nodes, members) = start_cluster(dir, 3).await?;
+        let (nodes, _members) = start_cluster(dir, 3).await?;
         let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         let follower = nodes
             .keys()
@@ -45,17 +44,16 @@ impl Cluster {
             .ok_or("no follower")?;
         Ok(Cluster {
             nodes,
-            members,
             leader,
             follower,
         })
     }
 
+    /// Node `id`'s client address.
     fn addr(&self, id: u64) -> String {
-        self.members
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, a)| a.clone())
+        self.nodes
+            .get(&id)
+            .map(|n| n.advertise_addr().to_string())
             .unwrap_or_default()
     }
 

@@ -58,12 +58,13 @@ async fn start_tls_cluster(
     let listeners = reserve(n)?;
     let members = addrs(&listeners)?;
     let mut nodes = BTreeMap::new();
-    for (id, listener) in listeners {
+    for (id, ports) in listeners {
         let cert = ca.issue(&format!("latchkey node {id}"), &node_names(id), false)?;
         let tls = ServerTls::new(identity(&cert)?, trust(ca)?)
             .require_client_certificate(require_client_certificate);
         let node = Node::builder(id)
-            .listener(listener)
+            .listener(ports.client)
+            .peer_listener(ports.peer)
             .data_dir(dir.join(format!("node-{id}")))
             .initial_members(members.iter().cloned())
             .raft_settings(settings())
@@ -191,12 +192,12 @@ async fn a_tls_cluster_serves_and_refuses_what_it_must() -> TestResult {
             .values()
             .find(|n| n.id() != leader)
             .ok_or("no follower")?;
-        let addr = target.local_addr().to_string();
+        let addr = target.peer_addr().to_string();
         let mut anonymous = raft_over_tls(&addr, &trust(&ca)?)?;
         let answer = anonymous.vote(vote_for(target, member, term)?).await;
-        assert_eq!(
-            answer.as_ref().map(|_| ()).map_err(|s| s.code()),
-            Err(tonic::Code::Unauthenticated),
+        let text = format!("{answer:?}").to_lowercase();
+        assert!(
+            answer.is_err() && text.contains("certificate"),
             "a vote without a client certificate: {answer:?}"
         );
         // A valid certificate of the cluster's CA speaks only for the node
@@ -244,9 +245,9 @@ async fn a_tls_cluster_serves_and_refuses_what_it_must() -> TestResult {
         // Membership changes without a client certificate are refused too,
         // though the client has the cluster secret.
         let refused = good.add_member(9, "127.0.0.1:1", false).await;
-        let text = format!("{refused:?}");
+        let text = format!("{refused:?}").to_lowercase();
         assert!(
-            refused.is_err() && text.contains("client certificate"),
+            refused.is_err() && text.contains("certificate"),
             "a membership change without a client certificate: {refused:?}"
         );
 

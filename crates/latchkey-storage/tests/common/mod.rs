@@ -24,7 +24,16 @@ pub fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
     let voters: BTreeSet<u64> = voters.iter().copied().collect();
     let nodes: BTreeMap<u64, Member> = voters
         .iter()
-        .map(|&id| (id, Member::new(format!("127.0.0.1:{}", 7000 + id), id)))
+        .map(|&id| {
+            (
+                id,
+                Member::new(
+                    format!("127.0.0.1:{}", 7000 + id),
+                    format!("127.0.0.1:{}", 8000 + id),
+                    id,
+                ),
+            )
+        })
         .collect();
     Entry {
         log_id: log_id(term, index),

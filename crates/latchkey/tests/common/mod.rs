@@ -10,16 +10,43 @@ use std::path::Path;
 
 use latchkey::{ClusterSecret, Node, RaftSettings};
 
-pub fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, TcpListener>> {
-    (1..=n)
-        .map(|id| Ok((id, TcpListener::bind("127.0.0.1:0")?)))
+/// A node's two loopback listeners, bound before it starts.
+pub struct Ports {
+    pub client: TcpListener,
+    pub peer: TcpListener,
+}
+
+impl Ports {
+    pub fn bind() -> std::io::Result<Ports> {
+        Ok(Ports {
+            client: TcpListener::bind("127.0.0.1:0")?,
+            peer: TcpListener::bind("127.0.0.1:0")?,
+        })
+    }
+
+    /// The peer listener's address (what the initial members name).
+    pub fn peer_addr(&self) -> std::io::Result<String> {
+        Ok(self.peer.local_addr()?.to_string())
+    }
+}
+
+pub fn reserve(n: u64) -> std::io::Result<BTreeMap<u64, Ports>> {
+    (1..=n).map(|id| Ok((id, Ports::bind()?))).collect()
+}
+
+/// The initial members: each node's peer address.
+pub fn addrs(listeners: &BTreeMap<u64, Ports>) -> std::io::Result<Vec<(u64, String)>> {
+    listeners
+        .iter()
+        .map(|(id, p)| Ok((*id, p.peer_addr()?)))
         .collect()
 }
 
-pub fn addrs(listeners: &BTreeMap<u64, TcpListener>) -> std::io::Result<Vec<(u64, String)>> {
-    listeners
-        .iter()
-        .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
+/// Every node's client address, in id order.
+pub fn client_addrs(nodes: &BTreeMap<u64, Node>) -> Vec<String> {
+    nodes
+        .values()
+        .map(|n| n.advertise_addr().to_string())
         .collect()
 }
 
@@ -42,12 +69,13 @@ pub fn settings() -> RaftSettings {
 
 pub async fn start(
     id: u64,
-    listener: TcpListener,
+    ports: Ports,
     dir: &Path,
     members: &[(u64, String)],
 ) -> Result<Node, Box<dyn std::error::Error>> {
     Ok(Node::builder(id)
-        .listener(listener)
+        .listener(ports.client)
+        .peer_listener(ports.peer)
         .data_dir(dir.join(format!("node-{id}")))
         .initial_members(members.iter().cloned())
         .raft_settings(settings())
@@ -57,7 +85,8 @@ pub async fn start(
 }
 
 /// Start `n` nodes (ids 1..=n) forming one cluster in `dir`; returns them
-/// and the member list `(id, address)`.
+/// and the initial members `(id, peer address)` (clients reach a node at
+/// its `advertise_addr()`, see [`client_addrs`]).
 pub async fn start_cluster(
     dir: &Path,
     n: u64,
@@ -93,7 +122,8 @@ impl tonic::service::Interceptor for SecretHeader {
     }
 }
 
-/// A Raft client calling `addr` with `secret` (`Some(SECRET)`: as a peer).
+/// A Raft client calling the peer listener at `addr` with `secret`
+/// (`Some(SECRET)`: as a peer).
 pub type RaftCaller = latchkey_proto::v1::raft_client::RaftClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, SecretHeader>,
 >;
