@@ -15,7 +15,7 @@ use latchkey_proto::v1::lock_client::LockClient;
 use latchkey_proto::v1::pipeline_client::PipelineClient;
 use latchkey_proto::v1::raft_client::RaftClient;
 use latchkey_proto::v1::{self as v1, Call, CallFrame, ErrorKind, RaftMessage};
-use support::{eventually, run_cli, Cluster, LEADER_WAIT, TEST_LIMIT};
+use support::{eventually, run_cli, run_cli_with_stdin, Cluster, LEADER_WAIT, TEST_LIMIT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -407,6 +407,8 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
         .context("seq did not print a number")?;
     ensure!(next >= first + 10, "seq printed {first} then {next}");
 
+    cli_access_control(c).await?;
+
     // status --json names a leader that the nodes agree on.
     eventually(
         Duration::from_secs(30),
@@ -441,6 +443,102 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
         },
     )
     .await?;
+    Ok(())
+}
+
+/// Users, roles and `auth enable` from the CLI: once on, a call without a
+/// user exits 2 naming what is missing, a user's role lets it write under
+/// its prefix only (the refusal names user, permission and key), a wrong
+/// password is refused; root turns it off again. The cluster secret (which
+/// `Cluster::cli` passes) is the cluster's own credential and acts as root,
+/// so the user calls here name only the endpoints.
+async fn cli_access_control(c: &Cluster) -> Result<()> {
+    let endpoints = c.endpoints_arg();
+    let as_user = |user: &'static str| {
+        let endpoints = endpoints.clone();
+        move |args: &[&str]| {
+            let mut all = vec!["--endpoints".to_string(), endpoints.clone()];
+            if !user.is_empty() {
+                all.extend(["--user".to_string(), user.to_string()]);
+            }
+            all.extend(args.iter().map(|a| a.to_string()));
+            async move {
+                let all: Vec<&str> = all.iter().map(String::as_str).collect();
+                run_cli(&all).await
+            }
+        }
+    };
+    let with_secret = |args: &[&str], stdin: &str| {
+        let secret = c.secret_file();
+        let endpoints = endpoints.clone();
+        let all: Vec<String> = ["--endpoints", &endpoints, "--cluster-secret-file", &secret]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(args.iter().map(|a| a.to_string()))
+            .collect();
+        let stdin = stdin.to_string();
+        async move {
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            run_cli_with_stdin(&all, Some(&stdin)).await
+        }
+    };
+    for (user, password) in [("root", "root-pw"), ("app", "app-pw")] {
+        let out = with_secret(&["user", "add", user], &format!("{password}\n")).await?;
+        ensure!(out.ok()? == "OK\n", "user add {user}: {out:?}");
+    }
+    for args in [
+        &["role", "add", "jobs"][..],
+        &["role", "grant", "jobs", "write", "jobs/"],
+        &["role", "grant", "jobs", "read", "jobs/"],
+        &["user", "grant-role", "app", "jobs"],
+        &["auth", "enable"],
+    ] {
+        let out = with_secret(args, "").await?;
+        ensure!(out.ok()? == "OK\n", "{args:?}: {out:?}");
+    }
+    let anonymous = as_user("");
+    let out = anonymous(&["put", "jobs/1", "x"]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("access control is enabled"),
+        "a put without a user: {out:?}"
+    );
+    let app = as_user("app:app-pw");
+    let out = app(&["put", "jobs/1", "x"]).await?;
+    ensure!(out.ok()? == "OK\n", "app's put under its prefix: {out:?}");
+    let out = app(&["put", "billing/1", "x"]).await?;
+    ensure!(
+        out.code == Some(2)
+            && out.stderr.contains("permission denied")
+            && out.stderr.contains("write")
+            && out.stderr.contains("billing/1"),
+        "app's put outside its prefix: {out:?}"
+    );
+    let out = app(&["auth", "status"]).await?;
+    ensure!(
+        out.ok()? == "access control: enabled\nuser: app\n",
+        "auth status: {out:?}"
+    );
+    let out = app(&["role", "get", "jobs"]).await?;
+    ensure!(
+        out.code == Some(2),
+        "app reads roles without admin: {out:?}"
+    );
+    let wrong = as_user("app:nope");
+    let out = wrong(&["get", "jobs/1"]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("wrong user or password"),
+        "a wrong password: {out:?}"
+    );
+    let root = as_user("root:root-pw");
+    let out = root(&["role", "get", "jobs"]).await?;
+    ensure!(
+        out.ok()? == "read\tjobs/\nwrite\tjobs/\n",
+        "role get: {out:?}"
+    );
+    let out = root(&["auth", "disable"]).await?;
+    ensure!(out.ok()? == "OK\n", "auth disable: {out:?}");
+    let out = anonymous(&["get", "jobs/1"]).await?;
+    ensure!(out.ok()? == "x\n", "a get once disabled: {out:?}");
     Ok(())
 }
 

@@ -95,9 +95,13 @@ class Router:
     most `patience` seconds.
     """
 
-    def __init__(self, endpoints, patience=PATIENCE, credentials=None):
+    def __init__(self, endpoints, patience=PATIENCE, credentials=None, user=None):
         self.endpoints = list(endpoints)
         self.credentials = credentials  # grpc.ssl_channel_credentials, or plaintext
+        # (name, password): sent as call metadata (access control).
+        self.metadata = (
+            [("latchkey-user", user[0]), ("latchkey-password", user[1])] if user else None
+        )
         self.leader = self.endpoints[0]  # a guess, corrected by NOT_LEADER
         self.patience = patience
         self._channels = {}
@@ -119,7 +123,7 @@ class Router:
             return self._channels[addr]
 
     def stub(self, service, addr=None):
-        """`service` is "Kv", "Lock", "Pipeline" or "Admin"."""
+        """`service` is "Kv", "Lock", "Pipeline", "Admin" or "Auth"."""
         return getattr(rpc, service + "Stub")(self.channel(addr or self.leader))
 
     def _next_endpoint(self, addr):
@@ -143,7 +147,9 @@ class Router:
             addr = self.leader
             redirected = False
             try:
-                reply = getattr(self.stub(service, addr), method)(request, timeout=timeout)
+                reply = getattr(self.stub(service, addr), method)(
+                    request, timeout=timeout, metadata=self.metadata
+                )
             except grpc.RpcError as e:
                 last = f"{addr}: gRPC status {e.code().name}: {e.details()}"
                 retry = idempotent and e.code() in (
@@ -737,6 +743,61 @@ def section_reflection(router, ns):
     check(health.status == serving, f"latchkey.v1.Kv's health is {health.status}, not SERVING")
 
 
+def section_auth(router, ns):
+    """Access control over the typed API: users and roles set with
+    Auth.Change; once enabled, a call without a user is refused
+    (AUTH_REQUIRED), a user whose roles lack the permission is refused
+    (PERMISSION_DENIED naming user, permission and key), a wrong password is
+    UNAUTHENTICATED; root turns it off again. Runs last: it changes the
+    cluster's rules while it runs."""
+    app = "py-app-%d" % time.time_ns()
+    role = app + "-role"
+
+    def change(r, what, **change):
+        return expect_ok(what, r.call("Auth", "Change", pb.AuthChangeRequest(**change)))
+
+    root_router = Router(router.endpoints, credentials=router.credentials, user=("root", "root-pw"))
+    added = router.call(
+        "Auth", "Change", pb.AuthChangeRequest(add_user=pb.AuthUser(name="root", password="root-pw"))
+    )
+    if error_of(added) is not None:  # a second run against the same cluster
+        check("exists" in error_of(added).message, f"add root: {describe(error_of(added))}")
+    change(router, "add app", add_user=pb.AuthUser(name=app, password="app-pw"))
+    change(router, "add role", add_role=role)
+    for permission in (pb.PERMISSION_READ, pb.PERMISSION_WRITE):
+        grant = pb.AuthRoleGrant(role=role, grant=pb.Grant(permission=permission, prefix=ns))
+        change(router, "grant", grant_permission=grant)
+    change(router, "grant role", grant_role=pb.AuthUserRole(user=app, role=role))
+    change(router, "enable", enable=pb.AuthEmpty())
+    try:
+        status = router.call("Auth", "Status", pb.AuthStatusRequest())
+        check(status.enabled and status.user == "", f"status {status}")
+        put = pb.PutRequest(key=ns + b"auth", value=b"v")
+        expect_error("anonymous put", router.call("Kv", "Put", put), pb.ERROR_KIND_AUTH_REQUIRED)
+        app_router = Router(router.endpoints, credentials=router.credentials, user=(app, "app-pw"))
+        expect_ok("put under the granted prefix", app_router.call("Kv", "Put", put))
+        outside = pb.PutRequest(key=b"py-outside/" + ns, value=b"v")
+        error = expect_error(
+            "put outside the prefix",
+            app_router.call("Kv", "Put", outside),
+            pb.ERROR_KIND_PERMISSION_DENIED,
+        )
+        check(
+            error.user == app and error.permission == "write" and "py-outside" in error.resource,
+            f"PERMISSION_DENIED names user, permission and key: {describe(error)}",
+        )
+        wrong = Router(router.endpoints, credentials=router.credentials, user=(app, "wrong"))
+        try:
+            wrong.call("Kv", "Put", put)
+        except Failure as e:
+            check("UNAUTHENTICATED" in str(e), f"a wrong password: {e}")
+        else:
+            raise Failure("a wrong password was accepted")
+    finally:
+        change(root_router, "disable", disable=pb.AuthEmpty())
+    expect_ok("anonymous put once disabled", router.call("Kv", "Put", put))
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
@@ -744,6 +805,7 @@ SECTIONS = [
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),
     ("reflection", section_reflection),
+    ("auth", section_auth),
 ]
 
 

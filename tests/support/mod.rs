@@ -542,13 +542,17 @@ impl Cluster {
 
     /// Run the CLI with `--endpoints` naming every node and the cluster
     /// secret (membership changes need it), then `args`.
-    pub async fn cli(&self, args: &[&str]) -> Result<CliOutput> {
-        let endpoints = self.endpoints_arg();
-        let secret = self
-            .dir
+    /// The cluster secret file the replicas run with.
+    pub fn secret_file(&self) -> String {
+        self.dir
             .as_ref()
             .map(|d| d.path().join("cluster.secret").display().to_string())
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    pub async fn cli(&self, args: &[&str]) -> Result<CliOutput> {
+        let endpoints = self.endpoints_arg();
+        let secret = self.secret_file();
         let mut all = vec![
             "--endpoints",
             endpoints.as_str(),
@@ -729,13 +733,32 @@ impl CliOutput {
 
 /// Run the `latchkey` binary with `args` (bounded by 60 s).
 pub async fn run_cli(args: &[&str]) -> Result<CliOutput> {
-    let run = tokio::process::Command::new(bin())
+    run_cli_with_stdin(args, None).await
+}
+
+/// [`run_cli`] with `input` on its stdin (e.g. a password).
+pub async fn run_cli_with_stdin(args: &[&str], input: Option<&str>) -> Result<CliOutput> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(bin())
         .args(args)
         .env_remove("LATCHKEY_ENDPOINTS")
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .spawn()
+        .with_context(|| format!("run `latchkey {}`", args.join(" ")))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .await
+            .context("write stdin")?;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
         .map_err(|_| anyhow!("`latchkey {}` did not finish within 60 s", args.join(" ")))?
         .with_context(|| format!("run `latchkey {}`", args.join(" ")))?;

@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::router::Attempt;
+use crate::router::{classify_status, Attempt};
 use crate::transport::{decode, Answer};
 use crate::ReplicaFailure;
 
@@ -67,6 +67,7 @@ pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(1);
 /// broke.
 pub(crate) struct CallStream {
     channel: Channel,
+    user: Option<crate::transport::Credentials>,
     current: Mutex<Option<Arc<Open>>>,
     /// Held while a stream is being opened, so concurrent requests share
     /// one open.
@@ -142,9 +143,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl CallStream {
-    pub(crate) fn new(channel: Channel, frames: Arc<AtomicU64>) -> CallStream {
+    pub(crate) fn new(
+        channel: Channel,
+        frames: Arc<AtomicU64>,
+        user: Option<crate::transport::Credentials>,
+    ) -> CallStream {
         CallStream {
             channel,
+            user,
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             frames,
@@ -156,7 +162,8 @@ impl CallStream {
     pub(crate) async fn send(&self, request: Req, budget: Duration) -> Answer {
         let open = match self.open(budget).await {
             Ok(open) => open,
-            Err(why) => return Err(Attempt::NotSent(why)),
+            Err(Err(status)) => return Err(classify_status(&status)),
+            Err(Ok(why)) => return Err(Attempt::NotSent(why)),
         };
         let id = open.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
@@ -196,13 +203,15 @@ impl CallStream {
     }
 
     /// The open stream, or a new one if there is none or it ended.
-    async fn open(&self, budget: Duration) -> Result<Arc<Open>, String> {
+    /// Fails with the reason (`Ok`), or with the replica's refusal to open
+    /// one (`Err`: wrong credentials, which no retry mends).
+    async fn open(&self, budget: Duration) -> Result<Arc<Open>, Result<String, tonic::Status>> {
         if let Some(open) = self.usable() {
             return Ok(open);
         }
         let limit = (budget / 2).min(OPEN_TIMEOUT);
         let Ok(_opening) = tokio::time::timeout(limit, self.opening.lock()).await else {
-            return Err(format!("the call stream was not open within {limit:?}"));
+            return Err(Ok(format!("the call stream was not open within {limit:?}")));
         };
         // Whoever held the lock may have opened one, or found none.
         if let Some(open) = self.usable() {
@@ -215,13 +224,16 @@ impl CallStream {
             PipelineClient::new(self.channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES)
-                .calls(frames_of(outgoing, frames)),
+                .calls(crate::transport::as_user(
+                    &self.user,
+                    frames_of(outgoing, frames),
+                )),
         )
         .await;
         let Ok(response) = opened else {
-            return Err(format!(
+            return Err(Ok(format!(
                 "the replica did not accept a call stream within {limit:?}"
-            ));
+            )));
         };
         match response {
             Ok(response) => {
@@ -235,11 +247,12 @@ impl CallStream {
                 *lock(&self.current) = Some(Arc::clone(&open));
                 Ok(open)
             }
-            Err(status) => Err(format!(
+            Err(status) if status.code() == tonic::Code::Unauthenticated => Err(Err(status)),
+            Err(status) => Err(Ok(format!(
                 "cannot open the call stream: {}: {}",
                 status.code(),
                 status.message()
-            )),
+            ))),
         }
     }
 

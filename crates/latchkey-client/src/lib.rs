@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+pub mod auth;
 mod call_stream;
 mod error;
 pub mod fence;
@@ -54,6 +55,8 @@ pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate
 pub use kv::{Batch, Client, Consistency, ScanPage};
 // The contract shared with replicas lives in latchkey-proto; re-exported
 // here because client users meet these types.
+pub use auth::UserInfo;
+pub use latchkey_core::auth::Permission;
 pub use latchkey_core::lock::{
     HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
 };
@@ -63,6 +66,6 @@ pub use latchkey_proto::{
     TlsOptions, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES,
 };
 pub use lock::{Lock, LockGuard};
-pub use router::{channel, ClientOptions};
+pub use router::{channel, ClientOptions, UserCredentials};
 pub use session::Session;
 pub use transport::TransportStats;

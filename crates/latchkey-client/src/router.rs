@@ -44,6 +44,39 @@ pub struct ClientOptions {
     /// present their certificate if the replicas ask for one. Default:
     /// plaintext. A client with TLS never falls back to plaintext.
     pub tls: Option<TlsOptions>,
+    /// The user every call is made as, when the replicas run access
+    /// control (see [`ClientOptions::with_user`]). Default: none.
+    pub user: Option<UserCredentials>,
+}
+
+/// A user's name and password (its `Debug` form does not show the
+/// password).
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserCredentials {
+    /// The user's name.
+    pub name: String,
+    password: String,
+}
+
+impl UserCredentials {
+    /// `name` with `password`.
+    pub fn new(name: impl Into<String>, password: impl Into<String>) -> UserCredentials {
+        UserCredentials {
+            name: name.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+}
+
+impl std::fmt::Debug for UserCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserCredentials({:?}, ..)", self.name)
+    }
 }
 
 impl Default for ClientOptions {
@@ -57,6 +90,7 @@ impl Default for ClientOptions {
             call_stream: true,
             cluster_secret: None,
             tls: None,
+            user: None,
         }
     }
 }
@@ -92,6 +126,22 @@ impl ClientOptions {
     /// Set [`ClientOptions::max_backoff`].
     pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
         self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Make every call as user `name` with `password` (the
+    /// `latchkey-user` and `latchkey-password` call metadata): replicas
+    /// with access control enabled refuse calls without a user, and every
+    /// replica refuses a wrong password (UNAUTHENTICATED, as
+    /// [`crate::Error::InvalidArgument`]). Use TLS: the password travels
+    /// with every call.
+    ///
+    /// ```
+    /// let options = latchkey_client::ClientOptions::default().with_user("app", "s3cret");
+    /// assert_eq!(options.user.map(|u| u.name), Some("app".to_string()));
+    /// ```
+    pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some(UserCredentials::new(name, password));
         self
     }
 
@@ -172,7 +222,8 @@ struct Peer {
 impl Peer {
     fn new(addr: String, options: &ClientOptions) -> Result<Peer, Error> {
         let channel = channel(&addr, options)?;
-        let endpoint = Arc::new(Endpoint::new(channel.clone(), options.call_stream));
+        let user = crate::transport::Credentials::new(options)?;
+        let endpoint = Arc::new(Endpoint::new(channel.clone(), options.call_stream, user));
         Ok(Peer {
             addr,
             channel,

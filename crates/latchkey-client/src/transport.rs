@@ -28,6 +28,7 @@ use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, kv_client::KvClient, lock_client::LockClient,
 };
 use latchkey_proto::{wire, Operation, MAX_MESSAGE_BYTES};
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use crate::call_stream::CallStream;
@@ -60,6 +61,7 @@ impl TransportStats {
 /// One remote replica: its channel and, unless turned off, its call stream.
 pub(crate) struct Endpoint {
     channel: Channel,
+    user: Option<Credentials>,
     stream: Option<CallStream>,
     stream_calls: AtomicU64,
     frames: Arc<AtomicU64>,
@@ -67,11 +69,13 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn new(channel: Channel, call_stream: bool) -> Endpoint {
+    pub(crate) fn new(channel: Channel, call_stream: bool, user: Option<Credentials>) -> Endpoint {
         let frames = Arc::new(AtomicU64::new(0));
         Endpoint {
-            stream: call_stream.then(|| CallStream::new(channel.clone(), Arc::clone(&frames))),
+            stream: call_stream
+                .then(|| CallStream::new(channel.clone(), Arc::clone(&frames), user.clone())),
             channel,
+            user,
             stream_calls: AtomicU64::new(0),
             frames,
             unary_calls: AtomicU64::new(0),
@@ -98,7 +102,7 @@ impl Endpoint {
             }
         }
         self.unary_calls.fetch_add(1, Ordering::Relaxed);
-        match unary(&self.channel, request).await {
+        match unary(&self.channel, &self.user, request).await {
             Ok(reply) => decode(reply),
             Err(status) => Err(classify_status(&status)),
         }
@@ -111,7 +115,11 @@ pub(crate) fn decode(reply: Rep) -> Answer {
 }
 
 /// `request` as its own unary RPC.
-async fn unary(channel: &Channel, request: Req) -> Result<Rep, tonic::Status> {
+async fn unary(
+    channel: &Channel,
+    user: &Option<Credentials>,
+    request: Req,
+) -> Result<Rep, tonic::Status> {
     let mut kv = KvClient::new(channel.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -119,26 +127,99 @@ async fn unary(channel: &Channel, request: Req) -> Result<Rep, tonic::Status> {
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     Ok(match request {
-        Req::Get(r) => Rep::Get(kv.get(r).await?.into_inner()),
-        Req::MultiGet(r) => Rep::MultiGet(kv.multi_get(r).await?.into_inner()),
-        Req::Scan(r) => Rep::Scan(kv.scan(r).await?.into_inner()),
-        Req::Put(r) => Rep::Put(kv.put(r).await?.into_inner()),
-        Req::PutIfAbsent(r) => Rep::PutIfAbsent(kv.put_if_absent(r).await?.into_inner()),
-        Req::CompareAndPut(r) => Rep::CompareAndPut(kv.compare_and_put(r).await?.into_inner()),
-        Req::GetAndPut(r) => Rep::GetAndPut(kv.get_and_put(r).await?.into_inner()),
-        Req::Delete(r) => Rep::Delete(kv.delete(r).await?.into_inner()),
-        Req::DeleteRange(r) => Rep::DeleteRange(kv.delete_range(r).await?.into_inner()),
-        Req::Batch(r) => Rep::Batch(kv.batch(r).await?.into_inner()),
-        Req::NextSequence(r) => Rep::NextSequence(kv.next_sequence(r).await?.into_inner()),
-        Req::OpenSession(r) => Rep::OpenSession(lock.open_session(r).await?.into_inner()),
-        Req::KeepAlive(r) => Rep::KeepAlive(lock.keep_alive(r).await?.into_inner()),
-        Req::CloseSession(r) => Rep::CloseSession(lock.close_session(r).await?.into_inner()),
-        Req::GetSession(r) => Rep::GetSession(lock.get_session(r).await?.into_inner()),
-        Req::Acquire(r) => Rep::Acquire(lock.acquire(r).await?.into_inner()),
-        Req::Release(r) => Rep::Release(lock.release(r).await?.into_inner()),
-        Req::CancelWait(r) => Rep::CancelWait(lock.cancel_wait(r).await?.into_inner()),
-        Req::FencedWrite(r) => Rep::FencedWrite(lock.fenced_write(r).await?.into_inner()),
-        Req::CheckSequencer(r) => Rep::CheckSequencer(lock.check_sequencer(r).await?.into_inner()),
-        Req::ListLocks(r) => Rep::ListLocks(lock.list_locks(r).await?.into_inner()),
+        Req::Get(r) => Rep::Get(kv.get(as_user(user, r)).await?.into_inner()),
+        Req::MultiGet(r) => Rep::MultiGet(kv.multi_get(as_user(user, r)).await?.into_inner()),
+        Req::Scan(r) => Rep::Scan(kv.scan(as_user(user, r)).await?.into_inner()),
+        Req::Put(r) => Rep::Put(kv.put(as_user(user, r)).await?.into_inner()),
+        Req::PutIfAbsent(r) => {
+            Rep::PutIfAbsent(kv.put_if_absent(as_user(user, r)).await?.into_inner())
+        }
+        Req::CompareAndPut(r) => {
+            Rep::CompareAndPut(kv.compare_and_put(as_user(user, r)).await?.into_inner())
+        }
+        Req::GetAndPut(r) => Rep::GetAndPut(kv.get_and_put(as_user(user, r)).await?.into_inner()),
+        Req::Delete(r) => Rep::Delete(kv.delete(as_user(user, r)).await?.into_inner()),
+        Req::DeleteRange(r) => {
+            Rep::DeleteRange(kv.delete_range(as_user(user, r)).await?.into_inner())
+        }
+        Req::Batch(r) => Rep::Batch(kv.batch(as_user(user, r)).await?.into_inner()),
+        Req::NextSequence(r) => {
+            Rep::NextSequence(kv.next_sequence(as_user(user, r)).await?.into_inner())
+        }
+        Req::OpenSession(r) => {
+            Rep::OpenSession(lock.open_session(as_user(user, r)).await?.into_inner())
+        }
+        Req::KeepAlive(r) => Rep::KeepAlive(lock.keep_alive(as_user(user, r)).await?.into_inner()),
+        Req::CloseSession(r) => {
+            Rep::CloseSession(lock.close_session(as_user(user, r)).await?.into_inner())
+        }
+        Req::GetSession(r) => {
+            Rep::GetSession(lock.get_session(as_user(user, r)).await?.into_inner())
+        }
+        Req::Acquire(r) => Rep::Acquire(lock.acquire(as_user(user, r)).await?.into_inner()),
+        Req::Release(r) => Rep::Release(lock.release(as_user(user, r)).await?.into_inner()),
+        Req::CancelWait(r) => {
+            Rep::CancelWait(lock.cancel_wait(as_user(user, r)).await?.into_inner())
+        }
+        Req::FencedWrite(r) => {
+            Rep::FencedWrite(lock.fenced_write(as_user(user, r)).await?.into_inner())
+        }
+        Req::CheckSequencer(r) => {
+            Rep::CheckSequencer(lock.check_sequencer(as_user(user, r)).await?.into_inner())
+        }
+        Req::ListLocks(r) => Rep::ListLocks(lock.list_locks(as_user(user, r)).await?.into_inner()),
     })
+}
+
+/// Who a client's calls say they come from, as call metadata: a user and
+/// its password ([`crate::ClientOptions::with_user`]), and the cluster
+/// secret when the client has one (a replica treats a client call carrying
+/// its cluster secret as its own application's: root, while access control
+/// is on).
+#[derive(Clone)]
+pub(crate) struct Credentials {
+    user: Option<(MetadataValue<Ascii>, MetadataValue<Ascii>)>,
+    secret: Option<MetadataValue<Ascii>>,
+}
+
+impl Credentials {
+    /// The metadata for `options`, `None` if they name nobody, or why it
+    /// cannot be sent.
+    pub(crate) fn new(options: &crate::ClientOptions) -> Result<Option<Credentials>, crate::Error> {
+        let value = |what: &str, text: &str| {
+            MetadataValue::try_from(text).map_err(|_| {
+                crate::Error::InvalidArgument(format!(
+                    "the {what} must be visible ASCII characters to travel as call metadata"
+                ))
+            })
+        };
+        let user = match &options.user {
+            Some(u) => Some((
+                value("user name", &u.name)?,
+                value("password", u.password())?,
+            )),
+            None => None,
+        };
+        let secret = match &options.cluster_secret {
+            Some(s) => Some(value("cluster secret", s)?),
+            None => None,
+        };
+        Ok((user.is_some() || secret.is_some()).then_some(Credentials { user, secret }))
+    }
+}
+
+/// `message` as a request with `credentials`, if any.
+pub(crate) fn as_user<T>(credentials: &Option<Credentials>, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(c) = credentials {
+        let metadata = request.metadata_mut();
+        if let Some((user, password)) = &c.user {
+            metadata.insert(latchkey_proto::USER_HEADER, user.clone());
+            metadata.insert(latchkey_proto::PASSWORD_HEADER, password.clone());
+        }
+        if let Some(secret) = &c.secret {
+            metadata.insert(latchkey_proto::CLUSTER_SECRET_HEADER, secret.clone());
+        }
+    }
+    request
 }

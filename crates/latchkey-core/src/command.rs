@@ -112,6 +112,20 @@ pub enum Command {
         /// The commands, applied in order; none is itself a group.
         commands: Vec<Command>,
     },
+    /// A change of users, roles or whether access control is on (see
+    /// [`crate::auth`]). Returns [`Outcome::Auth`].
+    Auth(crate::auth::AuthCommand),
+    /// `command` run for `user`: while access control is enabled it runs
+    /// only if the user's grants allow it ([`crate::auth::check_command`],
+    /// decided here, at apply time); a session it opens belongs to `user`.
+    /// Proposed by the replica that authenticated the caller; never holds a
+    /// group or another `As`.
+    As {
+        /// The authenticated caller.
+        user: String,
+        /// What it asked for.
+        command: Box<Command>,
+    },
 }
 
 impl Command {
@@ -135,6 +149,8 @@ impl Command {
             Command::Batch { conditions, ops } => batch_payload_len(conditions, ops),
             Command::Lock(lock) => lock.payload_len(),
             Command::Group { commands } => commands.iter().map(Command::payload_len).sum(),
+            Command::Auth(auth) => crate::auth::validate(auth).unwrap_or(0),
+            Command::As { user, command } => user.len() + command.payload_len(),
         }
     }
 }
@@ -210,6 +226,17 @@ pub enum Query {
     Scan(ScanRange),
     /// A lock-service read. Returns [`Outcome::Lock`].
     Lock(crate::lock::LockQuery),
+    /// A read of the access-control state. Returns [`Outcome::Auth`].
+    Auth(crate::auth::AuthQuery),
+    /// `query` read for `user`: while access control is enabled it is
+    /// answered only if the user's grants allow it
+    /// ([`crate::auth::check_query`]).
+    As {
+        /// The authenticated caller.
+        user: String,
+        /// What it asked for (never another `As`).
+        query: Box<Query>,
+    },
 }
 
 /// Which keys a [`Query::Scan`] visits.
@@ -291,6 +318,8 @@ pub enum Outcome {
     Lock(crate::lock::LockOutcome),
     /// The results of a [`Command::Group`], one per command, in order.
     Group(Vec<CommandResult>),
+    /// The result of an access-control command or query.
+    Auth(crate::auth::AuthOutcome),
 }
 
 /// Outcome of applying one log entry or serving one query: deterministic, so

@@ -206,6 +206,23 @@ pub enum CommandError {
         /// Which counter, in words (e.g. "fencing tokens").
         counter: String,
     },
+    /// Access control is enabled and the caller's roles do not grant what
+    /// the command or read needs (see [`crate::auth`]).
+    #[error("permission denied: user {user:?} has no {permission} permission on {on}")]
+    PermissionDenied {
+        /// The caller.
+        user: String,
+        /// The permission it lacks.
+        permission: crate::auth::Permission,
+        /// What it was needed on (a key, a range, a lock, a session).
+        on: String,
+    },
+    /// Access control is enabled and the command or read named no user.
+    #[error(
+        "access control is enabled: name a user (the latchkey-user and latchkey-password \
+         metadata; --user for the CLI, ClientOptions::with_user)"
+    )]
+    AuthRequired,
 }
 
 fn busy_detail(

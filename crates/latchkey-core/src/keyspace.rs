@@ -13,11 +13,14 @@
 //! | `L` | locks | lock name, UTF-8 | lock record: holders, queue, lock-delay (codec) |
 //! | `H` | a session's locks | session id (8 bytes) + lock name | empty |
 //! | `R` | remembered requests | session id (8 bytes) + request id (8 bytes) | request record (codec) |
+//! | `A` | access control | `e` (enabled), `u` + user, `r` + role, `o` + session id (8 bytes) | `[1]`; user record; role record (codec); owner's name |
 //!
 //! Fixed-width big-endian ids make every room scan in numeric order. An `H`
 //! row exists exactly while the session holds or waits for that lock, so
 //! closing a session visits only its own locks.
 
+/// Access control ([`crate::auth`]): `A` + kind + name.
+pub const AUTH: u8 = b'A';
 /// User key/value data: `D` + user key.
 pub const DATA: u8 = b'D';
 /// Sequences: `Q` + sequence key -> next start (u64, big-endian).

@@ -63,6 +63,39 @@ fn apply_one<S: Store>(
     if let Err(e) = validate_command(command) {
         return Ok(Err(e));
     }
+    if let Command::As {
+        user,
+        command: inner,
+    } = command
+    {
+        if crate::auth::enabled(store)? {
+            if let Err(e) = crate::auth::check_command(store, user, inner)? {
+                return Ok(Err(e));
+            }
+        }
+        let result = run_one(store, now, inner, events)?;
+        if let Ok(outcome) = &result {
+            crate::auth::record_owner(store, user, outcome)?;
+        }
+        return Ok(result);
+    }
+    // With access control on, a client's command runs only as a user; the
+    // leader's own expiry commands name nobody.
+    let leaders_own = matches!(command, Command::Lock(l) if l.proposer() == lock::Proposer::Leader);
+    if !leaders_own && crate::auth::enabled(store)? {
+        return Ok(Err(CommandError::AuthRequired));
+    }
+    run_one(store, now, command, events)
+}
+
+/// Run one validated, permitted command stamped `now`, and raise the
+/// stored clock if it succeeded.
+fn run_one<S: Store>(
+    store: &mut S,
+    now: u64,
+    command: &Command,
+    events: &mut Vec<Event>,
+) -> Result<CommandResult, StoreError> {
     let clock = stored_clock(store)?;
     // Commands that depend on time use `max(clock, now)`.
     let result = execute(store, command, events)?;
@@ -136,6 +169,9 @@ fn execute<S: Store>(
         Command::Group { .. } => Ok(Err(CommandError::invalid(
             "a group must not contain a group",
         ))),
+        Command::Auth(command) => crate::auth::execute(store, command),
+        // `apply_one` runs the command inside; never reached.
+        Command::As { .. } => Ok(Err(CommandError::invalid("`As` never nests"))),
     }
 }
 
@@ -166,11 +202,11 @@ pub(crate) fn batch<S: Store>(
 }
 
 /// Serve a read query from `store`'s applied state.
-pub fn query<S: Store>(store: &S, query: &Query) -> Result<CommandResult, StoreError> {
-    if let Err(e) = validate_query(query) {
+pub fn query<S: Store>(store: &S, q: &Query) -> Result<CommandResult, StoreError> {
+    if let Err(e) = validate_query(q) {
         return Ok(Err(e));
     }
-    match query {
+    match q {
         Query::Get { key } => Ok(Ok(Outcome::Value(store.get(&data_key(key))?))),
         Query::MultiGet { keys } => {
             let mut values = Vec::with_capacity(keys.len());
@@ -181,6 +217,15 @@ pub fn query<S: Store>(store: &S, query: &Query) -> Result<CommandResult, StoreE
         }
         Query::Scan(range) => scan(store, range),
         Query::Lock(q) => lock::query(store, q),
+        Query::Auth(q) => crate::auth::query(store, q),
+        Query::As { user, query: inner } => {
+            if crate::auth::enabled(store)? {
+                if let Err(e) = crate::auth::check_query(store, user, inner)? {
+                    return Ok(Err(e));
+                }
+            }
+            query(store, inner)
+        }
     }
 }
 

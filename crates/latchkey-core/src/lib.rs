@@ -7,7 +7,8 @@
 //! What lives here: command, query and outcome types ([`command`]), their
 //! limits ([`limits`]), the keyspace layout ([`keyspace`]), the one codec
 //! ([`codec`]), the lock service's semantics ([`lock`]: sessions, fencing
-//! tokens, sequencers, FIFO waiting, lock-delay, fenced writes) and
+//! tokens, sequencers, FIFO waiting, lock-delay, fenced writes), access
+//! control ([`auth`]: users, roles, permissions on prefixes) and
 //! [`apply`] / [`apply_with_events`] / [`query`] over any [`Store`].
 //!
 //! What must never live here: I/O, clocks, randomness, threads, async, or
@@ -26,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod codec;
 pub mod command;
 mod error;

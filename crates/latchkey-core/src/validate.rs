@@ -241,6 +241,17 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         Command::NextSequence { key, .. } => check_key("sequence key", key)?,
         Command::Lock(lock) => check_lock_command(lock)?,
         Command::Group { commands } => check_group(commands)?,
+        Command::Auth(auth) => crate::auth::validate(auth)?,
+        Command::As { user, command } => {
+            if matches!(**command, Command::Group { .. } | Command::As { .. }) {
+                return Err(CommandError::invalid(
+                    "`As` holds one plain command, never a group or another `As`",
+                ));
+            }
+            crate::auth::validate(&crate::auth::AuthCommand::DeleteUser { name: user.clone() })?;
+            validate_command(command)?;
+            user.len() + command.payload_len()
+        }
     };
     if total > MAX_COMMAND_BYTES {
         return Err(CommandError::invalid(format!(
@@ -302,6 +313,26 @@ pub fn validate_query(query: &Query) -> Result<(), CommandError> {
             }
         }
         Query::Lock(q) => check_lock_query(q)?,
+        Query::Auth(
+            crate::auth::AuthQuery::User { name }
+            | crate::auth::AuthQuery::Role { name }
+            | crate::auth::AuthQuery::Credentials { name },
+        ) => {
+            if name.is_empty() || name.len() > crate::auth::MAX_NAME_LEN {
+                return Err(CommandError::invalid(format!(
+                    "a name of 1 to {} bytes",
+                    crate::auth::MAX_NAME_LEN
+                )));
+            }
+        }
+        Query::Auth(crate::auth::AuthQuery::Status | crate::auth::AuthQuery::List) => {}
+        Query::As { user, query } => {
+            if matches!(**query, Query::As { .. }) {
+                return Err(CommandError::invalid("`As` never nests"));
+            }
+            crate::auth::validate(&crate::auth::AuthCommand::DeleteUser { name: user.clone() })?;
+            validate_query(query)?;
+        }
     }
     Ok(())
 }

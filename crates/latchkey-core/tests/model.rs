@@ -182,7 +182,9 @@ impl Model {
             }
             // This model covers the KV room only; tests/lock_properties.rs
             // covers the lock service.
-            Command::Lock(_) => unreachable!("the generators make no lock commands"),
+            Command::Lock(_) | Command::Auth(_) | Command::As { .. } => {
+                unreachable!("the generators make no lock or access-control commands")
+            }
             Command::Group { .. } => invalid(),
         }
     }
@@ -232,7 +234,9 @@ impl Model {
                     more,
                 })
             }
-            Query::Lock(_) => unreachable!("the generators make no lock queries"),
+            Query::Lock(_) | Query::Auth(_) | Query::As { .. } => {
+                unreachable!("the generators make no lock or access-control queries")
+            }
         }
     }
 

@@ -29,8 +29,8 @@ pub mod wire;
 pub use channel::{channel, error_chain, ChannelError};
 pub use failure::ReplicaFailure;
 pub use limits::{
-    CLUSTER_SECRET_HEADER, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES,
-    STOPPED_AFTER_ANSWERING,
+    CLUSTER_SECRET_HEADER, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, PASSWORD_HEADER,
+    STOPPED_AFTER_ANSWERING, USER_HEADER,
 };
 pub use local::{BoxFuture, LocalReplica};
 pub use status::{MemberInfo, NodeStatus};

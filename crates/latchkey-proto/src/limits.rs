@@ -25,7 +25,14 @@ pub const MAX_FRAME_CALLS: usize = 1024;
 /// leaves unanswered calls "may have been executed".
 pub const STOPPED_AFTER_ANSWERING: &str = "latchkey-stopped-after-answering";
 
-/// Metadata key carrying the cluster secret: on every replica-to-replica
-/// call, and on the membership changes of the `Admin` service (`AddMember`,
-/// `ChangeVoters`), which a replica with a cluster secret refuses without it.
+/// Metadata key carrying the cluster secret: on every call to a replica's
+/// peer listener (Raft, and the `Membership` service), which a replica with
+/// a cluster secret refuses without it.
 pub const CLUSTER_SECRET_HEADER: &str = "latchkey-cluster-secret";
+
+/// Metadata key naming the user a client call is made as (access control,
+/// see the `Auth` service).
+pub const USER_HEADER: &str = "latchkey-user";
+
+/// Metadata key carrying the password of [`USER_HEADER`]'s user.
+pub const PASSWORD_HEADER: &str = "latchkey-password";

@@ -211,6 +211,16 @@ fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailur
                 "a group of commands is the leader's own packing, not a client operation",
             ))
         }
+        Command::Auth(_) => {
+            return Err(invalid(
+                "access-control changes travel on the Auth service, not as a client operation",
+            ))
+        }
+        Command::As { .. } => {
+            return Err(invalid(
+                "`As` is formed by the replica that authenticated the caller",
+            ))
+        }
     })
 }
 
@@ -340,6 +350,11 @@ fn query_to_wire(query: &Query, stale: bool) -> Result<Req, ReplicaFailure> {
         Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) => {
             return Err(invalid(
                 "the timer state is read by the leader itself, not by clients",
+            ))
+        }
+        Query::Auth(_) | Query::As { .. } => {
+            return Err(invalid(
+                "access-control reads travel on the Auth service, not as a client operation",
             ))
         }
     })
@@ -1234,6 +1249,17 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             name: counter,
             ..base(ErrorKind::CounterExhausted)
         },
+        E::PermissionDenied {
+            user,
+            permission,
+            on,
+        } => v1::Error {
+            user,
+            permission: permission.to_string(),
+            resource: on,
+            ..base(ErrorKind::PermissionDenied)
+        },
+        E::AuthRequired => base(ErrorKind::AuthRequired),
     }
 }
 
@@ -1351,6 +1377,20 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
             request_id: e.request_id,
         },
         ErrorKind::CounterExhausted => E::CounterExhausted { counter: name },
+        ErrorKind::PermissionDenied => match e.permission.parse() {
+            Ok(permission) => E::PermissionDenied {
+                user: e.user,
+                permission,
+                on: e.resource,
+            },
+            Err(_) => {
+                return Err(ReplicaFailure::InvalidArgument(strip(
+                    e.message,
+                    "invalid argument: ",
+                )))
+            }
+        },
+        ErrorKind::AuthRequired => E::AuthRequired,
     })
 }
 
@@ -1874,6 +1914,12 @@ mod tests {
             E::CounterExhausted {
                 counter: "fencing tokens".into(),
             },
+            E::PermissionDenied {
+                user: "app".into(),
+                permission: latchkey_core::auth::Permission::Write,
+                on: "key \"billing/1\"".into(),
+            },
+            E::AuthRequired,
         ]
     }
 

@@ -44,6 +44,7 @@ use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 
+use crate::auth::Caller;
 use crate::replica::Replica;
 use crate::services::answer;
 
@@ -72,6 +73,9 @@ type Running = Pin<Box<dyn Future<Output = Answered> + Send>>;
 /// The replies of one `Pipeline.Calls` stream (see the module docs).
 pub struct CallStream {
     replica: Arc<Replica>,
+    /// Who opened the stream (its metadata named the user): every call on
+    /// it runs as that caller.
+    caller: Arc<Caller>,
     /// `None` once the client ended its side (or it broke).
     incoming: Option<Streaming<CallFrame>>,
     running: FuturesUnordered<Running>,
@@ -91,11 +95,13 @@ pub struct CallStream {
 impl CallStream {
     pub(crate) fn new(
         replica: Arc<Replica>,
+        caller: Caller,
         incoming: Streaming<CallFrame>,
         mut stopping: watch::Receiver<bool>,
     ) -> CallStream {
         CallStream {
             replica,
+            caller: Arc::new(caller),
             incoming: Some(incoming),
             running: FuturesUnordered::new(),
             acquires: 0,
@@ -124,7 +130,11 @@ impl CallStream {
                 if matches!(call.request, Some(Req::Acquire(_))) {
                     self.acquires += 1;
                 }
-                self.running.push(run(Arc::clone(&self.replica), call));
+                self.running.push(run(
+                    Arc::clone(&self.replica),
+                    Arc::clone(&self.caller),
+                    call,
+                ));
             }
         }
     }
@@ -155,7 +165,7 @@ impl CallStream {
 }
 
 /// One call, run as its unary call would run.
-fn run(replica: Arc<Replica>, call: Call) -> Running {
+fn run(replica: Arc<Replica>, caller: Arc<Caller>, call: Call) -> Running {
     Box::pin(async move {
         let Call { id, request } = call;
         let Some(request) = request else {
@@ -170,7 +180,7 @@ fn run(replica: Arc<Replica>, call: Call) -> Running {
                 reply: Rep::Error(refused.into()),
             };
         };
-        let (rpc, reply) = answer(&replica, request).await;
+        let (rpc, reply) = answer(&replica, &caller, request).await;
         Answered {
             id,
             rpc: Some(rpc),

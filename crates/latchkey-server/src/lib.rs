@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 mod bootstrap;
 mod calls;
 mod conn_limit;

@@ -120,7 +120,7 @@ impl ClusterSecret {
         self.value.to_str().unwrap_or_default()
     }
 
-    fn matches(&self, offered: &[u8]) -> bool {
+    pub(crate) fn matches(&self, offered: &[u8]) -> bool {
         constant_time_eq(self.value.as_bytes(), offered)
     }
 }

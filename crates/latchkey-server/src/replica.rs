@@ -6,6 +6,7 @@
 use std::sync::RwLock;
 use std::time::Duration;
 
+use latchkey_core::auth::{AuthOutcome, AuthQuery};
 use latchkey_core::lock::{
     LockCommand, LockOutcome, LockQuery, Proposer, SessionId, SessionSecret, SessionTimer,
     TimerState, WaitEnd,
@@ -17,6 +18,7 @@ use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation,
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 
+use crate::auth::{Caller, Verified};
 use crate::health::{Condition, Health};
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
 use crate::network::PeerNetwork;
@@ -30,6 +32,8 @@ pub struct Replica {
     incarnation: u64,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
     client_addr: String,
+    /// Passwords this replica has checked (see `crate::auth`).
+    verified: std::sync::Arc<Verified>,
     raft: Raft<TypeConfig>,
     health: Health,
     /// The Raft transport, for the peer problems it reports.
@@ -63,6 +67,7 @@ impl Replica {
             id,
             incarnation,
             client_addr,
+            verified: std::sync::Arc::default(),
             raft,
             health: Health::new(),
             peers,
@@ -177,10 +182,16 @@ impl Replica {
     /// without proposing. Answers once the entry is applied here. The
     /// leader's own lock commands (expiries) are refused: only its timers
     /// propose them.
-    pub(crate) async fn write(&self, command: Command) -> Result<CommandResult, ReplicaFailure> {
-        if let Command::Group { .. } = &command {
+    pub(crate) async fn write(
+        &self,
+        command: Command,
+        caller: &Caller,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        if let Command::Group { .. } | Command::As { .. } = &command {
             return Err(ReplicaFailure::InvalidArgument(
-                "command groups are formed by the leader only; send the commands one by one".into(),
+                "command groups and `As` are formed by the replica only; send the commands one \
+                 by one"
+                    .into(),
             ));
         }
         let mut command = command;
@@ -194,7 +205,85 @@ impl Replica {
                 *secret = draw_session_secret()?;
             }
         }
+        let command = match caller {
+            Caller::User(user) => Command::As {
+                user: user.clone(),
+                command: Box::new(command),
+            },
+            // The application in this process acts as root while access
+            // control is on (root exists then: it cannot be deleted).
+            Caller::Internal if self.auth_enabled()? => Command::As {
+                user: latchkey_core::auth::ROOT.to_string(),
+                command: Box::new(command),
+            },
+            // Refused where it is applied if access control is on.
+            Caller::Internal | Caller::Anonymous => command,
+        };
         self.propose(command, Origin::Client).await
+    }
+
+    /// Whether access control is enabled, as this replica has applied it.
+    pub(crate) fn auth_enabled(&self) -> Result<bool, ReplicaFailure> {
+        match self.local_query(&Query::Auth(AuthQuery::Status))? {
+            Ok(Outcome::Auth(AuthOutcome::Status(enabled))) => Ok(enabled),
+            other => Err(ReplicaFailure::Unavailable(format!(
+                "cannot read whether access control is enabled: {other:?}"
+            ))),
+        }
+    }
+
+    /// Who a call with `metadata` comes from: anonymous, or the user it
+    /// names if the password matches (see `crate::auth`).
+    pub(crate) async fn authenticate(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, tonic::Status> {
+        if let Some(offered) = metadata.get(latchkey_proto::CLUSTER_SECRET_HEADER) {
+            // The cluster's own credential: a replica's in-process client
+            // forwarding to the leader, or an operator holding the file.
+            return match &self.peers.credentials().secret {
+                Some(secret) if secret.matches(offered.as_bytes()) => Ok(Caller::Internal),
+                _ => {
+                    crate::auth::log_refusal("(cluster secret)");
+                    Err(tonic::Status::unauthenticated(
+                        "the call carries a cluster secret that is not this cluster's",
+                    ))
+                }
+            };
+        }
+        let Some((user, password)) = crate::auth::credentials(metadata)? else {
+            return Ok(Caller::Anonymous);
+        };
+        let query = Query::Auth(AuthQuery::Credentials { name: user.clone() });
+        validate_query(&query).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+        let stored = match self.local_query(&query) {
+            Ok(Ok(Outcome::Auth(AuthOutcome::Credentials(stored)))) => stored,
+            Ok(other) => {
+                return Err(tonic::Status::internal(format!(
+                    "credentials answered with {other:?}"
+                )))
+            }
+            Err(failure) => return Err(tonic::Status::unavailable(failure.to_string())),
+        };
+        let verified = match stored {
+            Some(Some(hash)) => {
+                let cache = std::sync::Arc::clone(&self.verified);
+                let who = user.clone();
+                tokio::task::spawn_blocking(move || cache.check(&who, &hash, &password))
+                    .await
+                    .unwrap_or(false)
+            }
+            _ => false,
+        };
+        if verified {
+            Ok(Caller::User(user))
+        } else {
+            crate::auth::log_refusal(&user);
+            Err(tonic::Status::unauthenticated(format!(
+                "wrong user or password for {user:?} (or the user has no password, or this \
+                 replica has not applied it yet)"
+            )))
+        }
     }
 
     /// Propose one of the leader's expiry commands.
@@ -231,21 +320,39 @@ impl Replica {
         &self,
         query: Query,
         stale: bool,
+        caller: &Caller,
     ) -> Result<CommandResult, ReplicaFailure> {
         validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
-        // The leader's own reads: they carry session secrets. The replica
-        // reads them with `local_query`; no caller, in-process or remote,
-        // may.
-        if let Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) = &query {
+        // The leader's own reads: they carry session secrets (and password
+        // hashes). The replica reads them with `local_query`; no caller,
+        // in-process or remote, may.
+        if let Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. })
+        | Query::Auth(AuthQuery::Credentials { .. })
+        | Query::As { .. } = &query
+        {
             return Err(ReplicaFailure::InvalidArgument(
-                "the timer state is read by the leader itself, not by clients".into(),
+                "the timer state and stored credentials are read by the replica itself, not by \
+                 clients"
+                    .into(),
             ));
         }
         self.check_serving()?;
         if !stale {
             self.confirm(true).await?;
         }
-        self.local_query(&query)
+        match caller {
+            Caller::User(user) => self.local_query(&Query::As {
+                user: user.clone(),
+                query: Box::new(query),
+            }),
+            Caller::Internal => self.local_query(&query),
+            Caller::Anonymous => {
+                if !matches!(query, Query::Auth(AuthQuery::Status)) && self.auth_enabled()? {
+                    return Ok(Err(CommandError::AuthRequired));
+                }
+                self.local_query(&query)
+            }
+        }
     }
 
     /// Confirm leadership with a quorum round begun after this call (shared
@@ -347,6 +454,7 @@ impl Replica {
         &self,
         command: Command,
         hold: Duration,
+        caller: &Caller,
     ) -> Result<CommandResult, ReplicaFailure> {
         let Command::Lock(LockCommand::Acquire {
             session,
@@ -356,7 +464,7 @@ impl Replica {
             ..
         }) = &command
         else {
-            return self.write(command).await;
+            return self.write(command, caller).await;
         };
         let (session, owner, id) = (*session, *owner, *request_id);
         self.check_serving()?;
@@ -364,7 +472,7 @@ impl Replica {
             return Err(self.not_leader());
         }
         let waiting = self.locks.waiters.register(session, owner, id);
-        let result = self.write(command.clone()).await;
+        let result = self.write(command.clone(), caller).await;
         let Ok(Ok(Outcome::Lock(LockOutcome::Queued {
             name, request_id, ..
         }))) = &result
@@ -495,11 +603,21 @@ impl Replica {
     /// call stream and the in-process path alike. An acquire's hold is
     /// capped at `MAX_ACQUIRE_HOLD` (five minutes).
     pub async fn call(&self, op: Operation) -> Result<CommandResult, ReplicaFailure> {
+        self.call_as(op, &Caller::Internal).await
+    }
+
+    /// [`Replica::call`] for `caller`.
+    pub(crate) async fn call_as(
+        &self,
+        op: Operation,
+        caller: &Caller,
+    ) -> Result<CommandResult, ReplicaFailure> {
         match op {
-            Operation::Write(command) => self.write(command).await,
-            Operation::Read { query, stale } => self.read(query, stale).await,
+            Operation::Write(command) => self.write(command, caller).await,
+            Operation::Read { query, stale } => self.read(query, stale, caller).await,
             Operation::Acquire { command, hold } => {
-                self.acquire(command, hold.min(MAX_ACQUIRE_HOLD)).await
+                self.acquire(command, hold.min(MAX_ACQUIRE_HOLD), caller)
+                    .await
             }
             Operation::KeepAlive { session, secret } => self.keep_alive(session, secret).await,
         }

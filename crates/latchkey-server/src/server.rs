@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latchkey_proto::v1::{
-    admin_server::AdminServer, kv_server::KvServer, lock_server::LockServer,
-    membership_server::MembershipServer, pipeline_server::PipelineServer, raft_server::RaftServer,
+    admin_server::AdminServer, auth_server::AuthServer, kv_server::KvServer,
+    lock_server::LockServer, membership_server::MembershipServer, pipeline_server::PipelineServer,
+    raft_server::RaftServer,
 };
 use latchkey_proto::NodeStatus;
 use latchkey_storage::StorageOptions;
@@ -40,7 +41,8 @@ use crate::network::PeerNetwork;
 use crate::peer_auth::PeerCredentials;
 use crate::replica::Replica;
 use crate::services::{
-    AdminService, KvService, LockService, MembershipService, PipelineService, RaftService,
+    AdminService, AuthService, KvService, LockService, MembershipService, PipelineService,
+    RaftService,
 };
 use crate::{ClusterSecret, NodeError, RaftSettings, ServerTls, MAX_MESSAGE_BYTES};
 use latchkey_proto::MAX_REQUEST_BYTES;
@@ -336,6 +338,7 @@ impl ServerBuilder {
                 "latchkey.v1.Lock",
                 "latchkey.v1.Pipeline",
                 "latchkey.v1.Admin",
+                "latchkey.v1.Auth",
                 "grpc.health.v1.Health",
             ]
             .into_iter()
@@ -392,6 +395,13 @@ impl ServerBuilder {
             .add_service(AdminServer::new(AdminService {
                 replica: replica.clone(),
             }))
+            .add_service(
+                AuthServer::new(AuthService {
+                    replica: replica.clone(),
+                })
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_v1alpha);

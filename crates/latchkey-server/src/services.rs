@@ -8,7 +8,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use latchkey_core::auth::{AuthCommand, AuthOutcome, AuthQuery, Grant, Permission};
 use latchkey_core::codec;
+use latchkey_core::{Command, CommandResult, Outcome, Query};
+use latchkey_proto::v1::auth_server::Auth as AuthRpc;
 use latchkey_proto::v1::{
     self, admin_server::Admin, call::Request as Req, call_reply::Reply as Rep, kv_server::Kv,
     lock_server::Lock, membership_server::Membership, pipeline_server::Pipeline,
@@ -20,6 +23,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Caller;
 use crate::replica::Replica;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
@@ -241,10 +245,10 @@ impl RaftRpc for RaftService {
 /// cannot express as an operation (a required field missing, an unknown
 /// enum value) is answered with its INVALID_ARGUMENT error, having run
 /// nothing.
-pub(crate) async fn answer(replica: &Replica, request: Req) -> (Rpc, Rep) {
+pub(crate) async fn answer(replica: &Replica, caller: &Caller, request: Req) -> (Rpc, Rep) {
     let rpc = Rpc::of(&request);
     let result = match wire::request_from_wire(request) {
-        Ok((op, _)) => replica.call(op).await,
+        Ok((op, _)) => replica.call_as(op, caller).await,
         Err(refused) => Err(refused),
     };
     (rpc, wire::reply_to_wire(rpc, result))
@@ -263,7 +267,9 @@ macro_rules! unary_service {
                     &self,
                     request: Request<$req>,
                 ) -> Result<Response<$reply>, Status> {
-                    match answer(&self.replica, Req::$variant(request.into_inner())).await {
+                    let caller = self.replica.authenticate(request.metadata()).await?;
+                    let call = Req::$variant(request.into_inner());
+                    match answer(&self.replica, &caller, call).await {
                         (_, Rep::$variant(reply)) => Ok(Response::new(reply)),
                         (rpc, other) => Err(Status::internal(format!(
                             "a {rpc:?} call was answered with {other:?}"
@@ -325,8 +331,10 @@ impl Pipeline for PipelineService {
         &self,
         request: Request<Streaming<v1::CallFrame>>,
     ) -> Result<Response<BoxStream<v1::CallReplies>>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
         Ok(Response::new(Box::pin(crate::calls::CallStream::new(
             Arc::clone(&self.replica),
+            caller,
             request.into_inner(),
             self.stopping.clone(),
         ))))
@@ -414,5 +422,203 @@ impl Membership for MembershipService {
             .map(|_| ())
             .map_err(|e| crate::membership::failure(&self.replica, e));
         Ok(admin_reply(result))
+    }
+}
+
+/// Access control: users, roles and whether it is on (see
+/// `latchkey_core::auth`; client listener).
+pub struct AuthService {
+    pub(crate) replica: Arc<Replica>,
+}
+
+/// A command's or read's failure as the typed error.
+fn auth_error(result: &Result<CommandResult, ReplicaFailure>) -> Option<v1::Error> {
+    match result {
+        Ok(Ok(_)) => None,
+        Ok(Err(refused)) => Some(wire::command_error_to_wire(refused)),
+        Err(failure) => Some(failure.clone().into()),
+    }
+}
+
+fn grant_from_wire(grant: Option<v1::Grant>) -> Result<Grant, ReplicaFailure> {
+    let grant =
+        grant.ok_or_else(|| ReplicaFailure::InvalidArgument("a grant is required".into()))?;
+    let permission = match v1::Permission::try_from(grant.permission) {
+        Ok(v1::Permission::Read) => Permission::Read,
+        Ok(v1::Permission::Write) => Permission::Write,
+        Ok(v1::Permission::Lock) => Permission::Lock,
+        Ok(v1::Permission::Admin) => Permission::Admin,
+        _ => {
+            return Err(ReplicaFailure::InvalidArgument(
+                "a grant's permission must be READ, WRITE, LOCK or ADMIN".into(),
+            ))
+        }
+    };
+    Ok(Grant {
+        permission,
+        prefix: grant.prefix,
+    })
+}
+
+fn grant_to_wire(grant: Grant) -> v1::Grant {
+    v1::Grant {
+        permission: match grant.permission {
+            Permission::Read => v1::Permission::Read,
+            Permission::Write => v1::Permission::Write,
+            Permission::Lock => v1::Permission::Lock,
+            Permission::Admin => v1::Permission::Admin,
+        } as i32,
+        prefix: grant.prefix,
+    }
+}
+
+/// A password as stored: hashed here, never in the log (empty: none).
+fn stored_password(password: String) -> Result<Option<String>, ReplicaFailure> {
+    if password.is_empty() {
+        return Ok(None);
+    }
+    if password.len() > 1024 {
+        return Err(ReplicaFailure::InvalidArgument(
+            "a password is at most 1,024 bytes".into(),
+        ));
+    }
+    crate::auth::hash_password(&password).map(Some)
+}
+
+fn auth_change(request: v1::AuthChangeRequest) -> Result<AuthCommand, ReplicaFailure> {
+    use v1::auth_change_request::Change;
+    Ok(match request.change {
+        None => {
+            return Err(ReplicaFailure::InvalidArgument(
+                "an auth change names what to change".into(),
+            ))
+        }
+        Some(Change::Enable(_)) => AuthCommand::Enable,
+        Some(Change::Disable(_)) => AuthCommand::Disable,
+        Some(Change::AddUser(u)) => AuthCommand::AddUser {
+            password: stored_password(u.password)?,
+            name: u.name,
+        },
+        Some(Change::ChangePassword(u)) => AuthCommand::ChangePassword {
+            password: stored_password(u.password)?,
+            name: u.name,
+        },
+        Some(Change::DeleteUser(name)) => AuthCommand::DeleteUser { name },
+        Some(Change::AddRole(name)) => AuthCommand::AddRole { name },
+        Some(Change::DeleteRole(name)) => AuthCommand::DeleteRole { name },
+        Some(Change::GrantPermission(g)) => AuthCommand::GrantPermission {
+            grant: grant_from_wire(g.grant)?,
+            role: g.role,
+        },
+        Some(Change::RevokePermission(g)) => AuthCommand::RevokePermission {
+            grant: grant_from_wire(g.grant)?,
+            role: g.role,
+        },
+        Some(Change::GrantRole(r)) => AuthCommand::GrantRole {
+            user: r.user,
+            role: r.role,
+        },
+        Some(Change::RevokeRole(r)) => AuthCommand::RevokeRole {
+            user: r.user,
+            role: r.role,
+        },
+    })
+}
+
+impl AuthService {
+    async fn read(
+        &self,
+        caller: &Caller,
+        query: AuthQuery,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        self.replica.read(Query::Auth(query), false, caller).await
+    }
+}
+
+#[tonic::async_trait]
+impl AuthRpc for AuthService {
+    async fn status(
+        &self,
+        request: Request<v1::AuthStatusRequest>,
+    ) -> Result<Response<v1::AuthStatusReply>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
+        let user = match &caller {
+            Caller::User(user) => user.clone(),
+            Caller::Anonymous | Caller::Internal => String::new(),
+        };
+        let result = self.read(&caller, AuthQuery::Status).await;
+        Ok(Response::new(v1::AuthStatusReply {
+            error: auth_error(&result),
+            enabled: matches!(result, Ok(Ok(Outcome::Auth(AuthOutcome::Status(true))))),
+            user,
+        }))
+    }
+
+    async fn change(
+        &self,
+        request: Request<v1::AuthChangeRequest>,
+    ) -> Result<Response<v1::AuthChangeReply>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
+        let result = match auth_change(request.into_inner()) {
+            Ok(command) => self.replica.write(Command::Auth(command), &caller).await,
+            Err(refused) => Err(refused),
+        };
+        Ok(Response::new(v1::AuthChangeReply {
+            error: auth_error(&result),
+        }))
+    }
+
+    async fn list(
+        &self,
+        request: Request<v1::AuthListRequest>,
+    ) -> Result<Response<v1::AuthListReply>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
+        let result = self.read(&caller, AuthQuery::List).await;
+        let mut reply = v1::AuthListReply {
+            error: auth_error(&result),
+            ..Default::default()
+        };
+        if let Ok(Ok(Outcome::Auth(AuthOutcome::List { users, roles }))) = result {
+            reply.users = users;
+            reply.roles = roles;
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn get_user(
+        &self,
+        request: Request<v1::AuthNameRequest>,
+    ) -> Result<Response<v1::AuthUserReply>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
+        let name = request.into_inner().name;
+        let result = self.read(&caller, AuthQuery::User { name }).await;
+        let mut reply = v1::AuthUserReply {
+            error: auth_error(&result),
+            ..Default::default()
+        };
+        if let Ok(Ok(Outcome::Auth(AuthOutcome::User(Some(user))))) = result {
+            reply.found = true;
+            reply.roles = user.roles;
+            reply.has_password = user.has_password;
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn get_role(
+        &self,
+        request: Request<v1::AuthNameRequest>,
+    ) -> Result<Response<v1::AuthRoleReply>, Status> {
+        let caller = self.replica.authenticate(request.metadata()).await?;
+        let name = request.into_inner().name;
+        let result = self.read(&caller, AuthQuery::Role { name }).await;
+        let mut reply = v1::AuthRoleReply {
+            error: auth_error(&result),
+            ..Default::default()
+        };
+        if let Ok(Ok(Outcome::Auth(AuthOutcome::Role(Some(role))))) = result {
+            reply.found = true;
+            reply.grants = role.grants.into_iter().map(grant_to_wire).collect();
+        }
+        Ok(Response::new(reply))
     }
 }

@@ -56,6 +56,27 @@ pub struct Args {
         value_name = "FILE"
     )]
     key: Option<PathBuf>,
+    /// Make every call as this user (access control): NAME, or NAME:PASSWORD
+    /// as etcdctl takes it. Prefer LATCHKEY_PASSWORD for the password:
+    /// arguments are visible in `ps`.
+    // Its own id: `user grant-role` has a USER argument.
+    #[arg(
+        long = "user",
+        id = "auth_user",
+        env = "LATCHKEY_USER",
+        global = true,
+        value_name = "NAME[:PASSWORD]"
+    )]
+    user: Option<String>,
+    /// The password of --user.
+    #[arg(
+        long = "password",
+        id = "auth_password",
+        env = "LATCHKEY_PASSWORD",
+        global = true,
+        hide_env_values = true
+    )]
+    password: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -152,6 +173,15 @@ enum Cmd {
     /// Change cluster membership.
     #[command(subcommand)]
     Members(Members),
+    /// Access control: enable, disable, status.
+    #[command(subcommand)]
+    Auth(AuthCmd),
+    /// Access control: users.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// Access control: roles and their grants.
+    #[command(subcommand)]
+    Role(RoleCmd),
     /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN,
     /// LATCHKEY_SEQUENCER and LATCHKEY_SESSION_SECRET. Exits with CMD's code, 5 if the lock was not
     /// acquired in time, 6 if the lock was lost while CMD ran (CMD is killed).
@@ -194,6 +224,68 @@ struct LockArgs {
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuthCmd {
+    /// Turn access control on (a user named root must exist; it keeps
+    /// every permission). From then on every call must name a user.
+    Enable,
+    /// Turn access control off (needs the admin permission).
+    Disable,
+    /// Print whether access control is on, and which user this CLI is.
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCmd {
+    /// Add user NAME; its password is read from stdin (one line) unless
+    /// --no-password (then it logs in with a client certificate only).
+    Add {
+        name: String,
+        #[arg(long)]
+        no_password: bool,
+    },
+    /// Set user NAME's password, read from stdin (one line).
+    Passwd { name: String },
+    /// Remove user NAME.
+    Delete { name: String },
+    /// Give USER the role ROLE.
+    GrantRole { user: String, role: String },
+    /// Take the role ROLE from USER.
+    RevokeRole { user: String, role: String },
+    /// Print every user, one a line.
+    List,
+    /// Print user NAME's roles (exit code 1 if there is no such user).
+    Get { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum RoleCmd {
+    /// Add role NAME, without grants.
+    Add { name: String },
+    /// Remove role NAME (and take it from every user).
+    Delete { name: String },
+    /// Let ROLE do PERMISSION (read, write, lock or admin) on keys (or lock
+    /// names) starting with PREFIX (default: all of them).
+    Grant {
+        role: String,
+        permission: String,
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// Take a grant from ROLE.
+    Revoke {
+        role: String,
+        permission: String,
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// Print every role, one a line.
+    List,
+    /// Print role NAME's grants, `PERMISSION<TAB>PREFIX` a line (exit code 1
+    /// if there is no such role).
+    Get { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -394,6 +486,33 @@ fn parse_member(s: &str) -> Result<(u64, String), String> {
     Ok((id, addr.to_string()))
 }
 
+/// One line of stdin, without its line ending: a password, which must not
+/// travel as an argument (`ps` shows those).
+fn read_password() -> Result<String, Failure> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| Failure::Usage(format!("cannot read the password from stdin: {e}")))?;
+    let password = line.trim_end_matches(['\n', '\r']).to_string();
+    if password.is_empty() {
+        return Err(Failure::Usage(
+            "an empty password: give one on stdin (or --no-password)".into(),
+        ));
+    }
+    Ok(password)
+}
+
+/// Print `lines`, one a line.
+fn print_lines(lines: &[String]) -> Result<ExitCode, Failure> {
+    let mut text = String::new();
+    for line in lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    out(&[text.as_bytes()])?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn client(args: &Args) -> Result<Client, Failure> {
     if args.endpoints.iter().all(|e| e.trim().is_empty()) {
         return Err(Failure::Usage(
@@ -409,6 +528,24 @@ fn client(args: &Args) -> Result<Client, Failure> {
     }
     if let Some(tls) = client_tls(args)? {
         options = options.with_tls(tls);
+    }
+    if let Some(user) = &args.user {
+        let (name, password) = match (user.split_once(':'), &args.password) {
+            (Some((name, password)), None) => (name.to_string(), password.to_string()),
+            (None, Some(password)) => (user.clone(), password.clone()),
+            (Some(_), Some(_)) => {
+                return Err(Failure::Usage(
+                    "give the password once: --user NAME:PASSWORD or --password, not both".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(Failure::Usage(format!(
+                    "--user {user} needs a password: --password, LATCHKEY_PASSWORD or \
+                     --user {user}:PASSWORD"
+                )))
+            }
+        };
+        options = options.with_user(name, password);
     }
     let endpoints = args.endpoints.iter().filter(|e| !e.trim().is_empty());
     Ok(Client::with_options(endpoints, options)?)
@@ -582,6 +719,99 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             }
         }
         Cmd::Locks { prefix, json } => locks(&args, prefix, *json).await,
+        Cmd::Auth(a) => {
+            let c = client(&args)?;
+            match a {
+                AuthCmd::Enable => c.auth_enable().await?,
+                AuthCmd::Disable => c.auth_disable().await?,
+                AuthCmd::Status => {
+                    let (enabled, user) = c.auth_status().await?;
+                    let text = format!(
+                        "access control: {}\nuser: {}\n",
+                        if enabled { "enabled" } else { "disabled" },
+                        user.as_deref().unwrap_or("(none)")
+                    );
+                    out(&[text.as_bytes()])?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            out(&[b"OK\n"])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::User(u) => {
+            let c = client(&args)?;
+            match u {
+                UserCmd::Add { name, no_password } => {
+                    let password = if *no_password {
+                        None
+                    } else {
+                        Some(read_password()?)
+                    };
+                    c.add_user(name, password.as_deref()).await?
+                }
+                UserCmd::Passwd { name } => {
+                    c.change_password(name, Some(&read_password()?)).await?
+                }
+                UserCmd::Delete { name } => c.delete_user(name).await?,
+                UserCmd::GrantRole { user, role } => c.grant_role(user, role).await?,
+                UserCmd::RevokeRole { user, role } => c.revoke_role(user, role).await?,
+                UserCmd::List => {
+                    let (users, _) = c.list_users_and_roles().await?;
+                    return print_lines(&users);
+                }
+                UserCmd::Get { name } => {
+                    let Some(user) = c.get_user(name).await? else {
+                        return Err(Failure::NotFound(format!("no user {name:?}")));
+                    };
+                    let text = format!(
+                        "roles: {}\npassword: {}\n",
+                        user.roles.join(","),
+                        if user.has_password { "yes" } else { "no" }
+                    );
+                    out(&[text.as_bytes()])?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            out(&[b"OK\n"])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Role(r) => {
+            let c = client(&args)?;
+            let permission = |p: &str| {
+                p.parse::<latchkey::Permission>()
+                    .map_err(|e| Failure::Usage(e.to_string()))
+            };
+            match r {
+                RoleCmd::Add { name } => c.add_role(name).await?,
+                RoleCmd::Delete { name } => c.delete_role(name).await?,
+                RoleCmd::Grant {
+                    role,
+                    permission: p,
+                    prefix,
+                } => c.grant_permission(role, permission(p)?, prefix).await?,
+                RoleCmd::Revoke {
+                    role,
+                    permission: p,
+                    prefix,
+                } => c.revoke_permission(role, permission(p)?, prefix).await?,
+                RoleCmd::List => {
+                    let (_, roles) = c.list_users_and_roles().await?;
+                    return print_lines(&roles);
+                }
+                RoleCmd::Get { name } => {
+                    let Some(grants) = c.get_role(name).await? else {
+                        return Err(Failure::NotFound(format!("no role {name:?}")));
+                    };
+                    let lines: Vec<String> = grants
+                        .iter()
+                        .map(|(p, prefix)| format!("{p}\t{}", String::from_utf8_lossy(prefix)))
+                        .collect();
+                    return print_lines(&lines);
+                }
+            }
+            out(&[b"OK\n"])?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Members(m) => {
             let c = client(&args)?;
             match m {
@@ -929,6 +1159,29 @@ mod tls_args_tests {
         let args = Args::try_parse_from(["latchkey", "get", "mykey", "--key", "k.pem"])?;
         assert!(matches!(&args.command, Cmd::Get { key, .. } if key == "mykey"));
         assert_eq!(args.key.as_deref(), Some(std::path::Path::new("k.pem")));
+        Ok(())
+    }
+
+    /// The global --user does not collide with the USER of `user
+    /// grant-role` (it did: the positional filled the global option).
+    #[test]
+    fn the_global_user_and_a_user_argument_parse_together() -> Result<(), clap::Error> {
+        let args = Args::try_parse_from([
+            "latchkey",
+            "--user",
+            "root:pw",
+            "user",
+            "grant-role",
+            "app",
+            "jobs",
+        ])?;
+        assert_eq!(args.user.as_deref(), Some("root:pw"));
+        assert!(matches!(
+            &args.command,
+            Cmd::User(UserCmd::GrantRole { user, role }) if user == "app" && role == "jobs"
+        ));
+        let args = Args::try_parse_from(["latchkey", "user", "grant-role", "app", "jobs"])?;
+        assert_eq!(args.user, None);
         Ok(())
     }
 }

@@ -44,8 +44,8 @@
 pub use latchkey_client::{
     Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
     FenceGate, FileFenceGate, HolderInfo, Identity, Lock, LockGuard, LockInfo, LockMode,
-    MemberInfo, MemoryFenceGate, NodeStatus, ScanPage, Sequencer, Session, SessionId,
-    SessionSecret, TlsError, TlsOptions, Token,
+    MemberInfo, MemoryFenceGate, NodeStatus, Permission, ScanPage, Sequencer, Session, SessionId,
+    SessionSecret, TlsError, TlsOptions, Token, UserCredentials, UserInfo,
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{

@@ -234,7 +234,7 @@ mod fence;
 mod lock_table;
 mod mode;
 mod query;
-mod record;
+pub(crate) mod record;
 mod sequencer;
 mod session;
 

@@ -258,6 +258,7 @@ pub(crate) fn end<S: Store>(
         cancelled = cancelled.saturating_add(c);
     }
     dedup::forget_all(store, session)?;
+    crate::auth::forget_owner(store, session)?;
     store.delete(&keyspace::session_key(session.0))?;
     events.push(Event::SessionEnded { session, how });
     Ok(LockOutcome::SessionEnded {

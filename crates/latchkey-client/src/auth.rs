@@ -1,0 +1,313 @@
+//! Access control from the client: turning it on and off, users, roles and
+//! their grants (the replicas' `Auth` service; see `latchkey_core::auth`
+//! for the rules). Every call is made as the client's own user
+//! ([`crate::ClientOptions::with_user`]); while access control is enabled,
+//! each needs the admin permission except [`Client::auth_status`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), latchkey_client::Error> {
+//! use latchkey_client::{Client, ClientOptions, Permission};
+//!
+//! let admin = Client::connect(["127.0.0.1:7101"])?;
+//! admin.add_user("root", Some("root-password")).await?;
+//! admin.add_user("app", Some("app-password")).await?;
+//! admin.add_role("jobs").await?;
+//! admin.grant_permission("jobs", Permission::Write, "jobs/").await?;
+//! admin.grant_role("app", "jobs").await?;
+//! admin.auth_enable().await?;
+//!
+//! let app = Client::with_options(
+//!     ["127.0.0.1:7101"],
+//!     ClientOptions::default().with_user("app", "app-password"),
+//! )?;
+//! app.put("jobs/1", "queued").await?;          // allowed
+//! assert!(app.put("billing/1", "x").await.is_err()); // PermissionDenied
+//! # Ok(()) }
+//! ```
+
+use latchkey_core::auth::Permission;
+use latchkey_proto::v1::{self, auth_change_request::Change, auth_client::AuthClient};
+use latchkey_proto::MAX_MESSAGE_BYTES;
+use tonic::transport::Channel;
+
+use crate::router::{classify_status, Attempt, Target};
+use crate::{Client, CommandError, Error};
+
+/// A user as the replicas report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// Its roles, in name order.
+    pub roles: Vec<String>,
+    /// It can log in with a password.
+    pub has_password: bool,
+}
+
+fn auth_client(channel: Channel) -> AuthClient<Channel> {
+    AuthClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// The typed error of a reply: the replica's refusal to run it (the
+/// attempt's outcome, which the router may retry), or the command's own
+/// refusal (a permission denied, a missing user).
+fn refused(error: Option<v1::Error>) -> Result<Result<(), CommandError>, Attempt> {
+    match error.map(latchkey_proto::wire::error_from_wire) {
+        None => Ok(Ok(())),
+        Some(Err(failure)) => Err(Attempt::Refused(failure)),
+        Some(Ok(command_error)) => Ok(Err(command_error)),
+    }
+}
+
+fn permission_to_wire(p: Permission) -> i32 {
+    (match p {
+        Permission::Read => v1::Permission::Read,
+        Permission::Write => v1::Permission::Write,
+        Permission::Lock => v1::Permission::Lock,
+        Permission::Admin => v1::Permission::Admin,
+    }) as i32
+}
+
+fn permission_from_wire(p: i32) -> Option<Permission> {
+    match v1::Permission::try_from(p).ok()? {
+        v1::Permission::Read => Some(Permission::Read),
+        v1::Permission::Write => Some(Permission::Write),
+        v1::Permission::Lock => Some(Permission::Lock),
+        v1::Permission::Admin => Some(Permission::Admin),
+        v1::Permission::Unspecified => None,
+    }
+}
+
+impl Client {
+    /// An `Auth` client on `target`'s channel, with this client's user.
+    fn auth_target(target: Target) -> Result<AuthClient<Channel>, Attempt> {
+        match target {
+            Target::Remote { channel, .. } => Ok(auth_client(channel)),
+            Target::Local(_) => Err(Attempt::NotSent("access-control calls go over gRPC".into())),
+        }
+    }
+
+    fn as_user<T>(&self, message: T) -> Result<tonic::Request<T>, Attempt> {
+        let user = crate::transport::Credentials::new(self.router().options()).map_err(|e| {
+            Attempt::Refused(latchkey_proto::ReplicaFailure::InvalidArgument(
+                e.to_string(),
+            ))
+        })?;
+        Ok(crate::transport::as_user(&user, message))
+    }
+
+    async fn auth_change(&self, change: Change) -> Result<(), Error> {
+        self.router()
+            .call(true, |target, _| {
+                let change = change.clone();
+                async move {
+                    let mut auth = Self::auth_target(target)?;
+                    let request = self.as_user(v1::AuthChangeRequest {
+                        change: Some(change),
+                    })?;
+                    match auth.change(request).await {
+                        Ok(reply) => refused(reply.into_inner().error),
+                        Err(status) => Err(classify_status(&status)),
+                    }
+                }
+            })
+            .await?
+            .map_err(Error::Refused)
+    }
+
+    /// Whether access control is enabled, and which user this client is
+    /// (`None`: it names none).
+    pub async fn auth_status(&self) -> Result<(bool, Option<String>), Error> {
+        self.router()
+            .call(false, |target, _| async move {
+                let mut auth = Self::auth_target(target)?;
+                let request = self.as_user(v1::AuthStatusRequest {})?;
+                match auth.status(request).await {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        Ok(refused(reply.error)?.map(|()| {
+                            (
+                                reply.enabled,
+                                (!reply.user.is_empty()).then_some(reply.user),
+                            )
+                        }))
+                    }
+                    Err(status) => Err(classify_status(&status)),
+                }
+            })
+            .await?
+            .map_err(Error::Refused)
+    }
+
+    /// Turn access control on. Refused unless a user named `root` exists
+    /// (it gets the root role: every permission). From then on every call
+    /// must name a user.
+    pub async fn auth_enable(&self) -> Result<(), Error> {
+        self.auth_change(Change::Enable(v1::AuthEmpty {})).await
+    }
+
+    /// Turn access control off (needs admin while it is on).
+    pub async fn auth_disable(&self) -> Result<(), Error> {
+        self.auth_change(Change::Disable(v1::AuthEmpty {})).await
+    }
+
+    /// Add a user, with a password or without one (`None`: it cannot log
+    /// in with a password). The replica stores only a salted hash.
+    pub async fn add_user(&self, name: &str, password: Option<&str>) -> Result<(), Error> {
+        self.auth_change(Change::AddUser(v1::AuthUser {
+            name: name.to_string(),
+            password: password.unwrap_or_default().to_string(),
+        }))
+        .await
+    }
+
+    /// Set (or with `None`, clear) a user's password.
+    pub async fn change_password(&self, name: &str, password: Option<&str>) -> Result<(), Error> {
+        self.auth_change(Change::ChangePassword(v1::AuthUser {
+            name: name.to_string(),
+            password: password.unwrap_or_default().to_string(),
+        }))
+        .await
+    }
+
+    /// Remove a user.
+    pub async fn delete_user(&self, name: &str) -> Result<(), Error> {
+        self.auth_change(Change::DeleteUser(name.to_string())).await
+    }
+
+    /// Add a role without grants.
+    pub async fn add_role(&self, name: &str) -> Result<(), Error> {
+        self.auth_change(Change::AddRole(name.to_string())).await
+    }
+
+    /// Remove a role (and take it from every user).
+    pub async fn delete_role(&self, name: &str) -> Result<(), Error> {
+        self.auth_change(Change::DeleteRole(name.to_string())).await
+    }
+
+    /// Let `role` do `permission` on every key (or lock name) starting
+    /// with `prefix` (empty: all of them).
+    pub async fn grant_permission(
+        &self,
+        role: &str,
+        permission: Permission,
+        prefix: impl AsRef<[u8]>,
+    ) -> Result<(), Error> {
+        self.auth_change(Change::GrantPermission(v1::AuthRoleGrant {
+            role: role.to_string(),
+            grant: Some(v1::Grant {
+                permission: permission_to_wire(permission),
+                prefix: prefix.as_ref().to_vec(),
+            }),
+        }))
+        .await
+    }
+
+    /// Take a grant from `role`.
+    pub async fn revoke_permission(
+        &self,
+        role: &str,
+        permission: Permission,
+        prefix: impl AsRef<[u8]>,
+    ) -> Result<(), Error> {
+        self.auth_change(Change::RevokePermission(v1::AuthRoleGrant {
+            role: role.to_string(),
+            grant: Some(v1::Grant {
+                permission: permission_to_wire(permission),
+                prefix: prefix.as_ref().to_vec(),
+            }),
+        }))
+        .await
+    }
+
+    /// Give `user` the role `role`.
+    pub async fn grant_role(&self, user: &str, role: &str) -> Result<(), Error> {
+        self.auth_change(Change::GrantRole(v1::AuthUserRole {
+            user: user.to_string(),
+            role: role.to_string(),
+        }))
+        .await
+    }
+
+    /// Take the role `role` from `user`.
+    pub async fn revoke_role(&self, user: &str, role: &str) -> Result<(), Error> {
+        self.auth_change(Change::RevokeRole(v1::AuthUserRole {
+            user: user.to_string(),
+            role: role.to_string(),
+        }))
+        .await
+    }
+
+    /// Every user and every role, in name order.
+    pub async fn list_users_and_roles(&self) -> Result<(Vec<String>, Vec<String>), Error> {
+        self.router()
+            .call(false, |target, _| async move {
+                let mut auth = Self::auth_target(target)?;
+                let request = self.as_user(v1::AuthListRequest {})?;
+                match auth.list(request).await {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        Ok(refused(reply.error)?.map(|()| (reply.users, reply.roles)))
+                    }
+                    Err(status) => Err(classify_status(&status)),
+                }
+            })
+            .await?
+            .map_err(Error::Refused)
+    }
+
+    /// One user (`None`: no such user).
+    pub async fn get_user(&self, name: &str) -> Result<Option<UserInfo>, Error> {
+        self.router()
+            .call(false, |target, _| async move {
+                let mut auth = Self::auth_target(target)?;
+                let request = self.as_user(v1::AuthNameRequest {
+                    name: name.to_string(),
+                })?;
+                match auth.get_user(request).await {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        Ok(refused(reply.error)?.map(|()| {
+                            reply.found.then_some(UserInfo {
+                                roles: reply.roles,
+                                has_password: reply.has_password,
+                            })
+                        }))
+                    }
+                    Err(status) => Err(classify_status(&status)),
+                }
+            })
+            .await?
+            .map_err(Error::Refused)
+    }
+
+    /// One role's grants, as `(permission, prefix)` (`None`: no such role).
+    pub async fn get_role(&self, name: &str) -> Result<Option<Vec<(Permission, Vec<u8>)>>, Error> {
+        self.router()
+            .call(false, |target, _| async move {
+                let mut auth = Self::auth_target(target)?;
+                let request = self.as_user(v1::AuthNameRequest {
+                    name: name.to_string(),
+                })?;
+                match auth.get_role(request).await {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        Ok(refused(reply.error)?.map(|()| {
+                            reply.found.then(|| {
+                                reply
+                                    .grants
+                                    .into_iter()
+                                    .filter_map(|g| {
+                                        permission_from_wire(g.permission).map(|p| (p, g.prefix))
+                                    })
+                                    .collect()
+                            })
+                        }))
+                    }
+                    Err(status) => Err(classify_status(&status)),
+                }
+            })
+            .await?
+            .map_err(Error::Refused)
+    }
+}
