@@ -59,22 +59,16 @@ fn refused(error: Option<v1::Error>) -> Result<Result<(), CommandError>, Attempt
     }
 }
 
-fn permission_to_wire(p: Permission) -> i32 {
-    (match p {
-        Permission::Read => v1::Permission::Read,
-        Permission::Write => v1::Permission::Write,
-        Permission::Lock => v1::Permission::Lock,
-        Permission::Admin => v1::Permission::Admin,
-    }) as i32
-}
-
-fn permission_from_wire(p: i32) -> Option<Permission> {
-    match v1::Permission::try_from(p).ok()? {
-        v1::Permission::Read => Some(Permission::Read),
-        v1::Permission::Write => Some(Permission::Write),
-        v1::Permission::Lock => Some(Permission::Lock),
-        v1::Permission::Admin => Some(Permission::Admin),
-        v1::Permission::Unspecified => None,
+/// `role` with the grant of `permission` on `prefix`.
+fn role_grant(role: &str, permission: Permission, prefix: &[u8]) -> v1::AuthRoleGrant {
+    v1::AuthRoleGrant {
+        role: role.to_string(),
+        grant: Some(latchkey_proto::wire::grant_to_wire(
+            latchkey_core::auth::Grant {
+                permission,
+                prefix: prefix.to_vec(),
+            },
+        )),
     }
 }
 
@@ -193,14 +187,8 @@ impl Client {
         permission: Permission,
         prefix: impl AsRef<[u8]>,
     ) -> Result<(), Error> {
-        self.auth_change(Change::GrantPermission(v1::AuthRoleGrant {
-            role: role.to_string(),
-            grant: Some(v1::Grant {
-                permission: permission_to_wire(permission),
-                prefix: prefix.as_ref().to_vec(),
-            }),
-        }))
-        .await
+        let grant = role_grant(role, permission, prefix.as_ref());
+        self.auth_change(Change::GrantPermission(grant)).await
     }
 
     /// Take a grant from `role`.
@@ -210,14 +198,8 @@ impl Client {
         permission: Permission,
         prefix: impl AsRef<[u8]>,
     ) -> Result<(), Error> {
-        self.auth_change(Change::RevokePermission(v1::AuthRoleGrant {
-            role: role.to_string(),
-            grant: Some(v1::Grant {
-                permission: permission_to_wire(permission),
-                prefix: prefix.as_ref().to_vec(),
-            }),
-        }))
-        .await
+        let grant = role_grant(role, permission, prefix.as_ref());
+        self.auth_change(Change::RevokePermission(grant)).await
     }
 
     /// Give `user` the role `role`.
@@ -297,9 +279,8 @@ impl Client {
                                 reply
                                     .grants
                                     .into_iter()
-                                    .filter_map(|g| {
-                                        permission_from_wire(g.permission).map(|p| (p, g.prefix))
-                                    })
+                                    .filter_map(|g| latchkey_proto::wire::grant_from_wire(g).ok())
+                                    .map(|g| (g.permission, g.prefix))
                                     .collect()
                             })
                         }))

@@ -172,7 +172,7 @@ async fn unary(
 }
 
 /// Who a client's calls say they come from, as call metadata: a user and
-/// its password ([`crate::ClientOptions::with_user`]), and the cluster
+/// its password ([`crate::ClientOptions::with_user`]), or else the cluster
 /// secret when the client has one (a replica treats a client call carrying
 /// its cluster secret as its own application's: root, while access control
 /// is on).
@@ -200,9 +200,11 @@ impl Credentials {
             )),
             None => None,
         };
-        let secret = match &options.cluster_secret {
-            Some(s) => Some(value("cluster secret", s)?),
-            None => None,
+        // A named user is who the calls are made as: the cluster secret
+        // (which would make them root's) goes only on calls naming nobody.
+        let secret = match (&user, &options.cluster_secret) {
+            (None, Some(s)) => Some(value("cluster secret", s)?),
+            _ => None,
         };
         Ok((user.is_some() || secret.is_some()).then_some(Credentials { user, secret }))
     }

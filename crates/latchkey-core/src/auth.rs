@@ -36,7 +36,9 @@
 //!     apply(store, &Request { now: 1, command }).expect("store")
 //! };
 //! let admin = |c: AuthCommand| Command::Auth(c);
-//! run(&mut store, admin(AuthCommand::AddUser { name: ROOT.into(), password: None })).unwrap();
+//! // The replica hashes passwords before it proposes; the core only stores them.
+//! let hash = Some("pbkdf2-sha256$...".to_string());
+//! run(&mut store, admin(AuthCommand::AddUser { name: ROOT.into(), password: hash })).unwrap();
 //! run(&mut store, admin(AuthCommand::AddUser { name: "app".into(), password: None })).unwrap();
 //! run(&mut store, admin(AuthCommand::AddRole { name: "jobs".into() })).unwrap();
 //! let grant = Grant { permission: Permission::Write, prefix: b"jobs/".to_vec() };
@@ -126,7 +128,7 @@ pub struct Grant {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRecord {
     /// The password's salted hash as the shell made it; `None`: the user
-    /// cannot log in with a password (only with a client certificate).
+    /// cannot log in (it exists to own grants until a password is set).
     pub password: Option<String>,
     /// The user's roles.
     pub roles: BTreeSet<String>,
@@ -373,10 +375,10 @@ pub(crate) fn execute<S: Store>(
     let done = Ok(Ok(Outcome::Auth(AuthOutcome::Done)));
     match command {
         AuthCommand::Enable => {
-            let Some(mut root) = load_user(store, ROOT)? else {
+            let Some(mut root) = load_user(store, ROOT)?.filter(|r| r.password.is_some()) else {
                 return refuse(format!(
-                    "add a user named {ROOT:?} (with a password) \
-                     before enabling access control: it keeps every permission"
+                    "add a user named {ROOT:?} with a password before enabling access \
+                     control: it keeps every permission"
                 ));
             };
             root.roles.insert(ROOT.to_string());
@@ -635,20 +637,20 @@ impl<S: Store> Checker<'_, S> {
         }
     }
 
+    /// The caller may act for `session`: it opened it (or is root). A
+    /// session opened without a user (while access control was off) is
+    /// root's alone while it is on.
     fn owns(&self, session: SessionId) -> Checked {
+        if self.grants.root {
+            return Ok(Ok(()));
+        }
         match self.store.get(&owner_key(session))? {
-            Some(owner) if owner != self.user.as_bytes() && !self.grants.root => {
-                Ok(Err(CommandError::PermissionDenied {
-                    user: self.user.to_string(),
-                    permission: Permission::Lock,
-                    on: format!(
-                        "session {} (it belongs to user {:?})",
-                        session.0,
-                        String::from_utf8_lossy(&owner)
-                    ),
-                }))
-            }
-            _ => Ok(Ok(())),
+            Some(owner) if owner == self.user.as_bytes() => Ok(Ok(())),
+            _ => Ok(Err(CommandError::PermissionDenied {
+                user: self.user.to_string(),
+                permission: Permission::Lock,
+                on: format!("session {} (another user's)", session.0),
+            })),
         }
     }
 
@@ -678,6 +680,16 @@ impl<S: Store> Checker<'_, S> {
                 self.need(Write, Target::Range(start, Some(end)))
             }
             Command::Batch { conditions, ops } => self.batch(conditions, ops),
+            // Admins administer; only root makes more roots.
+            Command::Auth(AuthCommand::GrantRole { role, .. })
+                if role == ROOT && !self.grants.root =>
+            {
+                Err(CommandError::PermissionDenied {
+                    user: self.user.to_string(),
+                    permission: Admin,
+                    on: format!("the {ROOT:?} role (only root grants it)"),
+                })
+            }
             Command::Auth(_) => self.need(Admin, Target::Any),
             Command::Lock(lock) => return self.lock(lock),
             // The shell never wraps these; refuse rather than guess.
@@ -776,7 +788,7 @@ fn checker<'s, S: Store>(
         None => Err(CommandError::PermissionDenied {
             user: user.to_string(),
             permission: Permission::Read,
-            on: "anything: no such user".to_string(),
+            on: "anything: the user does not exist".to_string(),
         }),
     })
 }

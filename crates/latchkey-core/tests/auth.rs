@@ -43,7 +43,7 @@ fn store_with(grants: &[(Permission, &str)]) -> MemStore {
         &mut store,
         Command::Auth(AuthCommand::AddUser {
             name: ROOT.into(),
-            password: None,
+            password: Some("a stored hash".into()),
         }),
     )
     .expect("root");
@@ -181,6 +181,38 @@ fn sessions_belong_to_the_user_who_opened_them() {
     assert!(run(&mut store, as_user("app", close)).is_ok());
     // The ended session's owner row is gone with it.
     assert!(!store.map.keys().any(|k| k.starts_with(b"Ao")));
+}
+
+#[test]
+fn only_root_makes_roots_and_unowned_sessions_are_roots() {
+    let mut store = store_with(&[(Permission::Admin, ""), (Permission::Lock, "")]);
+    let promote = Command::Auth(AuthCommand::GrantRole {
+        user: "app".into(),
+        role: ROOT.into(),
+    });
+    assert!(is_denied(
+        &run(&mut store, as_user("app", promote)),
+        Permission::Admin
+    ));
+    // A session opened while access control was off has no owner: while it
+    // is on, only root acts for it.
+    admin(&mut store, AuthCommand::Disable);
+    let secret = SessionSecret([9; SessionSecret::LEN]);
+    let open = Command::Lock(LockCommand::OpenSession {
+        ttl_ms: 10_000,
+        secret,
+    });
+    let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = run(&mut store, open)
+    else {
+        panic!("not opened");
+    };
+    admin(&mut store, AuthCommand::Enable);
+    let close = Command::Lock(LockCommand::CloseSession { session, secret });
+    assert!(is_denied(
+        &run(&mut store, as_user("app", close.clone())),
+        Permission::Lock
+    ));
+    assert!(run(&mut store, as_user(ROOT, close)).is_ok());
 }
 
 #[test]

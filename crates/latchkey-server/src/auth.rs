@@ -39,6 +39,22 @@ const HASH_LEN: usize = 32;
 /// Most verified pairs a replica remembers.
 const CACHE_LIMIT: usize = 4096;
 
+/// Password checks (and hashes) running at once on a replica.
+pub(crate) static LOGINS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// A stored hash no password matches, checked for unknown users so that a
+/// refusal takes as long whether or not the user exists.
+pub(crate) fn decoy_hash() -> &'static str {
+    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DECOY.get_or_init(|| {
+        format!(
+            "{SCHEME}${ITERATIONS}${}${}",
+            B64.encode([0u8; SALT_LEN]),
+            B64.encode([0u8; HASH_LEN])
+        )
+    })
+}
+
 /// Who made a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {

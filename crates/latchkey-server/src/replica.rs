@@ -216,7 +216,12 @@ impl Replica {
                 user: latchkey_core::auth::ROOT.to_string(),
                 command: Box::new(command),
             },
-            // Refused where it is applied if access control is on.
+            // Refused here if access control is on as this replica knows
+            // it (no log entry for it), and where it is applied if it was
+            // turned on meanwhile.
+            Caller::Anonymous if self.auth_enabled()? => {
+                return Ok(Err(CommandError::AuthRequired))
+            }
             Caller::Internal | Caller::Anonymous => command,
         };
         self.propose(command, Origin::Client).await
@@ -238,7 +243,9 @@ impl Replica {
         &self,
         metadata: &tonic::metadata::MetadataMap,
     ) -> Result<Caller, tonic::Status> {
-        if let Some(offered) = metadata.get(latchkey_proto::CLUSTER_SECRET_HEADER) {
+        let named = crate::auth::credentials(metadata)?;
+        if let (None, Some(offered)) = (&named, metadata.get(latchkey_proto::CLUSTER_SECRET_HEADER))
+        {
             // The cluster's own credential: a replica's in-process client
             // forwarding to the leader, or an operator holding the file.
             return match &self.peers.credentials().secret {
@@ -251,7 +258,7 @@ impl Replica {
                 }
             };
         }
-        let Some((user, password)) = crate::auth::credentials(metadata)? else {
+        let Some((user, password)) = named else {
             return Ok(Caller::Anonymous);
         };
         let query = Query::Auth(AuthQuery::Credentials { name: user.clone() });
@@ -265,15 +272,22 @@ impl Replica {
             }
             Err(failure) => return Err(tonic::Status::unavailable(failure.to_string())),
         };
-        let verified = match stored {
-            Some(Some(hash)) => {
-                let cache = std::sync::Arc::clone(&self.verified);
-                let who = user.clone();
-                tokio::task::spawn_blocking(move || cache.check(&who, &hash, &password))
-                    .await
-                    .unwrap_or(false)
-            }
-            _ => false,
+        // An unknown user (or one without a password) costs the same work
+        // as a wrong password, so timing does not tell which users exist.
+        let (hash, known) = match stored {
+            Some(Some(hash)) => (hash, true),
+            _ => (crate::auth::decoy_hash().to_string(), false),
+        };
+        let verified = {
+            let cache = std::sync::Arc::clone(&self.verified);
+            let who = user.clone();
+            // Password checks are expensive on purpose: at most a few at a
+            // time, so a flood of logins cannot take every core.
+            let _permit = crate::auth::LOGINS.acquire().await;
+            tokio::task::spawn_blocking(move || cache.check(&who, &hash, &password))
+                .await
+                .unwrap_or(false)
+                && known
         };
         if verified {
             Ok(Caller::User(user))
@@ -337,6 +351,13 @@ impl Replica {
             ));
         }
         self.check_serving()?;
+        let anonymous_status_only = matches!(caller, Caller::Anonymous)
+            && !matches!(query, Query::Auth(AuthQuery::Status))
+            && self.auth_enabled()?;
+        if anonymous_status_only {
+            // Refused before the leadership round: no work for strangers.
+            return Ok(Err(CommandError::AuthRequired));
+        }
         if !stale {
             self.confirm(true).await?;
         }
@@ -347,6 +368,7 @@ impl Replica {
             }),
             Caller::Internal => self.local_query(&query),
             Caller::Anonymous => {
+                // Enabled meanwhile (during the round): still refused.
                 if !matches!(query, Query::Auth(AuthQuery::Status)) && self.auth_enabled()? {
                     return Ok(Err(CommandError::AuthRequired));
                 }
@@ -510,10 +532,30 @@ impl Replica {
         &self,
         session: SessionId,
         secret: SessionSecret,
+        caller: &Caller,
     ) -> Result<CommandResult, ReplicaFailure> {
         self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
+        }
+        // While access control is on, only the session's owner (who must
+        // still exist) keeps it alive: a deleted user's sessions expire and
+        // free their locks. The leader checks its own applied state; a
+        // keep-alive is not in the log.
+        let may = match caller {
+            Caller::Internal => Ok(()),
+            Caller::Anonymous if self.auth_enabled()? => Err(CommandError::AuthRequired),
+            Caller::Anonymous => Ok(()),
+            Caller::User(user) => {
+                let check = Query::As {
+                    user: user.clone(),
+                    query: Box::new(Query::Lock(LockQuery::Session { session })),
+                };
+                self.local_query(&check)?.map(|_| ())
+            }
+        };
+        if let Err(refused) = may {
+            return Ok(Err(refused));
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let ka = KeepAlive {
@@ -619,7 +661,9 @@ impl Replica {
                 self.acquire(command, hold.min(MAX_ACQUIRE_HOLD), caller)
                     .await
             }
-            Operation::KeepAlive { session, secret } => self.keep_alive(session, secret).await,
+            Operation::KeepAlive { session, secret } => {
+                self.keep_alive(session, secret, caller).await
+            }
         }
     }
 }

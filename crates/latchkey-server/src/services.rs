@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use latchkey_core::auth::{AuthCommand, AuthOutcome, AuthQuery, Grant, Permission};
+use latchkey_core::auth::{AuthCommand, AuthOutcome, AuthQuery};
 use latchkey_core::codec;
 use latchkey_core::{Command, CommandResult, Outcome, Query};
 use latchkey_proto::v1::auth_server::Auth as AuthRpc;
@@ -440,40 +440,10 @@ fn auth_error(result: &Result<CommandResult, ReplicaFailure>) -> Option<v1::Erro
     }
 }
 
-fn grant_from_wire(grant: Option<v1::Grant>) -> Result<Grant, ReplicaFailure> {
-    let grant =
-        grant.ok_or_else(|| ReplicaFailure::InvalidArgument("a grant is required".into()))?;
-    let permission = match v1::Permission::try_from(grant.permission) {
-        Ok(v1::Permission::Read) => Permission::Read,
-        Ok(v1::Permission::Write) => Permission::Write,
-        Ok(v1::Permission::Lock) => Permission::Lock,
-        Ok(v1::Permission::Admin) => Permission::Admin,
-        _ => {
-            return Err(ReplicaFailure::InvalidArgument(
-                "a grant's permission must be READ, WRITE, LOCK or ADMIN".into(),
-            ))
-        }
-    };
-    Ok(Grant {
-        permission,
-        prefix: grant.prefix,
-    })
-}
-
-fn grant_to_wire(grant: Grant) -> v1::Grant {
-    v1::Grant {
-        permission: match grant.permission {
-            Permission::Read => v1::Permission::Read,
-            Permission::Write => v1::Permission::Write,
-            Permission::Lock => v1::Permission::Lock,
-            Permission::Admin => v1::Permission::Admin,
-        } as i32,
-        prefix: grant.prefix,
-    }
-}
-
 /// A password as stored: hashed here, never in the log (empty: none).
-fn stored_password(password: String) -> Result<Option<String>, ReplicaFailure> {
+/// Hashing is expensive on purpose: it runs off the async threads, a few
+/// at a time.
+async fn stored_password(password: String) -> Result<Option<String>, ReplicaFailure> {
     if password.is_empty() {
         return Ok(None);
     }
@@ -482,10 +452,19 @@ fn stored_password(password: String) -> Result<Option<String>, ReplicaFailure> {
             "a password is at most 1,024 bytes".into(),
         ));
     }
-    crate::auth::hash_password(&password).map(Some)
+    if !password.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err(ReplicaFailure::InvalidArgument(
+            "a password must be printable ASCII: it travels as call metadata".into(),
+        ));
+    }
+    let _permit = crate::auth::LOGINS.acquire().await;
+    tokio::task::spawn_blocking(move || crate::auth::hash_password(&password))
+        .await
+        .map_err(|e| ReplicaFailure::Unavailable(format!("hashing the password failed: {e}")))?
+        .map(Some)
 }
 
-fn auth_change(request: v1::AuthChangeRequest) -> Result<AuthCommand, ReplicaFailure> {
+async fn auth_change(request: v1::AuthChangeRequest) -> Result<AuthCommand, ReplicaFailure> {
     use v1::auth_change_request::Change;
     Ok(match request.change {
         None => {
@@ -496,22 +475,22 @@ fn auth_change(request: v1::AuthChangeRequest) -> Result<AuthCommand, ReplicaFai
         Some(Change::Enable(_)) => AuthCommand::Enable,
         Some(Change::Disable(_)) => AuthCommand::Disable,
         Some(Change::AddUser(u)) => AuthCommand::AddUser {
-            password: stored_password(u.password)?,
+            password: stored_password(u.password).await?,
             name: u.name,
         },
         Some(Change::ChangePassword(u)) => AuthCommand::ChangePassword {
-            password: stored_password(u.password)?,
+            password: stored_password(u.password).await?,
             name: u.name,
         },
         Some(Change::DeleteUser(name)) => AuthCommand::DeleteUser { name },
         Some(Change::AddRole(name)) => AuthCommand::AddRole { name },
         Some(Change::DeleteRole(name)) => AuthCommand::DeleteRole { name },
         Some(Change::GrantPermission(g)) => AuthCommand::GrantPermission {
-            grant: grant_from_wire(g.grant)?,
+            grant: wire::grant_from_wire(g.grant.unwrap_or_default())?,
             role: g.role,
         },
         Some(Change::RevokePermission(g)) => AuthCommand::RevokePermission {
-            grant: grant_from_wire(g.grant)?,
+            grant: wire::grant_from_wire(g.grant.unwrap_or_default())?,
             role: g.role,
         },
         Some(Change::GrantRole(r)) => AuthCommand::GrantRole {
@@ -559,9 +538,14 @@ impl AuthRpc for AuthService {
         request: Request<v1::AuthChangeRequest>,
     ) -> Result<Response<v1::AuthChangeReply>, Status> {
         let caller = self.replica.authenticate(request.metadata()).await?;
-        let result = match auth_change(request.into_inner()) {
-            Ok(command) => self.replica.write(Command::Auth(command), &caller).await,
-            Err(refused) => Err(refused),
+        // Refuse a caller without admin before any password is hashed (the
+        // apply-time check still decides).
+        let result = match self.read(&caller, AuthQuery::List).await {
+            Ok(Ok(_)) => match auth_change(request.into_inner()).await {
+                Ok(command) => self.replica.write(Command::Auth(command), &caller).await,
+                Err(refused) => Err(refused),
+            },
+            refused => refused,
         };
         Ok(Response::new(v1::AuthChangeReply {
             error: auth_error(&result),
@@ -617,7 +601,7 @@ impl AuthRpc for AuthService {
         };
         if let Ok(Ok(Outcome::Auth(AuthOutcome::Role(Some(role))))) = result {
             reply.found = true;
-            reply.grants = role.grants.into_iter().map(grant_to_wire).collect();
+            reply.grants = role.grants.into_iter().map(wire::grant_to_wire).collect();
         }
         Ok(Response::new(reply))
     }

@@ -240,7 +240,7 @@ enum AuthCmd {
 #[derive(Debug, Subcommand)]
 enum UserCmd {
     /// Add user NAME; its password is read from stdin (one line) unless
-    /// --no-password (then it logs in with a client certificate only).
+    /// --no-password (then it cannot log in until `user passwd` sets one).
     Add {
         name: String,
         #[arg(long)]

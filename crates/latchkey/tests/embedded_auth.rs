@@ -154,7 +154,10 @@ async fn access_control_is_enforced_on_every_call() -> TestResult {
         )?;
         // Another user with the same role and the session's own secret
         // still cannot act for app's session.
-        let channel = latchkey_proto::channel(&addrs[0], Duration::from_secs(2), None)?;
+        // Straight to the leader (raw calls do not follow NOT_LEADER).
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let leader_addr = nodes[&leader].advertise_addr();
+        let channel = latchkey_proto::channel(leader_addr, Duration::from_secs(2), None)?;
         let mut lock = v1::lock_client::LockClient::new(channel);
         let mut release = tonic::Request::new(v1::ReleaseRequest {
             session: session.id().0,
@@ -182,10 +185,37 @@ async fn access_control_is_enforced_on_every_call() -> TestResult {
             "{refused:?}"
         );
         assert_eq!(refused.user, "other");
-        assert!(
-            refused.resource.contains("belongs to user \"app\""),
-            "{refused:?}"
-        );
+        assert!(refused.resource.contains("another user's"), "{refused:?}");
+        // Nor keep it alive, with its secret or without a user at all.
+        for user in [Some(("other", "other-pw")), None] {
+            let mut keep_alive = tonic::Request::new(v1::KeepAliveRequest {
+                session: session.id().0,
+                session_secret: session.secret().0.to_vec(),
+            });
+            if let Some((name, password)) = user {
+                keep_alive
+                    .metadata_mut()
+                    .insert(latchkey_proto::USER_HEADER, name.parse()?);
+                keep_alive
+                    .metadata_mut()
+                    .insert(latchkey_proto::PASSWORD_HEADER, password.parse()?);
+            }
+            let reply = lock.keep_alive(keep_alive).await;
+            let kind = match &reply {
+                Ok(r) => r.get_ref().error.as_ref().map(|e| e.kind),
+                Err(_) => None,
+            };
+            let expected = if user.is_some() {
+                v1::ErrorKind::PermissionDenied
+            } else {
+                v1::ErrorKind::AuthRequired
+            };
+            assert_eq!(
+                kind,
+                Some(expected as i32),
+                "keep-alive as {user:?}: {reply:?}"
+            );
+        }
         assert!(guard.is_held());
         guard.put("jobs/fenced", "ok").await?;
         guard.release().await?;
