@@ -90,17 +90,32 @@ impl Client {
         Ok(crate::transport::as_user(&user, message))
     }
 
-    async fn auth_change(&self, change: Change) -> Result<(), Error> {
+    /// One `Auth` call of `message` (`rpc` makes it), through the router
+    /// (retried like any read, or any write with `is_write`); `answer`
+    /// splits the reply into its typed error and its value.
+    async fn auth_call<Q, R, T, Fut>(
+        &self,
+        is_write: bool,
+        message: Q,
+        rpc: impl Fn(AuthClient<Channel>, tonic::Request<Q>) -> Fut,
+        answer: impl Fn(R) -> (Option<v1::Error>, T),
+    ) -> Result<T, Error>
+    where
+        Q: Clone,
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
         self.router()
-            .call(true, |target, _| {
-                let change = change.clone();
+            .call(is_write, |target, _| {
+                let message = message.clone();
+                let (rpc, answer) = (&rpc, &answer);
                 async move {
-                    let mut auth = Self::auth_target(target)?;
-                    let request = self.as_user(v1::AuthChangeRequest {
-                        change: Some(change),
-                    })?;
-                    match auth.change(request).await {
-                        Ok(reply) => refused(reply.into_inner().error),
+                    let auth = Self::auth_target(target)?;
+                    let request = self.as_user(message)?;
+                    match rpc(auth, request).await {
+                        Ok(reply) => {
+                            let (error, value) = answer(reply.into_inner());
+                            Ok(refused(error)?.map(|()| value))
+                        }
                         Err(status) => Err(classify_status(&status)),
                     }
                 }
@@ -109,28 +124,32 @@ impl Client {
             .map_err(Error::Refused)
     }
 
+    async fn auth_change(&self, change: Change) -> Result<(), Error> {
+        let message = v1::AuthChangeRequest {
+            change: Some(change),
+        };
+        self.auth_call(
+            true,
+            message,
+            |mut auth, request| async move { auth.change(request).await },
+            |reply: v1::AuthChangeReply| (reply.error, ()),
+        )
+        .await
+    }
+
     /// Whether access control is enabled, and which user this client is
     /// (`None`: it names none).
     pub async fn auth_status(&self) -> Result<(bool, Option<String>), Error> {
-        self.router()
-            .call(false, |target, _| async move {
-                let mut auth = Self::auth_target(target)?;
-                let request = self.as_user(v1::AuthStatusRequest {})?;
-                match auth.status(request).await {
-                    Ok(reply) => {
-                        let reply = reply.into_inner();
-                        Ok(refused(reply.error)?.map(|()| {
-                            (
-                                reply.enabled,
-                                (!reply.user.is_empty()).then_some(reply.user),
-                            )
-                        }))
-                    }
-                    Err(status) => Err(classify_status(&status)),
-                }
-            })
-            .await?
-            .map_err(Error::Refused)
+        self.auth_call(
+            false,
+            v1::AuthStatusRequest {},
+            |mut auth, request| async move { auth.status(request).await },
+            |reply: v1::AuthStatusReply| {
+                let user = (!reply.user.is_empty()).then_some(reply.user);
+                (reply.error, (reply.enabled, user))
+            },
+        )
+        .await
     }
 
     /// Turn access control on. Refused unless a user named `root` exists
@@ -222,73 +241,56 @@ impl Client {
 
     /// Every user and every role, in name order.
     pub async fn list_users_and_roles(&self) -> Result<(Vec<String>, Vec<String>), Error> {
-        self.router()
-            .call(false, |target, _| async move {
-                let mut auth = Self::auth_target(target)?;
-                let request = self.as_user(v1::AuthListRequest {})?;
-                match auth.list(request).await {
-                    Ok(reply) => {
-                        let reply = reply.into_inner();
-                        Ok(refused(reply.error)?.map(|()| (reply.users, reply.roles)))
-                    }
-                    Err(status) => Err(classify_status(&status)),
-                }
-            })
-            .await?
-            .map_err(Error::Refused)
+        self.auth_call(
+            false,
+            v1::AuthListRequest {},
+            |mut auth, request| async move { auth.list(request).await },
+            |reply: v1::AuthListReply| (reply.error, (reply.users, reply.roles)),
+        )
+        .await
     }
 
     /// One user (`None`: no such user).
     pub async fn get_user(&self, name: &str) -> Result<Option<UserInfo>, Error> {
-        self.router()
-            .call(false, |target, _| async move {
-                let mut auth = Self::auth_target(target)?;
-                let request = self.as_user(v1::AuthNameRequest {
-                    name: name.to_string(),
-                })?;
-                match auth.get_user(request).await {
-                    Ok(reply) => {
-                        let reply = reply.into_inner();
-                        Ok(refused(reply.error)?.map(|()| {
-                            reply.found.then_some(UserInfo {
-                                roles: reply.roles,
-                                has_password: reply.has_password,
-                            })
-                        }))
-                    }
-                    Err(status) => Err(classify_status(&status)),
-                }
-            })
-            .await?
-            .map_err(Error::Refused)
+        let message = v1::AuthNameRequest {
+            name: name.to_string(),
+        };
+        self.auth_call(
+            false,
+            message,
+            |mut auth, request| async move { auth.get_user(request).await },
+            |reply: v1::AuthUserReply| {
+                let user = reply.found.then_some(UserInfo {
+                    roles: reply.roles,
+                    has_password: reply.has_password,
+                });
+                (reply.error, user)
+            },
+        )
+        .await
     }
 
     /// One role's grants, as `(permission, prefix)` (`None`: no such role).
     pub async fn get_role(&self, name: &str) -> Result<Option<Vec<(Permission, Vec<u8>)>>, Error> {
-        self.router()
-            .call(false, |target, _| async move {
-                let mut auth = Self::auth_target(target)?;
-                let request = self.as_user(v1::AuthNameRequest {
-                    name: name.to_string(),
-                })?;
-                match auth.get_role(request).await {
-                    Ok(reply) => {
-                        let reply = reply.into_inner();
-                        Ok(refused(reply.error)?.map(|()| {
-                            reply.found.then(|| {
-                                reply
-                                    .grants
-                                    .into_iter()
-                                    .filter_map(|g| latchkey_proto::wire::grant_from_wire(g).ok())
-                                    .map(|g| (g.permission, g.prefix))
-                                    .collect()
-                            })
-                        }))
-                    }
-                    Err(status) => Err(classify_status(&status)),
-                }
-            })
-            .await?
-            .map_err(Error::Refused)
+        let message = v1::AuthNameRequest {
+            name: name.to_string(),
+        };
+        self.auth_call(
+            false,
+            message,
+            |mut auth, request| async move { auth.get_role(request).await },
+            |reply: v1::AuthRoleReply| {
+                let grants = reply.found.then(|| {
+                    reply
+                        .grants
+                        .into_iter()
+                        .filter_map(|g| latchkey_proto::wire::grant_from_wire(g).ok())
+                        .map(|g| (g.permission, g.prefix))
+                        .collect()
+                });
+                (reply.error, grants)
+            },
+        )
+        .await
     }
 }
