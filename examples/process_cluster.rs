@@ -67,7 +67,7 @@ impl ProcessCluster {
         .collect();
         let certs = if tls {
             let certs = dir.path().join("certs");
-            latchkey::certs::write_cluster(&certs, 3, &[]).map_err(std::io::Error::other)?;
+            latchkey::certs::write_cluster(&certs, 3, &[], &[]).map_err(std::io::Error::other)?;
             Some(certs)
         } else {
             None

@@ -535,6 +535,24 @@ async fn cli_access_control(c: &Cluster) -> Result<()> {
         out.ok()? == "read\tjobs/\nwrite\tjobs/\n",
         "role get: {out:?}"
     );
+    // Membership changes need an admin by name, besides the secret.
+    let out = with_secret(&["members", "remove", "3"], "").await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("access control is enabled"),
+        "members remove with the secret alone: {out:?}"
+    );
+    let out = with_secret(&["--user", "app:app-pw", "members", "remove", "3"], "").await?;
+    ensure!(
+        out.code == Some(2)
+            && out.stderr.contains("permission denied")
+            && out.stderr.contains("admin"),
+        "members remove by a user without admin: {out:?}"
+    );
+    let out = root(&["status"]).await?;
+    ensure!(
+        out.ok()?.contains("3="),
+        "node 3 is still a member: {out:?}"
+    );
     let out = root(&["auth", "disable"]).await?;
     ensure!(out.ok()? == "OK\n", "auth disable: {out:?}");
     let out = anonymous(&["get", "jobs/1"]).await?;
@@ -555,7 +573,7 @@ async fn cli_over_tls() {
         Err(e) => panic!("temporary directory: {e}"),
     };
     let dir = certs.path().display().to_string();
-    let made = run_cli(&["certs", "--out", &dir, "--nodes", "3"]).await;
+    let made = run_cli(&["certs", "--out", &dir, "--nodes", "3", "--users", "alice"]).await;
     let file = |name: &str| certs.path().join(name).display().to_string();
     match made {
         Ok(out) if out.code == Some(0) => {}
@@ -608,6 +626,66 @@ async fn cli_tls_body(c: &Cluster, certs: &std::path::Path) -> Result<()> {
         out.ok()? == "over tls\n",
         "get with a client certificate: {out:?}"
     );
+    // A user named by a client certificate: alice, with no password.
+    let admin = |args: &[&str]| {
+        let mut all = vec!["--cacert", &ca];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.iter().map(|a| a.to_string()).collect();
+        async move {
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            c.cli(&all).await
+        }
+    };
+    let out = c
+        .cli_with(
+            true,
+            &["--cacert", &ca, "user", "add", "root"],
+            Some("root-pw\n"),
+        )
+        .await?;
+    ensure!(out.ok()? == "OK\n", "user add root: {out:?}");
+    for args in [
+        &["user", "add", "alice", "--no-password"][..],
+        &["role", "add", "jobs"],
+        &["role", "grant", "jobs", "write", "jobs/"],
+        &["user", "grant-role", "alice", "jobs"],
+        &["auth", "enable"],
+    ] {
+        let out = admin(args).await?;
+        ensure!(out.ok()? == "OK\n", "{args:?}: {out:?}");
+    }
+    let (alice, alice_key) = (file("user-alice.pem"), file("user-alice-key.pem"));
+    let as_alice = |args: &[&str]| {
+        let mut all = vec!["--cacert", &ca, "--cert", &alice, "--key", &alice_key];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.iter().map(|a| a.to_string()).collect();
+        async move {
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
+            // Without the cluster secret, which would make the calls root's.
+            c.cli_with(false, &all, None).await
+        }
+    };
+    let out = as_alice(&["auth", "status"]).await?;
+    ensure!(
+        out.ok()? == "access control: enabled\nuser: alice\n",
+        "alice's status: {out:?}"
+    );
+    let out = as_alice(&["put", "jobs/1", "by certificate"]).await?;
+    ensure!(out.ok()? == "OK\n", "alice's put: {out:?}");
+    let out = as_alice(&["put", "billing/1", "x"]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("permission denied"),
+        "alice's put outside her prefix: {out:?}"
+    );
+    let out = c
+        .cli_with(false, &["--cacert", &ca, "get", "k"], None)
+        .await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("access control is enabled"),
+        "an anonymous get: {out:?}"
+    );
+    let out = admin(&["--user", "root:root-pw", "auth", "disable"]).await?;
+    ensure!(out.ok()? == "OK\n", "auth disable: {out:?}");
     // Plaintext on the TLS port: refused, never answered.
     let out = c.cli(&["--timeout", "2s", "get", "k"]).await?;
     ensure!(

@@ -540,8 +540,6 @@ impl Cluster {
             .context("no live follower")
     }
 
-    /// Run the CLI with `--endpoints` naming every node and the cluster
-    /// secret (membership changes need it), then `args`.
     /// The cluster secret file the replicas run with.
     pub fn secret_file(&self) -> String {
         self.dir
@@ -550,17 +548,29 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// Run the CLI with `--endpoints` naming every node and the cluster
+    /// secret (membership changes need it; on the client port it makes the
+    /// calls root's), then `args`.
     pub async fn cli(&self, args: &[&str]) -> Result<CliOutput> {
+        self.cli_with(true, args, None).await
+    }
+
+    /// Run the CLI with `--endpoints` naming every node, the cluster secret
+    /// if `secret`, then `args`, with `stdin` as its input.
+    pub async fn cli_with(
+        &self,
+        secret: bool,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<CliOutput> {
         let endpoints = self.endpoints_arg();
-        let secret = self.secret_file();
-        let mut all = vec![
-            "--endpoints",
-            endpoints.as_str(),
-            "--cluster-secret-file",
-            secret.as_str(),
-        ];
+        let secret_file = self.secret_file();
+        let mut all = vec!["--endpoints", endpoints.as_str()];
+        if secret {
+            all.extend(["--cluster-secret-file", secret_file.as_str()]);
+        }
         all.extend_from_slice(args);
-        run_cli(&all).await
+        run_cli_with_stdin(&all, stdin).await
     }
 
     fn check_no_panics(&self) -> Result<()> {

@@ -74,7 +74,7 @@ impl Cluster {
         let members = latchkey::initial_members_arg(&peer_addrs);
         let certs = dir.join("certs");
         let tls = if tls {
-            latchkey::certs::write_cluster(&certs, 3, &[])
+            latchkey::certs::write_cluster(&certs, 3, &[], &[])
                 .map_err(|e| format!("cannot make TLS certificates: {e}"))?;
             Some(
                 TlsOptions::from_files(&certs.join("ca.pem"), None)

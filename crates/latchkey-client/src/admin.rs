@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use latchkey_proto::v1::{
-    admin_client::AdminClient, membership_client::MembershipClient, AddMemberRequest, AdminReply,
+    admin_client::AdminClient, membership_client::MembershipClient, AddMemberRequest,
     ChangeVotersRequest, StatusRequest,
 };
 use tonic::transport::Channel;
@@ -23,11 +23,17 @@ fn admin_client(channel: Channel) -> AdminClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-/// `message` as a membership-change request, carrying the cluster secret
-/// when the client has one.
-fn with_secret<T>(message: T, secret: &Option<String>) -> Result<tonic::Request<T>, Attempt> {
-    let mut request = tonic::Request::new(message);
-    if let Some(secret) = secret {
+/// `message` as a membership-change request: the cluster secret when the
+/// client has one (the peer listener's credential) and the client's user
+/// (who makes the change; while access control is on, an admin).
+fn membership_request<T>(
+    message: T,
+    options: &crate::ClientOptions,
+) -> Result<tonic::Request<T>, Attempt> {
+    let user = crate::transport::Credentials::new(options)
+        .map_err(|e| Attempt::Refused(crate::ReplicaFailure::InvalidArgument(e.to_string())))?;
+    let mut request = crate::transport::as_user(&user, message);
+    if let Some(secret) = &options.cluster_secret {
         let value = secret.parse().map_err(|_| {
             Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
                 "the cluster secret is not a valid header value (visible ASCII only)".into(),
@@ -38,18 +44,6 @@ fn with_secret<T>(message: T, secret: &Option<String>) -> Result<tonic::Request<
             .insert(latchkey_proto::CLUSTER_SECRET_HEADER, value);
     }
     Ok(request)
-}
-
-fn admin_result(reply: AdminReply) -> Result<(), Attempt> {
-    match reply.error.map(latchkey_proto::wire::error_from_wire) {
-        None => Ok(()),
-        Some(Err(failure)) => Err(Attempt::Refused(failure)),
-        // Admin calls refuse with replica failures only; any other error
-        // is not the caller's to retry.
-        Some(Ok(refused)) => Err(Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
-            refused.to_string(),
-        ))),
-    }
 }
 
 impl Client {
@@ -112,7 +106,12 @@ impl Client {
     /// ([`ClientOptions::with_cluster_secret`](crate::ClientOptions::with_cluster_secret))
     /// and, with TLS, a client certificate of the cluster's CA
     /// ([`ClientOptions::with_tls`](crate::ClientOptions::with_tls) with an
-    /// identity). The client asks its endpoints for the leader's peer
+    /// identity). While access control is enabled it also needs the client's
+    /// user ([`ClientOptions::with_user`](crate::ClientOptions::with_user),
+    /// or a client certificate naming it) to have the admin permission:
+    /// [`CommandError::AuthRequired`](crate::CommandError::AuthRequired) or
+    /// [`CommandError::PermissionDenied`](crate::CommandError::PermissionDenied)
+    /// otherwise. The client asks its endpoints for the leader's peer
     /// address.
     pub async fn add_member(&self, id: u64, peer_addr: &str, voter: bool) -> Result<(), Error> {
         crate::router::channel(peer_addr, self.router().options())?;
@@ -128,14 +127,15 @@ impl Client {
                 };
                 async move {
                     let mut leader = self.leader_membership(target).await?;
-                    let request = with_secret(request, &self.router().options().cluster_secret)?;
+                    let request = membership_request(request, self.router().options())?;
                     match leader.add_member(request).await {
-                        Ok(r) => admin_result(r.into_inner()),
+                        Ok(r) => crate::auth::refused(r.into_inner().error),
                         Err(s) => Err(classify_status(&s)),
                     }
                 }
             })
-            .await
+            .await?
+            .map_err(Error::Refused)
     }
 
     /// Make exactly `voters` the voting members (joint consensus). Every id
@@ -159,14 +159,15 @@ impl Client {
                 };
                 async move {
                     let mut leader = self.leader_membership(target).await?;
-                    let request = with_secret(request, &self.router().options().cluster_secret)?;
+                    let request = membership_request(request, self.router().options())?;
                     match leader.change_voters(request).await {
-                        Ok(r) => admin_result(r.into_inner()),
+                        Ok(r) => crate::auth::refused(r.into_inner().error),
                         Err(s) => Err(classify_status(&s)),
                     }
                 }
             })
-            .await
+            .await?
+            .map_err(Error::Refused)
     }
 
     /// A `Membership` client on the peer listener of the leader, as the

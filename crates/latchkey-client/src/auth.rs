@@ -51,7 +51,7 @@ fn auth_client(channel: Channel) -> AuthClient<Channel> {
 /// The typed error of a reply: the replica's refusal to run it (the
 /// attempt's outcome, which the router may retry), or the command's own
 /// refusal (a permission denied, a missing user).
-fn refused(error: Option<v1::Error>) -> Result<Result<(), CommandError>, Attempt> {
+pub(crate) fn refused(error: Option<v1::Error>) -> Result<Result<(), CommandError>, Attempt> {
     match error.map(latchkey_proto::wire::error_from_wire) {
         None => Ok(Ok(())),
         Some(Err(failure)) => Err(Attempt::Refused(failure)),

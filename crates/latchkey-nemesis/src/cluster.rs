@@ -126,7 +126,7 @@ impl Cluster {
                 .iter()
                 .filter_map(|a| a.rsplit_once(':').map(|(host, _)| host.to_string()))
                 .collect();
-            latchkey::certs::write_cluster(&certs, 3, &hosts)
+            latchkey::certs::write_cluster(&certs, 3, &hosts, &[])
                 .map_err(|e| Error::Cluster(format!("cannot make TLS certificates: {e}")))?;
             Some(certs)
         } else {

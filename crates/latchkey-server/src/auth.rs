@@ -17,6 +17,18 @@
 //! password. Checking one costs tens of milliseconds, so a replica keeps
 //! the pairs it has verified (keyed by a SHA-256 of the password, never the
 //! password) for as long as the stored hash does not change.
+//!
+//! A client may instead prove who it is with its TLS client certificate
+//! (etcd's convention): on a replica with TLS (`ServerTls`: client
+//! certificates, optional unless `--client-cert-auth`, are checked against
+//! the cluster's CA during the handshake), a call that
+//! names no user and carries no cluster secret is made as the user the
+//! certificate's subject common name (CN) names, if the replicated state
+//! has that user ([`certificate_user`]). No password is needed: the
+//! handshake proved the client holds the certificate's key. A certificate
+//! whose CN is not a user is anonymous. Which credential wins when a call
+//! carries several: a named user with its password, then the cluster
+//! secret (root), then the certificate.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -26,6 +38,7 @@ use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
 use base64::Engine;
 use latchkey_proto::ReplicaFailure;
 use ring::{digest, pbkdf2};
+use rustls_pki_types::CertificateDer;
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
@@ -65,6 +78,25 @@ pub enum Caller {
     /// The application in this process (an embedded `Node`'s own client):
     /// trusted, as the root user while access control is enabled.
     Internal,
+}
+
+/// The client certificates a call's connection presented (rustls verified
+/// them against the CA), as tonic hands them over.
+pub(crate) type Certificates = std::sync::Arc<Vec<CertificateDer<'static>>>;
+
+/// The user a verified client certificate names: the common name of the
+/// first certificate's subject (the client's own; rustls verified the chain
+/// against the CA during the handshake), if it has one in visible ASCII.
+///
+/// ```
+/// // No certificate (plaintext, or TLS without one): no user.
+/// assert_eq!(latchkey_server::auth::certificate_user(None), None);
+/// ```
+pub fn certificate_user(certs: Option<&[CertificateDer<'_>]>) -> Option<String> {
+    let leaf = certs?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let name = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic())).then(|| name.to_string())
 }
 
 /// Hash `password` for storage, with a fresh salt.
@@ -232,6 +264,42 @@ mod tests {
         let new = hash_password("two").expect("salt");
         assert!(!verified.check("u", &new, "one"));
         assert!(verified.check("u", &new, "two"));
+    }
+
+    #[test]
+    fn a_certificate_names_its_common_name() {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert_for = |cn: Option<&str>| {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            if let Some(cn) = cn {
+                params
+                    .distinguished_name
+                    .push(rcgen::DnType::CommonName, cn);
+            }
+            params
+                .self_signed(&key)
+                .expect("a certificate")
+                .der()
+                .clone()
+        };
+        let alice = cert_for(Some("alice"));
+        assert_eq!(
+            certificate_user(Some(std::slice::from_ref(&alice))),
+            Some("alice".to_string())
+        );
+        let nameless = cert_for(None);
+        assert_eq!(
+            certificate_user(Some(std::slice::from_ref(&nameless))),
+            None
+        );
+        let spaced = cert_for(Some("two words"));
+        assert_eq!(certificate_user(Some(std::slice::from_ref(&spaced))), None);
+        assert_eq!(certificate_user(Some(&[])), None);
+        assert_eq!(
+            certificate_user(Some(&[CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])])),
+            None
+        );
     }
 
     #[test]

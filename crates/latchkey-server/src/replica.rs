@@ -18,7 +18,7 @@ use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation,
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 
-use crate::auth::{Caller, Verified};
+use crate::auth::{Caller, Certificates, Verified};
 use crate::health::{Condition, Health};
 use crate::locks::{KeepAlive, LockShared, WaitOutcome};
 use crate::network::PeerNetwork;
@@ -237,11 +237,15 @@ impl Replica {
         }
     }
 
-    /// Who a call with `metadata` comes from: anonymous, or the user it
-    /// names if the password matches (see `crate::auth`).
+    /// Who a call with `metadata`, over a connection whose verified client
+    /// certificates are `certs`, comes from: the user it names if the
+    /// password matches, the replica's own application if it carries the
+    /// cluster secret, the user its client certificate names, or else
+    /// anonymous (see `crate::auth`).
     pub(crate) async fn authenticate(
         &self,
         metadata: &tonic::metadata::MetadataMap,
+        certs: Option<Certificates>,
     ) -> Result<Caller, tonic::Status> {
         let named = crate::auth::credentials(metadata)?;
         if let (None, Some(offered)) = (&named, metadata.get(latchkey_proto::CLUSTER_SECRET_HEADER))
@@ -259,19 +263,9 @@ impl Replica {
             };
         }
         let Some((user, password)) = named else {
-            return Ok(Caller::Anonymous);
+            return self.certificate_caller(certs);
         };
-        let query = Query::Auth(AuthQuery::Credentials { name: user.clone() });
-        validate_query(&query).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
-        let stored = match self.local_query(&query) {
-            Ok(Ok(Outcome::Auth(AuthOutcome::Credentials(stored)))) => stored,
-            Ok(other) => {
-                return Err(tonic::Status::internal(format!(
-                    "credentials answered with {other:?}"
-                )))
-            }
-            Err(failure) => return Err(tonic::Status::unavailable(failure.to_string())),
-        };
+        let stored = self.stored_credentials(&user)?;
         // An unknown user (or one without a password) costs the same work
         // as a wrong password, so timing does not tell which users exist.
         let (hash, known) = match stored {
@@ -298,6 +292,37 @@ impl Replica {
                  replica has not applied it yet)"
             )))
         }
+    }
+
+    /// What this replica's state holds for `user`: `None` if no such user,
+    /// `Some(None)` if it has no password, else its password hash.
+    fn stored_credentials(&self, user: &str) -> Result<Option<Option<String>>, tonic::Status> {
+        let query = Query::Auth(AuthQuery::Credentials {
+            name: user.to_string(),
+        });
+        validate_query(&query).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+        match self.local_query(&query) {
+            Ok(Ok(Outcome::Auth(AuthOutcome::Credentials(stored)))) => Ok(stored),
+            Ok(other) => Err(tonic::Status::internal(format!(
+                "credentials answered with {other:?}"
+            ))),
+            Err(failure) => Err(tonic::Status::unavailable(failure.to_string())),
+        }
+    }
+
+    /// The user a verified client certificate names, if this replica's
+    /// state has that user; else anonymous.
+    fn certificate_caller(&self, certs: Option<Certificates>) -> Result<Caller, tonic::Status> {
+        let Some(user) = crate::auth::certificate_user(certs.as_deref().map(Vec::as_slice)) else {
+            return Ok(Caller::Anonymous);
+        };
+        if validate_query(&Query::Auth(AuthQuery::Credentials { name: user.clone() })).is_err() {
+            return Ok(Caller::Anonymous);
+        }
+        Ok(match self.stored_credentials(&user)? {
+            Some(_) => Caller::User(user),
+            None => Caller::Anonymous,
+        })
     }
 
     /// Propose one of the leader's expiry commands.

@@ -267,7 +267,7 @@ macro_rules! unary_service {
                     &self,
                     request: Request<$req>,
                 ) -> Result<Response<$reply>, Status> {
-                    let caller = self.replica.authenticate(request.metadata()).await?;
+                    let caller = self.replica.authenticate(request.metadata(), request.peer_certs()).await?;
                     let call = Req::$variant(request.into_inner());
                     match answer(&self.replica, &caller, call).await {
                         (_, Rep::$variant(reply)) => Ok(Response::new(reply)),
@@ -331,7 +331,10 @@ impl Pipeline for PipelineService {
         &self,
         request: Request<Streaming<v1::CallFrame>>,
     ) -> Result<Response<BoxStream<v1::CallReplies>>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         Ok(Response::new(Box::pin(crate::calls::CallStream::new(
             Arc::clone(&self.replica),
             caller,
@@ -385,8 +388,41 @@ impl Admin for AdminService {
 
 /// Membership changes (peer listener only, behind the peer check: the
 /// cluster secret and, with TLS, a client certificate of the cluster's CA).
+///
+/// While access control is enabled a change also needs a user with the
+/// admin permission (its password, or a client certificate naming it): the
+/// cluster secret proves only that the caller may talk to peers, so here it
+/// does not make the caller root as it does on the client listener. A
+/// membership change is then always made by a named administrator. The
+/// check is a linearizable read of the access-control state on the leader
+/// just before the change (a grant revoked in between is not seen: the
+/// change is not a command the log checks at apply time, as others are).
 pub struct MembershipService {
     pub(crate) replica: Arc<Replica>,
+}
+
+impl MembershipService {
+    /// The typed refusal for a caller who may not change the membership
+    /// (see the type's docs); UNAUTHENTICATED for wrong credentials.
+    async fn refusal(&self, request: &Request<impl Sync>) -> Result<Option<v1::Error>, Status> {
+        let mut metadata = request.metadata().clone();
+        metadata.remove(latchkey_proto::CLUSTER_SECRET_HEADER);
+        let caller = self
+            .replica
+            .authenticate(&metadata, request.peer_certs())
+            .await?;
+        Ok(
+            match self
+                .replica
+                .read(Query::Auth(AuthQuery::List), false, &caller)
+                .await
+            {
+                Ok(Ok(_)) => None,
+                Ok(Err(refused)) => Some(wire::command_error_to_wire(&refused)),
+                Err(failure) => Some(failure.into()),
+            },
+        )
+    }
 }
 
 #[tonic::async_trait]
@@ -395,6 +431,9 @@ impl Membership for MembershipService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AdminReply>, Status> {
+        if let Some(error) = self.refusal(&request).await? {
+            return Ok(Response::new(AdminReply { error: Some(error) }));
+        }
         let AddMemberRequest {
             id,
             peer_addr,
@@ -408,6 +447,9 @@ impl Membership for MembershipService {
         &self,
         request: Request<ChangeVotersRequest>,
     ) -> Result<Response<AdminReply>, Status> {
+        if let Some(error) = self.refusal(&request).await? {
+            return Ok(Response::new(AdminReply { error: Some(error) }));
+        }
         let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
         if voters.is_empty() {
             return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
@@ -520,7 +562,10 @@ impl AuthRpc for AuthService {
         &self,
         request: Request<v1::AuthStatusRequest>,
     ) -> Result<Response<v1::AuthStatusReply>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         let user = match &caller {
             Caller::User(user) => user.clone(),
             Caller::Anonymous | Caller::Internal => String::new(),
@@ -537,7 +582,10 @@ impl AuthRpc for AuthService {
         &self,
         request: Request<v1::AuthChangeRequest>,
     ) -> Result<Response<v1::AuthChangeReply>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         // Refuse a caller without admin before any password is hashed (the
         // apply-time check still decides).
         let result = match self.read(&caller, AuthQuery::List).await {
@@ -556,7 +604,10 @@ impl AuthRpc for AuthService {
         &self,
         request: Request<v1::AuthListRequest>,
     ) -> Result<Response<v1::AuthListReply>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         let result = self.read(&caller, AuthQuery::List).await;
         let mut reply = v1::AuthListReply {
             error: auth_error(&result),
@@ -573,7 +624,10 @@ impl AuthRpc for AuthService {
         &self,
         request: Request<v1::AuthNameRequest>,
     ) -> Result<Response<v1::AuthUserReply>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         let name = request.into_inner().name;
         let result = self.read(&caller, AuthQuery::User { name }).await;
         let mut reply = v1::AuthUserReply {
@@ -592,7 +646,10 @@ impl AuthRpc for AuthService {
         &self,
         request: Request<v1::AuthNameRequest>,
     ) -> Result<Response<v1::AuthRoleReply>, Status> {
-        let caller = self.replica.authenticate(request.metadata()).await?;
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
         let name = request.into_inner().name;
         let result = self.read(&caller, AuthQuery::Role { name }).await;
         let mut reply = v1::AuthRoleReply {

@@ -1,6 +1,9 @@
 //! Development certificates for a local cluster (`latchkey certs`): one CA,
 //! a certificate per node (server and client use, for mutual TLS between
-//! peers), and a client certificate. Made with `rcgen`; ECDSA P-256 keys.
+//! peers), a client certificate, and a certificate per named user (its
+//! common name is the user: a replica that checks client certificates
+//! authenticates a call carrying it as that user, see
+//! `latchkey_server::auth`). Made with `rcgen`; ECDSA P-256 keys.
 //!
 //! For trying TLS out and for tests. A production cluster should take its
 //! certificates from the organisation's CA: these have no revocation, a
@@ -12,7 +15,9 @@
 //!     std::path::Path::new("certs"),
 //!     3,
 //!     &["node1.example.internal".to_string()],
+//!     &["alice".to_string()],
 //! )?;
+//! assert!(written.iter().any(|p| p.ends_with("user-alice.pem")));
 //! assert!(written.iter().any(|p| p.ends_with("ca.pem")));
 //! # Ok(()) }
 //! ```
@@ -147,10 +152,32 @@ pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// Write a CA (`ca.pem`, `ca-key.pem`), `nodes` node certificates
 /// (`node-N.pem`, `node-N-key.pem`, for the loopback names, `hosts`, and
 /// the node's peer name [`crate::peer_certificate_name`]) and
-/// a client certificate (`client.pem`, `client-key.pem`) into `dir`,
-/// created if missing. Keys are written readable by their owner only.
-/// Returns the files written.
-pub fn write_cluster(dir: &Path, nodes: u64, hosts: &[String]) -> Result<Vec<PathBuf>, CertsError> {
+/// a client certificate (`client.pem`, `client-key.pem`) and, for each of
+/// `users`, a client certificate whose common name is that user
+/// (`user-NAME.pem`, `user-NAME-key.pem`) into `dir`, created if missing.
+/// Keys are written readable by their owner only. Returns the files
+/// written.
+pub fn write_cluster(
+    dir: &Path,
+    nodes: u64,
+    hosts: &[String],
+    users: &[String],
+) -> Result<Vec<PathBuf>, CertsError> {
+    for user in users {
+        if user.is_empty()
+            || user.len() > 128
+            || !user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+        {
+            return Err(CertsError::Generate {
+                what: format!("user {user:?}"),
+                reason: "a user name here is 1 to 128 letters, digits and -_.@ (it becomes a \
+                         file name)"
+                    .into(),
+            });
+        }
+    }
     let ca_path = dir.join("ca.pem");
     if ca_path.exists() {
         return Err(CertsError::Exists(ca_path.display().to_string()));
@@ -187,6 +214,23 @@ pub fn write_cluster(dir: &Path, nodes: u64, hosts: &[String]) -> Result<Vec<Pat
     let client = ca.issue("latchkey client", &[], false)?;
     write_file(dir, "client.pem", &client.cert_pem, false, &mut written)?;
     write_file(dir, "client-key.pem", &client.key_pem, true, &mut written)?;
+    for user in users {
+        let cert = ca.issue(user, &[], false)?;
+        write_file(
+            dir,
+            &format!("user-{user}.pem"),
+            &cert.cert_pem,
+            false,
+            &mut written,
+        )?;
+        write_file(
+            dir,
+            &format!("user-{user}-key.pem"),
+            &cert.key_pem,
+            true,
+            &mut written,
+        )?;
+    }
     Ok(written)
 }
 

@@ -86,7 +86,8 @@ enum Cmd {
     /// Run one replica in the foreground until SIGINT or SIGTERM.
     Serve(Serve),
     /// Write a development CA and TLS certificates for a local cluster:
-    /// ca.pem, node-N.pem and client.pem, each with its -key.pem.
+    /// ca.pem, node-N.pem, client.pem and user-NAME.pem, each with its
+    /// -key.pem.
     Certs {
         /// Directory to write them to (created if missing; an existing
         /// ca.pem is never replaced).
@@ -99,6 +100,12 @@ enum Cmd {
         /// besides localhost, 127.0.0.1 and ::1 (comma-separated).
         #[arg(long, value_delimiter = ',')]
         hosts: Vec<String>,
+        /// Users to make client certificates for (comma-separated): each
+        /// certificate's common name is the user, so a replica with TLS takes
+        /// a call carrying it (and no --user) as that user, without a
+        /// password.
+        #[arg(long, value_delimiter = ',')]
+        users: Vec<String>,
     },
     /// Set KEY to VALUE.
     Put {
@@ -296,7 +303,8 @@ enum Members {
     /// replaced (the cluster knows it by another incarnation): the old
     /// member is removed first. Membership changes go to the leader's peer
     /// listener, so they need --cluster-secret-file (and with TLS, --cert
-    /// and --key of the cluster's CA).
+    /// and --key of the cluster's CA); while access control is enabled,
+    /// also an admin user (--user, or a client certificate naming one).
     Add {
         id: u64,
         peer_addr: String,
@@ -619,8 +627,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             out: dir,
             nodes,
             hosts,
+            users,
         } => {
-            let written = latchkey::certs::write_cluster(dir, *nodes, hosts)
+            let written = latchkey::certs::write_cluster(dir, *nodes, hosts, users)
                 .map_err(|e| Failure::Usage(e.to_string()))?;
             for path in written {
                 out(&[path.display().to_string().as_bytes(), b"\n"])?;

@@ -243,6 +243,45 @@ async fn access_control_is_enforced_on_every_call() -> TestResult {
             Err(Error::InvalidArgument(why)) => assert!(why.contains("root"), "{why}"),
             other => return Err(format!("deleting root while enabled: {other:?}").into()),
         }
+
+        // Membership changes need an admin by name: the cluster secret (the
+        // peer listener's credential) is not enough on its own, nor with a
+        // user who lacks admin. ChangeVoters to the same voters changes
+        // nothing when allowed.
+        let with_secret = |user: Option<(&str, &str)>| {
+            let mut options = ClientOptions::default()
+                .with_request_timeout(Duration::from_secs(10))
+                .with_cluster_secret(common::SECRET);
+            if let Some((name, password)) = user {
+                options = options.with_user(name, password);
+            }
+            Client::with_options(&addrs, options)
+        };
+        let voters = [1, 2, 3];
+        auth_required(
+            "membership change with the secret alone",
+            with_secret(None)?.change_voters(voters).await,
+        )?;
+        auth_required(
+            "membership change without a user",
+            with_secret(None)?
+                .add_member(4, &nodes[&3].peer_addr().to_string(), true)
+                .await,
+        )?;
+        denied(
+            "membership change by a user without admin",
+            with_secret(Some(("app", "app-pw")))?
+                .change_voters(voters)
+                .await,
+            "app",
+            P::Admin,
+        )?;
+        with_secret(Some(("root", "root-pw")))?
+            .change_voters(voters)
+            .await?;
+        let members: Vec<u64> = nodes[&1].status().members.iter().map(|m| m.id).collect();
+        assert_eq!(members, voters, "the membership is unchanged");
+
         root.auth_disable().await?;
         assert_eq!(
             anonymous.get("billing/1").await?,

@@ -306,3 +306,105 @@ async fn client_certificates_when_required_and_no_fallback_to_plaintext() -> Tes
     })
     .await?
 }
+
+/// `options` on every node of `nodes`, with the cluster's CA and, if
+/// given, a client certificate.
+fn tls_client(
+    nodes: &BTreeMap<u64, Node>,
+    ca: &DevCa,
+    cert: Option<&Issued>,
+    options: ClientOptions,
+) -> Result<Client, Box<dyn std::error::Error>> {
+    let mut tls = trust(ca)?;
+    if let Some(cert) = cert {
+        tls = tls.with_identity(identity(cert)?);
+    }
+    Ok(Client::with_options(
+        nodes.values().map(|n| n.local_addr().to_string()),
+        options
+            .with_request_timeout(Duration::from_secs(5))
+            .with_tls(tls),
+    )?)
+}
+
+/// With access control on, a client certificate of the cluster's CA whose
+/// common name is a user authenticates as that user without a password,
+/// with that user's grants only; a certificate naming no user is
+/// anonymous; one naming the user but from another CA is refused at the
+/// handshake; and a membership change made with a certificate user who
+/// lacks admin is refused even with the cluster secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_its_user() -> TestResult {
+    use latchkey::{CommandError, Permission};
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let ca = DevCa::new("test CA")?;
+        let rogue = DevCa::new("rogue CA")?;
+        let nodes = start_tls_cluster(dir.path(), 3, &ca, false).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let admin = tls_client(&nodes, &ca, None, ClientOptions::default())?;
+        admin.add_user("root", Some("root-pw")).await?;
+        admin.add_user("alice", None).await?;
+        admin.add_role("jobs").await?;
+        admin
+            .grant_permission("jobs", Permission::Write, "jobs/")
+            .await?;
+        admin
+            .grant_permission("jobs", Permission::Read, "jobs/")
+            .await?;
+        admin.grant_role("alice", "jobs").await?;
+        admin.auth_enable().await?;
+
+        let alice_cert = ca.issue("alice", &[], false)?;
+        let alice = tls_client(&nodes, &ca, Some(&alice_cert), ClientOptions::default())?;
+        assert_eq!(
+            alice.auth_status().await?,
+            (true, Some("alice".to_string()))
+        );
+        alice.put("jobs/1", "queued").await?;
+        assert_eq!(alice.get("jobs/1").await?, Some(b"queued".to_vec()));
+        match alice.put("billing/1", "x").await {
+            Err(Error::Refused(CommandError::PermissionDenied {
+                user, permission, ..
+            })) if user == "alice" && permission == Permission::Write => {}
+            other => return Err(format!("alice outside her prefix: {other:?}").into()),
+        }
+
+        // A certificate of the CA that names no user is anonymous.
+        let nobody_cert = ca.issue("nobody", &[], false)?;
+        let nobody = tls_client(&nodes, &ca, Some(&nobody_cert), ClientOptions::default())?;
+        match nobody.put("jobs/2", "x").await {
+            Err(Error::Refused(CommandError::AuthRequired)) => {}
+            other => return Err(format!("a certificate naming no user: {other:?}").into()),
+        }
+        // The same name from another CA does not even connect.
+        let forged_cert = rogue.issue("alice", &[], false)?;
+        let forged = tls_client(&nodes, &ca, Some(&forged_cert), ClientOptions::default())?;
+        let refused = forged.get("jobs/1").await;
+        assert!(
+            refused.is_err(),
+            "alice's name from a rogue CA: {refused:?}"
+        );
+
+        // On the peer listener the certificate names who makes the change:
+        // alice holds the secret and a certificate of the CA, but not admin.
+        let alice_peer = tls_client(
+            &nodes,
+            &ca,
+            Some(&alice_cert),
+            ClientOptions::default().with_cluster_secret(SECRET),
+        )?;
+        match alice_peer.change_voters([1, 2, 3]).await {
+            Err(Error::Refused(CommandError::PermissionDenied {
+                user, permission, ..
+            })) if user == "alice" && permission == Permission::Admin => {}
+            other => return Err(format!("a membership change by alice: {other:?}").into()),
+        }
+        assert_eq!(alice.get("jobs/1").await?, Some(b"queued".to_vec()));
+        for (_, node) in nodes {
+            node.shutdown().await;
+        }
+        Ok(())
+    })
+    .await?
+}
