@@ -587,7 +587,15 @@ async fn cli_over_tls() {
     let c = Cluster::start(
         "cli-tls",
         3,
-        &["--cacert", &ca, "--cert", &node, "--key", &node_key],
+        &[
+            "--cacert",
+            &ca,
+            "--cert",
+            &node,
+            "--key",
+            &node_key,
+            "--client-cert-users",
+        ],
     )
     .await
     .expect("start the cluster");
@@ -691,6 +699,18 @@ async fn cli_tls_body(c: &Cluster, certs: &std::path::Path) -> Result<()> {
     ensure!(
         out.code != Some(0) && !out.stdout.contains("over tls"),
         "a plaintext CLI was answered: {out:?}"
+    );
+    // ... and the replica says so, with the caller's address and a hint.
+    let logs = c.logs();
+    ensure!(
+        logs.contains("refused a TLS handshake")
+            && logs.contains("from=127.0.0.1:")
+            && logs.contains("plaintext client on a TLS port"),
+        "no log line for the refused plaintext handshake:\n{}",
+        logs.lines()
+            .filter(|l| l.contains("WARN"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     // Options that do not fit together, and files that cannot be used: a
     // usage error (exit 2) naming the cause.

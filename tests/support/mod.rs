@@ -573,6 +573,18 @@ impl Cluster {
         run_cli_with_stdin(&all, stdin).await
     }
 
+    /// What every replica has logged so far, one text.
+    pub fn logs(&self) -> String {
+        self.specs
+            .values()
+            .map(|spec| {
+                std::fs::read(&spec.log)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
     fn check_no_panics(&self) -> Result<()> {
         for (id, spec) in &self.specs {
             let text = std::fs::read(&spec.log)

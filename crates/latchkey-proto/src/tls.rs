@@ -189,19 +189,6 @@ impl TlsOptions {
         }
         config
     }
-
-    /// tonic's server form: `identity` served, client certificates checked
-    /// against this CA, required or not.
-    pub fn server_config(
-        &self,
-        identity: &Identity,
-        require_client_certificate: bool,
-    ) -> tonic::transport::ServerTlsConfig {
-        tonic::transport::ServerTlsConfig::new()
-            .identity(identity.to_tonic())
-            .client_ca_root(tonic::transport::Certificate::from_pem(&*self.ca_pem))
-            .client_auth_optional(!require_client_certificate)
-    }
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {

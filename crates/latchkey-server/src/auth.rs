@@ -19,9 +19,10 @@
 //! password) for as long as the stored hash does not change.
 //!
 //! A client may instead prove who it is with its TLS client certificate
-//! (etcd's convention): on a replica with TLS (`ServerTls`: client
+//! (etcd's convention), when the replica is started with
+//! `ServerTls::certificate_users` (`--client-cert-users`): client
 //! certificates, optional unless `--client-cert-auth`, are checked against
-//! the cluster's CA during the handshake), a call that
+//! the cluster's CA during the handshake, and a call that
 //! names no user and carries no cluster secret is made as the user the
 //! certificate's subject common name (CN) names, if the replicated state
 //! has that user ([`certificate_user`]). No password is needed: the
@@ -86,7 +87,10 @@ pub(crate) type Certificates = std::sync::Arc<Vec<CertificateDer<'static>>>;
 
 /// The user a verified client certificate names: the common name of the
 /// first certificate's subject (the client's own; rustls verified the chain
-/// against the CA during the handshake), if it has one in visible ASCII.
+/// against the CA during the handshake), if the subject has exactly one
+/// common name, in visible ASCII. A subject with several is no user:
+/// readers disagree on which counts (Go's, and so etcd's, takes the last),
+/// so a CA that checks one could be made to sign for another.
 ///
 /// ```
 /// // No certificate (plaintext, or TLS without one): no user.
@@ -95,7 +99,11 @@ pub(crate) type Certificates = std::sync::Arc<Vec<CertificateDer<'static>>>;
 pub fn certificate_user(certs: Option<&[CertificateDer<'_>]>) -> Option<String> {
     let leaf = certs?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    let name = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    let mut names = cert.subject().iter_common_name();
+    let name = names.next()?.as_str().ok()?;
+    if names.next().is_some() {
+        return None;
+    }
     (!name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic())).then(|| name.to_string())
 }
 
@@ -293,6 +301,39 @@ mod tests {
             certificate_user(Some(std::slice::from_ref(&nameless))),
             None
         );
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "example");
+        let with_org = params
+            .self_signed(&key)
+            .expect("a certificate")
+            .der()
+            .clone();
+        assert_eq!(
+            certificate_user(Some(std::slice::from_ref(&with_org))),
+            Some("alice".to_string())
+        );
+        // Two common names (the second as a custom type with the CN's
+        // OID, 2.5.4.3): no user, whichever a reader would pick.
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]), "root");
+        let two = params
+            .self_signed(&key)
+            .expect("a certificate")
+            .der()
+            .clone();
+        assert_eq!(certificate_user(Some(std::slice::from_ref(&two))), None);
         let spaced = cert_for(Some("two words"));
         assert_eq!(certificate_user(Some(std::slice::from_ref(&spaced))), None);
         assert_eq!(certificate_user(Some(&[])), None);

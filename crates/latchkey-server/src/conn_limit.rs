@@ -64,7 +64,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = DEFAULT_MAX_CONNECTIONS / 2;
 
 /// How long a new connection has to send its first bytes (the HTTP/2
-/// preface) before it is closed.
+/// preface, or a TLS ClientHello) before it is closed; with TLS, the whole
+/// handshake must finish within it too (`crate::tls_accept`).
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Concurrent HTTP/2 streams (calls) one connection may have open. A client

@@ -46,6 +46,7 @@ mod replica;
 mod server;
 mod services;
 mod settings;
+mod tls_accept;
 mod write_queue;
 
 pub use bootstrap::ClusterState;
@@ -60,6 +61,7 @@ pub use peer_auth::{peer_certificate_name, ClusterSecret, ServerTls, PEER_SECRET
 pub use replica::Replica;
 pub use server::{Server, ServerBuilder};
 pub use settings::RaftSettings;
+pub use tls_accept::tls_handshake_failures;
 
 /// Largest gRPC message a replica accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = latchkey_proto::MAX_MESSAGE_BYTES;

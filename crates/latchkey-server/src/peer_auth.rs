@@ -156,6 +156,7 @@ pub struct ServerTls {
     identity: Identity,
     trust: TlsOptions,
     require_client_certificate: bool,
+    certificate_users: bool,
 }
 
 impl ServerTls {
@@ -165,6 +166,7 @@ impl ServerTls {
             identity,
             trust,
             require_client_certificate: false,
+            certificate_users: false,
         }
     }
 
@@ -188,10 +190,38 @@ impl ServerTls {
         self
     }
 
-    /// tonic's server configuration.
-    pub(crate) fn server_config(&self) -> tonic::transport::ServerTlsConfig {
-        self.trust
-            .server_config(&self.identity, self.require_client_certificate)
+    /// Take a call that names no user and carries no cluster secret as
+    /// made by the user its client certificate's common name names, if
+    /// that user exists (default: off; such calls are anonymous). See
+    /// `latchkey_server::auth`. Every certificate the CA signs then logs
+    /// its CN's user in, root included, whatever that user's password: use
+    /// a CA that signs for this cluster only, and revoke a certificate by
+    /// deleting its user (or by replacing the CA), since changing the
+    /// password does not.
+    pub fn certificate_users(mut self, enabled: bool) -> ServerTls {
+        self.certificate_users = enabled;
+        self
+    }
+
+    /// Whether client certificates name users
+    /// ([`ServerTls::certificate_users`]).
+    pub fn names_certificate_users(&self) -> bool {
+        self.certificate_users
+    }
+
+    /// The replica's certificate and key.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The CA trusted for clients' and peers' certificates.
+    pub fn trust(&self) -> &TlsOptions {
+        &self.trust
+    }
+
+    /// Whether clients without a certificate are refused at the handshake.
+    pub fn requires_client_certificate(&self) -> bool {
+        self.require_client_certificate
     }
 
     /// What this replica uses to call its peers, and what its in-process

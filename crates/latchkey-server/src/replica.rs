@@ -34,6 +34,9 @@ pub struct Replica {
     client_addr: String,
     /// Passwords this replica has checked (see `crate::auth`).
     verified: std::sync::Arc<Verified>,
+    /// Whether a client certificate's common name names the caller (see
+    /// `crate::auth`; [`crate::ServerTls::certificate_users`]).
+    certificate_users: bool,
     raft: Raft<TypeConfig>,
     health: Health,
     /// The Raft transport, for the peer problems it reports.
@@ -60,6 +63,7 @@ impl Replica {
         write_timeout: Duration,
         read_timeout: Duration,
         locks: LockShared,
+        certificate_users: bool,
     ) -> Self {
         let writes = WriteQueue::start(raft.clone(), write_timeout);
         let reads = ReadGate::start(raft.clone());
@@ -68,6 +72,7 @@ impl Replica {
             incarnation,
             client_addr,
             verified: std::sync::Arc::default(),
+            certificate_users,
             raft,
             health: Health::new(),
             peers,
@@ -313,6 +318,9 @@ impl Replica {
     /// The user a verified client certificate names, if this replica's
     /// state has that user; else anonymous.
     fn certificate_caller(&self, certs: Option<Certificates>) -> Result<Caller, tonic::Status> {
+        if !self.certificate_users {
+            return Ok(Caller::Anonymous);
+        }
         let Some(user) = crate::auth::certificate_user(certs.as_deref().map(Vec::as_slice)) else {
             return Ok(Caller::Anonymous);
         };

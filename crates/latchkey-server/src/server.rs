@@ -115,8 +115,9 @@ impl ServerBuilder {
         self
     }
 
-    /// How long a new connection has to send its first bytes before it is
-    /// closed (default [`crate::DEFAULT_HANDSHAKE_TIMEOUT`]).
+    /// How long a new connection has to send its first bytes, and with TLS
+    /// to finish its TLS handshake, before it is closed (default
+    /// [`crate::DEFAULT_HANDSHAKE_TIMEOUT`]).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
         self
@@ -315,6 +316,9 @@ impl ServerBuilder {
             self.raft.write_timeout,
             self.raft.read_timeout,
             locks,
+            self.tls
+                .as_ref()
+                .is_some_and(ServerTls::names_certificate_users),
         ));
         let (lock_stop, lock_stop_rx) = oneshot::channel::<()>();
         let lock_task = tokio::spawn(crate::locks::run(
@@ -364,12 +368,16 @@ impl ServerBuilder {
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address,
             handshake_timeout: self.handshake_timeout,
+            tls: match &self.tls {
+                Some(tls) => Some(crate::tls_accept::server_config(tls)?),
+                None => None,
+            },
         };
         let check = crate::peer_auth::Check {
             secret: self.secret.clone(),
             tls: self.tls.is_some(),
         };
-        let clients = base_server(self.tls.as_ref())?
+        let clients = base_server()
             .add_service(
                 KvServer::new(KvService {
                     replica: replica.clone(),
@@ -405,7 +413,7 @@ impl ServerBuilder {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_v1alpha);
-        let peers = base_server(self.tls.as_ref())?
+        let peers = base_server()
             .add_service(InterceptedService::new(
                 RaftServer::new(RaftService {
                     replica: replica.clone(),
@@ -738,28 +746,24 @@ fn nonblocking_addr(listener: &std::net::TcpListener) -> Result<SocketAddr, Node
         .map_err(|e| NodeError::Io(e.to_string()))
 }
 
-/// The connection limits each listener enforces (see `crate::conn_limit`).
+/// The connection limits each listener enforces (see `crate::conn_limit`),
+/// and its TLS (see `crate::tls_accept`).
 struct Limits {
     max_connections: usize,
     max_connections_per_address: usize,
     handshake_timeout: Duration,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// The HTTP/2 settings both listeners share, with TLS when given. (On the
-/// peer listener, calls without a client certificate are refused by
-/// `peer_auth::Check`.)
-fn base_server(tls: Option<&ServerTls>) -> Result<tonic::transport::Server, NodeError> {
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server
-            .tls_config(tls.server_config())
-            .map_err(|e| NodeError::Config(format!("TLS: {}", latchkey_proto::error_chain(&e))))?;
-    }
-    Ok(server
+/// The HTTP/2 settings both listeners share. (TLS is accepted before
+/// tonic sees a connection, `crate::tls_accept`; on the peer listener,
+/// calls without a client certificate are refused by `peer_auth::Check`.)
+fn base_server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         // A connection whose peer stopped answering pings is closed.
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .max_concurrent_streams(crate::MAX_STREAMS_PER_CONNECTION))
+        .max_concurrent_streams(crate::MAX_STREAMS_PER_CONNECTION)
 }
 
 /// Serve `router` on `listener` (within `limits`) in a task, until the
@@ -783,13 +787,29 @@ fn spawn_serving(
         limits.handshake_timeout,
     );
     let (stop, stop_rx) = oneshot::channel::<()>();
-    let serving = router.serve_with_incoming_shutdown(incoming, async {
+    let stopped = async {
         let _ = stop_rx.await;
-    });
-    let task = tokio::spawn(async move {
-        if let Err(e) = serving.await {
+    };
+    let report = move |result: Result<(), tonic::transport::Error>| {
+        if let Err(e) = result {
             tracing::error!(listener = what, error = %e, "gRPC server stopped");
         }
-    });
+    };
+    let task = match &limits.tls {
+        None => {
+            let serving = router.serve_with_incoming_shutdown(incoming, stopped);
+            tokio::spawn(async move { report(serving.await) })
+        }
+        Some(config) => {
+            let incoming = crate::tls_accept::accept(
+                incoming,
+                Arc::clone(config),
+                limits.handshake_timeout,
+                limits.max_connections,
+            );
+            let serving = router.serve_with_incoming_shutdown(incoming, stopped);
+            tokio::spawn(async move { report(serving.await) })
+        }
+    };
     Ok((stop, task))
 }

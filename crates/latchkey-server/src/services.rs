@@ -392,19 +392,24 @@ impl Admin for AdminService {
 /// While access control is enabled a change also needs a user with the
 /// admin permission (its password, or a client certificate naming it): the
 /// cluster secret proves only that the caller may talk to peers, so here it
-/// does not make the caller root as it does on the client listener. A
-/// membership change is then always made by a named administrator. The
-/// check is a linearizable read of the access-control state on the leader
-/// just before the change (a grant revoked in between is not seen: the
-/// change is not a command the log checks at apply time, as others are).
+/// does not make the caller root as it does on the client listener. Each
+/// change is logged with who made it. This is for accountability, not a
+/// wall against holders of the secret: on the client listener the secret
+/// is root, which may create an admin. The check is a linearizable read of
+/// the access-control state on the leader just before the change (a grant
+/// revoked in between is not seen: the change is not a command the log
+/// checks at apply time, as others are).
 pub struct MembershipService {
     pub(crate) replica: Arc<Replica>,
 }
 
 impl MembershipService {
-    /// The typed refusal for a caller who may not change the membership
+    /// Who makes the change, or the typed refusal for a caller who may not
     /// (see the type's docs); UNAUTHENTICATED for wrong credentials.
-    async fn refusal(&self, request: &Request<impl Sync>) -> Result<Option<v1::Error>, Status> {
+    async fn changer(
+        &self,
+        request: &Request<impl Sync>,
+    ) -> Result<Result<String, v1::Error>, Status> {
         let mut metadata = request.metadata().clone();
         metadata.remove(latchkey_proto::CLUSTER_SECRET_HEADER);
         let caller = self
@@ -417,9 +422,14 @@ impl MembershipService {
                 .read(Query::Auth(AuthQuery::List), false, &caller)
                 .await
             {
-                Ok(Ok(_)) => None,
-                Ok(Err(refused)) => Some(wire::command_error_to_wire(&refused)),
-                Err(failure) => Some(failure.into()),
+                Ok(Ok(_)) => Ok(match caller {
+                    Caller::User(name) => format!("user {name:?}"),
+                    Caller::Anonymous | Caller::Internal => {
+                        "an anonymous caller with the cluster secret".to_string()
+                    }
+                }),
+                Ok(Err(refused)) => Err(wire::command_error_to_wire(&refused)),
+                Err(failure) => Err(failure.into()),
             },
         )
     }
@@ -431,14 +441,16 @@ impl Membership for MembershipService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        if let Some(error) = self.refusal(&request).await? {
-            return Ok(Response::new(AdminReply { error: Some(error) }));
-        }
+        let who = match self.changer(&request).await? {
+            Ok(who) => who,
+            Err(error) => return Ok(Response::new(AdminReply { error: Some(error) })),
+        };
         let AddMemberRequest {
             id,
             peer_addr,
             voter,
         } = request.into_inner();
+        tracing::info!(by = %who, node = id, %peer_addr, voter, "membership change: add a member");
         let result = crate::membership::add_member(&self.replica, id, &peer_addr, voter).await;
         Ok(admin_reply(result))
     }
@@ -447,10 +459,12 @@ impl Membership for MembershipService {
         &self,
         request: Request<ChangeVotersRequest>,
     ) -> Result<Response<AdminReply>, Status> {
-        if let Some(error) = self.refusal(&request).await? {
-            return Ok(Response::new(AdminReply { error: Some(error) }));
-        }
+        let who = match self.changer(&request).await? {
+            Ok(who) => who,
+            Err(error) => return Ok(Response::new(AdminReply { error: Some(error) })),
+        };
         let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
+        tracing::info!(by = %who, ?voters, "membership change: set the voters");
         if voters.is_empty() {
             return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
                 "the voter set must not be empty".into(),

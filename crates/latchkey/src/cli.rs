@@ -373,6 +373,13 @@ struct Serve {
     /// signed by --cacert (peers always need one).
     #[arg(long)]
     client_cert_auth: bool,
+    /// With TLS (--cert): a call that names no --user and carries no
+    /// cluster secret is made as the user its client certificate's common
+    /// name names (if that user exists). Every certificate --cacert signs
+    /// then logs its CN's user in: use a CA for this cluster only; revoke
+    /// by deleting the user.
+    #[arg(long)]
+    client_cert_users: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -587,13 +594,19 @@ fn client_tls(args: &Args) -> Result<Option<TlsOptions>, Failure> {
 }
 
 /// The replica's TLS settings: --cert, --key and --cacert together, or none.
-fn server_tls(args: &Args, client_cert_auth: bool) -> Result<Option<ServerTls>, Failure> {
+fn server_tls(args: &Args, serve: &Serve) -> Result<Option<ServerTls>, Failure> {
     match (identity_paths(args)?, &args.cacert) {
         (Some((cert, key)), Some(ca)) => ServerTls::from_files(cert, key, ca)
-            .map(|tls| Some(tls.require_client_certificate(client_cert_auth)))
+            .map(|tls| {
+                Some(
+                    tls.require_client_certificate(serve.client_cert_auth)
+                        .certificate_users(serve.client_cert_users),
+                )
+            })
             .map_err(|e| Failure::Usage(e.to_string())),
-        (None, None) if client_cert_auth => Err(Failure::Usage(
-            "--client-cert-auth needs TLS: --cert, --key and --cacert".into(),
+        (None, None) if serve.client_cert_auth || serve.client_cert_users => Err(Failure::Usage(
+            "--client-cert-auth and --client-cert-users need TLS: --cert, --key and --cacert"
+                .into(),
         )),
         (None, None) => Ok(None),
         (Some(_), None) => Err(Failure::Usage(
@@ -620,7 +633,7 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
         Cmd::Serve(s) => {
-            let tls = server_tls(&args, s.client_cert_auth)?;
+            let tls = server_tls(&args, s)?;
             serve(s, args.cluster_secret_file.as_deref(), tls).await
         }
         Cmd::Certs {

@@ -104,7 +104,9 @@ impl NodeBuilder {
 
     /// The secret every replica of the cluster shares (see
     /// [`ClusterSecret`]): peer calls without it are refused.
-    /// The node's own client sends it with membership changes too.
+    /// The node's own client sends it with membership changes too (while
+    /// access control is enabled those also need an admin user:
+    /// [`NodeBuilder::client_options`] with `with_user`).
     pub fn cluster_secret(mut self, secret: ClusterSecret) -> Self {
         self.server = self.server.cluster_secret(secret.clone());
         self.secret = Some(secret);
@@ -134,7 +136,8 @@ impl NodeBuilder {
         self
     }
 
-    /// How long a new connection has to send its first bytes (see
+    /// How long a new connection has to send its first bytes and finish
+    /// its TLS handshake (see
     /// [`latchkey_server::ServerBuilder::handshake_timeout`]).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.server = self.server.handshake_timeout(timeout);

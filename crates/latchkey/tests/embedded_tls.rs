@@ -54,6 +54,7 @@ async fn start_tls_cluster(
     n: u64,
     ca: &DevCa,
     require_client_certificate: bool,
+    certificate_users: bool,
 ) -> Result<BTreeMap<u64, Node>, Box<dyn std::error::Error>> {
     let listeners = reserve(n)?;
     let members = addrs(&listeners)?;
@@ -61,7 +62,8 @@ async fn start_tls_cluster(
     for (id, ports) in listeners {
         let cert = ca.issue(&format!("latchkey node {id}"), &node_names(id), false)?;
         let tls = ServerTls::new(identity(&cert)?, trust(ca)?)
-            .require_client_certificate(require_client_certificate);
+            .require_client_certificate(require_client_certificate)
+            .certificate_users(certificate_users);
         let node = Node::builder(id)
             .listener(ports.client)
             .peer_listener(ports.peer)
@@ -151,7 +153,7 @@ async fn a_tls_cluster_serves_and_refuses_what_it_must() -> TestResult {
         let ca = DevCa::new("test CA")?;
         let rogue = DevCa::new("rogue CA")?;
         // The peers elect a leader: Raft runs over mutual TLS.
-        let nodes = start_tls_cluster(dir.path(), 3, &ca, false).await?;
+        let nodes = start_tls_cluster(dir.path(), 3, &ca, false, false).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
 
         // A client trusting the CA works, locks and fenced writes included.
@@ -270,7 +272,7 @@ async fn client_certificates_when_required_and_no_fallback_to_plaintext() -> Tes
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let ca = DevCa::new("test CA")?;
-        let nodes = start_tls_cluster(dir.path(), 1, &ca, true).await?;
+        let nodes = start_tls_cluster(dir.path(), 1, &ca, true, false).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         let anonymous = client(&nodes, Some(trust(&ca)?))?;
         let refused = anonymous.put("k", "v").await;
@@ -340,7 +342,7 @@ async fn a_client_certificate_names_its_user() -> TestResult {
         let dir = tempfile::tempdir()?;
         let ca = DevCa::new("test CA")?;
         let rogue = DevCa::new("rogue CA")?;
-        let nodes = start_tls_cluster(dir.path(), 3, &ca, false).await?;
+        let nodes = start_tls_cluster(dir.path(), 3, &ca, false, true).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
         let admin = tls_client(&nodes, &ca, None, ClientOptions::default())?;
         admin.add_user("root", Some("root-pw")).await?;
@@ -400,6 +402,29 @@ async fn a_client_certificate_names_its_user() -> TestResult {
             })) if user == "alice" && permission == Permission::Admin => {}
             other => return Err(format!("a membership change by alice: {other:?}").into()),
         }
+        // A root certificate on the peer listener may change it.
+        let root_cert = ca.issue("root", &[], false)?;
+        let root_peer = tls_client(
+            &nodes,
+            &ca,
+            Some(&root_cert),
+            ClientOptions::default().with_cluster_secret(SECRET),
+        )?;
+        root_peer.change_voters([1, 2, 3]).await?;
+        // Which credential wins: a named user over the certificate, and on
+        // the client listener the cluster secret (root) over it too.
+        let alice_as_root = tls_client(
+            &nodes,
+            &ca,
+            Some(&alice_cert),
+            ClientOptions::default().with_user("root", "root-pw"),
+        )?;
+        assert_eq!(
+            alice_as_root.auth_status().await?,
+            (true, Some("root".to_string()))
+        );
+        assert_eq!(alice_peer.auth_status().await?, (true, None));
+        alice_peer.put("billing/1", "as the cluster").await?;
         assert_eq!(alice.get("jobs/1").await?, Some(b"queued".to_vec()));
         for (_, node) in nodes {
             node.shutdown().await;
