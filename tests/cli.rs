@@ -319,7 +319,133 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
     for id in c.ids() {
         ensure!(c.is_alive(id), "node {id} is no longer running");
     }
-    c.assert_all_alive()
+    c.assert_all_alive()?;
+    cli_data_and_exit_codes(c).await
+}
+
+/// The CLI's values from stdin and files, its distinct exit codes (a
+/// configuration error, a lock command's own code, a command that cannot
+/// run), and `status` failing while a replica is down. Kills a follower.
+async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
+    // `put k -` reads stdin, bytes as they are; --file reads a file.
+    let value = "line one\nline\ttwo\n";
+    let out = c
+        .cli_with(true, &["put", "from-stdin", "-"], Some(value))
+        .await?;
+    ensure!(out.ok()? == "OK\n", "put from stdin: {out:?}");
+    let got = c.client()?.get("from-stdin").await?;
+    ensure!(
+        got.as_deref() == Some(value.as_bytes()),
+        "stdin value: {got:?}"
+    );
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("value");
+    std::fs::write(&file, b"\x00binary\xff")?;
+    let path = file.display().to_string();
+    let out = c.cli(&["put", "from-file", "--file", &path]).await?;
+    ensure!(out.ok()? == "OK\n", "put --file: {out:?}");
+    let got = c.client()?.get("from-file").await?;
+    ensure!(
+        got.as_deref() == Some(&b"\x00binary\xff"[..]),
+        "file value: {got:?}"
+    );
+    std::fs::write(&file, vec![b'v'; limits::MAX_VALUE_LEN + 1])?;
+    c.cli(&["put", "too-big", "--file", &path])
+        .await?
+        .refused_with(2)?;
+    // (clap's own usage error: several lines, exit 2)
+    let out = c.cli(&["put", "both", "v", "--file", &path]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("cannot be used with"),
+        "a value and --file: {out:?}"
+    );
+
+    // The longest timeout parses and works (no overflow).
+    let out = c
+        .cli(&["--timeout", "18446744073709551615s", "get", "from-file"])
+        .await?;
+    ensure!(out.code == Some(0), "the longest timeout: {out:?}");
+
+    // A lock command that cannot run: 127, and the lock is free at once
+    // (not held by an orphaned session until its TTL ends).
+    let out = c
+        .cli(&[
+            "lock",
+            "orphan",
+            "--ttl",
+            "60s",
+            "--",
+            "/nonexistent/command",
+        ])
+        .await?;
+    out.refused_with(127)?;
+    let session = c.client()?.session(Duration::from_secs(10)).await?;
+    let free = session.lock("orphan").try_acquire().await?;
+    ensure!(
+        free.is_some(),
+        "the lock stayed held after the command could not run"
+    );
+    // latchkey's own failure around a command is 200 + its code: busy is
+    // 205, never a code the command could have returned by accident.
+    c.cli(&["lock", "orphan", "--no-wait", "--", "true"])
+        .await?
+        .refused_with(205)?;
+    drop(free);
+    session.close().await?;
+
+    // `serve` configuration errors exit 9.
+    let data = dir.path().join("data");
+    let data = data.display().to_string();
+    for members in ["1=127.0.0.1:1,1=127.0.0.1:2", "1=127.0.0.1:1,2=127.0.0.1:1"] {
+        let out = run_cli(&[
+            "serve",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data,
+            "--initial-members",
+            members,
+        ])
+        .await?;
+        out.refused_with(9)?;
+        ensure!(out.stderr.contains("initial members"), "{members}: {out:?}");
+    }
+
+    // `members list` names the leader, the voters and their addresses.
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let out = c.cli(&["members", "list"]).await?;
+    let listed = out.ok()?;
+    ensure!(
+        listed.lines().count() == 4
+            && listed.contains(&format!("{leader:>4} leader"))
+            && listed.matches(" voter ").count() == 2,
+        "members list: {listed}"
+    );
+    let out = c.cli(&["members", "list", "--json"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    ensure!(
+        json["members"].as_array().map(Vec::len) == Some(3)
+            && json["leader"].as_u64() == Some(leader),
+        "members list --json: {json}"
+    );
+    // Promoting a voter changes nothing; an unknown node is refused.
+    let out = c.cli(&["members", "promote", &leader.to_string()]).await?;
+    ensure!(out.ok()? == "OK\n", "promote a voter: {out:?}");
+    c.cli(&["members", "promote", "9"]).await?.refused_with(2)?;
+
+    // `status` says which endpoint is down, and exits 3.
+    let follower = c.follower_of(leader)?;
+    c.kill(follower)?;
+    let out = c.cli(&["--timeout", "2s", "status"]).await?;
+    ensure!(
+        out.code == Some(3)
+            && out.stdout.contains("unreachable")
+            && out.stderr.contains("1 of 3 endpoints did not answer"),
+        "status with a replica down: {out:?}"
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------

@@ -448,7 +448,8 @@ rmdir "$D/held""#;
         "tokens not increasing in grant order: {tokens:?}"
     );
 
-    // The command's exit code comes back; a busy lock exits 5.
+    // The command's exit code comes back; a busy lock exits 205 (200 +
+    // latchkey's own 5, out of the command's way).
     let out = c.cli(&["lock", "cli", "--", "sh", "-c", "exit 3"]).await?;
     ensure!(out.code == Some(3), "exit code not passed on: {out:?}");
     let session = Client::with_options(c.endpoints(), client_options())?
@@ -457,7 +458,7 @@ rmdir "$D/held""#;
     let guard = session.lock("cli").acquire().await?;
     c.cli(&["lock", "cli", "--no-wait", "--", "true"])
         .await?
-        .refused_with(5)?;
+        .refused_with(205)?;
     let seq = guard.sequencer().to_string();
     ensure!(c.cli(&["check-sequencer", &seq]).await?.ok()?.trim() == "current");
     let listed = c.cli(&["locks", "--prefix", "cl"]).await?;

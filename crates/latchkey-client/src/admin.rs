@@ -30,8 +30,7 @@ fn membership_request<T>(
     message: T,
     options: &crate::ClientOptions,
 ) -> Result<tonic::Request<T>, Attempt> {
-    let user = crate::transport::Credentials::new(options)
-        .map_err(|e| Attempt::Refused(crate::ReplicaFailure::InvalidArgument(e.to_string())))?;
+    let user = crate::transport::Credentials::new(options).map_err(Attempt::not_usable)?;
     let mut request = crate::transport::as_user(&user, message);
     if let Some(secret) = &options.cluster_secret {
         let value = secret.parse().map_err(|_| {
@@ -197,10 +196,33 @@ impl Client {
                 )))
             })?;
         let channel = crate::router::channel(&leader.peer_addr, self.router().options())
-            .map_err(|e| Attempt::Refused(crate::ReplicaFailure::InvalidArgument(e.to_string())))?;
+            .map_err(Attempt::not_usable)?;
         Ok(MembershipClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Make learner `id` a voter (joint consensus). It must be a member
+    /// already ([`Client::add_member`] with `voter` false adds one, once it
+    /// has caught up). Needs the peers' credentials, as
+    /// [`Client::add_member`] does.
+    pub async fn promote(&self, id: u64) -> Result<(), Error> {
+        let status = self.status().await?;
+        let Some(member) = status.members.iter().find(|m| m.id == id) else {
+            return Err(Error::InvalidArgument(format!(
+                "node {id} is not a member: add it first (`members add {id} PEER_ADDR --learner`)"
+            )));
+        };
+        if member.voter {
+            return Ok(());
+        }
+        let voters: BTreeSet<u64> = status
+            .members
+            .iter()
+            .filter(|m| m.voter || m.id == id)
+            .map(|m| m.id)
+            .collect();
+        self.change_voters(voters).await
     }
 
     /// Remove node `id` from the voters (and from the cluster).

@@ -82,11 +82,8 @@ impl Client {
     }
 
     fn as_user<T>(&self, message: T) -> Result<tonic::Request<T>, Attempt> {
-        let user = crate::transport::Credentials::new(self.router().options()).map_err(|e| {
-            Attempt::Refused(latchkey_proto::ReplicaFailure::InvalidArgument(
-                e.to_string(),
-            ))
-        })?;
+        let user = crate::transport::Credentials::new(self.router().options())
+            .map_err(Attempt::not_usable)?;
         Ok(crate::transport::as_user(&user, message))
     }
 

@@ -79,6 +79,29 @@ impl std::fmt::Debug for UserCredentials {
     }
 }
 
+/// The longest any of [`ClientOptions`]' durations is taken to be: a
+/// longer one (up to `Duration::MAX`) means "as long as it takes" and is cut
+/// to this, so that deadlines computed from it (now + timeout, sums of
+/// timeouts) cannot overflow.
+pub const MAX_CLIENT_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+impl ClientOptions {
+    /// These options with every duration at most [`MAX_CLIENT_DURATION`]
+    /// (a client applies this to the options it is made with).
+    pub fn bounded(mut self) -> ClientOptions {
+        for d in [
+            &mut self.request_timeout,
+            &mut self.attempt_timeout,
+            &mut self.connect_timeout,
+            &mut self.initial_backoff,
+            &mut self.max_backoff,
+        ] {
+            *d = (*d).min(MAX_CLIENT_DURATION);
+        }
+        self
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
@@ -213,6 +236,17 @@ pub enum Attempt {
     Protocol(String),
 }
 
+impl Attempt {
+    /// What this client could not use (its options, an address) as an
+    /// invalid argument whose message says so once.
+    pub(crate) fn not_usable(e: Error) -> Attempt {
+        Attempt::Refused(ReplicaFailure::InvalidArgument(match e {
+            Error::InvalidArgument(why) => why,
+            other => other.to_string(),
+        }))
+    }
+}
+
 struct Peer {
     addr: String,
     channel: Channel,
@@ -283,6 +317,7 @@ impl Router {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let options = options.bounded();
         let mut peers: Vec<Peer> = Vec::new();
         for e in endpoints {
             let addr = normalise(e.as_ref());
@@ -465,7 +500,9 @@ impl Router {
         Fut: Future<Output = Result<T, Attempt>>,
     {
         let started = Instant::now();
-        let deadline = started + request_timeout;
+        let deadline = started
+            .checked_add(request_timeout.min(MAX_CLIENT_DURATION))
+            .unwrap_or(started);
         let mut backoff = self.options.initial_backoff;
         let mut attempts = 0u32;
         let mut last = String::from("no attempt made");
@@ -658,6 +695,31 @@ mod tests {
             channel("127.0.0.1:7101", &ClientOptions::default()),
             Err(Error::NoRuntime)
         ));
+    }
+
+    /// Timeouts up to `Duration::MAX` mean "as long as it takes": no
+    /// overflow adding them to now, whatever the options hold.
+    #[tokio::test]
+    async fn the_longest_timeouts_do_not_overflow() {
+        let forever = ClientOptions {
+            request_timeout: Duration::MAX,
+            attempt_timeout: Duration::MAX,
+            connect_timeout: Duration::MAX,
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+            ..ClientOptions::default()
+        };
+        let bounded = forever.clone().bounded();
+        assert_eq!(bounded.request_timeout, MAX_CLIENT_DURATION);
+        assert_eq!(bounded.max_backoff, MAX_CLIENT_DURATION);
+        // Nothing listens on port 1: the call retries until cut off here.
+        let client = crate::Client::with_options(["127.0.0.1:1"], forever);
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => panic!("a client with the longest timeouts: {e}"),
+        };
+        let call = tokio::time::timeout(Duration::from_millis(300), client.get("k")).await;
+        assert!(call.is_err(), "still retrying: {call:?}");
     }
 
     #[tokio::test]

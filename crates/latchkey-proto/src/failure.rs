@@ -29,6 +29,26 @@ pub enum ReplicaFailure {
     UnknownOutcome(String),
 }
 
+impl ReplicaFailure {
+    /// A request the core's validation refused, as an invalid argument
+    /// whose message says "invalid argument" once.
+    ///
+    /// ```
+    /// use latchkey_proto::ReplicaFailure;
+    /// let e = latchkey_core::CommandError::invalid("the key is empty");
+    /// assert_eq!(
+    ///     ReplicaFailure::invalid(e).to_string(),
+    ///     "invalid argument: the key is empty"
+    /// );
+    /// ```
+    pub fn invalid(e: latchkey_core::CommandError) -> ReplicaFailure {
+        ReplicaFailure::InvalidArgument(match e {
+            latchkey_core::CommandError::InvalidArgument(why) => why,
+            other => other.to_string(),
+        })
+    }
+}
+
 fn leader_text(leader: &Option<(u64, String)>) -> String {
     match leader {
         Some((id, addr)) => format!("node {id} at {addr}"),

@@ -92,6 +92,34 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// The RPC's name in snake case (`put`, `fenced_write`), for metrics
+    /// and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rpc::Get => "get",
+            Rpc::MultiGet => "multi_get",
+            Rpc::Scan => "scan",
+            Rpc::Put => "put",
+            Rpc::PutIfAbsent => "put_if_absent",
+            Rpc::CompareAndPut => "compare_and_put",
+            Rpc::GetAndPut => "get_and_put",
+            Rpc::Delete => "delete",
+            Rpc::DeleteRange => "delete_range",
+            Rpc::Batch => "batch",
+            Rpc::NextSequence => "next_sequence",
+            Rpc::OpenSession => "open_session",
+            Rpc::KeepAlive => "keep_alive",
+            Rpc::CloseSession => "close_session",
+            Rpc::GetSession => "get_session",
+            Rpc::Acquire => "acquire",
+            Rpc::Release => "release",
+            Rpc::CancelWait => "cancel_wait",
+            Rpc::FencedWrite => "fenced_write",
+            Rpc::CheckSequencer => "check_sequencer",
+            Rpc::ListLocks => "list_locks",
+        }
+    }
+
     /// Whether a call of this RPC may change state: its reply, if lost,
     /// leaves the outcome unknown.
     pub fn is_write(self) -> bool {

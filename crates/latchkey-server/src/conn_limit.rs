@@ -276,6 +276,7 @@ enum Refusal {
 static LAST_LOGGED: LogLimit = LogLimit::new();
 
 fn log_refusal(stream: &TcpStream, why: Refusal) {
+    crate::metrics::CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
     if LAST_LOGGED.allow() {
         let from = stream
             .peer_addr()

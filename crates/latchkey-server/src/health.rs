@@ -155,9 +155,24 @@ async fn withdraw(reporter: &mut HealthReporter) {
 
 /// Whether `replica` can answer or redirect every request now.
 fn can_serve(replica: &Replica) -> bool {
-    replica.health().condition() == Condition::Serving
-        && replica.is_member()
-        && replica.raft().metrics().borrow().current_leader.is_some()
+    readiness(replica).is_ok()
+}
+
+/// Whether the replica can answer or redirect every request now, and if
+/// not, why (grpc.health.v1 and `/readyz` both follow it).
+pub(crate) fn readiness(replica: &Replica) -> Result<(), String> {
+    match replica.health().condition() {
+        Condition::Serving => {}
+        Condition::Waiting(why) => return Err(format!("waiting: {why}")),
+        Condition::Failed(cause) => return Err(format!("failed: {cause}")),
+    }
+    if !replica.is_member() {
+        return Err("not a member of its cluster".into());
+    }
+    if replica.raft().metrics().borrow().current_leader.is_none() {
+        return Err("no leader known".into());
+    }
+    Ok(())
 }
 
 /// The identity of the file at `path` (device, inode), to tell it from a

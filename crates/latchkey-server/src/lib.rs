@@ -39,6 +39,7 @@ mod health;
 mod locks;
 mod log_limit;
 mod membership;
+pub mod metrics;
 mod network;
 mod peer_auth;
 mod read_gate;
@@ -57,6 +58,7 @@ pub use conn_limit::{
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;
 pub use latchkey_storage::StorageOptions;
+pub use metrics::MetricsHandle;
 pub use peer_auth::{peer_certificate_name, ClusterSecret, ServerTls, PEER_SECRET_HEADER};
 pub use replica::Replica;
 pub use server::{Server, ServerBuilder};

@@ -37,6 +37,8 @@ pub struct Replica {
     /// Whether a client certificate's common name names the caller (see
     /// `crate::auth`; [`crate::ServerTls::certificate_users`]).
     certificate_users: bool,
+    /// What this replica measures (see `crate::metrics`).
+    metrics: crate::metrics::Metrics,
     raft: Raft<TypeConfig>,
     health: Health,
     /// The Raft transport, for the peer problems it reports.
@@ -73,6 +75,7 @@ impl Replica {
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
+            metrics: crate::metrics::Metrics::new(),
             raft,
             health: Health::new(),
             peers,
@@ -103,6 +106,10 @@ impl Replica {
     /// peers (`Raft.Identify`) for the membership to record.
     pub fn client_addr(&self) -> &str {
         &self.client_addr
+    }
+
+    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     pub(crate) fn health(&self) -> &Health {
@@ -338,7 +345,18 @@ impl Replica {
         &self,
         command: LockCommand,
     ) -> Result<CommandResult, ReplicaFailure> {
-        self.propose(Command::Lock(command), Origin::Leader).await
+        let kind = match &command {
+            LockCommand::ExpireSession { .. } => "session",
+            LockCommand::ExpireWait { .. } => "wait",
+            LockCommand::ExpireLockLease { .. } => "lock_lease",
+            LockCommand::EndLockDelay { .. } => "lock_delay",
+            _ => "other",
+        };
+        let result = self.propose(Command::Lock(command), Origin::Leader).await;
+        if matches!(result, Ok(Ok(_))) {
+            self.metrics.expiry(kind);
+        }
+        result
     }
 
     async fn propose(
@@ -346,7 +364,7 @@ impl Replica {
         command: Command,
         origin: Origin,
     ) -> Result<CommandResult, ReplicaFailure> {
-        validate_command(&command).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+        validate_command(&command).map_err(ReplicaFailure::invalid)?;
         self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
@@ -369,7 +387,7 @@ impl Replica {
         stale: bool,
         caller: &Caller,
     ) -> Result<CommandResult, ReplicaFailure> {
-        validate_query(&query).map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
+        validate_query(&query).map_err(ReplicaFailure::invalid)?;
         // The leader's own reads: they carry session secrets (and password
         // hashes). The replica reads them with `local_query`; no caller,
         // in-process or remote, may.

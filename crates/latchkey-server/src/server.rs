@@ -69,9 +69,13 @@ pub struct ServerBuilder {
     listener: Option<std::net::TcpListener>,
     peer_listen: Option<SocketAddr>,
     peer_listener: Option<std::net::TcpListener>,
+    metrics_listen: Option<SocketAddr>,
+    metrics_listener: Option<std::net::TcpListener>,
     advertise: Option<String>,
     data_dir: Option<PathBuf>,
     initial_members: BTreeMap<u64, String>,
+    /// Why the initial members cannot be used (an id or address twice).
+    member_conflict: Option<String>,
     cluster_state: ClusterState,
     raft: RaftSettings,
     storage: StorageOptions,
@@ -149,6 +153,22 @@ impl ServerBuilder {
         self
     }
 
+    /// Serve `/metrics` (Prometheus), `/healthz` and `/readyz` over HTTP
+    /// on `addr` (default: no such listener; see `crate::metrics`). It
+    /// has no authentication, like etcd's: keep it on a network only the
+    /// monitoring can reach.
+    pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
+        self.metrics_listen = Some(addr);
+        self
+    }
+
+    /// Serve metrics on an already bound listener (see
+    /// [`ServerBuilder::metrics_listen`]).
+    pub fn metrics_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
     /// The address clients use to reach this node, if it differs from the
     /// client listener's address (needed when that is a wildcard such as
     /// `0.0.0.0`). The membership records it, and clients that must find
@@ -168,13 +188,28 @@ impl ServerBuilder {
     /// The cluster's first voters, `(id, "host:port")` of each one's peer
     /// listener. Every initial member must be started with the same list; a
     /// node that already has data ignores it. Leave empty for a node that
-    /// will be added later.
+    /// will be added later. An id listed twice, or an address listed for two
+    /// ids, is a configuration error at [`ServerBuilder::start`].
     pub fn initial_members<I, S>(mut self, members: I) -> Self
     where
         I: IntoIterator<Item = (u64, S)>,
         S: Into<String>,
     {
-        self.initial_members = members.into_iter().map(|(i, a)| (i, a.into())).collect();
+        self.initial_members.clear();
+        for (id, addr) in members {
+            let addr = addr.into();
+            if let Some(first) = self.initial_members.get(&id) {
+                self.member_conflict.get_or_insert(format!(
+                    "node {id} is listed twice in the initial members ({first} and {addr})"
+                ));
+            } else if let Some((other, _)) = self.initial_members.iter().find(|(_, a)| **a == addr)
+            {
+                self.member_conflict.get_or_insert(format!(
+                    "{addr} is listed for both node {other} and node {id} in the initial members"
+                ));
+            }
+            self.initial_members.insert(id, addr);
+        }
         self
     }
 
@@ -209,6 +244,9 @@ impl ServerBuilder {
             return Err(NodeError::Config(
                 "node id 0 is reserved; use 1 or more".into(),
             ));
+        }
+        if let Some(conflict) = self.member_conflict {
+            return Err(NodeError::Config(conflict));
         }
         let data_dir = self
             .data_dir
@@ -248,6 +286,11 @@ impl ServerBuilder {
                     ))
                 }
             },
+        };
+        let metrics_listener = match (self.metrics_listener, self.metrics_listen) {
+            (Some(l), _) => Some(l),
+            (None, Some(addr)) => Some(bind("metrics", &addr.to_string())?),
+            (None, None) => None,
         };
         let local_addr = nonblocking_addr(&listener)?;
         let peer_addr = nonblocking_addr(&peer_listener)?;
@@ -434,6 +477,23 @@ impl ServerBuilder {
             ));
         let (stop, server) = spawn_serving("clients", clients, listener, &limits)?;
         let (peer_stop, peer_server) = spawn_serving("peers", peers, peer_listener, &limits)?;
+        let mut stops = vec![stop, peer_stop];
+        let mut servers = vec![
+            server,
+            peer_server,
+            crate::metrics::watch_leader(replica.clone()),
+        ];
+        let metrics_addr = match metrics_listener {
+            Some(listener) => {
+                let (metrics_stop, metrics_stop_rx) = oneshot::channel::<()>();
+                let (addr, task) =
+                    crate::metrics::serve(replica.clone(), listener, metrics_stop_rx)?;
+                stops.push(metrics_stop);
+                servers.push(task);
+                Some(addr)
+            }
+            None => None,
+        };
 
         let (health_stop, health_stop_rx) = oneshot::channel::<()>();
         let health_task = tokio::spawn(crate::health::watch(
@@ -476,9 +536,10 @@ impl ServerBuilder {
             local_addr,
             peer_addr,
             replica,
-            stops: vec![stop, peer_stop],
+            metrics_addr,
+            stops,
             streams_stop,
-            servers: vec![server, peer_server],
+            servers,
             lock_stop: Some(lock_stop),
             lock_task: Some(lock_task),
             health_stop: Some(health_stop),
@@ -498,8 +559,9 @@ pub struct Server {
     advertise: String,
     local_addr: SocketAddr,
     peer_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     replica: Arc<Replica>,
-    /// Stop the client and the peer listener.
+    /// Stop the client, peer and metrics listeners.
     stops: Vec<oneshot::Sender<()>>,
     /// Ends the open `AppendEntriesStream`s (see `RaftService::stopping`).
     streams_stop: watch::Sender<bool>,
@@ -521,9 +583,12 @@ impl Server {
             listener: None,
             peer_listen: None,
             peer_listener: None,
+            metrics_listen: None,
+            metrics_listener: None,
             advertise: None,
             data_dir: None,
             initial_members: BTreeMap::new(),
+            member_conflict: None,
             cluster_state: ClusterState::New,
             raft: RaftSettings::default(),
             storage: StorageOptions::default(),
@@ -553,6 +618,20 @@ impl Server {
     /// The socket address the peer listener is bound to.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// Where the metrics listener is bound, if there is one
+    /// ([`ServerBuilder::metrics_listen`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// This replica's metrics, to render in the Prometheus text format
+    /// (whether or not it has a metrics listener; see `crate::metrics`).
+    pub fn metrics(&self) -> crate::MetricsHandle {
+        crate::MetricsHandle {
+            replica: Arc::clone(&self.replica),
+        }
     }
 
     /// The replica's request path, which an in-process client calls

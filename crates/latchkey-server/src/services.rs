@@ -246,12 +246,33 @@ impl RaftRpc for RaftService {
 /// enum value) is answered with its INVALID_ARGUMENT error, having run
 /// nothing.
 pub(crate) async fn answer(replica: &Replica, caller: &Caller, request: Req) -> (Rpc, Rep) {
+    let started = std::time::Instant::now();
     let rpc = Rpc::of(&request);
     let result = match wire::request_from_wire(request) {
         Ok((op, _)) => replica.call_as(op, caller).await,
         Err(refused) => Err(refused),
     };
+    let outcome = match &result {
+        Ok(Ok(_)) => "ok".to_string(),
+        Ok(Err(refused)) => error_kind(wire::command_error_to_wire(refused).kind),
+        Err(failure) => error_kind(v1::Error::from(failure.clone()).kind),
+    };
+    replica
+        .metrics()
+        .request(rpc.name(), &outcome, started.elapsed());
     (rpc, wire::reply_to_wire(rpc, result))
+}
+
+/// A typed error's kind as a metric label: `stale_fence`, `not_leader`...
+fn error_kind(kind: i32) -> String {
+    v1::ErrorKind::try_from(kind).map_or_else(
+        |_| "unknown".to_string(),
+        |k| {
+            k.as_str_name()
+                .trim_start_matches("ERROR_KIND_")
+                .to_ascii_lowercase()
+        },
+    )
 }
 
 /// `impl $service for $server`, one unary RPC per `method(Request) ->

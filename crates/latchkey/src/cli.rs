@@ -110,7 +110,14 @@ enum Cmd {
     /// Set KEY to VALUE.
     Put {
         key: String,
-        value: String,
+        /// The value; `-` reads it from stdin (its bytes as they are, up to
+        /// 1 MiB). Or give --file.
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        value: Option<String>,
+        /// Read the value from this file (its bytes as they are, up to
+        /// 1 MiB).
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
         /// Write only while this sequencer holds its lock (exit 7 if stale).
         #[arg(long, value_name = "SEQUENCER")]
         fence: Option<String>,
@@ -171,7 +178,9 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         step: u64,
     },
-    /// Show leader, term, applied index and members of each endpoint.
+    /// Show leader, term, applied index and members of each endpoint (exit
+    /// 3 if any endpoint does not answer, after printing what the others
+    /// said).
     Status {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -190,8 +199,10 @@ enum Cmd {
     #[command(subcommand)]
     Role(RoleCmd),
     /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN,
-    /// LATCHKEY_SEQUENCER and LATCHKEY_SESSION_SECRET. Exits with CMD's code, 5 if the lock was not
-    /// acquired in time, 6 if the lock was lost while CMD ran (CMD is killed).
+    /// LATCHKEY_SEQUENCER and LATCHKEY_SESSION_SECRET. Exits with CMD's
+    /// code; latchkey's own failures are 200 + its usual code (205 not
+    /// acquired in time, 206 lost while CMD ran: CMD is killed); 127/126 if
+    /// CMD cannot be found/run (the lock is released at once).
     Lock(LockArgs),
     /// Exit 0 if SEQUENCER still holds its lock, 1 if it is stale.
     CheckSequencer { sequencer: String },
@@ -216,7 +227,7 @@ struct LockArgs {
     /// Wait at most this long for the lock (default: as long as it takes).
     #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
-    /// Do not wait: exit 5 at once if the lock is busy.
+    /// Do not wait: exit 205 at once if the lock is busy.
     #[arg(long)]
     no_wait: bool,
     /// Take the lock shared (with other shared holders).
@@ -314,6 +325,16 @@ enum Members {
     },
     /// Remove node ID from the cluster.
     Remove { id: u64 },
+    /// Make learner ID a voter (it must have caught up: `members add
+    /// --learner` waits for that).
+    Promote { id: u64 },
+    /// List the members as the leader knows them: id, voter or learner,
+    /// peer and client address, incarnation.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -380,6 +401,20 @@ struct Serve {
     /// by deleting the user.
     #[arg(long)]
     client_cert_users: bool,
+    /// Serve /metrics (Prometheus), /healthz and /readyz over HTTP on this
+    /// address (no authentication: keep it where only monitoring reaches).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Log lines as text (default) or JSON objects, one per line. Which
+    /// lines: RUST_LOG (default `info,openraft=warn`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -410,6 +445,17 @@ pub enum Failure {
     /// `serve`: the replica could not start or failed while running.
     #[error("{0}")]
     ReplicaFailed(String),
+    /// `serve`: its configuration (flags, files) cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// `lock -- CMD`: the command could not be started (the lock was
+    /// released).
+    #[error("{message}")]
+    CannotRun { not_found: bool, message: String },
+    /// `lock -- CMD`: latchkey's own failure, in the range that cannot be
+    /// mistaken for the command's exit code (200 + the usual code).
+    #[error("{0}")]
+    AroundCommand(Box<Failure>),
 }
 
 impl Failure {
@@ -424,6 +470,15 @@ impl Failure {
             Failure::LockLost(_) => 6,
             Failure::StaleFence(_) => 7,
             Failure::ReplicaFailed(_) => 8,
+            Failure::Config(_) => 9,
+            Failure::CannotRun {
+                not_found: true, ..
+            } => 127,
+            Failure::CannotRun { .. } => 126,
+            Failure::AroundCommand(inner) => match **inner {
+                Failure::CannotRun { .. } => inner.exit_code(),
+                _ => 200 + inner.exit_code(),
+            },
         }
     }
 }
@@ -629,11 +684,45 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The value `put` writes: its argument, stdin for `-`, or `--file`'s
+/// bytes; more than the value limit is refused before anything is sent.
+fn put_value(value: Option<&str>, file: Option<&std::path::Path>) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    let (reader, source): (Box<dyn Read>, String) = match (value, file) {
+        (Some("-"), None) => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
+        (Some(v), None) => return Ok(v.as_bytes().to_vec()),
+        (None, Some(path)) => (
+            Box::new(std::fs::File::open(path).map_err(|e| {
+                Failure::Usage(format!(
+                    "cannot read the value file {}: {e}",
+                    path.display()
+                ))
+            })?),
+            path.display().to_string(),
+        ),
+        _ => return Err(Failure::Usage("give a value, `-` (stdin) or --file".into())),
+    };
+    let limit = latchkey_core::limits::MAX_VALUE_LEN;
+    let mut bytes = Vec::new();
+    reader
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::Usage(format!("cannot read the value from {source}: {e}")))?;
+    if bytes.len() > limit {
+        return Err(Failure::Usage(format!(
+            "the value from {source} is over the {limit}-byte limit"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// Run one parsed command.
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
         Cmd::Serve(s) => {
-            let tls = server_tls(&args, s)?;
+            // Flags and files `serve` cannot use: a configuration error
+            // (its own exit code, 9), not "cluster unavailable".
+            let tls = server_tls(&args, s).map_err(|f| Failure::Config(f.to_string()))?;
             serve(s, args.cluster_secret_file.as_deref(), tls).await
         }
         Cmd::Certs {
@@ -652,9 +741,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Put {
             key,
             value,
+            file,
             fence,
             session_secret,
         } => {
+            let value = put_value(value.as_deref(), file.as_deref())?;
             let c = client(&args)?;
             match fence {
                 Some(seq) => {
@@ -727,7 +818,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Status { json } => status(&args, *json).await,
-        Cmd::Lock(l) => crate::lock_cmd::run(client(&args)?, l.into()).await,
+        Cmd::Lock(l) => {
+            let c = client(&args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
+            crate::lock_cmd::run(c, l.into())
+                .await
+                .map_err(|f| Failure::AroundCommand(Box::new(f)))
+        }
         Cmd::CheckSequencer { sequencer } => {
             let seq = parse_sequencer(sequencer)?;
             if client(&args)?.check_sequencer(&seq).await? {
@@ -843,6 +939,38 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                     learner,
                 } => c.add_member(*id, peer_addr, !*learner).await?,
                 Members::Remove { id } => c.remove_voter(*id).await?,
+                Members::Promote { id } => c.promote(*id).await?,
+                Members::List { json } => {
+                    let status = c.status().await?;
+                    let text = if *json {
+                        let value = serde_json::json!({
+                            "leader": status.leader_id,
+                            "members": status.members,
+                        });
+                        serde_json::to_string_pretty(&value)
+                            .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?
+                            + "\n"
+                    } else {
+                        let mut text = format!(
+                            "{:>4} {:<8} {:<22} {:<22} {}\n",
+                            "ID", "ROLE", "PEER", "CLIENT", "INCARNATION"
+                        );
+                        for m in &status.members {
+                            let role = match (m.voter, Some(m.id) == status.leader_id) {
+                                (true, true) => "leader",
+                                (true, false) => "voter",
+                                (false, _) => "learner",
+                            };
+                            text.push_str(&format!(
+                                "{:>4} {:<8} {:<22} {:<22} {}\n",
+                                m.id, role, m.peer_addr, m.client_addr, m.incarnation
+                            ));
+                        }
+                        text
+                    };
+                    out(&[text.as_bytes()])?;
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             out(&[b"OK\n"])?;
             Ok(ExitCode::SUCCESS)
@@ -928,6 +1056,14 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
     }
     if rows.is_empty() {
         return Err(Failure::Unavailable("no endpoint answered".into()));
+    }
+    // Something to alert on: a replica down is not a healthy status.
+    if !errors.is_empty() {
+        return Err(Failure::Unavailable(format!(
+            "{} of {} endpoints did not answer",
+            errors.len(),
+            errors.len() + rows.len()
+        )));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1031,11 +1167,15 @@ async fn serve(
 ) -> Result<ExitCode, Failure> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match s.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
     let settings = RaftSettings::default()
         .with_heartbeat(s.heartbeat)
         .with_election_min(s.election_timeout)
@@ -1060,21 +1200,27 @@ async fn serve(
     if let Some(a) = s.peer_listen {
         builder = builder.peer_listen(a);
     }
+    if let Some(a) = s.metrics_listen {
+        builder = builder.metrics_listen(a);
+    }
     if let Some(path) = secret_file {
-        let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Usage(e.to_string()))?;
+        let secret = ClusterSecret::from_file(path).map_err(|e| Failure::Config(e.to_string()))?;
         builder = builder.cluster_secret(secret);
     }
     if let Some(tls) = tls {
         builder = builder.tls(tls);
     }
-    let node = builder
-        .start()
-        .await
-        .map_err(|e| Failure::ReplicaFailed(format!("cannot start node {}: {e}", s.id)))?;
+    let node = builder.start().await.map_err(|e| match e {
+        latchkey::NodeError::Config(why) => {
+            Failure::Config(format!("cannot start node {}: {why}", s.id))
+        }
+        e => Failure::ReplicaFailed(format!("cannot start node {}: {e}", s.id)),
+    })?;
     tracing::info!(
         id = s.id,
         listen = %node.local_addr(),
         peer_listen = %node.peer_addr(),
+        metrics_listen = ?node.metrics_addr(),
         incarnation = node.incarnation(),
         "serving"
     );

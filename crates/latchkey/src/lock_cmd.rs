@@ -8,11 +8,17 @@
 //! session's whole authority (it could also release the lock or close the
 //! session): run only commands you trust with the lock. If the session is lost while the command runs (this process
 //! was paused, or cut off from the cluster past the TTL), the command's
-//! whole process group is killed at once and `latchkey` exits 6: past that
+//! whole process group is killed at once and `latchkey` exits 206: past that
 //! point another process may hold the lock. If `latchkey` itself dies, the
 //! kernel kills the command (`PR_SET_PDEATHSIG`). SIGINT and SIGTERM are
 //! passed on to the command (and, while waiting for the lock, give up the
 //! wait).
+//!
+//! Exit codes: the command's own (128 + N if a signal N ended it), so that
+//! they cannot be mistaken for latchkey's, latchkey's own failures here are
+//! 200 + its usual code (205 not acquired, 206 lock lost, 203 cluster
+//! unavailable, ...), and a command that cannot be started exits 127 if it
+//! was not found, else 126 (as a shell does), after the lock is released.
 
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
@@ -101,9 +107,21 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| Failure::Usage(format!("cannot run {program:?}: {e}")))?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            // Nothing ran: give the lock back at once rather than leave it
+            // held until the session's TTL ends.
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "release after a failed start");
+            }
+            let _ = session.close().await;
+            return Err(Failure::CannotRun {
+                not_found: e.kind() == std::io::ErrorKind::NotFound,
+                message: format!("cannot run {program:?}: {e}"),
+            });
+        }
+    };
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
 
     let status = loop {

@@ -5,7 +5,10 @@
 //! outcome is unknown, 5 when a lock was not acquired in time, 6 when a lock
 //! was lost while its command ran, 7 when a fenced write was refused, 8 when
 //! `serve`'s replica could not start or failed while running (its Raft core
-//! stopped, its data directory vanished or lost acknowledged state).
+//! stopped, its data directory vanished or lost acknowledged state), 9 when
+//! `serve`'s configuration cannot be used. Around a command (`lock -- CMD`)
+//! the command's own code passes through, and latchkey's are 200 + the
+//! above (127/126 when the command cannot be found/run).
 
 mod cli;
 mod lock_cmd;

@@ -4,7 +4,6 @@
 //! This is where the replica (latchkey-server) and the client
 //! (latchkey-client) meet; neither of those crates depends on the other.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,6 +65,19 @@ impl NodeBuilder {
         self
     }
 
+    /// Serve `/metrics`, `/healthz` and `/readyz` over HTTP on `addr` (see
+    /// [`latchkey_server::ServerBuilder::metrics_listen`]).
+    pub fn metrics_listen(mut self, addr: SocketAddr) -> Self {
+        self.server = self.server.metrics_listen(addr);
+        self
+    }
+
+    /// Serve metrics on an already bound listener.
+    pub fn metrics_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.server = self.server.metrics_listener(listener);
+        self
+    }
+
     /// The address clients use to reach this node, if it differs from the
     /// client listener's address (see [`ServerBuilder::advertise`]).
     pub fn advertise(mut self, addr: impl Into<String>) -> Self {
@@ -88,8 +100,7 @@ impl NodeBuilder {
         I: IntoIterator<Item = (u64, S)>,
         S: Into<String>,
     {
-        let members: BTreeMap<u64, String> =
-            members.into_iter().map(|(i, a)| (i, a.into())).collect();
+        let members: Vec<(u64, String)> = members.into_iter().map(|(i, a)| (i, a.into())).collect();
         self.server = self.server.initial_members(members);
         self
     }
@@ -222,6 +233,18 @@ impl Node {
     /// The socket address the peer listener is bound to.
     pub fn peer_addr(&self) -> SocketAddr {
         self.server.peer_addr()
+    }
+
+    /// Where the metrics listener is bound, if there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.server.metrics_addr()
+    }
+
+    /// This replica's metrics in the Prometheus text format, for an
+    /// application that serves them itself:
+    /// `node.metrics().render()` (the table is in `latchkey_server::metrics`).
+    pub fn metrics(&self) -> latchkey_server::MetricsHandle {
+        self.server.metrics()
     }
 
     /// A client that uses this replica directly while it leads and forwards

@@ -1,0 +1,181 @@
+//! The metrics listener on a real three-node cluster: `/metrics` in the
+//! Prometheus text format with the Raft figures and the gRPC calls counted
+//! by RPC and outcome, `/healthz` and `/readyz`, and the same text from
+//! `Node::metrics` for an application that serves it itself.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use latchkey::{Client, ClientOptions, Node};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+
+use common::{addrs, client_addrs, reserve, secret, settings};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// `GET path` on `addr`: the status code and the body.
+async fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await??;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of the sample `name` (with its labels, as printed), if any.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_health_and_readiness_over_http() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, ports) in listeners {
+            let node = Node::builder(id)
+                .listener(ports.client)
+                .peer_listener(ports.peer)
+                .metrics_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
+                .data_dir(dir.path().join(format!("node-{id}")))
+                .initial_members(members.iter().cloned())
+                .raft_settings(settings())
+                .cluster_secret(secret())
+                .start()
+                .await?;
+            nodes.insert(id, node);
+        }
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let client = Client::with_options(
+            client_addrs(&nodes),
+            ClientOptions::default().with_request_timeout(Duration::from_secs(10)),
+        )?;
+        for i in 0..5 {
+            client.put(format!("k{i}"), "v").await?;
+        }
+        assert!(client.put("", "empty key").await.is_err());
+
+        let mut puts = 0.0;
+        for (id, node) in &nodes {
+            let addr = node.metrics_addr().ok_or("no metrics listener")?;
+            let (status, text) = http_get(addr, "/metrics").await?;
+            assert_eq!(status, 200, "node {id}: {text}");
+            let term = sample(&text, "latchkey_raft_term").ok_or("no term")?;
+            assert!(term >= 1.0, "node {id}: term {term}");
+            assert_eq!(
+                sample(&text, "latchkey_raft_leader_id"),
+                Some(leader as f64),
+                "node {id}"
+            );
+            let leading = sample(&text, "latchkey_raft_is_leader");
+            assert_eq!(
+                leading,
+                Some(if *id == leader { 1.0 } else { 0.0 }),
+                "node {id}"
+            );
+            assert_eq!(
+                sample(&text, "latchkey_raft_voters"),
+                Some(3.0),
+                "node {id}"
+            );
+            assert_eq!(
+                sample(&text, "latchkey_replica_condition{condition=\"serving\"}"),
+                Some(1.0),
+                "node {id}"
+            );
+            assert!(
+                sample(&text, "latchkey_raft_applied_index").is_some_and(|a| a >= 5.0),
+                "node {id}: {text}"
+            );
+            if *id == leader {
+                for member in nodes.keys().filter(|m| **m != leader) {
+                    let matched = sample(
+                        &text,
+                        &format!("latchkey_raft_matched_index{{member=\"{member}\"}}"),
+                    );
+                    assert!(matched.is_some_and(|m| m >= 5.0), "member {member}: {text}");
+                }
+            }
+            puts +=
+                sample(&text, "latchkey_requests_total{rpc=\"put\",outcome=\"ok\"}").unwrap_or(0.0);
+            if *id == leader {
+                // The client sends its calls to the leader.
+                assert!(
+                    text.contains("latchkey_request_duration_seconds_bucket{"),
+                    "{text}"
+                );
+            }
+            assert!(
+                text.ends_with("# EOF\n"),
+                "OpenMetrics text ends with # EOF"
+            );
+            // The same text, for an application that serves it itself.
+            assert!(node.metrics().render().contains("latchkey_raft_term "));
+
+            assert_eq!(http_get(addr, "/healthz").await?.0, 200, "node {id}");
+            assert_eq!(http_get(addr, "/readyz").await?.0, 200, "node {id}");
+            assert_eq!(http_get(addr, "/nothing").await?.0, 404, "node {id}");
+        }
+        assert!(puts >= 5.0, "puts counted: {puts}");
+
+        // The leader stops: a follower's /readyz says so until a new one is
+        // elected (and a stopped node's listener is gone).
+        let stopped_addr = nodes[&leader].metrics_addr().ok_or("no metrics listener")?;
+        if let Some(node) = nodes.remove(&leader) {
+            node.shutdown().await;
+        }
+        assert!(http_get(stopped_addr, "/healthz").await.is_err());
+        let node = nodes.values().next().ok_or("no node left")?;
+        let addr = node.metrics_addr().ok_or("no metrics listener")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, text) = http_get(addr, "/metrics").await?;
+            let new_leader = sample(&text, "latchkey_raft_leader_id");
+            if new_leader.is_some_and(|l| l != 0.0 && l != leader as f64) {
+                assert!(
+                    sample(&text, "latchkey_raft_leader_changes_total").is_some_and(|c| c >= 1.0),
+                    "{text}"
+                );
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader change counted: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
