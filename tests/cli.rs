@@ -360,6 +360,79 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
         "a value and --file: {out:?}"
     );
 
+    // `get -w hex|json`: unambiguous for any bytes.
+    let out = c.cli(&["-w", "hex", "get", "from-file"]).await?;
+    ensure!(out.ok()? == "0062696e617279ff\n", "get -w hex: {out:?}");
+    let out = c.cli(&["-w", "json", "get", "from-stdin"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    ensure!(
+        json["key"] == "ZnJvbS1zdGRpbg==" && json["value"] == "bGluZSBvbmUKbGluZQl0d28K",
+        "get -w json: {json}"
+    );
+
+    // `scan` pages through every key (more than one page of 10,000), in
+    // both directions; --limit stops early and says so.
+    const KEYS: usize = 10_500;
+    let client = c.client()?;
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        let batch = chunk.iter().fold(latchkey::Batch::new(), |b, i| {
+            b.put(format!("many/{i:05}"), "v")
+        });
+        ensure!(client.batch(batch).await?.is_ok(), "batch refused");
+    }
+    for reverse in [false, true] {
+        let mut args = vec!["scan", "--prefix", "many/"];
+        if reverse {
+            args.push("--reverse");
+        }
+        let out = c.cli(&args).await?;
+        let lines: Vec<&str> = out.ok()?.lines().collect();
+        ensure!(
+            lines.len() == KEYS,
+            "scan (reverse: {reverse}): {} lines",
+            lines.len()
+        );
+        let (first, last) = (
+            format!("many/{:05}\tv", 0),
+            format!("many/{:05}\tv", KEYS - 1),
+        );
+        let expected = if reverse {
+            (&last, &first)
+        } else {
+            (&first, &last)
+        };
+        ensure!(
+            (lines.first(), lines.last())
+                == (Some(&expected.0.as_str()), Some(&expected.1.as_str())),
+            "scan (reverse: {reverse}) from {:?} to {:?}",
+            lines.first(),
+            lines.last()
+        );
+        ensure!(
+            lines.windows(2).all(|w| (w[0] < w[1]) != reverse),
+            "scan (reverse: {reverse}) out of order"
+        );
+    }
+    let out = c
+        .cli(&["scan", "--prefix", "many/", "--limit", "10"])
+        .await?;
+    ensure!(
+        out.ok()?.lines().count() == 10 && out.stderr.contains("stopped at --limit 10"),
+        "scan --limit: {out:?}"
+    );
+    let out = c
+        .cli(&["-w", "json", "scan", "--prefix", "many/", "--limit", "2"])
+        .await?;
+    let rows: Vec<serde_json::Value> = out
+        .ok()?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        rows.len() == 2 && rows[0]["key"] == "bWFueS8wMDAwMA==",
+        "scan -w json: {rows:?}"
+    );
+
     // The longest timeout parses and works (no overflow).
     let out = c
         .cli(&["--timeout", "18446744073709551615s", "get", "from-file"])
@@ -386,7 +459,7 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
         "the lock stayed held after the command could not run"
     );
     // latchkey's own failure around a command is 200 + its code: busy is
-    // 205, never a code the command could have returned by accident.
+    // 205, out of the range commands usually use.
     c.cli(&["lock", "orphan", "--no-wait", "--", "true"])
         .await?
         .refused_with(205)?;
@@ -423,7 +496,7 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
             && listed.matches(" voter ").count() == 2,
         "members list: {listed}"
     );
-    let out = c.cli(&["members", "list", "--json"]).await?;
+    let out = c.cli(&["-w", "json", "members", "list"]).await?;
     let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
     ensure!(
         json["members"].as_array().map(Vec::len) == Some(3)
@@ -540,7 +613,7 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
         Duration::from_secs(30),
         "status --json names a leader",
         async || {
-            let out = c.cli(&["status", "--json"]).await?;
+            let out = c.cli(&["-w", "json", "status"]).await?;
             let json: serde_json::Value =
                 serde_json::from_str(out.ok()?).context("status --json is not JSON")?;
             let nodes = json

@@ -202,9 +202,13 @@ impl Client {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    /// Make learner `id` a voter (joint consensus). It must be a member
-    /// already ([`Client::add_member`] with `voter` false adds one, once it
-    /// has caught up). Needs the peers' credentials, as
+    /// Make learner `id` a voter. It must be a member already
+    /// ([`Client::add_member`] with `voter` false adds one). The leader
+    /// does it as [`Client::add_member`] does for the same member: it
+    /// checks the replica is still the one the membership records, waits
+    /// until it has caught up, and adds it to the voters (one joint
+    /// consensus change that adds this voter only, so a concurrent change
+    /// of other members is not undone). Needs the peers' credentials, as
     /// [`Client::add_member`] does.
     pub async fn promote(&self, id: u64) -> Result<(), Error> {
         let status = self.status().await?;
@@ -216,13 +220,7 @@ impl Client {
         if member.voter {
             return Ok(());
         }
-        let voters: BTreeSet<u64> = status
-            .members
-            .iter()
-            .filter(|m| m.voter || m.id == id)
-            .map(|m| m.id)
-            .collect();
-        self.change_voters(voters).await
+        self.add_member(id, &member.peer_addr.clone(), true).await
     }
 
     /// Remove node `id` from the voters (and from the cluster).

@@ -28,10 +28,28 @@
 //! | `latchkey_requests` | counter | `rpc`, `outcome` | gRPC calls answered, by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
-//! | `latchkey_tls_handshake_failures` | counter | | TLS handshakes refused or timed out (whole process) |
-//! | `latchkey_connections_refused` | counter | | connections closed on accept by the connection caps (whole process) |
+//! | `latchkey_tls_handshake_failures` | counter | | TLS handshakes refused or timed out since this replica started (whole process) |
+//! | `latchkey_connections_refused` | counter | | connections closed on accept by the connection caps since this replica started (whole process) |
 //!
 //! Counters carry the `_total` suffix in the output, as OpenMetrics wants.
+//! The two "whole process" counters count every listener of the process:
+//! with several replicas in one process, each reports the same events, so
+//! do not sum them across replicas of one process. `acquire`'s duration
+//! includes the time the call waited in the lock's queue (up to its wait),
+//! so its histogram measures hand-off waits, not service time. Leader
+//! changes are counted as the replica sees them; a change and its reversal
+//! between two updates of openraft's metrics can count once or not at all.
+//!
+//! The listener is plain HTTP without authentication (like etcd's
+//! `/metrics`), capped like the gRPC listeners so it cannot take the
+//! process's file descriptors: at most [`MAX_CONNECTIONS`] connections, 8
+//! from one address, each sending its first bytes within 10 s.
+//! `/readyz` needs a known leader, so during an election every replica is
+//! briefly not ready; on Kubernetes, start the pods in parallel
+//! (`podManagementPolicy: Parallel`, `publishNotReadyAddresses: true` on the
+//! peers' headless service) or the first pod waits for the others forever.
+//! `/healthz` turns 503 only when the replica has failed for good, which a
+//! restart is the cure for (`latchkey serve` exits then anyway).
 //! `/healthz` answers 200 while the process runs and the replica has not
 //! failed, else 503 with the cause; `/readyz` answers 200 only while it
 //! serves, is a member and knows a leader (as grpc.health.v1 does), else
@@ -54,13 +72,13 @@ use crate::replica::Replica;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    rpc: String,
-    outcome: String,
+    rpc: &'static str,
+    outcome: std::borrow::Cow<'static, str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabel {
-    rpc: String,
+    rpc: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,9 +104,12 @@ struct KindLabel {
 type LatencyFamily = Family<RpcLabel, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
-    // 50 µs to ~1.6 s, doubling.
-    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+    // 50 µs to ~105 s, doubling (an acquire may wait in its queue).
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
 }
+
+/// Most connections the metrics listener holds open at once.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// One replica's metrics (see the module docs for the table).
 pub struct Metrics {
@@ -157,7 +178,11 @@ impl Metrics {
             condition,
             tls_failures: Counter::default(),
             refused: Counter::default(),
-            seen: Mutex::default(),
+            // Counted from this replica's start on, not the process's.
+            seen: Mutex::new(Seen {
+                tls_failures: crate::tls_accept::tls_handshake_failures(),
+                refused: CONNECTIONS_REFUSED.load(Ordering::Relaxed),
+            }),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -247,17 +272,17 @@ impl Metrics {
 
     /// Count one answered call of `rpc` (snake case) that took `elapsed`
     /// and ended with `outcome` (`ok` or an error kind).
-    pub(crate) fn request(&self, rpc: &str, outcome: &str, elapsed: Duration) {
+    pub(crate) fn request(
+        &self,
+        rpc: &'static str,
+        outcome: std::borrow::Cow<'static, str>,
+        elapsed: Duration,
+    ) {
         self.requests
-            .get_or_create(&RequestLabels {
-                rpc: rpc.to_string(),
-                outcome: outcome.to_string(),
-            })
+            .get_or_create(&RequestLabels { rpc, outcome })
             .inc();
         self.latency
-            .get_or_create(&RpcLabel {
-                rpc: rpc.to_string(),
-            })
+            .get_or_create(&RpcLabel { rpc })
             .observe(elapsed.as_secs_f64());
     }
 
@@ -270,8 +295,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Bring the scraped figures up to date from `replica`.
-    fn refresh(&self, replica: &Replica) {
+    /// Bring the scraped figures up to date from `replica` (under `seen`'s
+    /// lock, so concurrent scrapes never see a half-updated set).
+    fn refresh(&self, replica: &Replica, seen: &mut Seen) {
         let m = replica.raft().metrics().borrow().clone();
         let gauge = |g: &Gauge, v: u64| {
             g.set(i64::try_from(v).unwrap_or(i64::MAX));
@@ -317,7 +343,6 @@ impl Metrics {
                 })
                 .set(i64::from(c == condition));
         }
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let tls = crate::tls_accept::tls_handshake_failures();
         self.tls_failures
             .inc_by(tls.saturating_sub(seen.tls_failures));
@@ -369,11 +394,50 @@ impl MetricsHandle {
     /// ```
     pub fn render(&self) -> String {
         let metrics = self.replica.metrics();
-        metrics.refresh(&self.replica);
+        let mut seen = metrics.seen.lock().unwrap_or_else(|p| p.into_inner());
+        metrics.refresh(&self.replica, &mut seen);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &metrics.registry);
+        drop(seen);
         text
+    }
+}
+
+/// The metrics listener's connections, within the caps (see the module
+/// docs).
+struct Capped {
+    incoming: std::pin::Pin<
+        Box<dyn futures::Stream<Item = std::io::Result<crate::conn_limit::Limited>> + Send>,
+    >,
+    addr: SocketAddr,
+}
+
+impl axum::serve::Listener for Capped {
+    type Io = crate::conn_limit::Limited;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
+        use futures::StreamExt;
+        use tonic::transport::server::Connected;
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(connection)) => {
+                    let from = connection.connect_info().remote_addr().unwrap_or(self.addr);
+                    return (connection, from);
+                }
+                Some(Err(e)) => {
+                    // Out of descriptors, say: wait instead of spinning.
+                    tracing::debug!(error = %e, "the metrics listener could not accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.addr)
     }
 }
 
@@ -397,6 +461,16 @@ pub(crate) fn serve(
         .map_err(|e| crate::NodeError::Io(e.to_string()))?;
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| crate::NodeError::Io(e.to_string()))?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let listener = Capped {
+        incoming: Box::pin(crate::conn_limit::limit(
+            incoming,
+            MAX_CONNECTIONS,
+            8,
+            crate::DEFAULT_HANDSHAKE_TIMEOUT,
+        )),
+        addr,
+    };
     let handle = MetricsHandle {
         replica: Arc::clone(&replica),
     };

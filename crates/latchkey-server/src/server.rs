@@ -196,6 +196,7 @@ impl ServerBuilder {
         S: Into<String>,
     {
         self.initial_members.clear();
+        self.member_conflict = None;
         for (id, addr) in members {
             let addr = addr.into();
             if let Some(first) = self.initial_members.get(&id) {

@@ -253,13 +253,13 @@ pub(crate) async fn answer(replica: &Replica, caller: &Caller, request: Req) -> 
         Err(refused) => Err(refused),
     };
     let outcome = match &result {
-        Ok(Ok(_)) => "ok".to_string(),
-        Ok(Err(refused)) => error_kind(wire::command_error_to_wire(refused).kind),
-        Err(failure) => error_kind(v1::Error::from(failure.clone()).kind),
+        Ok(Ok(_)) => std::borrow::Cow::Borrowed("ok"),
+        Ok(Err(refused)) => error_kind(wire::command_error_to_wire(refused).kind).into(),
+        Err(failure) => error_kind(v1::Error::from(failure.clone()).kind).into(),
     };
     replica
         .metrics()
-        .request(rpc.name(), &outcome, started.elapsed());
+        .request(rpc.name(), outcome, started.elapsed());
     (rpc, wire::reply_to_wire(rpc, result))
 }
 

@@ -16,6 +16,14 @@ use latchkey::{
 #[derive(Debug, Parser)]
 #[command(name = "latchkey", version, about)]
 pub struct Args {
+    /// How to print what `get`, `scan`, `status`, `locks` and `members
+    /// list` answer: simple (get: the value; scan: key<TAB>value lines),
+    /// json (etcdctl's convention: keys and values in base64; scan prints
+    /// one JSON object a line), table (status, locks, members: the
+    /// default; get and scan: as simple), hex (get and scan: keys and
+    /// values in hex, unambiguous for any bytes).
+    #[arg(short = 'w', long, global = true, value_enum, default_value_t = WriteOut::Simple)]
+    write_out: WriteOut,
     /// Cluster endpoints, host:port separated by commas.
     #[arg(long, env = "LATCHKEY_ENDPOINTS", global = true, value_delimiter = ',')]
     endpoints: Vec<String>,
@@ -165,7 +173,10 @@ enum Cmd {
         /// Only keys below this one.
         #[arg(long)]
         end: Option<String>,
-        /// At most this many entries (0: the server's maximum).
+        /// At most this many entries (0, the default: every matching key,
+        /// fetched page by page; each page is a linearizable read, so a scan
+        /// of several pages is not one snapshot). When the limit cuts the
+        /// scan, a note on stderr says so.
         #[arg(long, default_value_t = 0)]
         limit: u32,
         /// Highest key first.
@@ -179,13 +190,9 @@ enum Cmd {
         step: u64,
     },
     /// Show leader, term, applied index and members of each endpoint (exit
-    /// 3 if any endpoint does not answer, after printing what the others
-    /// said).
-    Status {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// 3 after printing if any endpoint does not answer, has failed, waits
+    /// to be added or knows no leader).
+    Status,
     /// Change cluster membership.
     #[command(subcommand)]
     Members(Members),
@@ -211,9 +218,6 @@ enum Cmd {
         /// Only locks whose names start with this.
         #[arg(long, default_value = "")]
         prefix: String,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -328,13 +332,10 @@ enum Members {
     /// Make learner ID a voter (it must have caught up: `members add
     /// --learner` waits for that).
     Promote { id: u64 },
-    /// List the members as the leader knows them: id, voter or learner,
-    /// peer and client address, incarnation.
-    List {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// List the members as the leader knows them (else the first replica
+    /// that answers): id, leader/voter/learner, peer and client address,
+    /// incarnation.
+    List,
 }
 
 #[derive(Debug, clap::Args)]
@@ -684,11 +685,39 @@ fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How the CLI prints answers (see `Args::write_out`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WriteOut {
+    Simple,
+    Json,
+    Table,
+    Hex,
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A key and its value as JSON, in base64 (etcdctl's convention).
+fn json_entry(key: &[u8], value: &[u8]) -> serde_json::Value {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    serde_json::json!({"key": b64.encode(key), "value": b64.encode(value)})
+}
+
 /// The value `put` writes: its argument, stdin for `-`, or `--file`'s
 /// bytes; more than the value limit is refused before anything is sent.
 fn put_value(value: Option<&str>, file: Option<&std::path::Path>) -> Result<Vec<u8>, Failure> {
     use std::io::Read;
     let (reader, source): (Box<dyn Read>, String) = match (value, file) {
+        (Some("-"), None) if std::io::IsTerminal::is_terminal(&std::io::stdin()) => {
+            return Err(Failure::Usage(
+                "`put KEY -` reads the value from stdin, which is a terminal: pipe the value \
+                 in, or give it as an argument or with --file"
+                    .into(),
+            ))
+        }
         (Some("-"), None) => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
         (Some(v), None) => return Ok(v.as_bytes().to_vec()),
         (None, Some(path)) => (
@@ -766,7 +795,14 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             };
             match client(&args)?.get_with(key, consistency).await? {
                 Some(v) => {
-                    out(&[&v, b"\n"])?;
+                    let line = match args.write_out {
+                        WriteOut::Simple | WriteOut::Table => [v, b"\n".to_vec()].concat(),
+                        WriteOut::Hex => format!("{}\n", hex(&v)).into_bytes(),
+                        WriteOut::Json => {
+                            format!("{}\n", json_entry(key.as_bytes(), &v)).into_bytes()
+                        }
+                    };
+                    out(&[&line])?;
                     Ok(ExitCode::SUCCESS)
                 }
                 None => Err(Failure::NotFound(format!("key {key:?} not found"))),
@@ -799,16 +835,56 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             limit,
             reverse,
         } => {
-            let range = ScanRange {
+            let mut range = ScanRange {
                 start: start.as_bytes().to_vec(),
                 end: end.as_ref().map(|e| e.as_bytes().to_vec()),
                 prefix: prefix.as_bytes().to_vec(),
-                limit: *limit,
+                limit: 0,
                 reverse: *reverse,
             };
-            let page = client(&args)?.scan(range).await?;
-            for (k, v) in &page.entries {
-                out(&[k, b"\t", v, b"\n"])?;
+            let c = client(&args)?;
+            let mut printed: u64 = 0;
+            loop {
+                if *limit != 0 {
+                    // One more than is left, to tell whether the limit cut
+                    // the scan.
+                    let left = u64::from(*limit).saturating_sub(printed) + 1;
+                    range.limit = u32::try_from(left)
+                        .unwrap_or(u32::MAX)
+                        .min(latchkey_core::limits::MAX_SCAN_LIMIT);
+                }
+                let page = c.scan(range.clone()).await?;
+                for (k, v) in &page.entries {
+                    if *limit != 0 && printed == u64::from(*limit) {
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "latchkey: stopped at --limit {limit}: more keys match"
+                        );
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    let line = match args.write_out {
+                        WriteOut::Simple | WriteOut::Table => [&k[..], b"\t", v, b"\n"].concat(),
+                        WriteOut::Hex => format!("{}\t{}\n", hex(k), hex(v)).into_bytes(),
+                        WriteOut::Json => format!("{}\n", json_entry(k, v)).into_bytes(),
+                    };
+                    out(&[&line])?;
+                    printed += 1;
+                }
+                let Some((last, _)) = page.entries.last() else {
+                    break;
+                };
+                if !page.more {
+                    break;
+                }
+                // The next page starts right after the last key printed
+                // (below it, in reverse).
+                if *reverse {
+                    range.end = Some(last.clone());
+                } else {
+                    let mut next = last.clone();
+                    next.push(0);
+                    range.start = next;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -817,7 +893,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             out(&[format!("{}\n", range.start).as_bytes()])?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Status { json } => status(&args, *json).await,
+        Cmd::Status => status(&args, args.write_out == WriteOut::Json).await,
         Cmd::Lock(l) => {
             let c = client(&args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
             crate::lock_cmd::run(c, l.into())
@@ -836,7 +912,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 )))
             }
         }
-        Cmd::Locks { prefix, json } => locks(&args, prefix, *json).await,
+        Cmd::Locks { prefix } => locks(&args, prefix, args.write_out == WriteOut::Json).await,
         Cmd::Auth(a) => {
             let c = client(&args)?;
             match a {
@@ -940,9 +1016,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 } => c.add_member(*id, peer_addr, !*learner).await?,
                 Members::Remove { id } => c.remove_voter(*id).await?,
                 Members::Promote { id } => c.promote(*id).await?,
-                Members::List { json } => {
+                Members::List => {
                     let status = c.status().await?;
-                    let text = if *json {
+                    let text = if args.write_out == WriteOut::Json {
                         let value = serde_json::json!({
                             "leader": status.leader_id,
                             "members": status.members,
@@ -1057,12 +1133,27 @@ async fn status(args: &Args, json: bool) -> Result<ExitCode, Failure> {
     if rows.is_empty() {
         return Err(Failure::Unavailable("no endpoint answered".into()));
     }
-    // Something to alert on: a replica down is not a healthy status.
+    // Something to alert on: a replica down, failed, or without a leader
+    // is not a healthy status.
     if !errors.is_empty() {
         return Err(Failure::Unavailable(format!(
             "{} of {} endpoints did not answer",
             errors.len(),
             errors.len() + rows.len()
+        )));
+    }
+    let unwell: Vec<String> = rows
+        .iter()
+        .filter(|(_, s)| s.state == "Failed" || s.state == "Waiting" || s.leader_id.is_none())
+        .map(|(addr, s)| match s.leader_id {
+            None if s.state != "Failed" && s.state != "Waiting" => format!("{addr}: no leader"),
+            _ => format!("{addr}: {}", s.state),
+        })
+        .collect();
+    if !unwell.is_empty() {
+        return Err(Failure::Unavailable(format!(
+            "not every replica is serving with a leader ({})",
+            unwell.join(", ")
         )));
     }
     Ok(ExitCode::SUCCESS)

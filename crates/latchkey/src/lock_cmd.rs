@@ -14,11 +14,14 @@
 //! passed on to the command (and, while waiting for the lock, give up the
 //! wait).
 //!
-//! Exit codes: the command's own (128 + N if a signal N ended it), so that
-//! they cannot be mistaken for latchkey's, latchkey's own failures here are
-//! 200 + its usual code (205 not acquired, 206 lock lost, 203 cluster
-//! unavailable, ...), and a command that cannot be started exits 127 if it
-//! was not found, else 126 (as a shell does), after the lock is released.
+//! Exit codes: the command's own (128 + N if a signal N ended it); so that
+//! they are not mistaken for latchkey's, latchkey's own failures here are
+//! 200 + its usual code (205 not acquired, also when SIGINT or SIGTERM ends
+//! the wait; 206 lock lost; 203 cluster unavailable, ...), a range
+//! commands rarely use (one that does exit 200 to 209 itself is
+//! ambiguous), and a command that cannot be started exits 127 if it was not
+//! found, else 126 (as a shell does), after the lock is released. Argument
+//! errors found before anything runs are clap's usual 2.
 
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;

@@ -1,9 +1,9 @@
 //! The `latchkey` command-line tool: run a replica (`serve`) or talk to a
 //! cluster, etcdctl-style. Every failure ends with one line on stderr and a
 //! non-zero exit code: 1 for "not found" (or a stale sequencer), 2 for bad
-//! usage or input, 3 when the cluster could not answer, 4 when a write's
-//! outcome is unknown, 5 when a lock was not acquired in time, 6 when a lock
-//! was lost while its command ran, 7 when a fenced write was refused, 8 when
+//! usage or input, 3 when the cluster could not answer (or, for `status`,
+//! any replica is down, failed or without a leader), 4 when a write's
+//! outcome is unknown, 7 when a fenced write was refused, 8 when
 //! `serve`'s replica could not start or failed while running (its Raft core
 //! stopped, its data directory vanished or lost acknowledged state), 9 when
 //! `serve`'s configuration cannot be used. Around a command (`lock -- CMD`)

@@ -81,7 +81,21 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
         for i in 0..5 {
             client.put(format!("k{i}"), "v").await?;
         }
-        assert!(client.put("", "empty key").await.is_err());
+        // A refused call, counted by its error's kind: an empty key sent
+        // straight to the leader (the client would refuse it itself).
+        let mut kv = latchkey_proto::v1::kv_client::KvClient::new(latchkey_proto::channel(
+            nodes[&leader].advertise_addr(),
+            Duration::from_secs(2),
+            None,
+        )?);
+        let reply = kv
+            .put(latchkey_proto::v1::PutRequest {
+                key: Vec::new(),
+                value: b"v".to_vec(),
+            })
+            .await?
+            .into_inner();
+        assert!(reply.error.is_some(), "an empty key was accepted");
 
         let mut puts = 0.0;
         for (id, node) in &nodes {
@@ -123,6 +137,16 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
                     );
                     assert!(matched.is_some_and(|m| m >= 5.0), "member {member}: {text}");
                 }
+            }
+            if *id == leader {
+                assert_eq!(
+                    sample(
+                        &text,
+                        "latchkey_requests_total{rpc=\"put\",outcome=\"invalid_argument\"}"
+                    ),
+                    Some(1.0),
+                    "{text}"
+                );
             }
             puts +=
                 sample(&text, "latchkey_requests_total{rpc=\"put\",outcome=\"ok\"}").unwrap_or(0.0);
@@ -172,6 +196,28 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // With a second replica gone there is no majority: the last one
+        // knows no leader and says it is not ready (but still healthy).
+        let others: Vec<u64> = nodes.keys().copied().collect();
+        let (gone, last) = (others[0], others[1]);
+        if let Some(node) = nodes.remove(&gone) {
+            node.shutdown().await;
+        }
+        let addr = nodes[&last].metrics_addr().ok_or("no metrics listener")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, body) = http_get(addr, "/readyz").await?;
+            if status == 503 {
+                assert!(body.contains("not ready"), "{body}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still ready without a majority"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(http_get(addr, "/healthz").await?.0, 200);
         for node in nodes.into_values() {
             node.shutdown().await;
         }
