@@ -276,66 +276,30 @@ mod tests {
 
     #[test]
     fn a_certificate_names_its_common_name() {
+        use rcgen::DnType;
         let key = rcgen::KeyPair::generate().expect("a key");
-        let cert_for = |cn: Option<&str>| {
+        // The user a self-signed certificate with subject `names` names.
+        let user_of = |names: &[(DnType, &str)]| {
             let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
             params.distinguished_name = rcgen::DistinguishedName::new();
-            if let Some(cn) = cn {
-                params
-                    .distinguished_name
-                    .push(rcgen::DnType::CommonName, cn);
+            for (kind, value) in names {
+                params.distinguished_name.push(kind.clone(), *value);
             }
-            params
-                .self_signed(&key)
-                .expect("a certificate")
-                .der()
-                .clone()
+            let cert = params.self_signed(&key).expect("a certificate");
+            certificate_user(Some(std::slice::from_ref(cert.der())))
         };
-        let alice = cert_for(Some("alice"));
+        let cn = DnType::CommonName;
+        assert_eq!(user_of(&[(cn.clone(), "alice")]), Some("alice".into()));
+        assert_eq!(user_of(&[]), None);
         assert_eq!(
-            certificate_user(Some(std::slice::from_ref(&alice))),
-            Some("alice".to_string())
-        );
-        let nameless = cert_for(None);
-        assert_eq!(
-            certificate_user(Some(std::slice::from_ref(&nameless))),
-            None
-        );
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "alice");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "example");
-        let with_org = params
-            .self_signed(&key)
-            .expect("a certificate")
-            .der()
-            .clone();
-        assert_eq!(
-            certificate_user(Some(std::slice::from_ref(&with_org))),
-            Some("alice".to_string())
+            user_of(&[(cn.clone(), "alice"), (DnType::OrganizationName, "example")]),
+            Some("alice".into())
         );
         // Two common names (the second as a custom type with the CN's
         // OID, 2.5.4.3): no user, whichever a reader would pick.
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "alice");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]), "root");
-        let two = params
-            .self_signed(&key)
-            .expect("a certificate")
-            .der()
-            .clone();
-        assert_eq!(certificate_user(Some(std::slice::from_ref(&two))), None);
-        let spaced = cert_for(Some("two words"));
-        assert_eq!(certificate_user(Some(std::slice::from_ref(&spaced))), None);
+        let second_cn = DnType::CustomDnType(vec![2, 5, 4, 3]);
+        assert_eq!(user_of(&[(cn.clone(), "alice"), (second_cn, "root")]), None);
+        assert_eq!(user_of(&[(cn, "two words")]), None);
         assert_eq!(certificate_user(Some(&[])), None);
         assert_eq!(
             certificate_user(Some(&[CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])])),
