@@ -169,8 +169,26 @@ pub(crate) fn readiness(replica: &Replica) -> Result<(), String> {
     if !replica.is_member() {
         return Err("not a member of its cluster".into());
     }
-    if replica.raft().metrics().borrow().current_leader.is_none() {
+    let raft = replica.raft();
+    let metrics = raft.metrics().borrow().clone();
+    if metrics.current_leader.is_none() {
         return Err("no leader known".into());
+    }
+    // openraft 0.9 has no check-quorum: a leader cut off from its majority
+    // goes on calling itself leader until it hears a higher term. It is
+    // ready only while a majority has acknowledged it within an election
+    // timeout, the time after which the others may elect someone else.
+    if metrics.state == openraft::ServerState::Leader {
+        let limit = raft.config().election_timeout_max;
+        match metrics.millis_since_quorum_ack {
+            Some(ms) if ms <= limit => {}
+            Some(ms) => {
+                return Err(format!(
+                    "leader without a majority: last acknowledged {ms} ms ago"
+                ))
+            }
+            None => return Err("leader not yet acknowledged by a majority".into()),
+        }
     }
     Ok(())
 }

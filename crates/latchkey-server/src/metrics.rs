@@ -52,7 +52,9 @@
 //! restart is the cure for (`latchkey serve` exits then anyway).
 //! `/healthz` answers 200 while the process runs and the replica has not
 //! failed, else 503 with the cause; `/readyz` answers 200 only while it
-//! serves, is a member and knows a leader (as grpc.health.v1 does), else
+//! serves, is a member and knows a leader (as grpc.health.v1 does), and,
+//! on the leader, while a majority has acknowledged it within the longest
+//! election timeout (a leader cut off from the others is not ready), else
 //! 503 with the reason.
 
 use std::net::SocketAddr;
