@@ -518,6 +518,36 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
             && out.stderr.contains("1 of 3 endpoints did not answer"),
         "status with a replica down: {out:?}"
     );
+    // With that replica down, removing the other follower would leave one
+    // live voter of two: refused, naming the silent node, and nothing
+    // changes; `members list` shows how far each member has replicated.
+    let other = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader && *id != follower)
+        .context("no third node")?;
+    let out = c.cli(&["members", "remove", &other.to_string()]).await?;
+    out.refused_with(2)?;
+    ensure!(
+        out.stderr.contains("live") && out.stderr.contains(&format!("[{follower}]")),
+        "remove without a live majority: {out:?}"
+    );
+    let out = c.cli(&["-w", "json", "members", "list"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    let members = json["members"].as_array().context("members")?;
+    ensure!(
+        members.len() == 3,
+        "the refused removal changed the membership: {json}"
+    );
+    ensure!(
+        members
+            .iter()
+            .any(|m| m["id"] == leader && m["matched_index"].as_u64() > Some(0)),
+        "the leader's matched index is missing: {json}"
+    );
+    // Removing the dead one keeps a live majority of the rest: allowed.
+    let out = c.cli(&["members", "remove", &follower.to_string()]).await?;
+    ensure!(out.ok()? == "OK\n", "remove the dead follower: {out:?}");
     Ok(())
 }
 

@@ -115,6 +115,17 @@ impl Cluster {
     /// appended to every `latchkey serve` command line, `{id}` in them
     /// replaced by the node's id (for per-node certificate files).
     pub async fn start(name: &str, n: u64, extra_args: &[&str]) -> Result<Cluster> {
+        let mut cluster = Cluster::create(name, n, extra_args).await?;
+        for id in cluster.ids() {
+            cluster.spawn(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// As [`Cluster::start`], but start no node yet: their addresses and
+    /// data directories are chosen, and each starts with
+    /// [`Cluster::restart`] (e.g. after seeding its data directory).
+    pub async fn create(name: &str, n: u64, extra_args: &[&str]) -> Result<Cluster> {
         let permit = ONE_CLUSTER_AT_A_TIME
             .acquire()
             .await
@@ -154,7 +165,7 @@ impl Cluster {
                 .with_attempt_timeout(Duration::from_secs(2)),
         )
         .context("build the status client")?;
-        let mut cluster = Cluster {
+        let cluster = Cluster {
             name: name.to_string(),
             dir: Some(dir),
             specs,
@@ -172,11 +183,12 @@ impl Cluster {
             passed: false,
             _permit: permit,
         };
-        let ids: Vec<u64> = cluster.ids();
-        for id in ids {
-            cluster.spawn(id)?;
-        }
         Ok(cluster)
+    }
+
+    /// The `--initial-members` every node starts with.
+    pub fn members_arg(&self) -> &str {
+        &self.members_arg
     }
 
     /// Run the test body under `limit`, then report: on failure (error,

@@ -1,11 +1,11 @@
-//! Cluster status (the client listener's `Admin.Status`) and membership
-//! changes (the leader's peer listener, `Membership`).
+//! Cluster status and backups (the client listener's `Admin`) and
+//! membership changes (the leader's peer listener, `Membership`).
 
 use std::collections::BTreeSet;
 
 use latchkey_proto::v1::{
     admin_client::AdminClient, membership_client::MembershipClient, AddMemberRequest,
-    ChangeVotersRequest, StatusRequest,
+    BackupRequest, ChangeVotersRequest, StatusRequest,
 };
 use tonic::transport::Channel;
 
@@ -16,6 +16,32 @@ use latchkey_proto::MAX_MESSAGE_BYTES;
 /// Longest a `members add` waits: the leader gives a new member two
 /// minutes to catch up before promoting it.
 const ADD_MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Longest a backup may take, from asking to the last byte.
+const BACKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A backup of a cluster's state, as [`Client::backup`] received it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// The last log index whose effects it holds.
+    pub last_index: u64,
+    /// Its checksum, as the leader announced it (the file's last 8 bytes,
+    /// FNV-1a 64 of everything before them; `latchkey snapshot status`
+    /// checks it).
+    pub checksum: u64,
+    /// The backup file's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Backup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backup")
+            .field("last_index", &self.last_index)
+            .field("checksum", &format_args!("{:016x}", self.checksum))
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
 
 fn admin_client(channel: Channel) -> AdminClient<Channel> {
     AdminClient::new(channel)
@@ -112,7 +138,32 @@ impl Client {
     /// [`CommandError::PermissionDenied`](crate::CommandError::PermissionDenied)
     /// otherwise. The client asks its endpoints for the leader's peer
     /// address.
+    ///
+    /// Replacing a voter is refused (`ReplicaFailure::InvalidArgument`,
+    /// naming the nodes that do not answer) when a majority of the voters
+    /// without it would not answer; see [`Client::change_voters`].
+    /// [`Client::add_member_forced`] skips that check.
     pub async fn add_member(&self, id: u64, peer_addr: &str, voter: bool) -> Result<(), Error> {
+        self.add_member_with(id, peer_addr, voter, false).await
+    }
+
+    /// [`Client::add_member`] without the live-majority check.
+    pub async fn add_member_forced(
+        &self,
+        id: u64,
+        peer_addr: &str,
+        voter: bool,
+    ) -> Result<(), Error> {
+        self.add_member_with(id, peer_addr, voter, true).await
+    }
+
+    async fn add_member_with(
+        &self,
+        id: u64,
+        peer_addr: &str,
+        voter: bool,
+        force: bool,
+    ) -> Result<(), Error> {
         crate::router::channel(peer_addr, self.router().options())?;
         let peer_addr = peer_addr.to_string();
         // The replica waits (up to two minutes) for the new member to catch
@@ -123,6 +174,7 @@ impl Client {
                     id,
                     peer_addr: peer_addr.clone(),
                     voter,
+                    force,
                 };
                 async move {
                     let mut leader = self.leader_membership(target).await?;
@@ -140,7 +192,30 @@ impl Client {
     /// Make exactly `voters` the voting members (joint consensus). Every id
     /// must already be a member (add new nodes with [`Client::add_member`]).
     /// Needs the peers' credentials, as [`Client::add_member`] does.
+    ///
+    /// The leader refuses (`ReplicaFailure::InvalidArgument`, naming the
+    /// nodes that do not answer) a change when a majority of the current
+    /// voters or of `voters` does not answer it: such a change could not
+    /// commit (joint consensus needs both majorities), or would leave a
+    /// cluster that cannot serve. [`Client::change_voters_forced`] skips the
+    /// check.
     pub async fn change_voters(&self, voters: impl IntoIterator<Item = u64>) -> Result<(), Error> {
+        self.change_voters_with(voters, false).await
+    }
+
+    /// [`Client::change_voters`] without the live-majority check.
+    pub async fn change_voters_forced(
+        &self,
+        voters: impl IntoIterator<Item = u64>,
+    ) -> Result<(), Error> {
+        self.change_voters_with(voters, true).await
+    }
+
+    async fn change_voters_with(
+        &self,
+        voters: impl IntoIterator<Item = u64>,
+        force: bool,
+    ) -> Result<(), Error> {
         let voters: Vec<u64> = voters
             .into_iter()
             .collect::<BTreeSet<_>>()
@@ -155,6 +230,7 @@ impl Client {
             .call(true, |target, _| {
                 let request = ChangeVotersRequest {
                     voters: voters.clone(),
+                    force,
                 };
                 async move {
                     let mut leader = self.leader_membership(target).await?;
@@ -223,8 +299,86 @@ impl Client {
         self.add_member(id, &member.peer_addr.clone(), true).await
     }
 
-    /// Remove node `id` from the voters (and from the cluster).
+    /// A backup of the whole cluster state: every key, session, lock,
+    /// sequence, counter and access-control record, as of one log index at
+    /// or after every write acknowledged before the call (the leader takes
+    /// it after a linearizable read's barrier, from one consistent view).
+    /// While access control is on the caller needs the admin permission
+    /// (the backup holds session secrets and password hashes):
+    /// [`CommandError::PermissionDenied`](crate::CommandError::PermissionDenied)
+    /// otherwise. The whole backup is held in memory.
+    ///
+    /// `latchkey snapshot save FILE` writes it to a file; `latchkey
+    /// snapshot restore` seeds a new cluster from one.
+    pub async fn backup(&self) -> Result<Backup, Error> {
+        self.router()
+            .call_with(
+                false,
+                BACKUP_TIMEOUT,
+                BACKUP_TIMEOUT,
+                |target, _| async move {
+                    let Target::Remote { channel, .. } = target else {
+                        return Err(Attempt::NotSent("backups are taken over gRPC".into()));
+                    };
+                    let user = crate::transport::Credentials::new(self.router().options())
+                        .map_err(Attempt::not_usable)?;
+                    let request = crate::transport::as_user(&user, BackupRequest {});
+                    let mut stream = admin_client(channel)
+                        .backup(request)
+                        .await
+                        .map_err(|s| classify_status(&s))?
+                        .into_inner();
+                    let cut = |what: String| {
+                        Attempt::Refused(crate::ReplicaFailure::Unavailable(format!(
+                            "the backup stream {what}"
+                        )))
+                    };
+                    let first = stream
+                        .message()
+                        .await
+                        .map_err(|s| classify_status(&s))?
+                        .ok_or_else(|| cut("was empty".into()))?;
+                    if let Err(refused) = crate::auth::refused(first.error)? {
+                        return Ok(Err(refused));
+                    }
+                    let total = usize::try_from(first.total_bytes)
+                        .map_err(|_| cut(format!("announced {} bytes", first.total_bytes)))?;
+                    let mut bytes = Vec::with_capacity(total.min(1 << 30));
+                    bytes.extend_from_slice(&first.data);
+                    while let Some(chunk) =
+                        stream.message().await.map_err(|s| classify_status(&s))?
+                    {
+                        bytes.extend_from_slice(&chunk.data);
+                        if bytes.len() > total {
+                            return Err(cut(format!("sent more than the {total} bytes announced")));
+                        }
+                    }
+                    if bytes.len() != total {
+                        return Err(cut(format!("ended after {} of {total} bytes", bytes.len())));
+                    }
+                    Ok(Ok(Backup {
+                        last_index: first.last_index,
+                        checksum: first.checksum,
+                        bytes,
+                    }))
+                },
+            )
+            .await?
+            .map_err(Error::Refused)
+    }
+
+    /// Remove node `id` from the voters (and from the cluster), if the
+    /// others keep a live majority (see [`Client::change_voters`]).
     pub async fn remove_voter(&self, id: u64) -> Result<(), Error> {
+        self.remove_voter_with(id, false).await
+    }
+
+    /// [`Client::remove_voter`] without the live-majority check.
+    pub async fn remove_voter_forced(&self, id: u64) -> Result<(), Error> {
+        self.remove_voter_with(id, true).await
+    }
+
+    async fn remove_voter_with(&self, id: u64, force: bool) -> Result<(), Error> {
         let status = self.status().await?;
         let voters: BTreeSet<u64> = status
             .members
@@ -235,6 +389,6 @@ impl Client {
         if !status.members.iter().any(|m| m.id == id) {
             return Err(Error::InvalidArgument(format!("node {id} is not a member")));
         }
-        self.change_voters(voters).await
+        self.change_voters_with(voters, force).await
     }
 }

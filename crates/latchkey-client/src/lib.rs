@@ -50,6 +50,7 @@ mod router;
 pub mod session;
 mod transport;
 
+pub use admin::Backup;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, ScanPage};
@@ -66,6 +67,6 @@ pub use latchkey_proto::{
     TlsOptions, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES,
 };
 pub use lock::{Lock, LockGuard};
-pub use router::{channel, ClientOptions, UserCredentials};
+pub use router::{channel, ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use session::Session;
 pub use transport::TransportStats;

@@ -8,7 +8,8 @@
 //! limits ([`limits`]), the keyspace layout ([`keyspace`]), the one codec
 //! ([`codec`]), the lock service's semantics ([`lock`]: sessions, fencing
 //! tokens, sequencers, FIFO waiting, lock-delay, fenced writes), access
-//! control ([`auth`]: users, roles, permissions on prefixes) and
+//! control ([`auth`]: users, roles, permissions on prefixes), what a backup
+//! holds and how a restore moves counters on ([`backup`]), and
 //! [`apply`] / [`apply_with_events`] / [`query`] over any [`Store`].
 //!
 //! What must never live here: I/O, clocks, randomness, threads, async, or
@@ -28,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod backup;
 pub mod codec;
 pub mod command;
 mod error;

@@ -19,6 +19,11 @@ pub struct MemberInfo {
     /// a replica whose directory was wiped has another one and is not this
     /// member until it is added again.
     pub incarnation: u64,
+    /// On the leader only: the last log index replicated to this member
+    /// (the leader's own last log index for itself); `None` elsewhere, and
+    /// for a member nothing was replicated to yet. How far a new member has
+    /// caught up, and how far behind a slow one is.
+    pub matched_index: Option<u64>,
 }
 
 /// What one replica reports about itself and the cluster.
@@ -76,6 +81,7 @@ impl From<StatusReply> for NodeStatus {
                     client_addr: m.client_addr,
                     voter: m.voter,
                     incarnation: m.incarnation,
+                    matched_index: m.matched_index,
                 })
                 .collect(),
             detail: (!r.detail.is_empty()).then_some(r.detail),

@@ -27,6 +27,13 @@
 //!   initialise only if every answer is the same as before (a member wiped
 //!   meanwhile would otherwise be recorded with a stale incarnation).
 //!
+//! Members restored from a backup (`latchkey snapshot restore`) hold state
+//! before any log entry; each reports its restore seed (a digest of the
+//! backup, the bump and the member list) and a member initialises only if
+//! every initial member reports its own seed, so a cluster never forms from
+//! members whose states differ (one restored from another backup, or not
+//! restored at all).
+//!
 //! A new cluster therefore forms once **every** initial member is up (etcd
 //! forms with a majority, because its member ids are derived from the
 //! configuration; ours must be learned from each member). With
@@ -63,8 +70,9 @@ pub enum ClusterState {
 
 /// What one other initial member said.
 enum Answer {
-    /// Not part of a cluster yet, with this incarnation and client address.
-    Fresh(u64, String),
+    /// Not part of a cluster yet, with this incarnation, client address
+    /// and restore seed.
+    Fresh(u64, String, u64),
     /// Already a member of a cluster; whether it knows this replica.
     Member { knows_me: bool },
     /// No answer, or an answer that does not fit.
@@ -89,6 +97,7 @@ async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
         initialized,
         knows_you,
         client_addr,
+        restore_seed,
     } = reply.into_inner();
     if node_id != id {
         if warn {
@@ -108,7 +117,7 @@ async fn ask(replica: &Replica, id: u64, addr: &str, warn: bool) -> Answer {
     } else if client_addr.is_empty() {
         Answer::Nothing
     } else {
-        Answer::Fresh(incarnation, client_addr)
+        Answer::Fresh(incarnation, client_addr, restore_seed)
     }
 }
 
@@ -148,6 +157,7 @@ pub(crate) async fn run(
         let warn = last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY);
         let mut incarnations = BTreeMap::new();
         let mut missing = Vec::new();
+        let mut other_seed = Vec::new();
         for (&id, addr) in &members {
             if id == me {
                 incarnations.insert(
@@ -161,7 +171,10 @@ pub(crate) async fn run(
                 continue;
             }
             match ask(&replica, id, addr, warn).await {
-                Answer::Fresh(inc, client_addr) => {
+                Answer::Fresh(inc, client_addr, seed) => {
+                    if seed != replica.restore_seed() {
+                        other_seed.push(id);
+                    }
                     incarnations.insert(id, Member::new(addr.clone(), client_addr, inc));
                 }
                 Answer::Member { knows_me: true } => {
@@ -180,6 +193,23 @@ pub(crate) async fn run(
                 }
                 Answer::Nothing => missing.push(id),
             }
+        }
+        if !other_seed.is_empty() {
+            // Their states would differ: never form a cluster from them.
+            if warn {
+                tracing::error!(
+                    node = me,
+                    nodes = ?other_seed,
+                    "forming a new cluster: these initial members were restored from another \
+                     backup, with another bump or member list, or not restored at all (or this \
+                     one was not): restore every initial member from the same file with the \
+                     same `latchkey snapshot restore` options, or none of them"
+                );
+                last_log = Some(Instant::now());
+            }
+            agreed = None;
+            tokio::time::sleep(ROUND_EVERY).await;
+            continue;
         }
         if !missing.is_empty() {
             agreed = None;

@@ -61,7 +61,7 @@ pub use latchkey_storage::StorageOptions;
 pub use metrics::MetricsHandle;
 pub use peer_auth::{peer_certificate_name, ClusterSecret, ServerTls, PEER_SECRET_HEADER};
 pub use replica::Replica;
-pub use server::{Server, ServerBuilder};
+pub use server::{initial_member_map, Server, ServerBuilder};
 pub use settings::RaftSettings;
 pub use tls_accept::tls_handshake_failures;
 

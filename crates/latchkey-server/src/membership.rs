@@ -14,6 +14,12 @@
 //!
 //! Each step is idempotent, so running the same `members add` again after a
 //! timeout carries on where the last one stopped.
+//!
+//! Every change of the voters (removing one, or the old incarnation in step
+//! 2) is refused unless a majority of the current voters and of the new
+//! ones answer (see [`check_live_majority`]; `force` overrides): a change
+//! that cannot commit would hang, and one that commits with too few live
+//! voters leaves a cluster that cannot serve.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -96,12 +102,86 @@ async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<(u64, String
     Ok((reply.incarnation, reply.client_addr))
 }
 
+/// Longest wait for a member's answer when counting the live ones.
+const LIVE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether the replica at `member`'s peer address answers as `id` with the
+/// incarnation the membership records.
+async fn is_live(replica: &Replica, id: u64, member: &Member) -> bool {
+    let Ok(mut client) = replica.peer_client(&member.peer_addr) else {
+        return false;
+    };
+    let request = IdentifyRequest {
+        from_id: replica.id(),
+        from_incarnation: replica.incarnation(),
+    };
+    match tokio::time::timeout(LIVE_TIMEOUT, client.identify(request)).await {
+        Ok(Ok(reply)) => {
+            let reply = reply.into_inner();
+            reply.node_id == id && reply.incarnation == member.incarnation
+        }
+        _ => false,
+    }
+}
+
+/// Refuse (unless `force`) a change of the voters to `new_voters` that
+/// would leave the cluster without a live majority: joint consensus needs a
+/// majority of the current voters and of `new_voters` to commit the change,
+/// and the new voters must then have a majority alive to serve. A voter is
+/// live when it is this leader or answers `Raft.Identify` (within 1 s) as
+/// the incarnation the membership records.
+pub(crate) async fn check_live_majority(
+    replica: &Replica,
+    new_voters: &BTreeSet<u64>,
+    force: bool,
+) -> Result<(), ReplicaFailure> {
+    let membership = replica
+        .raft()
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    let current: BTreeSet<u64> = membership.voter_ids().collect();
+    let mut live = BTreeSet::new();
+    for id in current.union(new_voters) {
+        let up = *id == replica.id()
+            || match membership.get_node(id) {
+                Some(member) => is_live(replica, *id, member).await,
+                None => false,
+            };
+        if up {
+            live.insert(*id);
+        }
+    }
+    for (which, voters) in [("current", &current), ("new", new_voters)] {
+        let up = voters.intersection(&live).count();
+        let need = voters.len() / 2 + 1;
+        if up < need {
+            let down: Vec<u64> = voters.difference(&live).copied().collect();
+            let message = format!(
+                "the {which} voters {voters:?} would have {up} live, fewer than the {need} a \
+                 majority needs (not answering: {down:?}): the change could not commit, or \
+                 would leave the cluster unable to serve. Bring those nodes back first, or \
+                 force it (--force)"
+            );
+            if force {
+                tracing::warn!("forced membership change: {message}");
+            } else {
+                return Err(ReplicaFailure::InvalidArgument(message));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Add (or replace) node `id` at `addr`; see the module docs.
 pub(crate) async fn add_member(
     replica: &Replica,
     id: u64,
     addr: &str,
     voter: bool,
+    force: bool,
 ) -> Result<(), ReplicaFailure> {
     if id == 0 {
         return Err(ReplicaFailure::InvalidArgument(
@@ -136,6 +216,8 @@ pub(crate) async fn add_member(
             "replacing a member whose data directory was wiped or replaced: removing the old one first"
         );
         let change = if is_voter {
+            let remaining: BTreeSet<u64> = membership.voter_ids().filter(|v| *v != id).collect();
+            check_live_majority(replica, &remaining, force).await?;
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))

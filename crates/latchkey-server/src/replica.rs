@@ -15,6 +15,7 @@ use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
 };
 use latchkey_proto::{BoxFuture, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure};
+use latchkey_storage::backup::BackupMeta;
 use latchkey_storage::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
 
@@ -30,6 +31,9 @@ pub struct Replica {
     id: u64,
     /// This replica's data-directory incarnation.
     incarnation: u64,
+    /// The seed of the backup its data directory was restored from, 0 if
+    /// none (see `latchkey_storage::backup`).
+    restore_seed: u64,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
     client_addr: String,
     /// Passwords this replica has checked (see `crate::auth`).
@@ -66,12 +70,14 @@ impl Replica {
         read_timeout: Duration,
         locks: LockShared,
         certificate_users: bool,
+        restore_seed: u64,
     ) -> Self {
         let writes = WriteQueue::start(raft.clone(), write_timeout);
         let reads = ReadGate::start(raft.clone());
         Replica {
             id,
             incarnation,
+            restore_seed,
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
@@ -100,6 +106,17 @@ impl Replica {
     /// This replica's data-directory incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// The seed of the backup this data directory was restored from while
+    /// it holds no membership yet (what `Raft.Identify` reports; the
+    /// bootstrap forms a cluster only from members with equal seeds), else 0.
+    pub(crate) fn restore_seed(&self) -> u64 {
+        if self.has_membership() {
+            0
+        } else {
+            self.restore_seed
+        }
     }
 
     /// The address this replica serves clients at, as it reports it to
@@ -632,6 +649,34 @@ impl Replica {
         }
     }
 
+    /// A backup of the whole state (`latchkey_storage::backup`), as of an
+    /// index at or after every write acknowledged before the call: the
+    /// leader only, after a linearizable read's barrier; `caller` needs the
+    /// admin permission while access control is on (a backup holds every
+    /// session's secret and every user's password hash).
+    pub(crate) async fn backup(
+        &self,
+        caller: &Caller,
+    ) -> Result<Result<(BackupMeta, Vec<u8>), CommandError>, ReplicaFailure> {
+        if let Err(refused) = self
+            .read(Query::Auth(AuthQuery::List), false, caller)
+            .await?
+        {
+            return Ok(Err(refused));
+        }
+        let reader = self
+            .reader
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| ReplicaFailure::Unavailable("this replica has shut down".into()))?;
+        tokio::task::spawn_blocking(move || reader.backup())
+            .await
+            .map_err(|e| ReplicaFailure::Unavailable(format!("the backup task failed: {e}")))?
+            .map(Ok)
+            .map_err(|e| ReplicaFailure::Unavailable(format!("cannot take a backup: {e}")))
+    }
+
     /// Drop this replica's handle on the state (called at shutdown, after
     /// Raft has stopped), so its data directory can be opened again.
     pub(crate) fn close(&self) {
@@ -654,6 +699,11 @@ impl Replica {
                 client_addr: node.client_addr.clone(),
                 voter: voters.contains(id),
                 incarnation: node.incarnation,
+                matched_index: m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).cloned().flatten())
+                    .map(|l| l.index),
             })
             .collect();
         let leader_addr = m

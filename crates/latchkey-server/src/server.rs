@@ -86,6 +86,38 @@ pub struct ServerBuilder {
     handshake_timeout: Duration,
 }
 
+/// The initial members `(id, "host:port")` as a map, or why they cannot
+/// be: an id listed twice, or an address listed for two ids.
+///
+/// ```
+/// let ok = latchkey_server::initial_member_map([(1, "a:1"), (2, "b:1")]).unwrap();
+/// assert_eq!(ok.len(), 2);
+/// assert!(latchkey_server::initial_member_map([(1, "a:1"), (1, "b:1")]).is_err());
+/// assert!(latchkey_server::initial_member_map([(1, "a:1"), (2, "a:1")]).is_err());
+/// ```
+pub fn initial_member_map<I, S>(members: I) -> Result<BTreeMap<u64, String>, String>
+where
+    I: IntoIterator<Item = (u64, S)>,
+    S: Into<String>,
+{
+    let mut map: BTreeMap<u64, String> = BTreeMap::new();
+    for (id, addr) in members {
+        let addr = addr.into();
+        if let Some(first) = map.get(&id) {
+            return Err(format!(
+                "node {id} is listed twice in the initial members ({first} and {addr})"
+            ));
+        }
+        if let Some((other, _)) = map.iter().find(|(_, a)| **a == addr) {
+            return Err(format!(
+                "{addr} is listed for both node {other} and node {id} in the initial members"
+            ));
+        }
+        map.insert(id, addr);
+    }
+    Ok(map)
+}
+
 impl ServerBuilder {
     /// The secret every replica of the cluster shares: peer calls carry it,
     /// and calls without it are refused (see [`ClusterSecret`]). Without
@@ -195,21 +227,15 @@ impl ServerBuilder {
         I: IntoIterator<Item = (u64, S)>,
         S: Into<String>,
     {
-        self.initial_members.clear();
-        self.member_conflict = None;
-        for (id, addr) in members {
-            let addr = addr.into();
-            if let Some(first) = self.initial_members.get(&id) {
-                self.member_conflict.get_or_insert(format!(
-                    "node {id} is listed twice in the initial members ({first} and {addr})"
-                ));
-            } else if let Some((other, _)) = self.initial_members.iter().find(|(_, a)| **a == addr)
-            {
-                self.member_conflict.get_or_insert(format!(
-                    "{addr} is listed for both node {other} and node {id} in the initial members"
-                ));
+        match initial_member_map(members) {
+            Ok(map) => {
+                self.initial_members = map;
+                self.member_conflict = None;
             }
-            self.initial_members.insert(id, addr);
+            Err(conflict) => {
+                self.initial_members.clear();
+                self.member_conflict = Some(conflict);
+            }
         }
         self
     }
@@ -343,6 +369,10 @@ impl ServerBuilder {
         }
         let network = PeerNetwork::new(id, incarnation, log_store.durable(), credentials);
         let reader = state_machine.reader();
+        let restore_seed = reader
+            .restored_seed()
+            .map_err(|e| NodeError::Storage(e.to_string()))?
+            .unwrap_or(0);
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
         let (locks, keep_alives) = LockShared::new();
@@ -363,6 +393,7 @@ impl ServerBuilder {
             self.tls
                 .as_ref()
                 .is_some_and(ServerTls::names_certificate_users),
+            restore_seed,
         ));
         let (lock_stop, lock_stop_rx) = oneshot::channel::<()>();
         let lock_task = tokio::spawn(crate::locks::run(

@@ -232,6 +232,7 @@ impl RaftRpc for RaftService {
             // (nothing can have been committed without a majority holding
             // the membership entry).
             initialized: self.replica.has_membership(),
+            restore_seed: self.replica.restore_seed(),
             knows_you: self
                 .replica
                 .knows(asker.from_id, asker.from_incarnation)
@@ -376,8 +377,58 @@ fn admin_reply(result: Result<(), ReplicaFailure>) -> Response<AdminReply> {
     })
 }
 
+/// A backup travels in pieces of this many bytes (far below the message
+/// limit).
+const BACKUP_CHUNK: usize = 1024 * 1024;
+
 #[tonic::async_trait]
 impl Admin for AdminService {
+    async fn backup(
+        &self,
+        request: Request<v1::BackupRequest>,
+    ) -> Result<Response<BoxStream<v1::BackupChunk>>, Status> {
+        let caller = self
+            .replica
+            .authenticate(request.metadata(), request.peer_certs())
+            .await?;
+        let refusal = |error: v1::Error| -> Response<BoxStream<v1::BackupChunk>> {
+            let chunk = v1::BackupChunk {
+                error: Some(error),
+                ..Default::default()
+            };
+            Response::new(Box::pin(futures::stream::iter([Ok(chunk)])))
+        };
+        let (meta, blob) = match self.replica.backup(&caller).await {
+            Ok(Ok(backup)) => backup,
+            Ok(Err(refused)) => return Ok(refusal(wire::command_error_to_wire(&refused))),
+            Err(failure) => return Ok(refusal(failure.into())),
+        };
+        tracing::info!(
+            by = ?caller,
+            last_index = meta.last_index(),
+            bytes = blob.len(),
+            checksum = format_args!("{:016x}", meta.checksum),
+            "backup taken"
+        );
+        let total_bytes = blob.len() as u64;
+        let mut chunks: Vec<v1::BackupChunk> = blob
+            .chunks(BACKUP_CHUNK)
+            .map(|data| v1::BackupChunk {
+                data: data.to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        if chunks.is_empty() {
+            chunks.push(v1::BackupChunk::default());
+        }
+        chunks[0].last_index = meta.last_index();
+        chunks[0].total_bytes = total_bytes;
+        chunks[0].checksum = meta.checksum;
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            chunks.into_iter().map(Ok),
+        ))))
+    }
+
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         let s = self.replica.status();
         Ok(Response::new(StatusReply {
@@ -397,6 +448,7 @@ impl Admin for AdminService {
                     client_addr: m.client_addr,
                     voter: m.voter,
                     incarnation: m.incarnation,
+                    matched_index: m.matched_index,
                 })
                 .collect(),
             snapshot_index: s.snapshot_index,
@@ -470,9 +522,11 @@ impl Membership for MembershipService {
             id,
             peer_addr,
             voter,
+            force,
         } = request.into_inner();
-        tracing::info!(by = %who, node = id, %peer_addr, voter, "membership change: add a member");
-        let result = crate::membership::add_member(&self.replica, id, &peer_addr, voter).await;
+        tracing::info!(by = %who, node = id, %peer_addr, voter, force, "membership change: add a member");
+        let result =
+            crate::membership::add_member(&self.replica, id, &peer_addr, voter, force).await;
         Ok(admin_reply(result))
     }
 
@@ -484,12 +538,23 @@ impl Membership for MembershipService {
             Ok(who) => who,
             Err(error) => return Ok(Response::new(AdminReply { error: Some(error) })),
         };
-        let voters: BTreeSet<u64> = request.into_inner().voters.into_iter().collect();
-        tracing::info!(by = %who, ?voters, "membership change: set the voters");
+        let ChangeVotersRequest { voters, force } = request.into_inner();
+        let voters: BTreeSet<u64> = voters.into_iter().collect();
+        tracing::info!(by = %who, ?voters, force, "membership change: set the voters");
         if voters.is_empty() {
             return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
                 "the voter set must not be empty".into(),
             ))));
+        }
+        if !self.replica.is_leader() {
+            return Ok(admin_reply(Err(ReplicaFailure::NotLeader {
+                leader: self.replica.leader(),
+            })));
+        }
+        if let Err(refused) =
+            crate::membership::check_live_majority(&self.replica, &voters, force).await
+        {
+            return Ok(admin_reply(Err(refused)));
         }
         let result = self
             .replica

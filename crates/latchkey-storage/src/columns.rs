@@ -10,6 +10,7 @@
 //! | `sm_data`     | the core's keyspace, raw    | raw bytes                               |
 //! | `sm_meta`     | [`LAST_APPLIED`]            | codec(`LogId`)                          |
 //! |               | [`MEMBERSHIP`]              | codec(`StoredMembership`)               |
+//! |               | `restored` (restores only)  | codec(`u64`): the restore seed, see [`crate::backup`] |
 //!
 //! All families share one write-ahead log, so a write that survived a crash
 //! implies every earlier write survived too (RocksDB recovers a prefix of the

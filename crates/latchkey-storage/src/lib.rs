@@ -40,6 +40,8 @@
 //! the current snapshot blob, and `acknowledged.mark` the directory's
 //! incarnation and the high-water mark of what it acknowledged
 //! ([`ack_mark`]): opening refuses a directory that lost acknowledged state.
+//! [`backup`] takes backups of the applied state and seeds new directories
+//! from them.
 //!
 //! ```
 //! use latchkey_core::{Command, Outcome, Query, Request};
@@ -71,6 +73,7 @@
 
 pub mod ack_mark;
 mod applied_state;
+pub mod backup;
 mod blocking;
 mod columns;
 mod data_view;

@@ -56,7 +56,7 @@ pub(crate) enum BlobError {
 }
 
 /// FNV-1a, 64 bit: cheap, and enough to catch damaged or truncated blobs.
-fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes
@@ -123,6 +123,14 @@ impl BlobWriter {
         self.out.extend_from_slice(&sum.to_be_bytes());
         Ok(self.out)
     }
+}
+
+/// The checksum stored at the end of `blob` (not checked here).
+pub(crate) fn stored_checksum(blob: &[u8]) -> Option<u64> {
+    let tail = blob.len().checked_sub(CHECKSUM_LEN)?;
+    <[u8; CHECKSUM_LEN]>::try_from(&blob[tail..])
+        .ok()
+        .map(u64::from_be_bytes)
 }
 
 /// Check magic and checksum; return the frames' bytes.

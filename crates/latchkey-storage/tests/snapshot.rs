@@ -270,3 +270,80 @@ fn a_damaged_snapshot_file_fails_open() {
     std::fs::write(&path, bytes).unwrap();
     assert!(open(dir.path(), StorageOptions::default()).is_err());
 }
+
+/// A backup restores into a new directory row for row (through the
+/// transform), with its seed; a damaged backup, a refused row or a used
+/// directory writes nothing.
+#[test]
+fn backups_restore_into_new_directories_only() {
+    use latchkey_storage::backup::{read_backup, restore, BackupError};
+    let rt = runtime();
+    let source = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (_log, mut sm) = open(source.path(), StorageOptions::default()).unwrap();
+        populated(&mut sm).await;
+        let reader = sm.reader();
+        let (meta, blob) = reader.backup().unwrap();
+        assert_eq!(meta.last_index(), 20);
+        let mut rows = Vec::new();
+        assert_eq!(read_backup(&blob, |k, v| rows.push((k, v))).unwrap(), meta);
+        assert_eq!(rows, everything(&reader));
+        assert_eq!(reader.restored_seed().unwrap(), None);
+
+        // Damaged: refused, nothing created.
+        let mut bad = blob.clone();
+        let middle = bad.len() / 2;
+        bad[middle] ^= 1;
+        let fresh = target.path().join("a");
+        let err = restore(&fresh, &bad, b"plan", |_, v| Ok(v.to_vec())).unwrap_err();
+        assert!(matches!(err, BackupError::Damaged(_)), "{err}");
+        assert!(!fresh.exists());
+        // A row the transform refuses: nothing created either.
+        let err = restore(&fresh, &blob, b"plan", |k, v| {
+            if k == b"Dzz" {
+                Err("no".into())
+            } else {
+                Ok(v.to_vec())
+            }
+        })
+        .unwrap_err();
+        assert!(matches!(err, BackupError::Refused(_)), "{err}");
+        assert!(!fresh.exists());
+
+        // Restored: every row, transformed; the seed depends on the plan.
+        let meta_a = restore(&fresh, &blob, b"plan", |k, v| {
+            Ok(if k == b"Da" {
+                b"changed".to_vec()
+            } else {
+                v.to_vec()
+            })
+        })
+        .unwrap();
+        assert_eq!(meta_a, meta);
+        let other = target.path().join("b");
+        restore(&other, &blob, b"other plan", |_, v| Ok(v.to_vec())).unwrap();
+        // A used directory is refused.
+        let err = restore(&fresh, &blob, b"plan", |_, v| Ok(v.to_vec())).unwrap_err();
+        assert!(matches!(err, BackupError::NotEmpty(_)), "{err}");
+
+        let (_log_a, sm_a) = open(&fresh, StorageOptions::default()).unwrap();
+        let restored = sm_a.reader();
+        let mut expected = rows.clone();
+        for (k, v) in &mut expected {
+            if k.as_slice() == b"Da" {
+                *v = b"changed".to_vec();
+            }
+        }
+        assert_eq!(everything(&restored), expected);
+        assert_eq!(
+            restored.last_applied_index(),
+            None,
+            "a restore applies no log"
+        );
+        let seed_a = restored.restored_seed().unwrap();
+        let (_log_b, sm_b) = open(&other, StorageOptions::default()).unwrap();
+        let seed_b = sm_b.reader().restored_seed().unwrap();
+        assert!(seed_a.is_some() && seed_b.is_some() && seed_a != seed_b);
+    });
+}

@@ -213,6 +213,10 @@ enum Cmd {
     Lock(LockArgs),
     /// Exit 0 if SEQUENCER still holds its lock, 1 if it is stale.
     CheckSequencer { sequencer: String },
+    /// Back a cluster up to a file, inspect a backup, restore one into a
+    /// new cluster.
+    #[command(subcommand)]
+    Snapshot(crate::snapshot_cmd::SnapshotCmd),
     /// List locks in use: holders with their tokens, and queue lengths.
     Locks {
         /// Only locks whose names start with this.
@@ -326,9 +330,21 @@ enum Members {
         /// Add as a non-voting learner only.
         #[arg(long)]
         learner: bool,
+        /// Replace the old member even if that leaves fewer live voters
+        /// than a majority.
+        #[arg(long)]
+        force: bool,
     },
-    /// Remove node ID from the cluster.
-    Remove { id: u64 },
+    /// Remove node ID from the cluster. Refused when the remaining voters
+    /// (or the current ones) would not have a live majority: such a change
+    /// cannot commit, or leaves a cluster that cannot serve.
+    Remove {
+        id: u64,
+        /// Remove it even so (e.g. to shrink a cluster that lost a
+        /// majority for good; the change still needs one to commit).
+        #[arg(long)]
+        force: bool,
+    },
     /// Make learner ID a voter (it must have caught up: `members add
     /// --learner` waits for that).
     Promote { id: u64 },
@@ -539,7 +555,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn parse_member(s: &str) -> Result<(u64, String), String> {
+pub(crate) fn parse_member(s: &str) -> Result<(u64, String), String> {
     let (id, addr) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
@@ -675,7 +691,7 @@ fn server_tls(args: &Args, serve: &Serve) -> Result<Option<ServerTls>, Failure> 
     }
 }
 
-fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
+pub(crate) fn out(bytes: &[&[u8]]) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     for b in bytes {
         stdout
@@ -912,6 +928,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 )))
             }
         }
+        Cmd::Snapshot(cmd) => {
+            crate::snapshot_cmd::run(cmd, || client(&args), args.write_out == WriteOut::Json).await
+        }
         Cmd::Locks { prefix } => locks(&args, prefix, args.write_out == WriteOut::Json).await,
         Cmd::Auth(a) => {
             let c = client(&args)?;
@@ -1013,8 +1032,19 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                     id,
                     peer_addr,
                     learner,
-                } => c.add_member(*id, peer_addr, !*learner).await?,
-                Members::Remove { id } => c.remove_voter(*id).await?,
+                    force,
+                } => {
+                    let call = async {
+                        if *force {
+                            c.add_member_forced(*id, peer_addr, !*learner).await
+                        } else {
+                            c.add_member(*id, peer_addr, !*learner).await
+                        }
+                    };
+                    with_progress(&c, *id, call).await?
+                }
+                Members::Remove { id, force: false } => c.remove_voter(*id).await?,
+                Members::Remove { id, force: true } => c.remove_voter_forced(*id).await?,
                 Members::Promote { id } => c.promote(*id).await?,
                 Members::List => {
                     let status = c.status().await?;
@@ -1028,8 +1058,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                             + "\n"
                     } else {
                         let mut text = format!(
-                            "{:>4} {:<8} {:<22} {:<22} {}\n",
-                            "ID", "ROLE", "PEER", "CLIENT", "INCARNATION"
+                            "{:>4} {:<8} {:<22} {:<22} {:>20} {}\n",
+                            "ID", "ROLE", "PEER", "CLIENT", "INCARNATION", "MATCHED"
                         );
                         for m in &status.members {
                             let role = match (m.voter, Some(m.id) == status.leader_id) {
@@ -1038,8 +1068,13 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                                 (false, _) => "learner",
                             };
                             text.push_str(&format!(
-                                "{:>4} {:<8} {:<22} {:<22} {}\n",
-                                m.id, role, m.peer_addr, m.client_addr, m.incarnation
+                                "{:>4} {:<8} {:<22} {:<22} {:>20} {}\n",
+                                m.id,
+                                role,
+                                m.peer_addr,
+                                m.client_addr,
+                                m.incarnation,
+                                m.matched_index.map_or("-".to_string(), |i| i.to_string())
                             ));
                         }
                         text
@@ -1050,6 +1085,36 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             }
             out(&[b"OK\n"])?;
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Run `call` (a `members add` of node `id`), printing on stderr every
+/// 2 s how far the new member has caught up, as the leader sees it.
+async fn with_progress(
+    c: &Client,
+    id: u64,
+    call: impl std::future::Future<Output = Result<(), Error>>,
+) -> Result<(), Error> {
+    let mut call = std::pin::pin!(call);
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            done = &mut call => return done,
+            _ = tick.tick() => {
+                let Ok(status) = c.status().await else { continue };
+                let line = match status.members.iter().find(|m| m.id == id) {
+                    None => format!("node {id}: not a member yet"),
+                    Some(m) => format!(
+                        "node {id}: {}, replicated up to index {} of {}",
+                        if m.voter { "voter" } else { "learner, catching up" },
+                        m.matched_index.map_or("-".to_string(), |i| i.to_string()),
+                        status.last_log_index
+                    ),
+                };
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
         }
     }
 }

@@ -42,15 +42,16 @@
 #![warn(missing_docs)]
 
 pub use latchkey_client::{
-    Admission, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
+    Admission, Backup, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
     FenceGate, FileFenceGate, HolderInfo, Identity, Lock, LockGuard, LockInfo, LockMode,
     MemberInfo, MemoryFenceGate, NodeStatus, Permission, ScanPage, Sequencer, Session, SessionId,
     SessionSecret, TlsError, TlsOptions, Token, UserCredentials, UserInfo,
 };
 pub use latchkey_core::{self as core, ScanRange};
 pub use latchkey_server::{
-    peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError, RaftSettings,
-    ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError,
+    RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
 };
 pub use node::{Node, NodeBuilder};
 

@@ -12,6 +12,7 @@
 
 mod cli;
 mod lock_cmd;
+mod snapshot_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -231,7 +231,7 @@ mod command;
 mod dedup;
 mod event;
 mod fence;
-mod lock_table;
+pub(crate) mod lock_table;
 mod mode;
 mod query;
 pub(crate) mod record;
