@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use latchkey::core::backup::DEFAULT_BUMP;
-use support::{eventually, run_cli, Cluster, LEADER_WAIT, TEST_LIMIT};
+use support::{eventually, run_cli, wait_node_has, Cluster, LEADER_WAIT, TEST_LIMIT};
 
 const KEYS: u64 = 200;
 const TTL: Duration = Duration::from_secs(60);
@@ -32,6 +32,8 @@ struct Source {
     held: (u64, u64),
     /// The highest fencing token the source issued, after the backup too.
     max_token: u64,
+    /// The end of sequence `late`, first used after the backup.
+    late_end: u64,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,9 +114,18 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
     let acked_before = acked.lock().map_err(|_| anyhow!("poisoned"))?.clone();
     let file_arg = file.display().to_string();
     let endpoints = c.endpoints_arg();
+    // A backup holds session secrets: a caller without the cluster secret
+    // (access control is off) is refused.
+    let out = run_cli(&["--endpoints", &endpoints, "snapshot", "save", &file_arg]).await?;
+    out.refused_with(2)?;
+    ensure!(out.stderr.contains("cluster secret"), "{out:?}");
+    ensure!(!file.exists(), "a refused backup wrote {}", file.display());
+    let secret = c.secret_file();
     let out = run_cli(&[
         "--endpoints",
         &endpoints,
+        "--cluster-secret-file",
+        &secret,
         "snapshot",
         "save",
         &file_arg,
@@ -122,6 +133,11 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
         "json",
     ])
     .await?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(file)?.permissions().mode() & 0o777;
+        ensure!(mode == 0o600, "the backup file has mode {mode:o}");
+    }
     let summary: serde_json::Value =
         serde_json::from_str(out.ok()?).context("snapshot save prints JSON")?;
     // The old cluster goes on granting after the backup: the restored one
@@ -140,6 +156,9 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
     stop.store(true, Ordering::Relaxed);
     putter.await??;
     churner.await??;
+    // A sequence first used after the backup: the restored cluster must
+    // not hand out its numbers again.
+    let late_end = client.next_sequence("late", 5).await?.end;
 
     let contents = &summary["contents"];
     ensure!(
@@ -182,6 +201,7 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
         sequence_next,
         held: held_at,
         max_token: max_token.load(Ordering::Relaxed),
+        late_end,
     }))
 }
 
@@ -333,5 +353,25 @@ async fn restore_and_check(r: &mut Cluster, file: &std::path::Path, source: &Sou
         session.id()
     );
     guard.release().await?;
+    let late = client.next_sequence("late", 1).await?;
+    ensure!(
+        late.start >= source.late_end && late.start >= DEFAULT_BUMP,
+        "sequence `late` restarted at {} (the source issued up to {})",
+        late.start,
+        source.late_end
+    );
+
+    // A member added later gets the restored state (as a snapshot: the
+    // log does not hold it). Node 3's disk is replaced.
+    r.kill(3)?;
+    r.move_data_dir_aside(3, "old")?;
+    r.restart_with(3, &["--initial-cluster-state", "existing"])?;
+    let peer = r.peer_addr(3);
+    let out = r.cli(&["members", "add", "3", &peer]).await?;
+    ensure!(out.ok()? == "OK\n", "members add: {out:?}");
+    let expected: BTreeMap<String, String> = (0..KEYS)
+        .map(|i| (format!("k{i}"), format!("v{i}")))
+        .collect();
+    wait_node_has(r, 3, &expected).await?;
     Ok(())
 }

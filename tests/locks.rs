@@ -515,3 +515,172 @@ rmdir "$D/held""#;
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// `lock -- CMD` and job control: the command never runs while the CLI
+// cannot watch the lock.
+
+/// The one-letter state of process `pid` (`R`, `S`, `T`, `Z`, ...), `None`
+/// once it is gone.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rfind(')')?;
+    stat[after + 1..].trim_start().chars().next()
+}
+
+/// Send `sig` to the single process `pid`.
+fn signal_pid(pid: i32, sig: libc::c_int) -> Result<()> {
+    // SAFETY: kill(2) of a process this test started.
+    let rc = unsafe { libc::kill(pid, sig) };
+    ensure!(rc == 0, "kill({pid}, {sig}) failed");
+    Ok(())
+}
+
+/// Start `latchkey lock NAME --ttl 3s -- sh -c ...` whose command writes its
+/// pid to a file and sleeps; returns the CLI's group and the command's pid.
+async fn hold_with_cli(c: &Cluster, name: &str, dir: &std::path::Path) -> Result<(Group, i32)> {
+    let pidfile = dir.join(format!("{name}.pid"));
+    let script = format!("echo $$ > {}; exec sleep 600", pidfile.display());
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "--endpoints",
+        &c.endpoints_arg(),
+        "lock",
+        name,
+        "--ttl",
+        "3s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let holder = Group::spawn(cmd)?;
+    let pid = eventually(Duration::from_secs(30), "the command runs", async || {
+        let text = std::fs::read_to_string(&pidfile).context("no pid file yet")?;
+        let pid: i32 = text.trim().parse().context("pid file")?;
+        ensure!(proc_state(pid).is_some(), "not running");
+        Ok(pid)
+    })
+    .await?;
+    Ok((holder, pid))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_command_never_runs_while_the_cli_is_stopped() {
+    let mut c = Cluster::start("lock-job-control", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, stopped_cli(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn stopped_cli(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let dir = tempfile::tempdir()?;
+
+    // 1. SIGSTOP, which the CLI cannot see: the guard kills the command by
+    //    the lease's end, before anyone else can be granted the lock.
+    let (mut holder, command) = hold_with_cli(c, "stop", dir.path()).await?;
+    signal_pid(holder.pid(), libc::SIGSTOP)?;
+    let session = client.session(Duration::from_secs(10)).await?;
+    let guard = session
+        .lock("stop")
+        .acquire_timeout(Duration::from_secs(60))
+        .await?
+        .context("never granted after the holder stopped")?;
+    let state = proc_state(command);
+    ensure!(
+        matches!(state, None | Some('Z')),
+        "the command still runs ({state:?}) while another holds the lock"
+    );
+    // Continued, the CLI finds its lock lost: 206.
+    signal_pid(holder.pid(), libc::SIGCONT)?;
+    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
+    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
+    guard.release().await?;
+
+    // 2. SIGTSTP (Ctrl-Z without a terminal): the CLI stops the command
+    //    with itself; once continued after the lock passed on, it kills the
+    //    command without letting it run again.
+    let (mut holder, command) = hold_with_cli(c, "tstp", dir.path()).await?;
+    signal_pid(holder.pid(), libc::SIGTSTP)?;
+    eventually(Duration::from_secs(10), "both stopped", async || {
+        ensure!(
+            proc_state(command) == Some('T'),
+            "command {:?}",
+            proc_state(command)
+        );
+        ensure!(
+            proc_state(holder.pid()) == Some('T'),
+            "cli {:?}",
+            proc_state(holder.pid())
+        );
+        Ok(())
+    })
+    .await?;
+    let guard = session
+        .lock("tstp")
+        .acquire_timeout(Duration::from_secs(60))
+        .await?
+        .context("never granted after the holder stopped")?;
+    ensure!(
+        proc_state(command) == Some('T'),
+        "the command runs ({:?}) while another holds the lock",
+        proc_state(command)
+    );
+    signal_pid(holder.pid(), libc::SIGCONT)?;
+    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
+    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
+    let state = proc_state(command);
+    ensure!(
+        matches!(state, None | Some('Z')),
+        "the command was left {state:?}"
+    );
+    guard.release().await?;
+
+    // 3. A command that reads the terminal: it gets the terminal (the CLI
+    //    runs in the foreground of a pseudo-terminal made by `script`).
+    let line = format!(
+        "{} --endpoints {} lock tty --ttl 3s -- sh -c 'read x; echo got:$x'",
+        bin(),
+        c.endpoints_arg()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("run script(1)")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        // Typed once the command reads (the terminal keeps the line).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stdin.write_all(b"hello\n").await?;
+        // Kept open until the end: an EOF would end the terminal.
+        let out = tokio::time::timeout(Duration::from_secs(30), async {
+            let status = child.wait().await;
+            drop(stdin);
+            status
+        })
+        .await
+        .map_err(|_| {
+            anyhow!("a command reading the terminal hung (it was stopped in the background)")
+        })??;
+        let mut stdout = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            use tokio::io::AsyncReadExt;
+            o.read_to_string(&mut stdout).await?;
+        }
+        ensure!(
+            out.success() && stdout.contains("got:hello"),
+            "{out:?}: {stdout:?}"
+        );
+    }
+    Ok(())
+}

@@ -13,7 +13,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Raft payloads are shared, not copied, when a call is retried.
-    config.bytes([".latchkey.v1.RaftMessage.payload"]);
+    config.bytes([
+        ".latchkey.v1.RaftMessage.payload",
+        // A backup's pieces are slices of one buffer, not copies.
+        ".latchkey.v1.BackupChunk.data",
+    ]);
     // For gRPC server reflection (`latchkey_proto::FILE_DESCRIPTOR_SET`).
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     config.file_descriptor_set_path(out_dir.join("latchkey_descriptor.bin"));

@@ -303,10 +303,13 @@ impl Client {
     /// sequence, counter and access-control record, as of one log index at
     /// or after every write acknowledged before the call (the leader takes
     /// it after a linearizable read's barrier, from one consistent view).
-    /// While access control is on the caller needs the admin permission
-    /// (the backup holds session secrets and password hashes):
-    /// [`CommandError::PermissionDenied`](crate::CommandError::PermissionDenied)
-    /// otherwise. The whole backup is held in memory.
+    /// The backup holds session secrets and password hashes, so the caller
+    /// needs the cluster secret
+    /// ([`ClientOptions::with_cluster_secret`](crate::ClientOptions::with_cluster_secret))
+    /// or, while access control is on, a user with the admin permission
+    /// ([`CommandError::PermissionDenied`](crate::CommandError::PermissionDenied)
+    /// otherwise). A replica takes one backup at a time; the whole backup is
+    /// held in memory on the leader and here.
     ///
     /// `latchkey snapshot save FILE` writes it to a file; `latchkey
     /// snapshot restore` seeds a new cluster from one.
@@ -318,7 +321,12 @@ impl Client {
                 BACKUP_TIMEOUT,
                 |target, _| async move {
                     let Target::Remote { channel, .. } = target else {
-                        return Err(Attempt::NotSent("backups are taken over gRPC".into()));
+                        return Err(Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
+                            "a backup is taken over gRPC: use a client that names the \
+                             replicas' endpoints (Client::connect), not a Node's in-process \
+                             client"
+                                .into(),
+                        )));
                     };
                     let user = crate::transport::Credentials::new(self.router().options())
                         .map_err(Attempt::not_usable)?;

@@ -309,6 +309,18 @@ impl Session {
         self.inner.lease.borrow().valid_until
     }
 
+    /// How long the lease is still vouched for from now (zero once it is
+    /// not): exact, on the lease clock. A process that must stop work when
+    /// the lease ends (`latchkey lock -- CMD` hands it to a watcher process)
+    /// can add it to `CLOCK_BOOTTIME` read just before.
+    pub fn remaining(&self) -> std::time::Duration {
+        if !self.is_live() {
+            return std::time::Duration::ZERO;
+        }
+        self.valid_until()
+            .saturating_duration_since(lease_clock::now())
+    }
+
     /// Resolves once the session is lost (or closed): from then on none of
     /// its locks may be relied on. Fires at the local deadline even if the
     /// watchdog is stuck.

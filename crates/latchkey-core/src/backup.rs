@@ -9,7 +9,9 @@
 //! that counted on from the backup's values would issue them again: two
 //! grants with one token would both pass a fence gate. So a restore adds
 //! `by` (at least [`MIN_BUMP`], by default [`DEFAULT_BUMP`]) to the last
-//! fencing token, the last session id and every sequence's next start:
+//! fencing token, the last session id, every sequence's next start and the
+//! start of sequences not used yet ([`crate::keyspace::META_SEQUENCE_FLOOR`]),
+//! writing those it lacks as `by` ([`missing_counters`]):
 //! tokens and sequences never go backwards as long as the old cluster issued
 //! fewer than `by` of them after the backup (etcd's `--bump-revision` is the
 //! same idea). The default, 2^40, is over three years of 10,000 grants a
@@ -41,7 +43,8 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::keyspace::{
-    read_u64, AUTH, DATA, LOCK, META_LAST_SESSION, META_LAST_TOKEN, SEQUENCE, SESSION,
+    read_u64, AUTH, DATA, LOCK, META_LAST_SESSION, META_LAST_TOKEN, META_SEQUENCE_FLOOR, SEQUENCE,
+    SESSION,
 };
 use crate::lock::lock_table::LockRecord;
 
@@ -74,12 +77,19 @@ pub enum BumpError {
     },
 }
 
+/// The counters every restore writes (moved on by the bump), whether or not
+/// the backup holds them: a counter the backup lacks was 0 then, and the
+/// old cluster may have issued from it since.
+pub const RESTORED_COUNTERS: [&[u8]; 3] = [META_LAST_TOKEN, META_LAST_SESSION, META_SEQUENCE_FLOOR];
+
 /// Which counter a row holds, if it holds one a restore moves on.
 fn counter_name(key: &[u8]) -> Option<String> {
     if key == META_LAST_TOKEN {
         Some("fencing tokens".to_string())
     } else if key == META_LAST_SESSION {
         Some("session ids".to_string())
+    } else if key == META_SEQUENCE_FLOOR {
+        Some("the start of new sequences".to_string())
     } else if key.first() == Some(&SEQUENCE) {
         Some(format!("sequence {:?}", String::from_utf8_lossy(&key[1..])))
     } else {
@@ -88,8 +98,10 @@ fn counter_name(key: &[u8]) -> Option<String> {
 }
 
 /// The value a restore writes for the row `key` = `value` of a backup: the
-/// counters (last fencing token, last session id, every sequence) moved on
-/// by `by`, anything else unchanged.
+/// counters (last fencing token, last session id, the start of sequences
+/// not used yet, every sequence) moved on by `by`, anything else unchanged.
+/// A sequence that would pass `u64::MAX` stays at `u64::MAX` (exhausted:
+/// nothing of it is issued again); the other counters refuse to overflow.
 pub fn bump_row(key: &[u8], value: &[u8], by: u64) -> Result<Vec<u8>, BumpError> {
     let Some(counter) = counter_name(key) else {
         return Ok(value.to_vec());
@@ -100,12 +112,28 @@ pub fn bump_row(key: &[u8], value: &[u8], by: u64) -> Result<Vec<u8>, BumpError>
             len: value.len(),
         });
     };
-    let next = current.checked_add(by).ok_or(BumpError::Overflow {
-        counter,
-        value: current,
-        by,
-    })?;
+    let next = match current.checked_add(by) {
+        Some(next) => next,
+        None if key.first() == Some(&SEQUENCE) => u64::MAX,
+        None => {
+            return Err(BumpError::Overflow {
+                counter,
+                value: current,
+                by,
+            })
+        }
+    };
     Ok(next.to_be_bytes().to_vec())
+}
+
+/// The rows a restore writes for the [`RESTORED_COUNTERS`] the backup does
+/// not hold (`census` counted it): each at `by`, as if it had been 0.
+pub fn missing_counters(census: &Census, by: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    RESTORED_COUNTERS
+        .iter()
+        .filter(|key| !census.counters.iter().any(|seen| seen.as_slice() == **key))
+        .map(|key| (key.to_vec(), by.to_be_bytes().to_vec()))
+        .collect()
 }
 
 /// What a backup holds, counted row by row ([`Census::add`]).
@@ -133,6 +161,11 @@ pub struct Census {
     pub last_token: u64,
     /// The last session id issued (0: none).
     pub last_session: u64,
+    /// Where sequences not used yet start (0 unless restored before).
+    pub sequence_floor: u64,
+    /// Which of [`RESTORED_COUNTERS`] the backup holds.
+    #[serde(skip)]
+    pub counters: Vec<Vec<u8>>,
     /// Lock rows that do not decode (a damaged backup: never restored).
     pub damaged: u64,
 }
@@ -167,7 +200,14 @@ impl Census {
                 Some(v) => self.last_session = v,
                 None => self.damaged += 1,
             },
+            _ if key == META_SEQUENCE_FLOOR => match read_u64(value) {
+                Some(v) => self.sequence_floor = v,
+                None => self.damaged += 1,
+            },
             _ => {}
+        }
+        if RESTORED_COUNTERS.contains(&key) {
+            self.counters.push(key.to_vec());
         }
     }
 }
@@ -205,6 +245,11 @@ mod tests {
         assert!(matches!(err, BumpError::Overflow { .. }), "{err}");
         assert!(err.to_string().contains("fencing tokens"));
         let seq = tagged(SEQUENCE, b"s");
+        // A sequence stays exhausted rather than refuse the restore.
+        assert_eq!(
+            bump_row(&seq, &(u64::MAX - 1).to_be_bytes(), 5).unwrap(),
+            u64::MAX.to_be_bytes()
+        );
         let err = bump_row(&seq, b"short", 1).unwrap_err();
         assert!(matches!(err, BumpError::Malformed { len: 5, .. }), "{err}");
     }
@@ -229,6 +274,21 @@ mod tests {
         assert_eq!(c.access_control_rows, 1);
     }
 
+    #[test]
+    fn counters_missing_from_a_backup_are_written() {
+        let mut c = Census::default();
+        assert_eq!(missing_counters(&c, 7).len(), 3);
+        c.add(META_LAST_TOKEN, &9u64.to_be_bytes());
+        let missing = missing_counters(&c, 7);
+        assert_eq!(
+            missing,
+            vec![
+                (META_LAST_SESSION.to_vec(), 7u64.to_be_bytes().to_vec()),
+                (META_SEQUENCE_FLOOR.to_vec(), 7u64.to_be_bytes().to_vec()),
+            ]
+        );
+    }
+
     proptest! {
         /// Every counter strictly grows by exactly `by` (or the restore
         /// refuses); every other row is written back byte for byte.
@@ -243,7 +303,10 @@ mod tests {
                 None => prop_assert_eq!(bump_row(&key, &value, by).unwrap(), value.clone()),
                 Some(_) => {
                     match bump_row(&key, &counter.to_be_bytes(), by) {
-                        Ok(out) => prop_assert_eq!(read_u64(&out), Some(counter + by)),
+                        Ok(out) => prop_assert_eq!(
+                            read_u64(&out),
+                            Some(counter.saturating_add(by))
+                        ),
                         Err(e) => {
                             let overflowed = matches!(e, BumpError::Overflow { .. });
                             prop_assert!(overflowed && counter.checked_add(by).is_none());

@@ -44,6 +44,10 @@ pub const META_NOW: &[u8] = b"Mnow";
 pub const META_LAST_SESSION: &[u8] = b"Msession";
 /// Meta key holding the last fencing token issued (u64, big-endian; absent = 0).
 pub const META_LAST_TOKEN: &[u8] = b"Mtoken";
+/// Meta key holding where a sequence with no row of its own starts (u64,
+/// big-endian; absent = 0). Only a restore sets it (`crate::backup`), so
+/// that a sequence first used after the backup does not restart at 0.
+pub const META_SEQUENCE_FLOOR: &[u8] = b"Mseqfloor";
 
 /// `tag` followed by `key`.
 pub fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {

@@ -261,7 +261,11 @@ fn next_sequence<S: Store>(
     step: u64,
 ) -> Result<CommandResult, StoreError> {
     let k = keyspace::tagged(SEQUENCE, key);
-    let start = read_counter(store, &k)?;
+    // A sequence with no row yet starts at the floor a restore may have set.
+    let start = match store.get(&k)? {
+        Some(_) => read_counter(store, &k)?,
+        None => read_counter(store, keyspace::META_SEQUENCE_FLOOR)?,
+    };
     let Some(end) = start.checked_add(step) else {
         return Ok(Err(CommandError::SequenceExhausted {
             key: String::from_utf8_lossy(key).into_owned(),

@@ -47,6 +47,7 @@ mod replica;
 mod server;
 mod services;
 mod settings;
+pub mod status_page;
 mod tls_accept;
 mod write_queue;
 

@@ -60,7 +60,9 @@ pub(crate) fn failure(
 }
 
 /// The incarnation and client address of the replica whose peer listener
-/// is at `addr`, which must be node `id`.
+/// is at `addr`, which must be node `id` and must not hold a restored
+/// backup that formed no cluster yet (it would mix the restored rows with
+/// this cluster's log).
 async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<(u64, String), ReplicaFailure> {
     let mut client = replica
         .peer_client(addr)
@@ -97,6 +99,13 @@ async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<(u64, String
     if reply.client_addr.is_empty() {
         return Err(ReplicaFailure::InvalidArgument(format!(
             "the replica at {addr} reports no client address"
+        )));
+    }
+    if reply.restore_seed != 0 {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "the replica at {addr} holds a restored backup (`latchkey snapshot restore`): it can \
+             only form a new cluster with the members it was restored for; to add node {id} \
+             here, start it with an empty data directory"
         )));
     }
     Ok((reply.incarnation, reply.client_addr))
@@ -143,6 +152,15 @@ pub(crate) async fn check_live_majority(
         .membership()
         .clone();
     let current: BTreeSet<u64> = membership.voter_ids().collect();
+    if let Some(unknown) = new_voters
+        .iter()
+        .find(|id| membership.get_node(id).is_none())
+    {
+        return Err(ReplicaFailure::InvalidArgument(format!(
+            "node {unknown} is not a member: add it first (`latchkey members add {unknown} \
+             PEER_ADDR`)"
+        )));
+    }
     let mut live = BTreeSet::new();
     for id in current.union(new_voters) {
         let up = *id == replica.id()
@@ -226,6 +244,7 @@ pub(crate) async fn add_member(
             .await
             .map_err(|e| failure(replica, e))?;
     }
+    purge_restored_log(replica).await?;
     let member = Member::new(addr, client_addr, incarnation);
     let already = known.as_ref() == Some(&member);
     let added = raft
@@ -242,6 +261,52 @@ pub(crate) async fn add_member(
             .map_err(|e| failure(replica, e))?;
         tracing::info!(node = id, "promoted to voter");
     }
+    Ok(())
+}
+
+/// Longest wait for the snapshot and purge of a restored replica's log.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A replica restored from a backup holds rows its log does not: the log
+/// starts at the new cluster's membership entry. Before a new member is
+/// added, its log is replaced by a snapshot (built now and the log purged
+/// up to it), so that the new member gets the restored rows in a snapshot
+/// rather than an empty state plus the log. Each restored replica does
+/// this the first time it adds a member as leader; afterwards its purged
+/// log says it is done.
+async fn purge_restored_log(replica: &Replica) -> Result<(), ReplicaFailure> {
+    let raft = replica.raft();
+    if !replica.was_restored() || raft.metrics().borrow().purged.is_some() {
+        return Ok(());
+    }
+    let stopped = |e: &dyn std::fmt::Display| {
+        ReplicaFailure::Unavailable(format!(
+            "cannot snapshot the restored state before adding a member: {e}"
+        ))
+    };
+    tracing::info!(
+        "this replica was restored from a backup its log does not hold: snapshotting it and \
+         purging the log before adding a member"
+    );
+    let applied = raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+    raft.trigger().snapshot().await.map_err(|e| stopped(&e))?;
+    let m = raft
+        .wait(Some(PURGE_TIMEOUT))
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= applied),
+            "a snapshot of the restored state",
+        )
+        .await
+        .map_err(|e| stopped(&e))?;
+    let upto = m.snapshot.map_or(applied, |s| s.index);
+    raft.trigger()
+        .purge_log(upto)
+        .await
+        .map_err(|e| stopped(&e))?;
+    raft.wait(Some(PURGE_TIMEOUT))
+        .metrics(|m| m.purged.is_some(), "the restored log purged")
+        .await
+        .map_err(|e| stopped(&e))?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! What a replica measures, in the Prometheus/OpenMetrics text format
 //! (`prometheus-client`), and the optional HTTP listener that serves it
-//! with `/healthz` and `/readyz` (`ServerBuilder::metrics_listen`,
+//! with `/healthz`, `/readyz` and a read-only status page at `/`
+//! ([`crate::status_page`]) (`ServerBuilder::metrics_listen`,
 //! `latchkey serve --metrics-listen`).
 //!
 //! Each replica has its own registry ([`Metrics`], from
@@ -28,6 +29,8 @@
 //! | `latchkey_requests` | counter | `rpc`, `outcome` | gRPC calls answered, by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
+//! | `latchkey_lock_sessions` | gauge | | on the leader: live sessions it counts down (0 elsewhere) |
+//! | `latchkey_lock_waiting_calls` | gauge | | acquire calls waiting for their grant on this replica |
 //! | `latchkey_tls_handshake_failures` | counter | | TLS handshakes refused or timed out since this replica started (whole process) |
 //! | `latchkey_connections_refused` | counter | | connections closed on accept by the connection caps since this replica started (whole process) |
 //!
@@ -129,6 +132,8 @@ pub struct Metrics {
     voters: Gauge,
     members: Gauge,
     matched: Family<MemberLabel, Gauge>,
+    sessions: Gauge,
+    waiting: Gauge,
     leader_changes: Counter,
     condition: Family<ConditionLabel, Gauge>,
     tls_failures: Counter,
@@ -176,6 +181,8 @@ impl Metrics {
             voters: Gauge::default(),
             members: Gauge::default(),
             matched,
+            sessions: Gauge::default(),
+            waiting: Gauge::default(),
             leader_changes: Counter::default(),
             condition,
             tls_failures: Counter::default(),
@@ -233,6 +240,16 @@ impl Metrics {
             "latchkey_raft_matched_index",
             "On the leader: the last index known replicated to each member",
             m.matched.clone(),
+        );
+        r.register(
+            "latchkey_lock_sessions",
+            "On the leader: live sessions it counts down (0 elsewhere)",
+            m.sessions.clone(),
+        );
+        r.register(
+            "latchkey_lock_waiting_calls",
+            "Acquire calls waiting for their grant on this replica",
+            m.waiting.clone(),
         );
         r.register(
             "latchkey_raft_leader_changes",
@@ -322,6 +339,11 @@ impl Metrics {
         let membership = m.membership_config.membership();
         gauge(&self.voters, membership.voter_ids().count() as u64);
         gauge(&self.members, membership.nodes().count() as u64);
+        gauge(
+            &self.sessions,
+            replica.locks().counted_sessions().unwrap_or(0),
+        );
+        gauge(&self.waiting, replica.locks().waiters.len() as u64);
         self.matched.clear();
         if let Some(replication) = &m.replication {
             for (member, matched) in replication {
@@ -446,8 +468,8 @@ impl axum::serve::Listener for Capped {
 /// The content type of [`MetricsHandle::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serve `/metrics`, `/healthz` and `/readyz` for `replica` on `listener`
-/// until `stop` fires.
+/// Serve `/metrics`, `/healthz`, `/readyz` and the status page
+/// (`crate::status_page`) for `replica` on `listener` until `stop` fires.
 pub(crate) fn serve(
     replica: Arc<Replica>,
     listener: std::net::TcpListener,
@@ -477,8 +499,49 @@ pub(crate) fn serve(
         replica: Arc::clone(&replica),
     };
     let health = Arc::clone(&replica);
+    let page = Arc::clone(&replica);
     let ready = replica;
+    // The status page's files: static, from this origin only.
+    let file = |content_type: &'static str, body: &'static str| {
+        get(move || async move {
+            (
+                [
+                    (header::CONTENT_TYPE, content_type),
+                    (header::CONTENT_SECURITY_POLICY, "default-src 'self'"),
+                    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                ],
+                body,
+            )
+        })
+    };
     let app = axum::Router::new()
+        .route(
+            "/",
+            file("text/html; charset=utf-8", crate::status_page::PAGE),
+        )
+        .route(
+            "/status.js",
+            file("text/javascript; charset=utf-8", crate::status_page::SCRIPT),
+        )
+        .route(
+            "/status.css",
+            file("text/css; charset=utf-8", crate::status_page::STYLE),
+        )
+        .route(
+            "/status.json",
+            get(move || {
+                let replica = Arc::clone(&page);
+                async move {
+                    (
+                        [
+                            (header::CONTENT_TYPE, "application/json"),
+                            (header::CACHE_CONTROL, "no-store"),
+                        ],
+                        crate::status_page::status_json(&replica),
+                    )
+                }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {

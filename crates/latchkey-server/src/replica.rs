@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use latchkey_core::auth::{AuthOutcome, AuthQuery};
 use latchkey_core::lock::{
-    LockCommand, LockOutcome, LockQuery, Proposer, SessionId, SessionSecret, SessionTimer,
-    TimerState, WaitEnd,
+    LockCommand, LockInfo, LockOutcome, LockQuery, Proposer, SessionId, SessionSecret,
+    SessionTimer, TimerState, WaitEnd,
 };
 use latchkey_core::{
     validate_command, validate_query, Command, CommandError, CommandResult, Outcome, Query,
@@ -34,6 +34,8 @@ pub struct Replica {
     /// The seed of the backup its data directory was restored from, 0 if
     /// none (see `latchkey_storage::backup`).
     restore_seed: u64,
+    /// Held while a backup is taken (one at a time).
+    backups: tokio::sync::Mutex<()>,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
     client_addr: String,
     /// Passwords this replica has checked (see `crate::auth`).
@@ -78,6 +80,7 @@ impl Replica {
             id,
             incarnation,
             restore_seed,
+            backups: tokio::sync::Mutex::new(()),
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
@@ -106,6 +109,12 @@ impl Replica {
     /// This replica's data-directory incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// Whether this data directory was seeded from a backup (its log does
+    /// not hold the restored rows; see `crate::membership`).
+    pub(crate) fn was_restored(&self) -> bool {
+        self.restore_seed != 0
     }
 
     /// The seed of the backup this data directory was restored from while
@@ -257,6 +266,22 @@ impl Replica {
     }
 
     /// Whether access control is enabled, as this replica has applied it.
+    /// The first `limit` locks in use, from this replica's applied state
+    /// (not linearizable), and whether there are more.
+    pub(crate) fn local_locks(&self, limit: u32) -> Result<(Vec<LockInfo>, bool), ReplicaFailure> {
+        let query = Query::Lock(LockQuery::Locks {
+            prefix: String::new(),
+            start_after: None,
+            limit,
+        });
+        match self.local_query(&query)? {
+            Ok(Outcome::Lock(LockOutcome::Locks { locks, more })) => Ok((locks, more)),
+            other => Err(ReplicaFailure::Unavailable(format!(
+                "unexpected lock list answer: {other:?}"
+            ))),
+        }
+    }
+
     pub(crate) fn auth_enabled(&self) -> Result<bool, ReplicaFailure> {
         match self.local_query(&Query::Auth(AuthQuery::Status))? {
             Ok(Outcome::Auth(AuthOutcome::Status(enabled))) => Ok(enabled),
@@ -658,6 +683,20 @@ impl Replica {
         &self,
         caller: &Caller,
     ) -> Result<Result<(BackupMeta, Vec<u8>), CommandError>, ReplicaFailure> {
+        if matches!(caller, Caller::Anonymous) {
+            return Err(ReplicaFailure::InvalidArgument(
+                "a backup holds every session's secret and every user's password hash: it needs \
+                 the cluster secret (--cluster-secret-file) or, with access control on, an admin \
+                 user"
+                    .into(),
+            ));
+        }
+        // One at a time: each holds a copy of the whole state in memory.
+        let _one = self.backups.try_lock().map_err(|_| {
+            ReplicaFailure::Unavailable(
+                "another backup is being taken on this replica; try again when it is done".into(),
+            )
+        })?;
         if let Err(refused) = self
             .read(Query::Auth(AuthQuery::List), false, caller)
             .await?

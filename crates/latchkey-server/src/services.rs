@@ -411,10 +411,11 @@ impl Admin for AdminService {
             "backup taken"
         );
         let total_bytes = blob.len() as u64;
-        let mut chunks: Vec<v1::BackupChunk> = blob
-            .chunks(BACKUP_CHUNK)
-            .map(|data| v1::BackupChunk {
-                data: data.to_vec(),
+        let blob = tonic::codegen::Bytes::from(blob);
+        let mut chunks: Vec<v1::BackupChunk> = (0..blob.len())
+            .step_by(BACKUP_CHUNK)
+            .map(|start| v1::BackupChunk {
+                data: blob.slice(start..(start + BACKUP_CHUNK).min(blob.len())),
                 ..Default::default()
             })
             .collect();

@@ -166,18 +166,22 @@ fn seed_of(blob: &[u8], plan: &[u8]) -> u64 {
 
 /// Seed the new data directory `dir` with the rows of `blob`, each value
 /// passed through `transform(key, value)` (which may refuse a row: nothing
-/// is written then), and record the restore's seed: a digest of the
-/// backup's checksum and `plan`, the caller's description of everything
-/// else that makes the restored state what it is (the transform's
-/// parameters, the members), so members restored alike report the same
-/// seed (see the module docs). The whole backup is checked before
-/// anything is written; `dir` must not exist or be empty. The rows are
-/// synced before this returns.
+/// is written then), then the rows of `extra` (rows the backup lacks), and
+/// record the restore's seed: a digest of the backup's checksum and `plan`,
+/// the caller's description of everything else that makes the restored
+/// state what it is (the transform's parameters, the members), so members
+/// restored alike report the same seed (see the module docs).
+///
+/// The whole backup is checked before anything is written, and `dir` must
+/// not exist or be empty. The directory is built beside it
+/// (`<dir>.restoring`), synced, and renamed into place: a restore that
+/// fails or is cut short leaves no directory that looks new or restored.
 pub fn restore(
     dir: &Path,
     blob: &[u8],
     plan: &[u8],
     mut transform: impl FnMut(&[u8], &[u8]) -> Result<Vec<u8>, String>,
+    extra: &[(Vec<u8>, Vec<u8>)],
 ) -> Result<BackupMeta, BackupError> {
     let seed = seed_of(blob, plan);
     let mut refused = None;
@@ -191,49 +195,72 @@ pub fn restore(
     if let Some(why) = refused {
         return Err(BackupError::Refused(why));
     }
-    match std::fs::read_dir(dir) {
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BackupError::Storage(StorageError::Io { what, path, source })
+    };
+    let target_exists = match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
                 return Err(BackupError::NotEmpty(dir.to_path_buf()));
             }
+            true
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(StorageError::Io {
-                what: "read data directory",
-                path: dir.to_path_buf(),
-                source,
-            }
-            .into())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(source) => return Err(io("read data directory", dir)(source)),
+    };
+    let mut building = dir.as_os_str().to_owned();
+    building.push(".restoring");
+    let building = std::path::PathBuf::from(building);
+    if building.exists() {
+        // What an earlier restore left when it failed or was cut short.
+        std::fs::remove_dir_all(&building).map_err(io("remove", &building))?;
     }
-    let (_log, sm) = crate::open(dir, crate::StorageOptions::default())?;
-    let reader = sm.reader();
-    let db = &reader.db;
-    let cfs = Handles::of(db)?;
-    let mut batch = WriteBatch::default();
-    let mut failed = None;
-    let meta = read_backup(blob, |key, value| {
-        if failed.is_some() {
-            return;
-        }
-        match transform(&key, &value) {
-            Ok(value) => batch.put_cf(cfs.sm_data, &key, &value),
-            Err(why) => failed = Some(BackupError::Refused(why)),
-        }
-        if batch.size_in_bytes() >= BATCH_BYTES {
-            if let Err(e) = db.write(std::mem::take(&mut batch)) {
-                failed = Some(e.into());
+    let meta = {
+        let (_log, sm) = crate::open(&building, crate::StorageOptions::default())?;
+        let reader = sm.reader();
+        let db = &reader.db;
+        let cfs = Handles::of(db)?;
+        let mut batch = WriteBatch::default();
+        let mut failed = None;
+        let meta = read_backup(blob, |key, value| {
+            if failed.is_some() {
+                return;
             }
+            match transform(&key, &value) {
+                Ok(value) => batch.put_cf(cfs.sm_data, &key, &value),
+                Err(why) => failed = Some(BackupError::Refused(why)),
+            }
+            if batch.size_in_bytes() >= BATCH_BYTES {
+                if let Err(e) = db.write(std::mem::take(&mut batch)) {
+                    failed = Some(e.into());
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
         }
-    })?;
-    if let Some(e) = failed {
-        return Err(e);
+        for (key, value) in extra {
+            batch.put_cf(cfs.sm_data, key, value);
+        }
+        let encoded = codec::encode(&seed).map_err(|e| BackupError::Damaged(e.to_string()))?;
+        batch.put_cf(cfs.sm_meta, RESTORED, encoded);
+        db.write(batch)?;
+        db.flush_wal(true)?;
+        meta
+        // The store closes here, before the directory moves.
+    };
+    if target_exists {
+        std::fs::remove_dir(dir).map_err(io("remove the empty", dir))?;
     }
-    let encoded = codec::encode(&seed).map_err(|e| BackupError::Damaged(e.to_string()))?;
-    batch.put_cf(cfs.sm_meta, RESTORED, encoded);
-    db.write(batch)?;
-    db.flush_wal(true)?;
+    std::fs::rename(&building, dir).map_err(io("rename into place", dir))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the parent of", dir))?;
     tracing::info!(dir = %dir.display(), last_index = meta.last_index(), seed, "restored a backup");
     Ok(meta)
 }

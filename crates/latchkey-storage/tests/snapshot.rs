@@ -296,35 +296,50 @@ fn backups_restore_into_new_directories_only() {
         let middle = bad.len() / 2;
         bad[middle] ^= 1;
         let fresh = target.path().join("a");
-        let err = restore(&fresh, &bad, b"plan", |_, v| Ok(v.to_vec())).unwrap_err();
+        let err = restore(&fresh, &bad, b"plan", |_, v| Ok(v.to_vec()), &[]).unwrap_err();
         assert!(matches!(err, BackupError::Damaged(_)), "{err}");
         assert!(!fresh.exists());
         // A row the transform refuses: nothing created either.
-        let err = restore(&fresh, &blob, b"plan", |k, v| {
-            if k == b"Dzz" {
-                Err("no".into())
-            } else {
-                Ok(v.to_vec())
-            }
-        })
+        let err = restore(
+            &fresh,
+            &blob,
+            b"plan",
+            |k, v| {
+                if k == b"Dzz" {
+                    Err("no".into())
+                } else {
+                    Ok(v.to_vec())
+                }
+            },
+            &[],
+        )
         .unwrap_err();
         assert!(matches!(err, BackupError::Refused(_)), "{err}");
         assert!(!fresh.exists());
 
         // Restored: every row, transformed; the seed depends on the plan.
-        let meta_a = restore(&fresh, &blob, b"plan", |k, v| {
-            Ok(if k == b"Da" {
-                b"changed".to_vec()
-            } else {
-                v.to_vec()
-            })
-        })
+        let meta_a = restore(
+            &fresh,
+            &blob,
+            b"plan",
+            |k, v| {
+                Ok(if k == b"Da" {
+                    b"changed".to_vec()
+                } else {
+                    v.to_vec()
+                })
+            },
+            &[(b"Mextra".to_vec(), b"x".to_vec())],
+        )
         .unwrap();
         assert_eq!(meta_a, meta);
         let other = target.path().join("b");
-        restore(&other, &blob, b"other plan", |_, v| Ok(v.to_vec())).unwrap();
+        // A restore cut short left its building directory: it is replaced.
+        std::fs::create_dir_all(target.path().join("b.restoring/junk")).unwrap();
+        restore(&other, &blob, b"other plan", |_, v| Ok(v.to_vec()), &[]).unwrap();
+        assert!(!target.path().join("b.restoring").exists());
         // A used directory is refused.
-        let err = restore(&fresh, &blob, b"plan", |_, v| Ok(v.to_vec())).unwrap_err();
+        let err = restore(&fresh, &blob, b"plan", |_, v| Ok(v.to_vec()), &[]).unwrap_err();
         assert!(matches!(err, BackupError::NotEmpty(_)), "{err}");
 
         let (_log_a, sm_a) = open(&fresh, StorageOptions::default()).unwrap();
@@ -335,6 +350,8 @@ fn backups_restore_into_new_directories_only() {
                 *v = b"changed".to_vec();
             }
         }
+        expected.push((b"Mextra".to_vec(), b"x".to_vec()));
+        expected.sort();
         assert_eq!(everything(&restored), expected);
         assert_eq!(
             restored.last_applied_index(),

@@ -211,6 +211,16 @@ enum Cmd {
     /// acquired in time, 206 lost while CMD ran: CMD is killed); 127/126 if
     /// CMD cannot be found/run (the lock is released at once).
     Lock(LockArgs),
+    /// Internal: the watcher `lock -- CMD` runs the command under
+    /// (`crate::lock_guard`).
+    #[command(name = "__lock-guard", hide = true)]
+    LockGuard {
+        /// The read end of the deadline pipe.
+        #[arg(long)]
+        fd: i32,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Exit 0 if SEQUENCER still holds its lock, 1 if it is stale.
     CheckSequencer { sequencer: String },
     /// Back a cluster up to a file, inspect a backup, restore one into a
@@ -340,8 +350,10 @@ enum Members {
     /// cannot commit, or leaves a cluster that cannot serve.
     Remove {
         id: u64,
-        /// Remove it even so (e.g. to shrink a cluster that lost a
-        /// majority for good; the change still needs one to commit).
+        /// Remove it even so, when the remaining voters would not have a
+        /// live majority (e.g. to drop a node that will not come back while
+        /// another is briefly down). The change itself still commits only
+        /// with a live majority of the current voters.
         #[arg(long)]
         force: bool,
     },
@@ -761,6 +773,17 @@ fn put_value(value: Option<&str>, file: Option<&std::path::Path>) -> Result<Vec<
     Ok(bytes)
 }
 
+impl Args {
+    /// `__lock-guard`'s pipe and command, if that is what was asked (it
+    /// runs without an async runtime).
+    pub fn lock_guard(&self) -> Option<(i32, &[String])> {
+        match &self.command {
+            Cmd::LockGuard { fd, command } => Some((*fd, command)),
+            _ => None,
+        }
+    }
+}
+
 /// Run one parsed command.
 pub async fn run(args: Args) -> Result<ExitCode, Failure> {
     match &args.command {
@@ -928,6 +951,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 )))
             }
         }
+        Cmd::LockGuard { fd, command } => Ok(crate::lock_guard::run(*fd, command)),
         Cmd::Snapshot(cmd) => {
             crate::snapshot_cmd::run(cmd, || client(&args), args.write_out == WriteOut::Json).await
         }

@@ -6,13 +6,27 @@
 //! secret from the environment; only the holder's session may write fenced),
 //! or pass the token to its storage. The secret gives the command the
 //! session's whole authority (it could also release the lock or close the
-//! session): run only commands you trust with the lock. If the session is lost while the command runs (this process
-//! was paused, or cut off from the cluster past the TTL), the command's
-//! whole process group is killed at once and `latchkey` exits 206: past that
-//! point another process may hold the lock. If `latchkey` itself dies, the
-//! kernel kills the command (`PR_SET_PDEATHSIG`). SIGINT and SIGTERM are
-//! passed on to the command (and, while waiting for the lock, give up the
-//! wait).
+//! session): run only commands you trust with the lock.
+//!
+//! The command never runs while the lock may be another's:
+//! - If the session is lost while the command runs (cut off from the
+//!   cluster past the TTL), the command's whole process group is killed at
+//!   once and `latchkey` exits 206.
+//! - The command runs under a guard process (`crate::lock_guard`) in its
+//!   own process group, which `latchkey` keeps telling when the lease ends;
+//!   if `latchkey` cannot (stopped by SIGSTOP, hung, starved), the guard
+//!   kills the group when that time comes. If `latchkey` dies, the guard
+//!   sees its pipe close and kills the group at once.
+//! - Job control works as with a shell's job: when `latchkey` runs in the
+//!   foreground of a terminal, the command's group gets the terminal (it
+//!   can read it; Ctrl-C and Ctrl-Z reach it). When the command is stopped
+//!   (Ctrl-Z, or reading the terminal from the background), `latchkey`
+//!   stops too, so the shell takes over; a stop sent to `latchkey` itself
+//!   (SIGTSTP) stops the command first. Once continued (`fg`, `bg`,
+//!   SIGCONT), `latchkey` continues the command only if the lock is still
+//!   held, else kills it and exits 206.
+//! - SIGINT and SIGTERM sent to `latchkey` are passed on to the command
+//!   (and, while waiting for the lock, give up the wait).
 //!
 //! Exit codes: the command's own (128 + N if a signal N ended it); so that
 //! they are not mistaken for latchkey's, latchkey's own failures here are
@@ -87,31 +101,9 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         }));
     };
     tracing::debug!(sequencer = %guard.sequencer(), "lock acquired");
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env("LATCHKEY_LOCK", &req.name)
-        .env("LATCHKEY_TOKEN", guard.token().to_string())
-        .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
-        .env("LATCHKEY_SESSION_SECRET", session.secret().to_hex())
-        .stdin(Stdio::inherit())
-        .kill_on_drop(true)
-        // Its own process group, so losing the lock stops the whole command
-        // (a shell's children too), not just its first process.
-        .process_group(0);
-    // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to
-    // SIGKILL the command if this process dies (even by SIGKILL), so the
-    // command never outlives the process that holds its lock.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let watch = Watcher::start(program, args, &req.name, &guard, &session);
+    let (mut watcher, mut child) = match watch {
+        Ok(w) => w,
         Err(e) => {
             // Nothing ran: give the lock back at once rather than leave it
             // held until the session's TTL ends.
@@ -120,28 +112,52 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
             }
             let _ = session.close().await;
             return Err(Failure::CannotRun {
-                not_found: e.kind() == std::io::ErrorKind::NotFound,
-                message: format!("cannot run {program:?}: {e}"),
+                not_found: false,
+                message: format!("cannot start the watcher of {program:?}: {e}"),
             });
         }
     };
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+    let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
+    let mut tick = tokio::time::interval(FEED_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let status = loop {
         tokio::select! {
             biased;
             _ = guard.lost() => {
-                kill_group(pgid);
+                watcher.kill();
                 let _ = child.wait().await;
                 return Err(lost(&req.name, &guard, program));
             }
             status = child.wait() => break status,
-            _ = term.recv() => forward(pgid, libc::SIGTERM),
-            _ = int.recv() => forward(pgid, libc::SIGINT),
+            _ = term.recv() => watcher.signal(libc::SIGTERM),
+            _ = int.recv() => watcher.signal(libc::SIGINT),
+            _ = tstp.recv() => {
+                // Stopped (Ctrl-Z without the terminal, `kill -TSTP`): stop
+                // the command first, then this process.
+                watcher.signal(libc::SIGSTOP);
+                if !watcher.suspend(&guard) {
+                    let _ = child.wait().await;
+                    return Err(lost(&req.name, &guard, program));
+                }
+            }
+            _ = tick.tick() => {
+                watcher.feed(&session);
+                if watcher.stopped() {
+                    // The command was stopped (Ctrl-Z on its terminal, or it
+                    // read the terminal from the background): stop with it,
+                    // as a shell's job would, so the shell takes over.
+                    if !watcher.suspend(&guard) {
+                        let _ = child.wait().await;
+                        return Err(lost(&req.name, &guard, program));
+                    }
+                }
+            }
         }
     };
     let status = status.map_err(|e| Failure::Other(format!("waiting for {program:?}: {e}")))?;
-    kill_group(pgid); // anything the command left running in its group
+    watcher.finish();
     if !guard.is_held() {
         // The command finished, but maybe only after the lock was lost
         // (this process was paused): its work may have overlapped another
@@ -152,7 +168,194 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         tracing::warn!(error = %e, "release after the command failed");
     }
     let _ = session.close().await;
-    Ok(exit_code_of(status))
+    Ok(crate::lock_guard::exit_code_of(status))
+}
+
+/// How often the guard is sent the lease's end, and the command checked
+/// for a stop.
+const FEED_EVERY: Duration = Duration::from_millis(100);
+
+/// The guard process (`crate::lock_guard`) running the command in its own
+/// process group, the pipe that feeds it deadlines, and whether the
+/// terminal was handed to it.
+struct Watcher {
+    pgid: Option<i32>,
+    /// The write end of the deadline pipe (non-blocking).
+    feed: std::fs::File,
+    /// The terminal (stdin) is the command group's while it runs.
+    terminal: bool,
+}
+
+impl Watcher {
+    /// Start the guard with the first deadline already in its pipe.
+    fn start(
+        program: &str,
+        args: &[String],
+        name: &str,
+        guard: &latchkey::LockGuard,
+        session: &latchkey::Session,
+    ) -> std::io::Result<(Watcher, tokio::process::Child)> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2(2) fills the two descriptors we pass.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created for us.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let mut feed = std::fs::File::from(write);
+        let first = deadline(session);
+        std::io::Write::write_all(&mut feed, &first.to_be_bytes())?;
+        // SAFETY: fcntl(2) on our own descriptor.
+        unsafe {
+            let flags = libc::fcntl(feed.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(feed.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        let read_fd = read.as_raw_fd();
+        let exe = std::env::current_exe()?;
+        let mut command = Command::new(exe);
+        command
+            .arg("__lock-guard")
+            .arg("--fd")
+            .arg(read_fd.to_string())
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .env("LATCHKEY_LOCK", name)
+            .env("LATCHKEY_TOKEN", guard.token().to_string())
+            .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
+            .env("LATCHKEY_SESSION_SECRET", session.secret().to_hex())
+            .stdin(Stdio::inherit())
+            .kill_on_drop(true)
+            // Its own process group, so losing the lock stops the whole
+            // command (a shell's children too), not just its first process.
+            .process_group(0);
+        // SAFETY: between fork and exec only async-signal-safe calls: the
+        // pipe's read end is kept open across exec, and SIGTTOU (ignored
+        // here while the terminal changes hands) is restored.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(read_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = command.spawn()?;
+        drop(read);
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let mut watcher = Watcher {
+            pgid,
+            feed,
+            terminal: false,
+        };
+        watcher.take_terminal();
+        Ok((watcher, child))
+    }
+
+    /// Send the guard the lease's current end.
+    fn feed(&mut self, session: &latchkey::Session) {
+        let bytes = deadline(session).to_be_bytes();
+        // Non-blocking: if the guard is stopped and its pipe full, it has
+        // a later deadline waiting already.
+        let _ = std::io::Write::write_all(&mut self.feed, &bytes);
+    }
+
+    /// Whether the guard (and so the command's group) is stopped.
+    fn stopped(&self) -> bool {
+        let Some(pid) = self.pgid else { return false };
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let after = stat.rfind(')')?;
+                stat[after + 1..]
+                    .split_whitespace()
+                    .next()
+                    .map(|s| s == "T")
+            })
+            .unwrap_or(false)
+    }
+
+    /// Send `signal` to the command's process group.
+    fn signal(&self, signal: i32) {
+        if let Some(pgid) = self.pgid {
+            // SAFETY: kill(2) on the process group we created for the command.
+            unsafe {
+                libc::kill(-pgid, signal);
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        self.give_back_terminal();
+        self.signal(libc::SIGKILL);
+    }
+
+    /// The command runs no more: anything it left in its group goes, and
+    /// the terminal comes back.
+    fn finish(&mut self) {
+        self.kill();
+    }
+
+    /// With the command stopped: stop this process too (the shell sees the
+    /// job stop); once continued, go on only if the lock is still held,
+    /// else kill the command (`false`). The command is continued only after
+    /// that check.
+    fn suspend(&mut self, guard: &latchkey::LockGuard) -> bool {
+        self.give_back_terminal();
+        // SAFETY: raise(3) stops this process until a SIGCONT.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        if !guard.is_held() {
+            self.kill();
+            return false;
+        }
+        self.feed(guard.session());
+        self.take_terminal();
+        self.signal(libc::SIGCONT);
+        true
+    }
+
+    /// If this process owns the terminal on its stdin (it runs in the
+    /// foreground), hand it to the command's group, so the command can read
+    /// it and Ctrl-Z stops the command.
+    fn take_terminal(&mut self) {
+        let Some(pgid) = self.pgid else { return };
+        // SAFETY: isatty/tcgetpgrp/getpgrp/tcsetpgrp/signal on stdin and
+        // this process; SIGTTOU is ignored while the terminal changes hands
+        // (else a background caller would be stopped).
+        unsafe {
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() {
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                self.terminal = libc::tcsetpgrp(0, pgid) == 0;
+                libc::signal(libc::SIGTTOU, old);
+            }
+        }
+    }
+
+    /// Take the terminal back from the command's group, if it was given.
+    fn give_back_terminal(&mut self) {
+        if !self.terminal {
+            return;
+        }
+        // SAFETY: as in take_terminal.
+        unsafe {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::signal(libc::SIGTTOU, old);
+        }
+        self.terminal = false;
+    }
+}
+
+/// The lease's end on `CLOCK_BOOTTIME`, never later than the true end: the
+/// clock is read before the remaining time.
+fn deadline(session: &latchkey::Session) -> u64 {
+    let now = crate::lock_guard::boottime_nanos();
+    let remaining = u64::try_from(session.remaining().as_nanos()).unwrap_or(u64::MAX);
+    now.saturating_add(remaining)
 }
 
 fn lost(name: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
@@ -160,27 +363,4 @@ fn lost(name: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
         "lost lock {name:?} (token {}) while {program:?} ran: it was killed",
         guard.token()
     ))
-}
-
-fn kill_group(pgid: Option<i32>) {
-    forward(pgid, libc::SIGKILL);
-}
-
-/// Send `signal` to the command's process group.
-fn forward(pgid: Option<i32>, signal: i32) {
-    if let Some(pgid) = pgid {
-        // SAFETY: kill(2) on the process group we created for the command.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
-}
-
-fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-        (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)),
-        (None, None) => ExitCode::from(1),
-    }
 }

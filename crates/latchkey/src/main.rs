@@ -12,6 +12,7 @@
 
 mod cli;
 mod lock_cmd;
+mod lock_guard;
 mod snapshot_cmd;
 
 use std::io::Write;
@@ -21,6 +22,9 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
+    if let Some((fd, command)) = args.lock_guard() {
+        return lock_guard::run(fd, command);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use latchkey::core::backup::{bump_row, Census, DEFAULT_BUMP, MIN_BUMP};
+use latchkey::core::backup::{bump_row, missing_counters, Census, DEFAULT_BUMP, MIN_BUMP};
 use latchkey::Client;
 use latchkey_storage::backup::{self, BackupMeta};
 
@@ -19,9 +19,11 @@ use crate::cli::{out, Failure};
 pub enum SnapshotCmd {
     /// Save a backup of the whole cluster (keys, sessions, locks, sequences,
     /// counters, access control) to FILE, as the leader sees it after every
-    /// write acknowledged before the call. Needs an admin user while access
-    /// control is on. FILE is written beside itself and renamed into place
-    /// once synced, so it is never half written.
+    /// write acknowledged before the call. Needs the cluster secret
+    /// (--cluster-secret-file) or, while access control is on, an admin
+    /// user. FILE (mode 0600: it holds session secrets and password hashes)
+    /// is written beside itself and renamed into place once synced, so it is
+    /// never half written.
     Save { file: PathBuf },
     /// Check FILE whole (checksum, frames, row count) and print what it
     /// holds (exit 2 if it is damaged).
@@ -164,20 +166,32 @@ async fn save(client: Client, file: &Path, json: bool) -> Result<ExitCode, Failu
     Ok(ExitCode::SUCCESS)
 }
 
-/// Write `bytes` to `file` through a temporary file beside it, synced and
-/// renamed into place (the directory synced too).
+/// Write `bytes` to `file` through a temporary file beside it, readable by
+/// its owner only (a backup holds session secrets and password hashes),
+/// synced and renamed into place (the directory synced too).
 fn write_durably(file: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    use std::os::unix::fs::OpenOptionsExt;
     let failed = |what: &str, e: std::io::Error| {
         Failure::Other(format!("cannot {what} {}: {e}", file.display()))
     };
     let mut part = file.as_os_str().to_owned();
     part.push(".part");
     let part = PathBuf::from(part);
-    let mut f = std::fs::File::create(&part).map_err(|e| failed("create", e))?;
-    f.write_all(bytes).map_err(|e| failed("write", e))?;
-    f.sync_all().map_err(|e| failed("sync", e))?;
-    drop(f);
-    std::fs::rename(&part, file).map_err(|e| failed("rename into", e))?;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&part)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&part, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&part);
+        return Err(failed("write", e));
+    }
     let dir = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -213,10 +227,18 @@ fn restore(
     // What else makes the restored state what it is: members restored with
     // another bump or member list must not form a cluster together.
     let plan = format!("bump={bump};members={members:?}");
-    let meta = backup::restore(data_dir, &blob, plan.as_bytes(), |k, v| {
-        bump_row(k, v, bump).map_err(|e| e.to_string())
-    })
-    .map_err(|e| Failure::Usage(e.to_string()))?;
+    let extra = missing_counters(&census, bump);
+    let meta = backup::restore(
+        data_dir,
+        &blob,
+        plan.as_bytes(),
+        |k, v| bump_row(k, v, bump).map_err(|e| e.to_string()),
+        &extra,
+    )
+    .map_err(|e| match e {
+        backup::BackupError::Storage(_) => Failure::Other(e.to_string()),
+        _ => Failure::Usage(e.to_string()),
+    })?;
     let mut restored = census;
     restored.last_token = restored.last_token.saturating_add(bump);
     restored.last_session = restored.last_session.saturating_add(bump);

@@ -1,7 +1,8 @@
 //! The metrics listener on a real three-node cluster: `/metrics` in the
 //! Prometheus text format with the Raft figures and the gRPC calls counted
 //! by RPC and outcome, `/healthz` and `/readyz`, and the same text from
-//! `Node::metrics` for an application that serves it itself.
+//! `Node::metrics` for an application that serves it itself; and the status
+//! page in a headless Chromium (ignored unless run by `cargo xtask test`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -222,6 +223,164 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(http_get(addr, "/healthz").await?.0, 200);
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// The browser the status-page test drives: LATCHKEY_CHROMIUM, else
+/// `chromium` on the PATH (`cargo xtask test` installs Debian's package
+/// when it is missing).
+fn chromium() -> Result<std::path::PathBuf, Box<dyn std::error::Error>> {
+    if let Some(path) = std::env::var_os("LATCHKEY_CHROMIUM") {
+        return Ok(path.into());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("chromium"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "no chromium: run `cargo xtask test` (it installs it) or set LATCHKEY_CHROMIUM".into()
+        })
+}
+
+/// The page at `url` as a headless Chromium renders it after its script
+/// ran (`--dump-dom` with a virtual-time budget, which waits for the
+/// script's fetches); with `screenshot`, also a PNG of it there.
+async fn render(
+    url: &str,
+    screenshot: Option<&std::path::Path>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let profile = tempfile::tempdir()?;
+    let mut cmd = tokio::process::Command::new(chromium()?);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--virtual-time-budget=3000",
+        "--window-size=1100,900",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    match screenshot {
+        Some(path) => cmd.arg(format!("--screenshot={}", path.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        cmd.arg(url).kill_on_drop(true).output(),
+    )
+    .await??;
+    if !out.status.success() {
+        return Err(format!(
+            "chromium exited {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The text of the element with id `id` in `dom` (a `<td>` or `<span>`).
+fn element_text<'a>(dom: &'a str, id: &str) -> Option<&'a str> {
+    let start = dom.find(&format!("id=\"{id}\""))?;
+    let rest = &dom[start..];
+    let open = rest.find('>')? + 1;
+    let close = rest[open..].find('<')?;
+    Some(&rest[open..open + close])
+}
+
+/// The status page in a real (headless) Chromium: it names the leader,
+/// lists the members and a held lock with its token, and after the leader
+/// is stopped a follower's page names the new leader. Run by `cargo xtask
+/// test` (which installs Chromium); ignored by a plain `cargo test`. With
+/// LATCHKEY_SCREENSHOT=PATH it also saves a screenshot of the page there
+/// (how docs/status-page.png was made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium: run by `cargo xtask test`"]
+async fn status_page_in_chromium() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        chromium()?;
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, ports) in listeners {
+            let node = Node::builder(id)
+                .listener(ports.client)
+                .peer_listener(ports.peer)
+                .metrics_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
+                .data_dir(dir.path().join(format!("node-{id}")))
+                .initial_members(members.iter().cloned())
+                .raft_settings(settings())
+                .cluster_secret(secret())
+                .start()
+                .await?;
+            nodes.insert(id, node);
+        }
+        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+        let client = Client::with_options(
+            client_addrs(&nodes),
+            ClientOptions::default().with_request_timeout(Duration::from_secs(10)),
+        )?;
+        let session = client.session(Duration::from_secs(30)).await?;
+        let guard = session.lock("jobs/<nightly>").acquire().await?;
+        let mut urls = BTreeMap::new();
+        for (id, node) in &nodes {
+            let addr = node.metrics_addr().ok_or("no metrics listener")?;
+            urls.insert(*id, format!("http://{addr}/"));
+        }
+        let url = |id: u64| -> Result<String, Box<dyn std::error::Error>> {
+            Ok(urls.get(&id).ok_or("no such node")?.clone())
+        };
+
+        let dom = render(&url(leader)?, None).await?;
+        assert_eq!(
+            element_text(&dom, "leader"),
+            Some(leader.to_string().as_str()),
+            "{dom}"
+        );
+        assert_eq!(element_text(&dom, "state"), Some("Leader"), "{dom}");
+        assert_eq!(element_text(&dom, "sessions"), Some("1"), "{dom}");
+        assert_eq!(dom.matches("<tr class=\"leader\">").count(), 1, "{dom}");
+        // Incarnations are 64-bit: shown digit for digit, not rounded.
+        let incarnation = nodes[&leader].status().incarnation;
+        assert!(dom.contains(&format!("<td>{incarnation}</td>")), "{dom}");
+        // The lock's name is shown as text, escaped, with its holder's token.
+        assert!(dom.contains("jobs/&lt;nightly&gt;"), "{dom}");
+        assert!(
+            dom.contains(&format!("{}: {}", session.id().0, u64::from(guard.token()))),
+            "{dom}"
+        );
+        if let Some(path) = std::env::var_os("LATCHKEY_SCREENSHOT") {
+            render(&url(leader)?, Some(std::path::Path::new(&path))).await?;
+        }
+
+        // The leader stops: a follower's page names the new one.
+        if let Some(node) = nodes.remove(&leader) {
+            node.shutdown().await;
+        }
+        let follower = *nodes.keys().next().ok_or("no node left")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let dom = render(&url(follower)?, None).await?;
+            let named = element_text(&dom, "leader").and_then(|l| l.parse::<u64>().ok());
+            if named.is_some_and(|l| l != leader && nodes.contains_key(&l)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the page never named a new leader: {dom}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        drop(guard);
         for node in nodes.into_values() {
             node.shutdown().await;
         }

@@ -93,8 +93,13 @@ Runs, in order, stopping at the first failure (exit code = that step's):
        python3 or python3-venv is installed with apt-get, as `setup` does.
        Runs with --quick too: about 10 s once the virtualenv exists (10 s
        more to make it). CARGO_TEST_ARGS do not apply to it.
-    5. cargo build -p latchkey --bin latchkey   (skipped with --quick)
-    6. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
+    5. browser: the status page in a headless Chromium against a three-node
+       cluster, as `cargo test -p latchkey --test embedded_metrics --
+       --ignored --nocapture` with LATCHKEY_CHROMIUM set to `chromium` on the
+       PATH; on Debian/Ubuntu a missing one is installed with apt-get
+       (package chromium, one-time). Runs with --quick too.
+    6. cargo build -p latchkey --bin latchkey   (skipped with --quick)
+    7. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
        seed; at least one disk fault, with its repair) over TLS, as `cargo
        xtask soak --seconds 100 --seed 20261121 --nemesis
        kill,pause,partition,disk --tls` would run it; its report goes to
@@ -428,6 +433,7 @@ fn cmd_test(rest: &[OsString]) -> Result {
         ),
         Step::new("test", Some(test)),
         python_step(),
+        browser_step(),
         Step::new(
             "build server",
             (!quick).then(|| cargo(["build", "-p", "latchkey", "--bin", "latchkey"])),
@@ -529,6 +535,30 @@ fn python_step() -> Step {
             })?;
             let python = setup::python_venv(&target_dir.join("python-venv"))?;
             cmd.env("LATCHKEY_PYTHON", python);
+            Ok(())
+        })),
+    }
+}
+
+/// The browser step: the ignored status-page test, in a headless Chromium
+/// ([`setup::chromium`] finds it, or installs Debian's package, when the
+/// step starts).
+fn browser_step() -> Step {
+    Step {
+        name: "browser",
+        cmd: Some(cargo([
+            "test",
+            "-p",
+            "latchkey",
+            "--test",
+            "embedded_metrics",
+            "--",
+            "--ignored",
+            "--nocapture",
+        ])),
+        prepare: Some(Box::new(|cmd: &mut Command| {
+            let chromium = setup::chromium()?;
+            cmd.env("LATCHKEY_CHROMIUM", chromium);
             Ok(())
         })),
     }

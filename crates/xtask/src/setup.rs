@@ -289,6 +289,39 @@ pub fn python_venv(venv: &Path) -> Result<PathBuf> {
 
 /// `python3 -m venv --clear VENV`, installing python3 and its venv module
 /// first where we can (Debian/Ubuntu).
+/// Where `program` is on the PATH, if it is.
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    env::var_os("PATH").and_then(|paths| {
+        env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A headless-capable Chromium for the status-page test: `chromium` on the
+/// PATH, else Debian's `chromium` package installed with apt-get (as root or
+/// through passwordless sudo).
+pub fn chromium() -> Result<PathBuf> {
+    if let Some(path) = find_in_path("chromium") {
+        return Ok(path);
+    }
+    let manual = "chromium not found (the browser step needs it); install it with: sudo \
+                  apt-get install -y chromium, or set LATCHKEY_CHROMIUM to a Chromium binary";
+    if let Some(path) = env::var_os("LATCHKEY_CHROMIUM") {
+        return Ok(path.into());
+    }
+    let Some(sudo) = is_debian_like().then(apt_privilege).flatten() else {
+        return Err(Exit::with(1, manual));
+    };
+    install_with_apt(&["chromium"], sudo)?;
+    find_in_path("chromium").ok_or_else(|| {
+        Exit::with(
+            1,
+            "apt-get installed chromium but it is still not on the PATH".to_string(),
+        )
+    })
+}
+
 fn create_venv(venv: &Path) -> Result {
     let has_python = run::succeeds("python3", &["--version"]);
     // Debian splits venv's ensurepip (which puts pip in a new virtualenv)
@@ -471,9 +504,7 @@ fn is_debian_like() -> bool {
 }
 
 fn in_path(program: &str) -> bool {
-    env::var_os("PATH")
-        .map(|paths| env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
-        .unwrap_or(false)
+    find_in_path(program).is_some()
 }
 
 fn is_root() -> bool {

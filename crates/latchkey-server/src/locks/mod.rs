@@ -70,6 +70,9 @@ pub(crate) struct KeepAlive {
 pub(crate) struct LockShared {
     pub(crate) waiters: Waiters,
     keep_alives: mpsc::UnboundedSender<KeepAlive>,
+    /// 1 + the live sessions the lock task counts down while it leads; 0
+    /// otherwise (see [`LockShared::counted_sessions`]).
+    counted: std::sync::atomic::AtomicU64,
 }
 
 impl LockShared {
@@ -80,9 +83,18 @@ impl LockShared {
             LockShared {
                 waiters: Waiters::default(),
                 keep_alives: tx,
+                counted: std::sync::atomic::AtomicU64::new(0),
             },
             rx,
         )
+    }
+
+    /// The live sessions this replica counts down, while it leads and has
+    /// its timer table; `None` otherwise.
+    pub(crate) fn counted_sessions(&self) -> Option<u64> {
+        self.counted
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .checked_sub(1)
     }
 
     /// Hand a keep-alive to the lock task; `false` if it has stopped.
@@ -193,6 +205,14 @@ pub(crate) async fn run(
             },
             _ = sleep, if next.is_some() => task.fire_due(),
         }
+        let counted = match task.role {
+            Role::Leader { .. } => task.timers.session_count() as u64 + 1,
+            _ => 0,
+        };
+        task.replica
+            .locks()
+            .counted
+            .store(counted, std::sync::atomic::Ordering::Relaxed);
     }
     tracing::debug!("lock task stopped");
 }

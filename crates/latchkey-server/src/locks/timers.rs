@@ -167,6 +167,11 @@ impl Timers {
         self.sessions.clear();
     }
 
+    /// How many live sessions are counted down.
+    pub(crate) fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
     /// How many countdowns run.
     pub(crate) fn len(&self) -> usize {
         self.at.len()

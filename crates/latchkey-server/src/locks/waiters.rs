@@ -123,7 +123,6 @@ impl Waiters {
     }
 
     /// Registered waits.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().values().map(Vec::len).sum()
     }

@@ -1,0 +1,119 @@
+//! The read-only status page the metrics listener serves at `/`: this
+//! replica's view of the cluster (state, leader, term, log and apply
+//! progress, members with their roles and, on the leader, how far each has
+//! replicated), the leader's count of live sessions, and the locks in use
+//! with holders, tokens and queue lengths, refreshed every second from
+//! `/status.json`.
+//!
+//! The page is three static files compiled into the binary (no external
+//! resources, served with a `default-src 'self'` content security policy);
+//! its script puts every value into the page as text, never as markup
+//! (lock names come from clients). The listener has no authentication, so
+//! while access control is on the page does not list locks (their names
+//! and holders could tell a stranger what the cluster guards): it says so
+//! instead, and `latchkey locks` with a user's permissions lists them.
+//! The lock list is this replica's applied state, not a linearizable read,
+//! and stops at [`LOCKS_SHOWN`] locks.
+
+use serde::Serialize;
+
+use crate::replica::Replica;
+
+/// The page.
+pub(crate) const PAGE: &str = include_str!("page.html");
+/// Its script.
+pub(crate) const SCRIPT: &str = include_str!("status.js");
+/// Its style sheet.
+pub(crate) const STYLE: &str = include_str!("status.css");
+/// Most locks the page lists.
+pub const LOCKS_SHOWN: u32 = 100;
+
+/// What `/status.json` holds.
+#[derive(Debug, Serialize)]
+struct Status {
+    /// What `latchkey status` shows of this replica.
+    node: latchkey_proto::NodeStatus,
+    /// Whether `/readyz` answers 200, and if not why.
+    ready: bool,
+    not_ready: Option<String>,
+    /// On the leader: the live sessions it counts down.
+    sessions: Option<u64>,
+    /// Acquire calls waiting for their grant on this replica.
+    waiting_calls: usize,
+    /// The first locks in use (`None` while hidden, see the module docs).
+    locks: Option<Vec<latchkey_core::lock::LockInfo>>,
+    /// More locks are in use than listed.
+    locks_more: bool,
+    /// Why no lock is listed.
+    locks_hidden: Option<String>,
+}
+
+/// `/status.json` for `replica`.
+pub(crate) fn status_json(replica: &Replica) -> String {
+    let readiness = crate::health::readiness(replica);
+    let (locks, locks_more, locks_hidden) = match replica.auth_enabled() {
+        Ok(false) => match replica.local_locks(LOCKS_SHOWN) {
+            Ok((locks, more)) => (Some(locks), more, None),
+            Err(e) => (None, false, Some(format!("Cannot list the locks: {e}"))),
+        },
+        Ok(true) => (
+            None,
+            false,
+            Some(
+                "Access control is on: locks are not listed on this unauthenticated page (use \
+                 `latchkey locks` as a user who may read them)."
+                    .to_string(),
+            ),
+        ),
+        Err(e) => (None, false, Some(format!("Cannot list the locks: {e}"))),
+    };
+    let status = Status {
+        node: replica.status(),
+        ready: readiness.is_ok(),
+        not_ready: readiness.err(),
+        sessions: replica.locks().counted_sessions(),
+        waiting_calls: replica.locks().waiters.len(),
+        locks,
+        locks_more,
+        locks_hidden,
+    };
+    match serde_json::to_value(&status) {
+        Ok(mut value) => {
+            big_numbers_as_strings(&mut value);
+            value.to_string()
+        }
+        // Plain data always serializes; say so if it ever does not.
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    }
+}
+
+/// JavaScript's numbers hold integers exactly up to 2^53 only: larger ones
+/// (incarnations are random 64-bit numbers) become strings, so the page
+/// shows them digit for digit.
+fn big_numbers_as_strings(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    const EXACT: u64 = (1 << 53) - 1;
+    match value {
+        Value::Number(n) if n.as_u64().is_some_and(|n| n > EXACT) => {
+            *value = Value::String(n.to_string());
+        }
+        Value::Array(items) => items.iter_mut().for_each(big_numbers_as_strings),
+        Value::Object(fields) => fields.values_mut().for_each(big_numbers_as_strings),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::big_numbers_as_strings;
+
+    #[test]
+    fn numbers_past_2_53_become_strings() {
+        let mut v = serde_json::json!({"a": [1, 9007199254740991u64, 9007199254740992u64], "b": {"c": u64::MAX}});
+        big_numbers_as_strings(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"a": [1, 9007199254740991u64, "9007199254740992"], "b": {"c": "18446744073709551615"}})
+        );
+    }
+}
