@@ -539,24 +539,27 @@ fn signal_pid(pid: i32, sig: libc::c_int) -> Result<()> {
 /// Start `latchkey lock NAME --ttl 3s -- sh -c ...` whose command writes its
 /// pid to a file and sleeps; returns the CLI's group and the command's pid.
 async fn hold_with_cli(c: &Cluster, name: &str, dir: &std::path::Path) -> Result<(Group, i32)> {
+    hold_with_cli_as(c, name, dir, &["--ttl", "3s"], "exec sleep 600").await
+}
+
+/// [`hold_with_cli`] with `options` for `lock` and `rest` of the script
+/// after it writes its pid.
+async fn hold_with_cli_as(
+    c: &Cluster,
+    name: &str,
+    dir: &std::path::Path,
+    options: &[&str],
+    rest: &str,
+) -> Result<(Group, i32)> {
     let pidfile = dir.join(format!("{name}.pid"));
-    let script = format!("echo $$ > {}; exec sleep 600", pidfile.display());
+    let script = format!("echo $$ > {}; {rest}", pidfile.display());
     let mut cmd = Command::new(bin());
-    cmd.args([
-        "--endpoints",
-        &c.endpoints_arg(),
-        "lock",
-        name,
-        "--ttl",
-        "3s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.args(["--endpoints", &c.endpoints_arg(), "lock", name])
+        .args(options)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let holder = Group::spawn(cmd)?;
     let pid = eventually(Duration::from_secs(30), "the command runs", async || {
         let text = std::fs::read_to_string(&pidfile).context("no pid file yet")?;
@@ -642,7 +645,50 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
     );
     guard.release().await?;
 
-    // 3. A command that reads the terminal: it gets the terminal (the CLI
+    // 3. A lock lease shorter than the session: the guard kills by the
+    //    lease's end even though the session lives on.
+    let (mut holder, command) = hold_with_cli_as(
+        c,
+        "lease",
+        dir.path(),
+        &["--ttl", "60s", "--lease", "3s"],
+        "exec sleep 600",
+    )
+    .await?;
+    signal_pid(holder.pid(), libc::SIGSTOP)?;
+    let guard = session
+        .lock("lease")
+        .acquire_timeout(Duration::from_secs(60))
+        .await?
+        .context("never granted after the lease")?;
+    let state = proc_state(command);
+    ensure!(
+        matches!(state, None | Some('Z')),
+        "the command still runs ({state:?}) after its lock lease ended"
+    );
+    signal_pid(holder.pid(), libc::SIGCONT)?;
+    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
+    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
+    guard.release().await?;
+
+    // 4. SIGTERM to the CLI reaches the command, which decides: its trap
+    //    runs and its exit code comes back.
+    let (mut holder, _) = hold_with_cli_as(
+        c,
+        "term",
+        dir.path(),
+        &["--ttl", "10s"],
+        "trap 'exit 7' TERM; while :; do sleep 0.1; done",
+    )
+    .await?;
+    signal_pid(holder.pid(), libc::SIGTERM)?;
+    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
+    ensure!(
+        status.code() == Some(7),
+        "the CLI exited {status:?}, not the trap's 7"
+    );
+
+    // 5. A command that reads the terminal: it gets the terminal (the CLI
     //    runs in the foreground of a pseudo-terminal made by `script`).
     let line = format!(
         "{} --endpoints {} lock tty --ttl 3s -- sh -c 'read x; echo got:$x'",

@@ -518,6 +518,23 @@ impl LockGuard {
             && self.lease_until.is_none_or(|t| lease_clock::now() < t)
     }
 
+    /// How long this client can still vouch that it holds the lock (zero
+    /// once [`LockGuard::is_held`] is false): the earlier of the session's
+    /// lease end and the lock lease's, on the lease clock. A process that
+    /// must stop work when the lock may pass on (`latchkey lock -- CMD`
+    /// hands it to a watcher process) can add it to `CLOCK_BOOTTIME` read
+    /// just before.
+    pub fn remaining(&self) -> std::time::Duration {
+        if !self.is_held() {
+            return std::time::Duration::ZERO;
+        }
+        let session = self.session.remaining();
+        match self.lease_until {
+            Some(t) => session.min(t.saturating_duration_since(lease_clock::now())),
+            None => session,
+        }
+    }
+
     /// Resolves once the lock can no longer be relied on: the session is
     /// lost, or the lock lease ran out on the local clock.
     pub async fn lost(&self) {

@@ -30,6 +30,10 @@
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
 //! | `latchkey_lock_sessions` | gauge | | on the leader: live sessions it counts down (0 elsewhere) |
+//! | `latchkey_storage_wal_syncs` | counter | | write-ahead-log syncs the group-commit flusher did for appended entries |
+//! | `latchkey_storage_wal_sync_seconds` | counter | | time spent in those syncs (divide by the syncs for the mean fsync latency) |
+//! | `latchkey_storage_group_commit_appends` | counter | | appends those syncs made durable (divide by the syncs for the mean group-commit batch) |
+//! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
 //! | `latchkey_lock_waiting_calls` | gauge | | acquire calls waiting for their grant on this replica |
 //! | `latchkey_tls_handshake_failures` | counter | | TLS handshakes refused or timed out since this replica started (whole process) |
 //! | `latchkey_connections_refused` | counter | | connections closed on accept by the connection caps since this replica started (whole process) |
@@ -138,6 +142,10 @@ pub struct Metrics {
     condition: Family<ConditionLabel, Gauge>,
     tls_failures: Counter,
     refused: Counter,
+    wal_syncs: Counter,
+    wal_sync_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    appends: Counter,
+    sst_bytes: Gauge,
     /// What the process-wide counters were at the last scrape (so each
     /// scrape adds only what is new).
     seen: Mutex<Seen>,
@@ -145,6 +153,9 @@ pub struct Metrics {
 
 #[derive(Default)]
 struct Seen {
+    wal_syncs: u64,
+    wal_sync_seconds: f64,
+    appends: u64,
     tls_failures: u64,
     refused: u64,
 }
@@ -187,8 +198,15 @@ impl Metrics {
             condition,
             tls_failures: Counter::default(),
             refused: Counter::default(),
+            wal_syncs: Counter::default(),
+            wal_sync_seconds: Counter::default(),
+            appends: Counter::default(),
+            sst_bytes: Gauge::default(),
             // Counted from this replica's start on, not the process's.
             seen: Mutex::new(Seen {
+                wal_syncs: 0,
+                wal_sync_seconds: 0.0,
+                appends: 0,
                 tls_failures: crate::tls_accept::tls_handshake_failures(),
                 refused: CONNECTIONS_REFUSED.load(Ordering::Relaxed),
             }),
@@ -250,6 +268,26 @@ impl Metrics {
             "latchkey_lock_waiting_calls",
             "Acquire calls waiting for their grant on this replica",
             m.waiting.clone(),
+        );
+        r.register(
+            "latchkey_storage_wal_syncs",
+            "Write-ahead-log syncs for appended entries",
+            m.wal_syncs.clone(),
+        );
+        r.register(
+            "latchkey_storage_wal_sync_seconds",
+            "Time spent in write-ahead-log syncs",
+            m.wal_sync_seconds.clone(),
+        );
+        r.register(
+            "latchkey_storage_group_commit_appends",
+            "Appends made durable by write-ahead-log syncs",
+            m.appends.clone(),
+        );
+        r.register(
+            "latchkey_storage_sst_bytes",
+            "Bytes of RocksDB's live SST files",
+            m.sst_bytes.clone(),
         );
         r.register(
             "latchkey_raft_leader_changes",
@@ -367,6 +405,20 @@ impl Metrics {
                 })
                 .set(i64::from(c == condition));
         }
+        let sync = replica.sync_stats();
+        self.wal_syncs
+            .inc_by(sync.syncs().saturating_sub(seen.wal_syncs));
+        seen.wal_syncs = sync.syncs();
+        let seconds = sync.sync_seconds();
+        if seconds > seen.wal_sync_seconds {
+            self.wal_sync_seconds
+                .inc_by(seconds - seen.wal_sync_seconds);
+            seen.wal_sync_seconds = seconds;
+        }
+        self.appends
+            .inc_by(sync.appends().saturating_sub(seen.appends));
+        seen.appends = sync.appends();
+        gauge(&self.sst_bytes, replica.disk_bytes());
         let tls = crate::tls_accept::tls_handshake_failures();
         self.tls_failures
             .inc_by(tls.saturating_sub(seen.tls_failures));
@@ -536,8 +588,10 @@ pub(crate) fn serve(
                         [
                             (header::CONTENT_TYPE, "application/json"),
                             (header::CACHE_CONTROL, "no-store"),
+                            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                            (header::CONTENT_SECURITY_POLICY, "default-src 'none'"),
                         ],
-                        crate::status_page::status_json(&replica),
+                        crate::status_page::cached_json(replica).await,
                     )
                 }
             }),

@@ -26,6 +26,9 @@ use crate::network::PeerNetwork;
 use crate::read_gate::ReadGate;
 use crate::write_queue::{Origin, WriteQueue};
 
+/// The status page's last answer and when it was made.
+pub(crate) type StatusCache = tokio::sync::Mutex<Option<(std::time::Instant, String)>>;
+
 /// A running replica's request path.
 pub struct Replica {
     id: u64,
@@ -36,6 +39,10 @@ pub struct Replica {
     restore_seed: u64,
     /// Held while a backup is taken (one at a time).
     backups: tokio::sync::Mutex<()>,
+    /// The log flusher's figures (for metrics).
+    sync_stats: std::sync::Arc<latchkey_storage::SyncStats>,
+    /// The status page's last answer (`crate::status_page`).
+    status_cache: StatusCache,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
     client_addr: String,
     /// Passwords this replica has checked (see `crate::auth`).
@@ -73,6 +80,7 @@ impl Replica {
         locks: LockShared,
         certificate_users: bool,
         restore_seed: u64,
+        sync_stats: std::sync::Arc<latchkey_storage::SyncStats>,
     ) -> Self {
         let writes = WriteQueue::start(raft.clone(), write_timeout);
         let reads = ReadGate::start(raft.clone());
@@ -81,6 +89,8 @@ impl Replica {
             incarnation,
             restore_seed,
             backups: tokio::sync::Mutex::new(()),
+            sync_stats,
+            status_cache: StatusCache::default(),
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
@@ -109,6 +119,25 @@ impl Replica {
     /// This replica's data-directory incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// The status page's last answer and when it was made.
+    pub(crate) fn status_cache(&self) -> &StatusCache {
+        &self.status_cache
+    }
+
+    /// The log flusher's figures.
+    pub(crate) fn sync_stats(&self) -> &latchkey_storage::SyncStats {
+        &self.sync_stats
+    }
+
+    /// Bytes of the live SST files (0 once shut down).
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.reader
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, StateReader::disk_bytes)
     }
 
     /// Whether this data directory was seeded from a backup (its log does

@@ -29,6 +29,33 @@ use crate::durable::DurableState;
 use crate::log_store::lock_mark;
 use crate::types::{LogId, TypeConfig};
 
+/// What the flusher has done, for metrics: WAL syncs, the time they took,
+/// and the appends they made durable (their ratio is the mean group-commit
+/// batch). Shared with [`crate::LogStore::sync_stats`].
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    syncs: AtomicU64,
+    sync_nanos: AtomicU64,
+    appends: AtomicU64,
+}
+
+impl SyncStats {
+    /// WAL syncs done for appends.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Seconds spent in those syncs, in total.
+    pub fn sync_seconds(&self) -> f64 {
+        self.sync_nanos.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    /// Appends those syncs made durable, in total.
+    pub fn appends(&self) -> u64 {
+        self.appends.load(Ordering::Relaxed)
+    }
+}
+
 /// One append waiting for the next sync.
 pub(crate) struct Pending {
     /// openraft's callback, unless it was fired before the sync.
@@ -45,7 +72,7 @@ pub(crate) struct Pending {
 pub(crate) struct GroupCommit {
     queue: Option<Sender<Pending>>,
     thread: Option<JoinHandle<()>>,
-    fsyncs: Arc<AtomicU64>,
+    stats: Arc<SyncStats>,
 }
 
 impl GroupCommit {
@@ -57,15 +84,15 @@ impl GroupCommit {
         mark: Arc<Mutex<AckMark>>,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
-        let fsyncs = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&fsyncs);
+        let stats = Arc::new(SyncStats::default());
+        let counter = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("latchkey-log-flush".into())
             .spawn(move || run(&db, &rx, &counter, &durable, &mark))?;
         Ok(GroupCommit {
             queue: Some(tx),
             thread: Some(thread),
-            fsyncs,
+            stats,
         })
     }
 
@@ -87,9 +114,9 @@ impl GroupCommit {
         })
     }
 
-    /// WAL syncs done so far for appends.
-    pub(crate) fn fsync_count(&self) -> u64 {
-        self.fsyncs.load(Ordering::Relaxed)
+    /// What the flusher has done so far.
+    pub(crate) fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(&self.stats)
     }
 }
 
@@ -120,7 +147,7 @@ fn mark_durable(d: &mut DurableState, batch: &[Pending]) -> bool {
 fn run(
     db: &DB,
     queue: &Receiver<Pending>,
-    fsyncs: &AtomicU64,
+    stats: &SyncStats,
     durable: &watch::Sender<DurableState>,
     mark: &Mutex<AckMark>,
 ) {
@@ -140,6 +167,7 @@ fn run(
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
+        let started = std::time::Instant::now();
         let result = db
             .flush_wal(true)
             .map_err(|e| format!("WAL sync failed: {e}"))
@@ -159,7 +187,14 @@ fn run(
                 durable.send_if_modified(|d| mark_durable(d, &batch));
                 Ok(())
             });
-        fsyncs.fetch_add(1, Ordering::Relaxed);
+        stats.syncs.fetch_add(1, Ordering::Relaxed);
+        stats.sync_nanos.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        stats
+            .appends
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         tracing::trace!(appends = batch.len(), "log group commit");
         match result {
             Ok(()) => {

@@ -93,6 +93,7 @@ pub mod types;
 pub use ack_mark::{MarkRecord, MARK_FILE};
 pub use durable::DurableLog;
 pub use error::StorageError;
+pub use group_commit::SyncStats;
 pub use log_store::{LogReader, LogStore};
 pub use open::{open, StorageOptions};
 pub use snapshot_builder::SnapshotBuilder;

@@ -223,7 +223,13 @@ impl LogStore {
     /// How many WAL syncs the group-commit flusher has done for appends.
     /// At most one per `append`, and fewer when appends arrive together.
     pub fn fsync_count(&self) -> u64 {
-        self.flusher.fsync_count()
+        self.flusher.stats().syncs()
+    }
+
+    /// The flusher's figures (syncs, their time, the appends they covered),
+    /// live: a handle that outlives this store's move into openraft.
+    pub fn sync_stats(&self) -> std::sync::Arc<crate::SyncStats> {
+        self.flusher.stats()
     }
 }
 

@@ -50,6 +50,22 @@ impl StateReader {
         latchkey_core::query(&view, q)
     }
 
+    /// Bytes of the live SST files of every column family (the log and the
+    /// state machine), as RocksDB reports them; memtables and the
+    /// write-ahead log are not counted.
+    pub fn disk_bytes(&self) -> u64 {
+        crate::columns::ALL
+            .iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.live-sst-files-size")
+                    .ok()
+                    .flatten()
+            })
+            .sum()
+    }
+
     /// The index of the last log entry whose effects are visible to reads,
     /// or `None` if nothing was applied yet.
     pub fn last_applied_index(&self) -> Option<u64> {

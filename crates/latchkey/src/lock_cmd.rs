@@ -101,6 +101,8 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         }));
     };
     tracing::debug!(sequencer = %guard.sequencer(), "lock acquired");
+    let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
     let watch = Watcher::start(program, args, &req.name, &guard, &session);
     let (mut watcher, mut child) = match watch {
         Ok(w) => w,
@@ -117,8 +119,6 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
             });
         }
     };
-    let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
-        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
     let mut tick = tokio::time::interval(FEED_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -143,7 +143,7 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
                 }
             }
             _ = tick.tick() => {
-                watcher.feed(&session);
+                watcher.feed(&guard);
                 if watcher.stopped() {
                     // The command was stopped (Ctrl-Z on its terminal, or it
                     // read the terminal from the background): stop with it,
@@ -195,6 +195,7 @@ impl Watcher {
         guard: &latchkey::LockGuard,
         session: &latchkey::Session,
     ) -> std::io::Result<(Watcher, tokio::process::Child)> {
+        let _ = session;
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let mut fds = [0; 2];
         // SAFETY: pipe2(2) fills the two descriptors we pass.
@@ -204,7 +205,7 @@ impl Watcher {
         // SAFETY: both descriptors were just created for us.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut feed = std::fs::File::from(write);
-        let first = deadline(session);
+        let first = deadline(guard);
         std::io::Write::write_all(&mut feed, &first.to_be_bytes())?;
         // SAFETY: fcntl(2) on our own descriptor.
         unsafe {
@@ -212,7 +213,9 @@ impl Watcher {
             libc::fcntl(feed.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
         let read_fd = read.as_raw_fd();
-        let exe = std::env::current_exe()?;
+        // This very binary (still there if the file was replaced since).
+        let exe = std::path::PathBuf::from("/proc/self/exe");
+        let foreground = in_foreground();
         let mut command = Command::new(exe);
         command
             .arg("__lock-guard")
@@ -224,19 +227,24 @@ impl Watcher {
             .env("LATCHKEY_LOCK", name)
             .env("LATCHKEY_TOKEN", guard.token().to_string())
             .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
-            .env("LATCHKEY_SESSION_SECRET", session.secret().to_hex())
+            .env("LATCHKEY_SESSION_SECRET", guard.session().secret().to_hex())
             .stdin(Stdio::inherit())
-            .kill_on_drop(true)
             // Its own process group, so losing the lock stops the whole
             // command (a shell's children too), not just its first process.
             .process_group(0);
         // SAFETY: between fork and exec only async-signal-safe calls: the
-        // pipe's read end is kept open across exec, and SIGTTOU (ignored
-        // here while the terminal changes hands) is restored.
+        // pipe's read end is kept open across exec; in the foreground, the
+        // new group takes the terminal before the command can read it (as a
+        // shell does; SIGTTOU ignored meanwhile), and SIGTTOU is restored.
         unsafe {
             command.pre_exec(move || {
                 if libc::fcntl(read_fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                if foreground {
+                    libc::setpgid(0, 0);
+                    libc::tcsetpgrp(0, libc::getpid());
                 }
                 libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 Ok(())
@@ -250,15 +258,16 @@ impl Watcher {
             feed,
             terminal: false,
         };
-        watcher.take_terminal();
+        watcher.take_terminal(foreground);
         Ok((watcher, child))
     }
 
-    /// Send the guard the lease's current end.
-    fn feed(&mut self, session: &latchkey::Session) {
-        let bytes = deadline(session).to_be_bytes();
-        // Non-blocking: if the guard is stopped and its pipe full, it has
-        // a later deadline waiting already.
+    /// Send the guard the lock's current end.
+    fn feed(&mut self, guard: &latchkey::LockGuard) {
+        let bytes = deadline(guard).to_be_bytes();
+        // Non-blocking: if the guard is stopped and its pipe full (after
+        // minutes), this deadline is dropped; when continued, it reads
+        // those waiting and the next ones, and the newest wins.
         let _ = std::io::Write::write_all(&mut self.feed, &bytes);
     }
 
@@ -303,6 +312,9 @@ impl Watcher {
     /// else kill the command (`false`). The command is continued only after
     /// that check.
     fn suspend(&mut self, guard: &latchkey::LockGuard) -> bool {
+        // All of the group, whatever stopped part of it: a command that
+        // ignores SIGTSTP must not run on while nobody watches.
+        self.signal(libc::SIGSTOP);
         self.give_back_terminal();
         // SAFETY: raise(3) stops this process until a SIGCONT.
         unsafe {
@@ -312,8 +324,8 @@ impl Watcher {
             self.kill();
             return false;
         }
-        self.feed(guard.session());
-        self.take_terminal();
+        self.feed(guard);
+        self.take_terminal(in_foreground());
         self.signal(libc::SIGCONT);
         true
     }
@@ -321,17 +333,18 @@ impl Watcher {
     /// If this process owns the terminal on its stdin (it runs in the
     /// foreground), hand it to the command's group, so the command can read
     /// it and Ctrl-Z stops the command.
-    fn take_terminal(&mut self) {
+    fn take_terminal(&mut self, foreground: bool) {
         let Some(pgid) = self.pgid else { return };
-        // SAFETY: isatty/tcgetpgrp/getpgrp/tcsetpgrp/signal on stdin and
-        // this process; SIGTTOU is ignored while the terminal changes hands
-        // (else a background caller would be stopped).
+        if !foreground {
+            return;
+        }
+        // SAFETY: tcsetpgrp/signal on stdin and this process; SIGTTOU is
+        // ignored while the terminal changes hands (the command's group may
+        // hold it already: the guard took it before its exec).
         unsafe {
-            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() {
-                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                self.terminal = libc::tcsetpgrp(0, pgid) == 0;
-                libc::signal(libc::SIGTTOU, old);
-            }
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            self.terminal = libc::tcsetpgrp(0, pgid) == 0;
+            libc::signal(libc::SIGTTOU, old);
         }
     }
 
@@ -350,11 +363,27 @@ impl Watcher {
     }
 }
 
-/// The lease's end on `CLOCK_BOOTTIME`, never later than the true end: the
-/// clock is read before the remaining time.
-fn deadline(session: &latchkey::Session) -> u64 {
+/// Whether this process runs in the foreground of the terminal on its
+/// stdin.
+fn in_foreground() -> bool {
+    // SAFETY: isatty/tcgetpgrp/getpgrp only read.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+impl Drop for Watcher {
+    /// However `latchkey` leaves (an error, a panic), the command does not
+    /// outlive it unwatched.
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The lock's end (session lease or lock lease, whichever comes first) on
+/// `CLOCK_BOOTTIME`, never later than the true end: the clock is read
+/// before the remaining time.
+fn deadline(guard: &latchkey::LockGuard) -> u64 {
     let now = crate::lock_guard::boottime_nanos();
-    let remaining = u64::try_from(session.remaining().as_nanos()).unwrap_or(u64::MAX);
+    let remaining = u64::try_from(guard.remaining().as_nanos()).unwrap_or(u64::MAX);
     now.saturating_add(remaining)
 }
 

@@ -11,8 +11,16 @@
 //! (the command, its children, itself) with SIGKILL when the clock passes
 //! the last deadline it received, or when the pipe closes (`latchkey`
 //! died); when the command exits, the guard exits with its code (128 + N
-//! for a signal N). It needs no async runtime: `poll(2)` on the pipe and on
-//! a pidfd of the command.
+//! for a signal N), and `latchkey` kills whatever the command left in the
+//! group. It needs no async runtime: `poll(2)` on the pipe and on a pidfd
+//! of the command. It survives SIGINT, SIGTERM, SIGQUIT and SIGHUP (sent to
+//! the whole group by a terminal or by `latchkey`), so the command decides
+//! what they do; the command gets `PR_SET_PDEATHSIG`, so it dies with the
+//! guard.
+//!
+//! What the guard cannot see: processes that leave the group (`setsid`,
+//! `setpgid`, e.g. `timeout(1)`) escape its kill, as they escape a shell's
+//! job control.
 //!
 //! Why a process and not a thread: SIGSTOP stops every thread of
 //! `latchkey`; the guard runs on in the command's group. The guard is
@@ -50,25 +58,54 @@ fn kill_group() -> ! {
     std::process::exit(137)
 }
 
+/// A handler that does nothing: the guard outlives the signals a terminal
+/// or `latchkey` sends the command's group (the command, after `exec`,
+/// gets its default handling back).
+extern "C" fn ignore(_: libc::c_int) {}
+
 /// Run the guard: read deadlines from `fd`, run `command`; see the module
 /// docs. Never returns while the command runs past a deadline.
 pub fn run(fd: RawFd, command: &[String]) -> ExitCode {
+    // SAFETY: fcntl(2) and sigaction(2) on this process's own descriptor and
+    // dispositions, before any other thread exists.
+    unsafe {
+        // The pipe is ours, not the command's.
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGHUP] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
     // SAFETY: `latchkey lock` passes the read end of a pipe it made for us
     // and nothing else in this process uses that descriptor.
     let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut deadline = match read_deadline(&pipe) {
-        Ok(Some(d)) => d,
-        // No first deadline: latchkey is gone or broken; run nothing.
+    let mut deadline = None;
+    // The first deadline is written before the guard starts.
+    match drain(&pipe, &mut deadline) {
+        Ok(true) => {}
         _ => return ExitCode::from(206),
-    };
-    if boottime_nanos() >= deadline {
-        return ExitCode::from(206);
     }
+    let Some(mut deadline) = deadline.filter(|d| boottime_nanos() < *d) else {
+        return ExitCode::from(206);
+    };
     let Some((program, args)) = command.split_first() else {
         return ExitCode::from(202);
     };
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
+    // SAFETY: prctl(2) is async-signal-safe: the kernel kills the command if
+    // the guard dies (even by SIGKILL) before it could kill the group.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -82,6 +119,18 @@ pub fn run(fd: RawFd, command: &[String]) -> ExitCode {
     };
     let pidfd = pidfd_open(child.id());
     loop {
+        // The newest deadline first: after a stop, the pipe holds later
+        // ones than the one the guard last read.
+        let mut newest = None;
+        match drain(&pipe, &mut newest) {
+            Ok(true) => {}
+            // latchkey closed the pipe (it died or gave the lock up):
+            // nothing vouches for the lease any more.
+            Ok(false) | Err(_) => kill_group(),
+        }
+        if let Some(d) = newest {
+            deadline = d;
+        }
         if let Ok(Some(status)) = child.try_wait() {
             return exit_code_of(status);
         }
@@ -95,45 +144,46 @@ pub fn run(fd: RawFd, command: &[String]) -> ExitCode {
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let Some(p) = &pidfd {
-            fds.push(libc::pollfd {
-                fd: std::os::fd::AsRawFd::as_raw_fd(p),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        } else {
-            // No pidfd (an old kernel): notice the command's exit within 50 ms.
-        }
-        let timeout = if pidfd.is_some() {
-            i32::try_from(wait_ms).unwrap_or(1000)
-        } else {
-            i32::try_from(wait_ms.min(50)).unwrap_or(50)
+        // Without a pidfd (an old kernel), the command's exit is noticed
+        // within 50 ms.
+        let timeout = match &pidfd {
+            Some(p) => {
+                fds.push(libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(p),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                i32::try_from(wait_ms).unwrap_or(1000)
+            }
+            None => i32::try_from(wait_ms.min(50)).unwrap_or(50),
         };
         // SAFETY: poll(2) over the pollfd array we own, of its length.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-        if ready < 0 {
-            continue; // EINTR (a stop and continue, say): look again
-        }
-        if fds[0].revents != 0 {
-            match read_deadline(&pipe) {
-                Ok(Some(d)) => deadline = d,
-                // latchkey closed the pipe (it died or gave the lock up):
-                // nothing vouches for the lease any more.
-                Ok(None) | Err(_) => kill_group(),
-            }
-        }
+        // EINTR (a signal, a stop and continue) just means looking again.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
     }
 }
 
-/// The next deadline on the pipe; `None` at end of file.
-fn read_deadline(pipe: &OwnedFd) -> std::io::Result<Option<u64>> {
+/// Read every deadline waiting on the (non-blocking) pipe into `newest`
+/// (the last one wins). `Ok(false)` at end of file: the writer is gone.
+fn drain(pipe: &OwnedFd, newest: &mut Option<u64>) -> std::io::Result<bool> {
     use std::io::Read;
-    let mut buf = [0u8; 8];
     let mut file = std::fs::File::from(pipe.try_clone()?);
-    match file.read_exact(&mut buf) {
-        Ok(()) => Ok(Some(u64::from_be_bytes(buf))),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(e) => Err(e),
+    // A multiple of 8: writes of 8 bytes are atomic, so reads never split one.
+    let mut buf = [0u8; 8 * 64];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                for chunk in buf[..n].chunks_exact(8) {
+                    let mut bytes = [0u8; 8];
+                    bytes.copy_from_slice(chunk);
+                    *newest = Some(u64::from_be_bytes(bytes));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

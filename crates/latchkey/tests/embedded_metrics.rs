@@ -162,6 +162,20 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
                 text.ends_with("# EOF\n"),
                 "OpenMetrics text ends with # EOF"
             );
+            // Storage: every replica synced its log for the puts, each sync
+            // covering at least one append.
+            let syncs = sample(&text, "latchkey_storage_wal_syncs_total").unwrap_or(0.0);
+            let appends =
+                sample(&text, "latchkey_storage_group_commit_appends_total").unwrap_or(0.0);
+            assert!(syncs >= 1.0 && appends >= syncs, "node {id}: {text}");
+            assert!(
+                sample(&text, "latchkey_storage_wal_sync_seconds_total").is_some_and(|s| s > 0.0),
+                "node {id}: {text}"
+            );
+            assert!(
+                sample(&text, "latchkey_storage_sst_bytes").is_some(),
+                "node {id}"
+            );
             // The same text, for an application that serves it itself.
             assert!(node.metrics().render().contains("latchkey_raft_term "));
 
@@ -263,6 +277,10 @@ async fn render(
         "--disable-gpu",
         "--no-first-run",
         "--disable-extensions",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
         "--virtual-time-budget=3000",
         "--window-size=1100,900",
     ])

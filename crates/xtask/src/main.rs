@@ -96,8 +96,9 @@ Runs, in order, stopping at the first failure (exit code = that step's):
     5. browser: the status page in a headless Chromium against a three-node
        cluster, as `cargo test -p latchkey --test embedded_metrics --
        --ignored --nocapture` with LATCHKEY_CHROMIUM set to `chromium` on the
-       PATH; on Debian/Ubuntu a missing one is installed with apt-get
-       (package chromium, one-time). Runs with --quick too.
+       PATH (or LATCHKEY_CHROMIUM as given); on Debian a missing one is
+       installed with apt-get (package chromium, one-time). Runs with --quick
+       too.
     6. cargo build -p latchkey --bin latchkey   (skipped with --quick)
     7. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
        seed; at least one disk fault, with its repair) over TLS, as `cargo

@@ -287,8 +287,6 @@ pub fn python_venv(venv: &Path) -> Result<PathBuf> {
     Ok(python)
 }
 
-/// `python3 -m venv --clear VENV`, installing python3 and its venv module
-/// first where we can (Debian/Ubuntu).
 /// Where `program` is on the PATH, if it is.
 fn find_in_path(program: &str) -> Option<PathBuf> {
     env::var_os("PATH").and_then(|paths| {
@@ -302,14 +300,14 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
 /// PATH, else Debian's `chromium` package installed with apt-get (as root or
 /// through passwordless sudo).
 pub fn chromium() -> Result<PathBuf> {
-    if let Some(path) = find_in_path("chromium") {
-        return Ok(path);
-    }
-    let manual = "chromium not found (the browser step needs it); install it with: sudo \
-                  apt-get install -y chromium, or set LATCHKEY_CHROMIUM to a Chromium binary";
     if let Some(path) = env::var_os("LATCHKEY_CHROMIUM") {
         return Ok(path.into());
     }
+    if let Some(path) = find_in_path("chromium") {
+        return Ok(path);
+    }
+    let manual = "chromium not found (the browser step needs it); install it (on Debian: sudo \
+                  apt-get install -y chromium), or set LATCHKEY_CHROMIUM to a Chromium binary";
     let Some(sudo) = is_debian_like().then(apt_privilege).flatten() else {
         return Err(Exit::with(1, manual));
     };
@@ -322,6 +320,8 @@ pub fn chromium() -> Result<PathBuf> {
     })
 }
 
+/// `python3 -m venv --clear VENV`, installing python3 and its venv module
+/// first where we can (Debian/Ubuntu).
 fn create_venv(venv: &Path) -> Result {
     let has_python = run::succeeds("python3", &["--version"]);
     // Debian splits venv's ensurepip (which puts pip in a new virtualenv)

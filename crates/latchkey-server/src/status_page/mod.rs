@@ -13,7 +13,10 @@
 //! and holders could tell a stranger what the cluster guards): it says so
 //! instead, and `latchkey locks` with a user's permissions lists them.
 //! The lock list is this replica's applied state, not a linearizable read,
-//! and stops at [`LOCKS_SHOWN`] locks.
+//! and stops at [`LOCKS_SHOWN`] locks (20 holders each); one answer serves
+//! every caller for half a second. The page names members' addresses and
+//! incarnations even while access control is on, as `/metrics` and
+//! `latchkey status` do.
 
 use serde::Serialize;
 
@@ -48,12 +51,41 @@ struct Status {
     locks_hidden: Option<String>,
 }
 
+/// Most holders listed per lock (a shared lock may have many).
+const HOLDERS_SHOWN: usize = 20;
+/// How long one `/status.json` answers every caller.
+const FRESH_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `/status.json` for `replica`, made at most every [`FRESH_FOR`] however
+/// many pages poll (the lock list is a RocksDB scan), off the async
+/// workers.
+pub(crate) async fn cached_json(replica: std::sync::Arc<Replica>) -> String {
+    let cache = replica.status_cache();
+    let mut cached = cache.lock().await;
+    if let Some((made, json)) = cached.as_ref() {
+        if made.elapsed() < FRESH_FOR {
+            return json.clone();
+        }
+    }
+    let for_task = std::sync::Arc::clone(&replica);
+    let json = tokio::task::spawn_blocking(move || status_json(&for_task))
+        .await
+        .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }).to_string());
+    *cached = Some((std::time::Instant::now(), json.clone()));
+    json
+}
+
 /// `/status.json` for `replica`.
-pub(crate) fn status_json(replica: &Replica) -> String {
+fn status_json(replica: &Replica) -> String {
     let readiness = crate::health::readiness(replica);
     let (locks, locks_more, locks_hidden) = match replica.auth_enabled() {
         Ok(false) => match replica.local_locks(LOCKS_SHOWN) {
-            Ok((locks, more)) => (Some(locks), more, None),
+            Ok((mut locks, more)) => {
+                for lock in &mut locks {
+                    lock.holders.truncate(HOLDERS_SHOWN);
+                }
+                (Some(locks), more, None)
+            }
             Err(e) => (None, false, Some(format!("Cannot list the locks: {e}"))),
         },
         Ok(true) => (
