@@ -54,31 +54,40 @@ fn sample(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// Three nodes with metrics listeners in `dir`, once they know their
+/// leader, and a client of them.
+async fn three_nodes(
+    dir: &std::path::Path,
+) -> Result<(BTreeMap<u64, Node>, u64, Client), Box<dyn std::error::Error>> {
+    let listeners = reserve(3)?;
+    let members = addrs(&listeners)?;
+    let mut nodes = BTreeMap::new();
+    for (id, ports) in listeners {
+        let node = Node::builder(id)
+            .listener(ports.client)
+            .peer_listener(ports.peer)
+            .metrics_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
+            .data_dir(dir.join(format!("node-{id}")))
+            .initial_members(members.iter().cloned())
+            .raft_settings(settings())
+            .cluster_secret(secret())
+            .start()
+            .await?;
+        nodes.insert(id, node);
+    }
+    let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
+    let client = Client::with_options(
+        client_addrs(&nodes),
+        ClientOptions::default().with_request_timeout(Duration::from_secs(10)),
+    )?;
+    Ok((nodes, leader, client))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_readiness_over_http() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let listeners = reserve(3)?;
-        let members = addrs(&listeners)?;
-        let mut nodes = BTreeMap::new();
-        for (id, ports) in listeners {
-            let node = Node::builder(id)
-                .listener(ports.client)
-                .peer_listener(ports.peer)
-                .metrics_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
-                .data_dir(dir.path().join(format!("node-{id}")))
-                .initial_members(members.iter().cloned())
-                .raft_settings(settings())
-                .cluster_secret(secret())
-                .start()
-                .await?;
-            nodes.insert(id, node);
-        }
-        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
-        let client = Client::with_options(
-            client_addrs(&nodes),
-            ClientOptions::default().with_request_timeout(Duration::from_secs(10)),
-        )?;
+        let (mut nodes, leader, client) = three_nodes(dir.path()).await?;
         for i in 0..5 {
             client.put(format!("k{i}"), "v").await?;
         }
@@ -326,27 +335,7 @@ async fn status_page_in_chromium() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         chromium()?;
         let dir = tempfile::tempdir()?;
-        let listeners = reserve(3)?;
-        let members = addrs(&listeners)?;
-        let mut nodes = BTreeMap::new();
-        for (id, ports) in listeners {
-            let node = Node::builder(id)
-                .listener(ports.client)
-                .peer_listener(ports.peer)
-                .metrics_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
-                .data_dir(dir.path().join(format!("node-{id}")))
-                .initial_members(members.iter().cloned())
-                .raft_settings(settings())
-                .cluster_secret(secret())
-                .start()
-                .await?;
-            nodes.insert(id, node);
-        }
-        let leader = nodes[&1].wait_for_leader(Duration::from_secs(30)).await?;
-        let client = Client::with_options(
-            client_addrs(&nodes),
-            ClientOptions::default().with_request_timeout(Duration::from_secs(10)),
-        )?;
+        let (mut nodes, leader, client) = three_nodes(dir.path()).await?;
         let session = client.session(Duration::from_secs(30)).await?;
         let guard = session.lock("jobs/<nightly>").acquire().await?;
         let mut urls = BTreeMap::new();
