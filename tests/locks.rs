@@ -571,6 +571,33 @@ async fn hold_with_cli_as(
     Ok((holder, pid))
 }
 
+/// SIGSTOP the CLI holding `name` for `command`: once `session` is
+/// granted the lock, the command must be gone (the guard killed it by the
+/// lock's end); continued, the CLI finds its lock lost and exits 206.
+async fn stopped_cli_loses(
+    session: &latchkey::Session,
+    name: &str,
+    mut holder: Group,
+    command: i32,
+) -> Result<()> {
+    signal_pid(holder.pid(), libc::SIGSTOP)?;
+    let guard = session
+        .lock(name)
+        .acquire_timeout(Duration::from_secs(60))
+        .await?
+        .context("never granted after the holder stopped")?;
+    let state = proc_state(command);
+    ensure!(
+        matches!(state, None | Some('Z')),
+        "the command still runs ({state:?}) while another holds lock {name}"
+    );
+    signal_pid(holder.pid(), libc::SIGCONT)?;
+    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
+    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
+    guard.release().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_command_never_runs_while_the_cli_is_stopped() {
     let mut c = Cluster::start("lock-job-control", 3, &[])
@@ -587,24 +614,9 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
 
     // 1. SIGSTOP, which the CLI cannot see: the guard kills the command by
     //    the lease's end, before anyone else can be granted the lock.
-    let (mut holder, command) = hold_with_cli(c, "stop", dir.path()).await?;
-    signal_pid(holder.pid(), libc::SIGSTOP)?;
+    let (holder, command) = hold_with_cli(c, "stop", dir.path()).await?;
     let session = client.session(Duration::from_secs(10)).await?;
-    let guard = session
-        .lock("stop")
-        .acquire_timeout(Duration::from_secs(60))
-        .await?
-        .context("never granted after the holder stopped")?;
-    let state = proc_state(command);
-    ensure!(
-        matches!(state, None | Some('Z')),
-        "the command still runs ({state:?}) while another holds the lock"
-    );
-    // Continued, the CLI finds its lock lost: 206.
-    signal_pid(holder.pid(), libc::SIGCONT)?;
-    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
-    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
-    guard.release().await?;
+    stopped_cli_loses(&session, "stop", holder, command).await?;
 
     // 2. SIGTSTP (Ctrl-Z without a terminal): the CLI stops the command
     //    with itself; once continued after the lock passed on, it kills the
@@ -647,7 +659,7 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
 
     // 3. A lock lease shorter than the session: the guard kills by the
     //    lease's end even though the session lives on.
-    let (mut holder, command) = hold_with_cli_as(
+    let (holder, command) = hold_with_cli_as(
         c,
         "lease",
         dir.path(),
@@ -655,21 +667,7 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
         "exec sleep 600",
     )
     .await?;
-    signal_pid(holder.pid(), libc::SIGSTOP)?;
-    let guard = session
-        .lock("lease")
-        .acquire_timeout(Duration::from_secs(60))
-        .await?
-        .context("never granted after the lease")?;
-    let state = proc_state(command);
-    ensure!(
-        matches!(state, None | Some('Z')),
-        "the command still runs ({state:?}) after its lock lease ended"
-    );
-    signal_pid(holder.pid(), libc::SIGCONT)?;
-    let status = tokio::task::spawn_blocking(move || holder.child.wait()).await??;
-    ensure!(status.code() == Some(206), "the CLI exited {status:?}");
-    guard.release().await?;
+    stopped_cli_loses(&session, "lease", holder, command).await?;
 
     // 4. SIGTERM to the CLI reaches the command, which decides: its trap
     //    runs and its exit code comes back.
