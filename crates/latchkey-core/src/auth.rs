@@ -753,9 +753,11 @@ impl<S: Store> Checker<'_, S> {
                 self.need(Lock, Target::LockPrefix(prefix))
             }
             Query::Lock(LockQuery::Session { session }) => return self.owns(*session),
-            Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) => Err(
-                CommandError::invalid("the leader's timer state is not read by users"),
-            ),
+            Query::Lock(
+                LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census,
+            ) => Err(CommandError::invalid(
+                "the leader's timer state and the census are not read by users",
+            )),
             Query::Auth(AuthQuery::Status) => Ok(()),
             Query::Auth(_) => self.need(Admin, Target::Any),
             Query::As { .. } => Err(CommandError::invalid("`As` never nests")),

@@ -205,7 +205,10 @@ fn check_lock_query(query: &LockQuery) -> Result<(), CommandError> {
                 )));
             }
         }
-        LockQuery::Session { .. } | LockQuery::TimerState | LockQuery::SessionTimer { .. } => {}
+        LockQuery::Session { .. }
+        | LockQuery::TimerState
+        | LockQuery::SessionTimer { .. }
+        | LockQuery::Census => {}
     }
     Ok(())
 }

@@ -4,9 +4,9 @@
 use latchkey_core::keyspace::{self, META_LAST_TOKEN, META_NOW};
 use latchkey_core::limits::*;
 use latchkey_core::lock::{
-    Event, HoldEnd, LockCommand, LockDelayTimer, LockInfo, LockMode, LockOutcome, LockQuery,
-    Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret, SessionTimer,
-    TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
+    Event, HoldEnd, LockCensus, LockCommand, LockDelayTimer, LockInfo, LockMode, LockOutcome,
+    LockQuery, Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret,
+    SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
     apply_with_events, query, validate_command, BatchOp, Command, CommandError, CommandResult,
@@ -2320,4 +2320,66 @@ fn waits_granted_after_falling_behind_are_forgotten_first_in_id_order() {
     let oldest_other = *remembered_ids(&c, a).first().expect("remembers some");
     cycle(&mut c);
     assert!(!remembered_ids(&c, a).contains(&oldest_other));
+}
+
+#[test]
+fn the_census_counts_sessions_locks_grants_waiters_and_delays() {
+    let mut c = Cluster::default();
+    let census = |c: &Cluster| match c.ask(LockQuery::Census) {
+        LockOutcome::Census(census) => census,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(census(&c), LockCensus::default());
+    let a = c.open();
+    let b = c.open();
+    let d = c.open();
+    c.grant(acquire(a, 1, 1, "shared", Shared, TRY));
+    c.grant(acquire(b, 1, 1, "shared", Shared, TRY));
+    c.ok(acquire(d, 1, 1, "shared", Exclusive, WAIT));
+    c.grant(acquire_with(
+        a,
+        1,
+        2,
+        "delayed",
+        Exclusive,
+        TRY,
+        None,
+        Some(30_000),
+    ));
+    c.ok(acquire(b, 1, 2, "delayed", Exclusive, WAIT));
+    assert_eq!(
+        census(&c),
+        LockCensus {
+            sessions: 3,
+            locks: 2,
+            held: 2,
+            holds: 3,
+            waiters: 2,
+            delayed: 0,
+        }
+    );
+    // `a` expires: "delayed" enters lock-delay with b still queued, and b
+    // alone holds "shared" ahead of d's exclusive wait.
+    c.ok(LockCommand::ExpireSession { session: a });
+    assert_eq!(
+        census(&c),
+        LockCensus {
+            sessions: 2,
+            locks: 2,
+            held: 1,
+            holds: 1,
+            waiters: 2,
+            delayed: 1,
+        }
+    );
+    c.ok(LockCommand::CloseSession {
+        session: b,
+        secret: secret_of(b),
+    });
+    c.ok(LockCommand::CloseSession {
+        session: d,
+        secret: secret_of(d),
+    });
+    let after = census(&c);
+    assert_eq!((after.sessions, after.holds, after.waiters), (0, 0, 0));
 }

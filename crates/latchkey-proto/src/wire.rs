@@ -375,9 +375,9 @@ fn query_to_wire(query: &Query, stale: bool) -> Result<Req, ReplicaFailure> {
             session: session.0,
             stale,
         }),
-        Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. }) => {
+        Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census) => {
             return Err(invalid(
-                "the timer state is read by the leader itself, not by clients",
+                "the timer state and the census are read by the replica itself, not by clients",
             ))
         }
         Query::Auth(_) | Query::As { .. } => {

@@ -29,16 +29,32 @@
 //! | `latchkey_requests` | counter | `rpc`, `outcome` | gRPC calls answered, by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
-//! | `latchkey_lock_sessions` | gauge | | on the leader: live sessions it counts down (0 elsewhere) |
-//! | `latchkey_storage_wal_syncs` | counter | | write-ahead-log syncs the group-commit flusher did for appended entries |
-//! | `latchkey_storage_wal_sync_seconds` | counter | | time spent in those syncs (divide by the syncs for the mean fsync latency) |
-//! | `latchkey_storage_group_commit_appends` | counter | | appends those syncs made durable (divide by the syncs for the mean group-commit batch) |
-//! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
+//! | `latchkey_lock_sessions` | gauge | | live sessions in the replica's state (every replica; counted when scraped) |
+//! | `latchkey_lock_locks` | gauge | | locks in use in the replica's state: held, waited for or in lock-delay |
+//! | `latchkey_lock_held` | gauge | | locks with at least one holder |
+//! | `latchkey_lock_grants` | gauge | | grants held (a shared lock may have several) |
+//! | `latchkey_lock_waiters` | gauge | | acquires waiting in a lock's queue, cluster-wide (as this replica has applied them) |
+//! | `latchkey_lock_delayed` | gauge | | locks in lock-delay |
 //! | `latchkey_lock_waiting_calls` | gauge | | acquire calls waiting for their grant on this replica |
+//! | `latchkey_lock_acquire_wait_seconds` | histogram | | on the leader: from an acquire's grant back to when it joined the queue (0 for a grant without waiting) |
+//! | `latchkey_lock_hold_seconds` | histogram | `end` | on the leader: from a grant to its end, by how it ended (`released`, `session_closed`, `session_expired`, `lease_expired`) |
+//! | `latchkey_lock_keepalive_margin_seconds` | histogram | | on the leader: how much of its session's TTL was left when a keep-alive arrived (near 0: clients about to lose their sessions) |
+//! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync of the group-commit flusher (the fsync latency) |
+//! | `latchkey_storage_group_commit_batch` | histogram | | appends each of those syncs made durable (the group-commit batch size) |
+//! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
+//! | `latchkey_raft_snapshot_seconds` | histogram | `op` | snapshots built (`build`) or installed from the leader (`install`), by time taken |
+//! | `latchkey_raft_snapshot_bytes` | histogram | `op` | the same snapshots, by size |
 //! | `latchkey_tls_handshake_failures` | counter | | TLS handshakes refused or timed out since this replica started (whole process) |
 //! | `latchkey_connections_refused` | counter | | connections closed on accept by the connection caps since this replica started (whole process) |
 //!
 //! Counters carry the `_total` suffix in the output, as OpenMetrics wants.
+//! The lock gauges (`latchkey_lock_sessions` to `latchkey_lock_delayed`)
+//! count the replica's own state when scraped (a scan of its sessions and
+//! locks, off the async workers): every replica reports the same figures
+//! once it has applied the same entries. The three lock histograms are the
+//! leader's: it times grants, holds and keep-alives on its own monotonic
+//! clock from when it became leader, so a hold or wait that began under an
+//! earlier leader is not observed, and each new leader starts them afresh.
 //! The two "whole process" counters count every listener of the process:
 //! with several replicas in one process, each reports the same events, so
 //! do not sum them across replicas of one process. `acquire`'s duration
@@ -110,12 +126,76 @@ struct KindLabel {
     kind: String,
 }
 
-type LatencyFamily = Family<RpcLabel, Histogram, fn() -> Histogram>;
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: &'static str,
+}
 
-fn latency_histogram() -> Histogram {
-    // 50 µs to ~105 s, doubling (an acquire may wait in its queue).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndLabel {
+    end: &'static str,
+}
+
+type OpFamily = Family<OpLabel, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    // 50 µs to ~105 s, doubling.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
 }
+
+fn bytes_histogram() -> Histogram {
+    // 1 KiB to 16 GiB, by fours.
+    Histogram::new(exponential_buckets(1024.0, 4.0, 13))
+}
+
+/// The storage layer's figures, fed by `latchkey_storage` as it works
+/// (see [`latchkey_storage::StorageObserver`]).
+#[derive(Clone)]
+struct StorageFigures {
+    wal_sync: Histogram,
+    batch: Histogram,
+    snapshot_seconds: OpFamily,
+    snapshot_bytes: OpFamily,
+}
+
+impl latchkey_storage::StorageObserver for StorageFigures {
+    fn wal_synced(&self, took: Duration, appends: usize) {
+        self.wal_sync.observe(took.as_secs_f64());
+        self.batch.observe(appends as f64);
+    }
+
+    fn snapshot_built(&self, took: Duration, bytes: usize) {
+        self.snapshot("build", took, bytes);
+    }
+
+    fn snapshot_installed(&self, took: Duration, bytes: usize) {
+        self.snapshot("install", took, bytes);
+    }
+}
+
+impl StorageFigures {
+    fn snapshot(&self, op: &'static str, took: Duration, bytes: usize) {
+        self.snapshot_seconds
+            .get_or_create(&OpLabel { op })
+            .observe(took.as_secs_f64());
+        self.snapshot_bytes
+            .get_or_create(&OpLabel { op })
+            .observe(bytes as f64);
+    }
+}
+
+/// The gauges of the replica's lock census (`LockQuery::Census`).
+#[derive(Default)]
+struct CensusGauges {
+    sessions: Gauge,
+    locks: Gauge,
+    held: Gauge,
+    grants: Gauge,
+    waiters: Gauge,
+    delayed: Gauge,
+}
+
+type LatencyFamily = Family<RpcLabel, Histogram, fn() -> Histogram>;
 
 /// Most connections the metrics listener holds open at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -136,15 +216,16 @@ pub struct Metrics {
     voters: Gauge,
     members: Gauge,
     matched: Family<MemberLabel, Gauge>,
-    sessions: Gauge,
+    census: CensusGauges,
     waiting: Gauge,
+    acquire_wait: Histogram,
+    hold: Family<EndLabel, Histogram, fn() -> Histogram>,
+    keepalive_margin: Histogram,
     leader_changes: Counter,
     condition: Family<ConditionLabel, Gauge>,
     tls_failures: Counter,
     refused: Counter,
-    wal_syncs: Counter,
-    wal_sync_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
-    appends: Counter,
+    storage: StorageFigures,
     sst_bytes: Gauge,
     /// What the process-wide counters were at the last scrape (so each
     /// scrape adds only what is new).
@@ -153,9 +234,6 @@ pub struct Metrics {
 
 #[derive(Default)]
 struct Seen {
-    wal_syncs: u64,
-    wal_sync_seconds: f64,
-    appends: u64,
     tls_failures: u64,
     refused: u64,
 }
@@ -173,7 +251,7 @@ pub(crate) static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
-        let latency: LatencyFamily = Family::new_with_constructor(latency_histogram);
+        let latency: LatencyFamily = Family::new_with_constructor(seconds_histogram);
         let expiries = Family::<KindLabel, Counter>::default();
         let state = Family::<StateLabel, Gauge>::default();
         let matched = Family::<MemberLabel, Gauge>::default();
@@ -192,21 +270,25 @@ impl Metrics {
             voters: Gauge::default(),
             members: Gauge::default(),
             matched,
-            sessions: Gauge::default(),
+            census: CensusGauges::default(),
             waiting: Gauge::default(),
+            acquire_wait: seconds_histogram(),
+            hold: Family::new_with_constructor(seconds_histogram),
+            keepalive_margin: seconds_histogram(),
             leader_changes: Counter::default(),
             condition,
             tls_failures: Counter::default(),
             refused: Counter::default(),
-            wal_syncs: Counter::default(),
-            wal_sync_seconds: Counter::default(),
-            appends: Counter::default(),
+            storage: StorageFigures {
+                wal_sync: seconds_histogram(),
+                // 1 to 4096 appends, doubling.
+                batch: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
+                snapshot_seconds: Family::new_with_constructor(seconds_histogram),
+                snapshot_bytes: Family::new_with_constructor(bytes_histogram),
+            },
             sst_bytes: Gauge::default(),
             // Counted from this replica's start on, not the process's.
             seen: Mutex::new(Seen {
-                wal_syncs: 0,
-                wal_sync_seconds: 0.0,
-                appends: 0,
                 tls_failures: crate::tls_accept::tls_handshake_failures(),
                 refused: CONNECTIONS_REFUSED.load(Ordering::Relaxed),
             }),
@@ -259,10 +341,35 @@ impl Metrics {
             "On the leader: the last index known replicated to each member",
             m.matched.clone(),
         );
+        let c = &m.census;
+        for (name, help, gauge) in [
+            ("latchkey_lock_sessions", "Live sessions", &c.sessions),
+            ("latchkey_lock_locks", "Locks in use", &c.locks),
+            ("latchkey_lock_held", "Locks with a holder", &c.held),
+            ("latchkey_lock_grants", "Grants held", &c.grants),
+            (
+                "latchkey_lock_waiters",
+                "Acquires waiting in a queue",
+                &c.waiters,
+            ),
+            ("latchkey_lock_delayed", "Locks in lock-delay", &c.delayed),
+        ] {
+            r.register(name, help, gauge.clone());
+        }
         r.register(
-            "latchkey_lock_sessions",
-            "On the leader: live sessions it counts down (0 elsewhere)",
-            m.sessions.clone(),
+            "latchkey_lock_acquire_wait_seconds",
+            "On the leader: how long each grant waited in its lock's queue",
+            m.acquire_wait.clone(),
+        );
+        r.register(
+            "latchkey_lock_hold_seconds",
+            "On the leader: how long each grant was held, by how it ended",
+            m.hold.clone(),
+        );
+        r.register(
+            "latchkey_lock_keepalive_margin_seconds",
+            "On the leader: the session TTL left when a keep-alive arrived",
+            m.keepalive_margin.clone(),
         );
         r.register(
             "latchkey_lock_waiting_calls",
@@ -270,19 +377,24 @@ impl Metrics {
             m.waiting.clone(),
         );
         r.register(
-            "latchkey_storage_wal_syncs",
-            "Write-ahead-log syncs for appended entries",
-            m.wal_syncs.clone(),
-        );
-        r.register(
             "latchkey_storage_wal_sync_seconds",
-            "Time spent in write-ahead-log syncs",
-            m.wal_sync_seconds.clone(),
+            "Each write-ahead-log sync for appended entries",
+            m.storage.wal_sync.clone(),
         );
         r.register(
-            "latchkey_storage_group_commit_appends",
-            "Appends made durable by write-ahead-log syncs",
-            m.appends.clone(),
+            "latchkey_storage_group_commit_batch",
+            "Appends each write-ahead-log sync made durable",
+            m.storage.batch.clone(),
+        );
+        r.register(
+            "latchkey_raft_snapshot_seconds",
+            "Snapshots built or installed, by time taken",
+            m.storage.snapshot_seconds.clone(),
+        );
+        r.register(
+            "latchkey_raft_snapshot_bytes",
+            "Snapshots built or installed, by size",
+            m.storage.snapshot_bytes.clone(),
         );
         r.register(
             "latchkey_storage_sst_bytes",
@@ -343,6 +455,29 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// What `latchkey_storage` reports to (see [`StorageFigures`]).
+    pub(crate) fn storage_observer(&self) -> Arc<dyn latchkey_storage::StorageObserver> {
+        Arc::new(self.storage.clone())
+    }
+
+    /// A grant the leader saw, `waited` after its acquire joined the queue.
+    pub(crate) fn grant_waited(&self, waited: Duration) {
+        self.acquire_wait.observe(waited.as_secs_f64());
+    }
+
+    /// A hold the leader saw end (`end`: see the module docs) after `held`.
+    pub(crate) fn hold_ended(&self, end: &'static str, held: Duration) {
+        self.hold
+            .get_or_create(&EndLabel { end })
+            .observe(held.as_secs_f64());
+    }
+
+    /// A keep-alive reached the leader with `margin` of its session's TTL
+    /// left.
+    pub(crate) fn keep_alive_margin(&self, margin: Duration) {
+        self.keepalive_margin.observe(margin.as_secs_f64());
+    }
+
     /// Count one expiry command the leader proposed.
     pub(crate) fn expiry(&self, kind: &str) {
         self.expiries
@@ -377,10 +512,16 @@ impl Metrics {
         let membership = m.membership_config.membership();
         gauge(&self.voters, membership.voter_ids().count() as u64);
         gauge(&self.members, membership.nodes().count() as u64);
-        gauge(
-            &self.sessions,
-            replica.locks().counted_sessions().unwrap_or(0),
-        );
+        // Left as they were if the state cannot be read (shut down).
+        if let Ok(c) = replica.lock_census() {
+            let g = &self.census;
+            gauge(&g.sessions, c.sessions);
+            gauge(&g.locks, c.locks);
+            gauge(&g.held, c.held);
+            gauge(&g.grants, c.holds);
+            gauge(&g.waiters, c.waiters);
+            gauge(&g.delayed, c.delayed);
+        }
         gauge(&self.waiting, replica.locks().waiters.len() as u64);
         self.matched.clear();
         if let Some(replication) = &m.replication {
@@ -405,19 +546,6 @@ impl Metrics {
                 })
                 .set(i64::from(c == condition));
         }
-        let sync = replica.sync_stats();
-        self.wal_syncs
-            .inc_by(sync.syncs().saturating_sub(seen.wal_syncs));
-        seen.wal_syncs = sync.syncs();
-        let seconds = sync.sync_seconds();
-        if seconds > seen.wal_sync_seconds {
-            self.wal_sync_seconds
-                .inc_by(seconds - seen.wal_sync_seconds);
-            seen.wal_sync_seconds = seconds;
-        }
-        self.appends
-            .inc_by(sync.appends().saturating_sub(seen.appends));
-        seen.appends = sync.appends();
         gauge(&self.sst_bytes, replica.disk_bytes());
         let tls = crate::tls_accept::tls_handshake_failures();
         self.tls_failures
@@ -460,7 +588,9 @@ impl std::fmt::Debug for MetricsHandle {
 }
 
 impl MetricsHandle {
-    /// Every metric in the OpenMetrics text format, up to date.
+    /// Every metric in the OpenMetrics text format, up to date. It scans
+    /// the replica's sessions and locks (the lock gauges): call it off the
+    /// async workers (`spawn_blocking`) when there may be many.
     ///
     /// ```no_run
     /// # async fn demo(server: latchkey_server::Server) {
@@ -600,7 +730,12 @@ pub(crate) fn serve(
             "/metrics",
             get(move || {
                 let handle = handle.clone();
-                async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], handle.render()) }
+                async move {
+                    let text = tokio::task::spawn_blocking(move || handle.render())
+                        .await
+                        .unwrap_or_else(|e| format!("# the metrics could not be gathered: {e}\n"));
+                    ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
+                }
             }),
         )
         .route(

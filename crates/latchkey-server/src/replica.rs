@@ -39,8 +39,6 @@ pub struct Replica {
     restore_seed: u64,
     /// Held while a backup is taken (one at a time).
     backups: tokio::sync::Mutex<()>,
-    /// The log flusher's figures (for metrics).
-    sync_stats: std::sync::Arc<latchkey_storage::SyncStats>,
     /// The status page's last answer (`crate::status_page`).
     status_cache: StatusCache,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
@@ -80,7 +78,7 @@ impl Replica {
         locks: LockShared,
         certificate_users: bool,
         restore_seed: u64,
-        sync_stats: std::sync::Arc<latchkey_storage::SyncStats>,
+        metrics: crate::metrics::Metrics,
     ) -> Self {
         let writes = WriteQueue::start(raft.clone(), write_timeout);
         let reads = ReadGate::start(raft.clone());
@@ -89,12 +87,11 @@ impl Replica {
             incarnation,
             restore_seed,
             backups: tokio::sync::Mutex::new(()),
-            sync_stats,
             status_cache: StatusCache::default(),
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
             raft,
             health: Health::new(),
             peers,
@@ -124,11 +121,6 @@ impl Replica {
     /// The status page's last answer and when it was made.
     pub(crate) fn status_cache(&self) -> &StatusCache {
         &self.status_cache
-    }
-
-    /// The log flusher's figures.
-    pub(crate) fn sync_stats(&self) -> &latchkey_storage::SyncStats {
-        &self.sync_stats
     }
 
     /// Bytes of the live SST files (0 once shut down).
@@ -294,7 +286,6 @@ impl Replica {
         self.propose(command, Origin::Client).await
     }
 
-    /// Whether access control is enabled, as this replica has applied it.
     /// The first `limit` locks in use, from this replica's applied state
     /// (not linearizable), and whether there are more.
     pub(crate) fn local_locks(&self, limit: u32) -> Result<(Vec<LockInfo>, bool), ReplicaFailure> {
@@ -311,6 +302,19 @@ impl Replica {
         }
     }
 
+    /// The counts of sessions, locks, grants and waiters in this replica's
+    /// applied state (a scan of every session and lock: call it off the
+    /// async workers).
+    pub(crate) fn lock_census(&self) -> Result<latchkey_core::lock::LockCensus, ReplicaFailure> {
+        match self.local_query(&Query::Lock(LockQuery::Census))? {
+            Ok(Outcome::Lock(LockOutcome::Census(census))) => Ok(census),
+            other => Err(ReplicaFailure::Unavailable(format!(
+                "unexpected lock census answer: {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether access control is enabled, as this replica has applied it.
     pub(crate) fn auth_enabled(&self) -> Result<bool, ReplicaFailure> {
         match self.local_query(&Query::Auth(AuthQuery::Status))? {
             Ok(Outcome::Auth(AuthOutcome::Status(enabled))) => Ok(enabled),
@@ -462,7 +466,9 @@ impl Replica {
         // The leader's own reads: they carry session secrets (and password
         // hashes). The replica reads them with `local_query`; no caller,
         // in-process or remote, may.
-        if let Query::Lock(LockQuery::TimerState | LockQuery::SessionTimer { .. })
+        if let Query::Lock(
+            LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census,
+        )
         | Query::Auth(AuthQuery::Credentials { .. })
         | Query::As { .. } = &query
         {

@@ -349,7 +349,8 @@ impl ServerBuilder {
                 .map_err(|e| NodeError::Storage(e.to_string()))?;
         }
         let incarnation = log_store.incarnation();
-        let sync_stats = log_store.sync_stats();
+        let metrics = crate::metrics::Metrics::new();
+        log_store.observe(metrics.storage_observer());
         let sentinel = log_store.mark_path();
         // Always capped: the cap is a no-op unless the leader acknowledged
         // its own appends before syncing them.
@@ -395,7 +396,7 @@ impl ServerBuilder {
                 .as_ref()
                 .is_some_and(ServerTls::names_certificate_users),
             restore_seed,
-            sync_stats,
+            metrics,
         ));
         let (lock_stop, lock_stop_rx) = oneshot::channel::<()>();
         let lock_task = tokio::spawn(crate::locks::run(

@@ -15,7 +15,6 @@
 //! see [`crate::durable`]) is queued without one, only to be made durable.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -27,34 +26,8 @@ use tokio::sync::watch;
 use crate::ack_mark::AckMark;
 use crate::durable::DurableState;
 use crate::log_store::lock_mark;
+use crate::observe::Observed;
 use crate::types::{LogId, TypeConfig};
-
-/// What the flusher has done, for metrics: WAL syncs, the time they took,
-/// and the appends they made durable (their ratio is the mean group-commit
-/// batch). Shared with [`crate::LogStore::sync_stats`].
-#[derive(Debug, Default)]
-pub struct SyncStats {
-    syncs: AtomicU64,
-    sync_nanos: AtomicU64,
-    appends: AtomicU64,
-}
-
-impl SyncStats {
-    /// WAL syncs done for appends.
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
-    }
-
-    /// Seconds spent in those syncs, in total.
-    pub fn sync_seconds(&self) -> f64 {
-        self.sync_nanos.load(Ordering::Relaxed) as f64 / 1e9
-    }
-
-    /// Appends those syncs made durable, in total.
-    pub fn appends(&self) -> u64 {
-        self.appends.load(Ordering::Relaxed)
-    }
-}
 
 /// One append waiting for the next sync.
 pub(crate) struct Pending {
@@ -72,7 +45,7 @@ pub(crate) struct Pending {
 pub(crate) struct GroupCommit {
     queue: Option<Sender<Pending>>,
     thread: Option<JoinHandle<()>>,
-    stats: Arc<SyncStats>,
+    observed: Arc<Observed>,
 }
 
 impl GroupCommit {
@@ -82,17 +55,17 @@ impl GroupCommit {
         db: Arc<DB>,
         durable: Arc<watch::Sender<DurableState>>,
         mark: Arc<Mutex<AckMark>>,
+        observed: Arc<Observed>,
     ) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel();
-        let stats = Arc::new(SyncStats::default());
-        let counter = Arc::clone(&stats);
+        let counter = Arc::clone(&observed);
         let thread = std::thread::Builder::new()
             .name("latchkey-log-flush".into())
             .spawn(move || run(&db, &rx, &counter, &durable, &mark))?;
         Ok(GroupCommit {
             queue: Some(tx),
             thread: Some(thread),
-            stats,
+            observed,
         })
     }
 
@@ -114,9 +87,9 @@ impl GroupCommit {
         })
     }
 
-    /// What the flusher has done so far.
-    pub(crate) fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
+    /// Where the flusher reports its syncs.
+    pub(crate) fn observed(&self) -> &Observed {
+        &self.observed
     }
 }
 
@@ -147,7 +120,7 @@ fn mark_durable(d: &mut DurableState, batch: &[Pending]) -> bool {
 fn run(
     db: &DB,
     queue: &Receiver<Pending>,
-    stats: &SyncStats,
+    observed: &Observed,
     durable: &watch::Sender<DurableState>,
     mark: &Mutex<AckMark>,
 ) {
@@ -187,14 +160,7 @@ fn run(
                 durable.send_if_modified(|d| mark_durable(d, &batch));
                 Ok(())
             });
-        stats.syncs.fetch_add(1, Ordering::Relaxed);
-        stats.sync_nanos.fetch_add(
-            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        stats
-            .appends
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        observed.wal_synced(started.elapsed(), batch.len());
         tracing::trace!(appends = batch.len(), "log group commit");
         match result {
             Ok(()) => {

@@ -124,7 +124,11 @@ pub struct LogReader {
 impl LogStore {
     /// The log store over `db`, whose recovered state was checked against
     /// `mark` (see [`crate::open`]).
-    pub(crate) fn new(db: Arc<DB>, mark: AckMark) -> Result<Self, StorageError> {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        mark: AckMark,
+        observed: Arc<crate::observe::Observed>,
+    ) -> Result<Self, StorageError> {
         // What RocksDB recovered may sit unsynced in the page cache (after a
         // process crash): make it durable before reporting any of it so.
         db.flush_wal(true)?;
@@ -135,8 +139,13 @@ impl LogStore {
         }));
         let incarnation = mark.incarnation();
         let mark = Arc::new(Mutex::new(mark));
-        let flusher = GroupCommit::start(Arc::clone(&db), Arc::clone(&durable), Arc::clone(&mark))
-            .map_err(StorageError::Flusher)?;
+        let flusher = GroupCommit::start(
+            Arc::clone(&db),
+            Arc::clone(&durable),
+            Arc::clone(&mark),
+            observed,
+        )
+        .map_err(StorageError::Flusher)?;
         Ok(LogStore {
             db,
             flusher: Arc::new(flusher),
@@ -223,13 +232,15 @@ impl LogStore {
     /// How many WAL syncs the group-commit flusher has done for appends.
     /// At most one per `append`, and fewer when appends arrive together.
     pub fn fsync_count(&self) -> u64 {
-        self.flusher.stats().syncs()
+        self.flusher.observed().syncs()
     }
 
-    /// The flusher's figures (syncs, their time, the appends they covered),
-    /// live: a handle that outlives this store's move into openraft.
-    pub fn sync_stats(&self) -> std::sync::Arc<crate::SyncStats> {
-        self.flusher.stats()
+    /// Report this store's WAL syncs, and its state machine's snapshot
+    /// builds and installs, to `observer` from now on. Set once: `false`
+    /// (and `observer` unused) if an observer was set already. Call it
+    /// before handing the store to openraft to miss nothing.
+    pub fn observe(&self, observer: Arc<dyn crate::StorageObserver>) -> bool {
+        self.flusher.observed().set(observer)
     }
 }
 

@@ -152,7 +152,8 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         "opened latchkey storage"
     );
     let db = Arc::new(db);
-    let log = LogStore::new(Arc::clone(&db), mark)?;
-    let sm = StateMachine::new(db, file, state, options.sync_apply, log.durable());
+    let observed = Arc::new(crate::observe::Observed::default());
+    let log = LogStore::new(Arc::clone(&db), mark, Arc::clone(&observed))?;
+    let sm = StateMachine::new(db, file, state, options.sync_apply, log.durable(), observed);
     Ok((log, sm))
 }

@@ -20,6 +20,7 @@ use crate::types::{SnapshotMeta, TypeConfig};
 pub struct SnapshotBuilder {
     pub(crate) db: Arc<DB>,
     pub(crate) file: Arc<SnapshotFile>,
+    pub(crate) observed: Arc<crate::observe::Observed>,
 }
 
 fn write_err(e: impl std::error::Error + 'static) -> RaftStorageError {
@@ -83,6 +84,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
         let db = Arc::clone(&self.db);
         let file = Arc::clone(&self.file);
-        blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await
+        let started = std::time::Instant::now();
+        let built = blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await?;
+        self.observed
+            .snapshot_built(started.elapsed(), built.snapshot.get_ref().len());
+        Ok(built)
     }
 }

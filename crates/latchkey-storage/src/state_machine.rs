@@ -48,6 +48,8 @@ pub struct StateMachine {
     /// The apply gate: entries the leader acknowledged before syncing them
     /// are applied only once synced (see [`crate::durable`]).
     durable: DurableLog,
+    /// Where snapshot builds and installs are reported.
+    observed: Arc<crate::observe::Observed>,
 }
 
 impl StateMachine {
@@ -57,6 +59,7 @@ impl StateMachine {
         state: AppliedState,
         sync_apply: bool,
         durable: DurableLog,
+        observed: Arc<crate::observe::Observed>,
     ) -> Self {
         let applied = Arc::new(AppliedIndex::default());
         applied.set(state.last_index());
@@ -68,6 +71,7 @@ impl StateMachine {
             sync_apply,
             changes: None,
             durable,
+            observed,
         }
     }
 
@@ -256,6 +260,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             db: Arc::clone(&self.db),
             file: Arc::clone(&self.file),
+            observed: Arc::clone(&self.observed),
         }
     }
 
@@ -270,6 +275,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), RaftStorageError> {
         tracing::info!(%meta, "installing snapshot");
         let blob = snapshot.into_inner();
+        let (started, bytes) = (std::time::Instant::now(), blob.len());
         let db = Arc::clone(&self.db);
         let file = Arc::clone(&self.file);
         let owned_meta = meta.clone();
@@ -277,6 +283,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             install(&db, &file, &owned_meta, &blob)
         })
         .await?;
+        self.observed.snapshot_installed(started.elapsed(), bytes);
         self.state = state;
         self.applied.set(self.state.last_index());
         self.publish(vec![StateChange::SnapshotInstalled {

@@ -54,6 +54,23 @@ fn sample(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// Poll `check` every 100 ms until it returns `Some`, for up to 30 s.
+async fn eventually<T>(
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<Option<T>, Box<dyn std::error::Error>>,
+) -> Result<T, Box<dyn std::error::Error>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{what}: not seen within 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Three nodes with metrics listeners in `dir`, once they know their
 /// leader, and a client of them.
 async fn three_nodes(
@@ -88,9 +105,56 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (mut nodes, leader, client) = three_nodes(dir.path()).await?;
-        for i in 0..5 {
+        // Past `snapshot_every` (50): every replica builds a snapshot.
+        for i in 0..60 {
             client.put(format!("k{i}"), "v").await?;
         }
+        // Locks: `a` holds `m`, `b` waits for it in the queue.
+        let a = client.session(Duration::from_secs(3)).await?;
+        let b = client.session(Duration::from_secs(3)).await?;
+        let held = a.lock("m").acquire().await?;
+        let waiter = tokio::spawn(async move {
+            let granted = b.lock("m").acquire().await;
+            (b, granted)
+        });
+        // Every replica counts its own state the same way.
+        for (id, node) in &nodes {
+            let addr = node.metrics_addr().ok_or("no metrics listener")?;
+            let want = [
+                ("latchkey_lock_sessions", 2.0),
+                ("latchkey_lock_locks", 1.0),
+                ("latchkey_lock_held", 1.0),
+                ("latchkey_lock_grants", 1.0),
+                ("latchkey_lock_waiters", 1.0),
+                ("latchkey_lock_delayed", 0.0),
+            ];
+            eventually(&format!("node {id}'s lock census"), async || {
+                let (_, text) = http_get(addr, "/metrics").await?;
+                Ok(want
+                    .iter()
+                    .all(|(name, v)| sample(&text, name) == Some(*v))
+                    .then_some(()))
+            })
+            .await?;
+        }
+        // The watchdog keeps the sessions alive (a third of the TTL).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        held.release().await?;
+        let (b, granted) = waiter.await?;
+        granted?.release().await?;
+        b.close().await?;
+        a.close().await?;
+        let leader_addr = nodes[&leader].metrics_addr().ok_or("no metrics listener")?;
+        eventually("the leader's lock histograms", async || {
+            let (_, text) = http_get(leader_addr, "/metrics").await?;
+            let count = |name: &str| sample(&text, name).unwrap_or(0.0);
+            Ok((count("latchkey_lock_acquire_wait_seconds_count") >= 2.0
+                && count("latchkey_lock_hold_seconds_count{end=\"released\"}") >= 2.0
+                && count("latchkey_lock_keepalive_margin_seconds_count") >= 1.0
+                && sample(&text, "latchkey_lock_sessions") == Some(0.0))
+            .then_some(()))
+        })
+        .await?;
         // A refused call, counted by its error's kind: an empty key sent
         // straight to the leader (the client would refuse it itself).
         let mut kv = latchkey_proto::v1::kv_client::KvClient::new(latchkey_proto::channel(
@@ -173,12 +237,11 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             );
             // Storage: every replica synced its log for the puts, each sync
             // covering at least one append.
-            let syncs = sample(&text, "latchkey_storage_wal_syncs_total").unwrap_or(0.0);
-            let appends =
-                sample(&text, "latchkey_storage_group_commit_appends_total").unwrap_or(0.0);
+            let syncs = sample(&text, "latchkey_storage_wal_sync_seconds_count").unwrap_or(0.0);
+            let appends = sample(&text, "latchkey_storage_group_commit_batch_sum").unwrap_or(0.0);
             assert!(syncs >= 1.0 && appends >= syncs, "node {id}: {text}");
             assert!(
-                sample(&text, "latchkey_storage_wal_sync_seconds_total").is_some_and(|s| s > 0.0),
+                sample(&text, "latchkey_storage_wal_sync_seconds_sum").is_some_and(|s| s > 0.0),
                 "node {id}: {text}"
             );
             assert!(
@@ -187,6 +250,16 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             );
             // The same text, for an application that serves it itself.
             assert!(node.metrics().render().contains("latchkey_raft_term "));
+
+            // Past `snapshot_every`, each replica built a snapshot.
+            eventually(&format!("node {id}'s snapshot"), async || {
+                let (_, text) = http_get(addr, "/metrics").await?;
+                let built = |name: &str| sample(&text, name).is_some_and(|v| v > 0.0);
+                Ok((built("latchkey_raft_snapshot_seconds_count{op=\"build\"}")
+                    && built("latchkey_raft_snapshot_bytes_sum{op=\"build\"}"))
+                .then_some(()))
+            })
+            .await?;
 
             assert_eq!(http_get(addr, "/healthz").await?.0, 200, "node {id}");
             assert_eq!(http_get(addr, "/readyz").await?.0, 200, "node {id}");

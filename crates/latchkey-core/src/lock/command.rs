@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionSecret, SessionTimer, TimerState,
-    Token,
+    LockCensus, LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionSecret, SessionTimer,
+    TimerState, Token,
 };
 use crate::command::{BatchOp, Condition};
 
@@ -240,6 +240,11 @@ pub enum LockQuery {
         /// The session to look up.
         session: SessionId,
     },
+    /// How many sessions, locks, grants and waiters the state holds, for
+    /// the replica's metrics. Returns [`LockOutcome::Census`]. Read by the
+    /// replica itself (it scans every session and lock), never sent
+    /// anywhere.
+    Census,
 }
 
 /// The successful result of a [`LockCommand`] or [`LockQuery`].
@@ -327,6 +332,8 @@ pub enum LockOutcome {
     Timers(TimerState),
     /// A live session with its secret, or `None`.
     SessionTimer(Option<SessionTimer>),
+    /// The counts of [`LockQuery::Census`].
+    Census(LockCensus),
 }
 
 /// What a [`LockCommand::CancelWait`] found.

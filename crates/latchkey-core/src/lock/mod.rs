@@ -243,8 +243,8 @@ pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
 pub use fence::Token;
 pub use mode::LockMode;
 pub use query::{
-    HolderInfo, LeaseTimer, LockDelayTimer, LockInfo, SessionInfo, SessionTimer, TimerState,
-    WaitTimer,
+    HolderInfo, LeaseTimer, LockCensus, LockDelayTimer, LockInfo, SessionInfo, SessionTimer,
+    TimerState, WaitTimer,
 };
 pub use sequencer::{Sequencer, SequencerParseError};
 pub use session::{SessionId, SessionSecret};

@@ -146,6 +146,7 @@ pub(crate) fn query<S: Store>(store: &S, q: &LockQuery) -> Result<CommandResult,
             }))
         }
         LockQuery::TimerState => LockOutcome::Timers(timer_state(store)?),
+        LockQuery::Census => LockOutcome::Census(census(store)?),
         LockQuery::SessionTimer { session } => {
             LockOutcome::SessionTimer(session::load(store, *session)?.map(|r| SessionTimer {
                 session: *session,
@@ -219,6 +220,39 @@ fn locks<S: Store>(
         out.push(lock_info(lock_name(&key)?, &rec));
     }
     Ok(LockOutcome::Locks { locks: out, more })
+}
+
+/// What a replica's state holds, counted (see [`LockQuery::Census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockCensus {
+    /// Live sessions.
+    pub sessions: u64,
+    /// Locks in use: held, waited for, or in lock-delay.
+    pub locks: u64,
+    /// Locks with at least one holder.
+    pub held: u64,
+    /// Grants held (a shared lock may have several).
+    pub holds: u64,
+    /// Acquires waiting in a queue.
+    pub waiters: u64,
+    /// Locks in lock-delay.
+    pub delayed: u64,
+}
+
+fn census<S: Store>(store: &S) -> Result<LockCensus, StoreError> {
+    let mut c = LockCensus {
+        sessions: record::scan_prefix(store, &[SESSION])?.len() as u64,
+        ..LockCensus::default()
+    };
+    for (key, value) in record::scan_prefix(store, &[LOCK])? {
+        let rec = decode_lock(&key, &value)?;
+        c.locks += 1;
+        c.held += u64::from(!rec.holders.is_empty());
+        c.holds += rec.holders.len() as u64;
+        c.waiters += rec.queue.len() as u64;
+        c.delayed += u64::from(rec.delay.is_some());
+    }
+    Ok(c)
 }
 
 fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {

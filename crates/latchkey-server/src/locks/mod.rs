@@ -55,7 +55,7 @@ use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::replica::Replica;
-pub(crate) use timers::{KeptAlive, TimerKey, Timers};
+pub(crate) use timers::{KeptAlive, Observation, TimerKey, Timers};
 pub(crate) use waiters::{WaitOutcome, Waiters};
 
 /// A keep-alive waiting for the lock task.
@@ -70,9 +70,6 @@ pub(crate) struct KeepAlive {
 pub(crate) struct LockShared {
     pub(crate) waiters: Waiters,
     keep_alives: mpsc::UnboundedSender<KeepAlive>,
-    /// 1 + the live sessions the lock task counts down while it leads; 0
-    /// otherwise (see [`LockShared::counted_sessions`]).
-    counted: std::sync::atomic::AtomicU64,
 }
 
 impl LockShared {
@@ -83,18 +80,9 @@ impl LockShared {
             LockShared {
                 waiters: Waiters::default(),
                 keep_alives: tx,
-                counted: std::sync::atomic::AtomicU64::new(0),
             },
             rx,
         )
-    }
-
-    /// The live sessions this replica counts down, while it leads and has
-    /// its timer table; `None` otherwise.
-    pub(crate) fn counted_sessions(&self) -> Option<u64> {
-        self.counted
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .checked_sub(1)
     }
 
     /// Hand a keep-alive to the lock task; `false` if it has stopped.
@@ -205,14 +193,6 @@ pub(crate) async fn run(
             },
             _ = sleep, if next.is_some() => task.fire_due(),
         }
-        let counted = match task.role {
-            Role::Leader { .. } => task.timers.session_count() as u64 + 1,
-            _ => 0,
-        };
-        task.replica
-            .locks()
-            .counted
-            .store(counted, std::sync::atomic::Ordering::Relaxed);
     }
     tracing::debug!("lock task stopped");
 }
@@ -243,7 +223,15 @@ impl Task {
                         self.expiring.remove(session);
                     }
                     match &mut self.role {
-                        Role::Leader { .. } => self.timers.apply(&event, now),
+                        Role::Leader { .. } => match self.timers.apply(&event, now, true) {
+                            Some(Observation::Granted { waited }) => {
+                                self.replica.metrics().grant_waited(waited);
+                            }
+                            Some(Observation::HoldEnded { end, held }) => {
+                                self.replica.metrics().hold_ended(end, held);
+                            }
+                            None => {}
+                        },
                         Role::Building { events, .. } => events.push(event),
                         Role::Follower => {}
                     }
@@ -402,7 +390,7 @@ impl Task {
         let now = Instant::now();
         self.timers.restart(&state, now);
         for e in &events {
-            self.timers.apply(e, now);
+            self.timers.apply(e, now, false);
         }
         tracing::info!(
             term,
@@ -429,7 +417,10 @@ impl Task {
                     return;
                 }
                 let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
-                    KeptAlive::Extended(ttl) => ttl,
+                    KeptAlive::Extended { ttl, margin } => {
+                        self.replica.metrics().keep_alive_margin(margin);
+                        ttl
+                    }
                     KeptAlive::WrongSecret => {
                         let _ = ka.reply.send(wrong_secret(ka.session));
                         return;

@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use latchkey_core::lock::{LockCommand, SessionId, SessionSecret, TimerState, Token};
+use latchkey_core::lock::{
+    HoldEnd, LockCommand, SessionEnd, SessionId, SessionSecret, TimerState, Token,
+};
 use latchkey_core::Event;
 
 /// What a countdown expires.
@@ -65,13 +67,40 @@ pub(crate) struct Timers {
     queue: BTreeSet<(Instant, TimerKey)>,
     /// The TTL and secret of every live session, for keep-alives.
     sessions: BTreeMap<SessionId, (Duration, SessionSecret)>,
+    /// When each grant this table saw made began, for the hold-time
+    /// histogram (grants made before it led are not here).
+    granted: BTreeMap<(String, Token), Instant>,
+    /// When each acquire this table saw queued joined its queue, keyed by
+    /// its wait countdown, for the acquire-wait histogram.
+    queued: BTreeMap<TimerKey, Instant>,
+}
+
+/// What an applied event tells the metrics (see [`Timers::apply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Observation {
+    /// A grant, after waiting this long in the queue (zero if granted at
+    /// once).
+    Granted { waited: Duration },
+    /// A hold ended (`end`: how, as the metric labels it) after this long.
+    HoldEnded { end: &'static str, held: Duration },
+}
+
+/// The `end` label of `latchkey_lock_hold_seconds` for `why`.
+fn hold_end(why: HoldEnd) -> &'static str {
+    match why {
+        HoldEnd::Released => "released",
+        HoldEnd::SessionEnded(SessionEnd::Closed) => "session_closed",
+        HoldEnd::SessionEnded(SessionEnd::Expired) => "session_expired",
+        HoldEnd::LeaseExpired => "lease_expired",
+    }
 }
 
 /// What a keep-alive found in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeptAlive {
-    /// The session's deadline is now at least `received + ttl`.
-    Extended(Duration),
+    /// The session's deadline is now at least `received + ttl`; `margin`
+    /// is how much of the TTL was left when it arrived.
+    Extended { ttl: Duration, margin: Duration },
     /// The keep-alive did not carry the session's secret: nothing changed.
     WrongSecret,
     /// The session is not counted down here.
@@ -133,11 +162,13 @@ impl Timers {
         }
         let key = TimerKey::Session(session);
         let deadline = received + ttl;
-        match self.deadline(&key) {
+        let old = self.deadline(&key);
+        let margin = old.map_or(Duration::ZERO, |d| d.saturating_duration_since(received));
+        match old {
             Some(d) if d >= deadline => {}
             _ => self.set(key, deadline),
         }
-        KeptAlive::Extended(ttl)
+        KeptAlive::Extended { ttl, margin }
     }
 
     /// The earliest deadline.
@@ -165,11 +196,8 @@ impl Timers {
         self.at.clear();
         self.queue.clear();
         self.sessions.clear();
-    }
-
-    /// How many live sessions are counted down.
-    pub(crate) fn session_count(&self) -> usize {
-        self.sessions.len()
+        self.granted.clear();
+        self.queued.clear();
     }
 
     /// How many countdowns run.
@@ -215,11 +243,20 @@ impl Timers {
         }
     }
 
-    /// Follow one applied event. Replaying events the table already
-    /// reflects converges to the same set of countdowns (each key ends
-    /// where its last event puts it), which is what lets a new leader replay
-    /// the events that raced with its [`Timers::restart`].
-    pub(crate) fn apply(&mut self, event: &Event, now: Instant) {
+    /// Follow one applied event, and say what it tells the metrics.
+    /// Replaying events the table already reflects converges to the same
+    /// set of countdowns (each key ends where its last event puts it),
+    /// which is what lets a new leader replay the events that raced with
+    /// its [`Timers::restart`]; it replays them with `timed` false, so that
+    /// grants and queued acquires from before it led are not timed as if
+    /// they began at `now`.
+    pub(crate) fn apply(
+        &mut self,
+        event: &Event,
+        now: Instant,
+        timed: bool,
+    ) -> Option<Observation> {
+        let mut seen = None;
         match event {
             Event::SessionOpened {
                 session,
@@ -241,12 +278,25 @@ impl Timers {
                 ..
             } => {
                 if *waited {
-                    self.remove(&TimerKey::Wait {
+                    let key = TimerKey::Wait {
                         session: *session,
                         owner: *owner,
                         name: name.clone(),
                         request_id: *request_id,
+                    };
+                    self.remove(&key);
+                    if let Some(since) = self.queued.remove(&key) {
+                        seen = Some(Observation::Granted {
+                            waited: now.saturating_duration_since(since),
+                        });
+                    }
+                } else if timed {
+                    seen = Some(Observation::Granted {
+                        waited: Duration::ZERO,
                     });
+                }
+                if timed {
+                    self.granted.entry((name.clone(), *token)).or_insert(now);
                 }
                 if let Some(lease) = lease_ms {
                     self.set(
@@ -265,31 +315,48 @@ impl Timers {
                 name,
                 wait_ms,
                 ..
-            } => self.set(
-                TimerKey::Wait {
+            } => {
+                let key = TimerKey::Wait {
                     session: *session,
                     owner: *owner,
                     name: name.clone(),
                     request_id: *request_id,
-                },
-                now + Duration::from_millis(*wait_ms),
-            ),
+                };
+                if timed {
+                    self.queued.entry(key.clone()).or_insert(now);
+                }
+                self.set(key, now + Duration::from_millis(*wait_ms));
+            }
             Event::WaitCancelled {
                 session,
                 owner,
                 request_id,
                 name,
                 ..
-            } => self.remove(&TimerKey::Wait {
-                session: *session,
-                owner: *owner,
-                name: name.clone(),
-                request_id: *request_id,
-            }),
-            Event::Released { name, token, .. } => self.remove(&TimerKey::Lease {
-                name: name.clone(),
-                token: *token,
-            }),
+            } => {
+                let key = TimerKey::Wait {
+                    session: *session,
+                    owner: *owner,
+                    name: name.clone(),
+                    request_id: *request_id,
+                };
+                self.queued.remove(&key);
+                self.remove(&key);
+            }
+            Event::Released {
+                name, token, why, ..
+            } => {
+                self.remove(&TimerKey::Lease {
+                    name: name.clone(),
+                    token: *token,
+                });
+                if let Some(since) = self.granted.remove(&(name.clone(), *token)) {
+                    seen = Some(Observation::HoldEnded {
+                        end: hold_end(*why),
+                        held: now.saturating_duration_since(since),
+                    });
+                }
+            }
             Event::LockDelayStarted {
                 name,
                 token,
@@ -307,6 +374,7 @@ impl Timers {
             }),
             Event::LockFreed { .. } => {}
         }
+        seen
     }
 }
 
@@ -351,16 +419,33 @@ mod tests {
         t.open_session(SessionId(1), ms(100), SECRET, t0 + ms(50));
         assert_eq!(
             t.keep_alive(SessionId(1), &SECRET, t0),
-            KeptAlive::Extended(ms(100))
+            KeptAlive::Extended {
+                ttl: ms(100),
+                margin: ms(150)
+            }
         );
         assert_eq!(
             t.deadline(&TimerKey::Session(SessionId(1))),
             Some(t0 + ms(150))
         );
-        t.keep_alive(SessionId(1), &SECRET, t0 + ms(80));
+        assert_eq!(
+            t.keep_alive(SessionId(1), &SECRET, t0 + ms(80)),
+            KeptAlive::Extended {
+                ttl: ms(100),
+                margin: ms(70)
+            }
+        );
         assert_eq!(
             t.deadline(&TimerKey::Session(SessionId(1))),
             Some(t0 + ms(180))
+        );
+        // Late: the deadline had passed (the countdown had not fired yet).
+        assert_eq!(
+            t.keep_alive(SessionId(1), &SECRET, t0 + ms(200)),
+            KeptAlive::Extended {
+                ttl: ms(100),
+                margin: ms(0)
+            }
         );
     }
 
@@ -391,6 +476,7 @@ mod tests {
                 secret: SECRET,
             },
             t0,
+            true,
         );
         t.apply(
             &Event::Queued {
@@ -402,8 +488,9 @@ mod tests {
                 wait_ms: 700,
             },
             t0,
+            true,
         );
-        t.apply(
+        let granted = t.apply(
             &Event::Granted {
                 session: s,
                 owner: 1,
@@ -414,15 +501,17 @@ mod tests {
                 lease_ms: Some(2000),
                 waited: true,
             },
-            t0,
+            t0 + ms(30),
+            true,
         );
         let lease = TimerKey::Lease {
             name: "a".into(),
             token: Token(3),
         };
-        assert_eq!(t.deadline(&lease), Some(t0 + ms(2000)));
+        assert_eq!(t.deadline(&lease), Some(t0 + ms(2030)));
         assert_eq!(t.len(), 2, "the wait ended with the grant");
-        t.apply(
+        assert_eq!(granted, Some(Observation::Granted { waited: ms(30) }));
+        let released = t.apply(
             &Event::Released {
                 session: s,
                 owner: 1,
@@ -430,7 +519,15 @@ mod tests {
                 token: Token(3),
                 why: HoldEnd::Released,
             },
-            t0,
+            t0 + ms(530),
+            true,
+        );
+        assert_eq!(
+            released,
+            Some(Observation::HoldEnded {
+                end: "released",
+                held: ms(500)
+            })
         );
         t.apply(
             &Event::LockDelayStarted {
@@ -439,6 +536,7 @@ mod tests {
                 delay_ms: 10,
             },
             t0,
+            true,
         );
         t.apply(
             &Event::SessionEnded {
@@ -446,6 +544,7 @@ mod tests {
                 how: SessionEnd::Closed,
             },
             t0,
+            true,
         );
         assert!(!t.counts(s));
         assert_eq!(
@@ -485,6 +584,50 @@ mod tests {
             2,
             "session and wait restarted from now"
         );
+    }
+
+    #[test]
+    fn holds_and_waits_from_before_leading_are_not_timed() {
+        let t0 = Instant::now();
+        let mut t = Timers::default();
+        let grant = |request_id, token, waited| Event::Granted {
+            session: SessionId(1),
+            owner: 1,
+            request_id,
+            name: "a".into(),
+            mode: LockMode::Shared,
+            token: Token(token),
+            lease_ms: None,
+            waited,
+        };
+        let release = |token| Event::Released {
+            session: SessionId(1),
+            owner: 1,
+            name: "a".into(),
+            token: Token(token),
+            why: HoldEnd::SessionEnded(SessionEnd::Expired),
+        };
+        // Replayed after a restart: not timed, and neither is its release.
+        assert_eq!(t.apply(&grant(1, 1, false), t0, false), None);
+        assert_eq!(t.apply(&release(1), t0 + ms(5), true), None);
+        // A grant from a queue this table never saw: its wait is unknown.
+        assert_eq!(t.apply(&grant(2, 2, true), t0, true), None);
+        assert_eq!(
+            t.apply(&release(2), t0 + ms(9), true),
+            Some(Observation::HoldEnded {
+                end: "session_expired",
+                held: ms(9)
+            })
+        );
+        // Granted at once: waited zero.
+        assert_eq!(
+            t.apply(&grant(3, 3, false), t0, true),
+            Some(Observation::Granted {
+                waited: Duration::ZERO
+            })
+        );
+        t.clear();
+        assert_eq!(t.apply(&release(3), t0 + ms(1), true), None, "forgotten");
     }
 
     #[test]

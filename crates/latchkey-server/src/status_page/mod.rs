@@ -1,7 +1,7 @@
 //! The read-only status page the metrics listener serves at `/`: this
 //! replica's view of the cluster (state, leader, term, log and apply
 //! progress, members with their roles and, on the leader, how far each has
-//! replicated), the leader's count of live sessions, and the locks in use
+//! replicated), the live sessions in its state, and the locks in use
 //! with holders, tokens and queue lengths, refreshed every second from
 //! `/status.json`.
 //!
@@ -39,7 +39,8 @@ struct Status {
     /// Whether `/readyz` answers 200, and if not why.
     ready: bool,
     not_ready: Option<String>,
-    /// On the leader: the live sessions it counts down.
+    /// The live sessions in the replica's state (`None`: it could not be
+    /// read).
     sessions: Option<u64>,
     /// Acquire calls waiting for their grant on this replica.
     waiting_calls: usize,
@@ -103,7 +104,7 @@ fn status_json(replica: &Replica) -> String {
         node: replica.status(),
         ready: readiness.is_ok(),
         not_ready: readiness.err(),
-        sessions: replica.locks().counted_sessions(),
+        sessions: replica.lock_census().ok().map(|c| c.sessions),
         waiting_calls: replica.locks().waiters.len(),
         locks,
         locks_more,

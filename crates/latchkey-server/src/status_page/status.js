@@ -28,7 +28,7 @@ function render(s) {
   text("last-log", node.last_log_index);
   text("applied", node.last_applied);
   text("snapshot", node.snapshot_index);
-  text("sessions", s.sessions === null ? "known on the leader" : s.sessions);
+  text("sessions", s.sessions === null ? "unknown" : s.sessions);
   text("waiting", s.waiting_calls);
   text("detail", node.detail || "");
 
