@@ -4,6 +4,9 @@
 #[path = "support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -548,6 +551,187 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
     // Removing the dead one keeps a live majority of the rest: allowed.
     let out = c.cli(&["members", "remove", &follower.to_string()]).await?;
     ensure!(out.ok()? == "OK\n", "remove the dead follower: {out:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+/// What the load of [`replace_under_load`] saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Acknowledged puts.
+    acked: BTreeMap<String, String>,
+    /// Lock grants, and the newest token granted.
+    grants: u64,
+    last_token: u64,
+    /// Every error a call returned (the client retries what it may: none
+    /// must reach the caller).
+    errors: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+fn seen(s: &Shared) -> std::sync::MutexGuard<'_, Seen> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Puts `w/{task}/{i}` until `stop`.
+async fn put_load(client: latchkey::Client, task: usize, s: Shared, stop: Arc<AtomicBool>) {
+    let mut i = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let (key, value) = (format!("w/{task}/{i:06}"), format!("v{task}-{i}"));
+        match client.put(&key, &value).await {
+            Ok(()) => {
+                seen(&s).acked.insert(key, value);
+            }
+            Err(e) => {
+                seen(&s).errors.push(format!("put {key}: {e}"));
+                return;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Acquire `replace`, write through the grant's fence, release, until
+/// `stop`; every grant's token must be newer than every earlier one.
+async fn lock_load(client: latchkey::Client, s: Shared, stop: Arc<AtomicBool>) {
+    let fail = |what: String| seen(&s).errors.push(what);
+    let session = match client.session(Duration::from_secs(10)).await {
+        Ok(session) => session,
+        Err(e) => return fail(format!("open a session: {e}")),
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let guard = match session
+            .lock("replace")
+            .acquire_timeout(Duration::from_secs(20))
+            .await
+        {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return fail("no grant within 20 s".into()),
+            Err(e) => return fail(format!("acquire: {e}")),
+        };
+        let token = u64::from(guard.token());
+        {
+            let mut s = seen(&s);
+            if token <= s.last_token {
+                let last = s.last_token;
+                s.errors.push(format!("token {token} after token {last}"));
+            }
+            s.last_token = token;
+            s.grants += 1;
+        }
+        if let Err(e) = guard.put("fenced", token.to_string()).await {
+            return fail(format!("fenced put with token {token}: {e}"));
+        }
+        if let Err(e) = guard.release().await {
+            return fail(format!("release token {token}: {e}"));
+        }
+    }
+    if let Err(e) = session.close().await {
+        fail(format!("close the session: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_replaced_under_load_without_a_client_error() {
+    let mut c = Cluster::create_with_spares("replace", 3, 1, &[])
+        .await
+        .expect("create the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, replace_under_load(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// Replace the leader's replica (the hardest one) with a new node 4, the
+/// way the README says (add the new one, then remove the old one), while
+/// clients write and take a lock: no call fails, every acknowledged write
+/// is on the new node, and fencing tokens only go up.
+async fn replace_under_load(c: &mut Cluster) -> Result<()> {
+    for id in 1..=3 {
+        c.restart(id)?;
+    }
+    let victim = c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    let s: Shared = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for task in 0..2 {
+        tasks.push(tokio::spawn(put_load(
+            client.clone(),
+            task,
+            s.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(lock_load(
+            client.clone(),
+            s.clone(),
+            stop.clone(),
+        )));
+    }
+    // Let the load run a little further at each step, and fail early if
+    // it already saw an error.
+    let progress = async |what: &str| -> Result<()> {
+        let (puts, grants) = {
+            let s = seen(&s);
+            (s.acked.len(), s.grants)
+        };
+        eventually(Duration::from_secs(60), what, async || {
+            let s = seen(&s);
+            ensure!(s.errors.is_empty(), "the load failed: {:?}", s.errors);
+            ensure!(
+                s.acked.len() >= puts + 20 && s.grants >= grants + 5,
+                "{} puts and {} grants so far",
+                s.acked.len(),
+                s.grants
+            );
+            Ok(())
+        })
+        .await
+    };
+    progress("load before the change").await?;
+
+    c.restart_with(4, &["--initial-cluster-state", "existing"])?;
+    let out = c.cli(&["members", "add", "4", &c.peer_addr(4)]).await?;
+    ensure!(out.ok()? == "OK\n", "members add: {out:?}");
+    progress("load with node 4 added").await?;
+    let out = c.cli(&["members", "remove", &victim.to_string()]).await?;
+    ensure!(out.ok()? == "OK\n", "members remove {victim}: {out:?}");
+    progress("load after the old leader was removed").await?;
+    if c.is_alive(victim) {
+        c.kill(victim)?;
+    }
+    progress("load with the old leader gone").await?;
+
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.context("a load task panicked")?;
+    }
+    let s = std::mem::take(&mut *seen(&s));
+    ensure!(s.errors.is_empty(), "the load failed: {:?}", s.errors);
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    ensure!(leader != victim, "the removed node {victim} still leads");
+    let out = c.cli(&["-w", "json", "members", "list"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    let mut ids: Vec<u64> = json["members"]
+        .as_array()
+        .context("members")?
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    ids.sort_unstable();
+    let want: Vec<u64> = [1, 2, 3, 4]
+        .into_iter()
+        .filter(|id| *id != victim)
+        .collect();
+    ensure!(ids == want, "members after the replacement: {json}");
+    // Every acknowledged write reads back, and node 4 holds each one.
+    support::verify_linearizable(&c.client()?, "w/", &s.acked).await?;
+    support::wait_node_has(c, 4, &s.acked).await?;
+    eprintln!(
+        "replaced node {victim} with node 4 under load: {} puts, {} grants, no client error",
+        s.acked.len(),
+        s.grants
+    );
     Ok(())
 }
 

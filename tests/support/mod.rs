@@ -126,6 +126,19 @@ impl Cluster {
     /// data directories are chosen, and each starts with
     /// [`Cluster::restart`] (e.g. after seeding its data directory).
     pub async fn create(name: &str, n: u64, extra_args: &[&str]) -> Result<Cluster> {
+        Cluster::create_with_spares(name, n, 0, extra_args).await
+    }
+
+    /// As [`Cluster::create`], plus `spares` nodes (ids n+1..=n+spares)
+    /// outside the initial members, to add later: each starts with
+    /// [`Cluster::restart_with`] and `--initial-cluster-state existing`
+    /// (its `--initial-members` names the initial members and itself).
+    pub async fn create_with_spares(
+        name: &str,
+        n: u64,
+        spares: u64,
+        extra_args: &[&str],
+    ) -> Result<Cluster> {
         let permit = ONE_CLUSTER_AT_A_TIME
             .acquire()
             .await
@@ -134,10 +147,11 @@ impl Cluster {
             .prefix(&format!("latchkey-{name}-"))
             .tempdir()
             .context("create the test's temporary directory")?;
-        let addrs = latchkey::free_loopback_addrs(2 * usize::try_from(n).context("node count")?)
+        let all = n + spares;
+        let addrs = latchkey::free_loopback_addrs(2 * usize::try_from(all).context("node count")?)
             .context("find free loopback ports")?;
         let mut specs = BTreeMap::new();
-        for (id, pair) in (1..=n).zip(addrs.chunks(2)) {
+        for (id, pair) in (1..=all).zip(addrs.chunks(2)) {
             specs.insert(
                 id,
                 NodeSpec {
@@ -150,6 +164,7 @@ impl Cluster {
         }
         let members_arg = specs
             .iter()
+            .filter(|(id, _)| **id <= n)
             .map(|(id, s)| format!("{id}={}", s.peer_addr))
             .collect::<Vec<_>>()
             .join(",");
@@ -326,6 +341,16 @@ impl Cluster {
             .open(&spec.log)
             .with_context(|| format!("open {}", spec.log.display()))?;
         let stderr = stdout.try_clone().context("clone the log file handle")?;
+        // A spare (not an initial member) names itself too.
+        let initial = self
+            .members_arg
+            .split(',')
+            .any(|m| m.split('=').next() == Some(id.to_string().as_str()));
+        let members = if initial {
+            self.members_arg.clone()
+        } else {
+            format!("{},{id}={}", self.members_arg, spec.peer_addr)
+        };
         let child = Command::new(bin())
             .arg("serve")
             .arg("--id")
@@ -337,7 +362,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&spec.data_dir)
             .arg("--initial-members")
-            .arg(&self.members_arg)
+            .arg(&members)
             .args(
                 self.extra_args
                     .iter()

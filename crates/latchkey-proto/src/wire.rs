@@ -1691,6 +1691,10 @@ mod tests {
                 query: Query::Lock(LockQuery::TimerState),
                 stale: false,
             },
+            Operation::Read {
+                query: Query::Lock(LockQuery::Census),
+                stale: false,
+            },
         ];
         for op in internal {
             assert!(matches!(

@@ -193,6 +193,67 @@ pub(crate) async fn check_live_majority(
     Ok(())
 }
 
+/// Make `voters` the voting members (learners outside it stay learners),
+/// on the leader, after [`check_live_majority`] unless `force`.
+///
+/// A leader that removes itself first pauses its write queue
+/// (`WriteQueue::pause_and_drain`): the writes it already took are
+/// committed and answered, later ones are refused as retryable, and the
+/// next leader takes them, so replacing the leader's machine costs clients
+/// retries, never an unknown outcome. (openraft 0.9 has no leader transfer;
+/// the leader steps down once its removal is committed, and the remaining
+/// voters elect a new one within an election timeout or two.)
+pub(crate) async fn change_voters(
+    replica: &Replica,
+    voters: BTreeSet<u64>,
+    force: bool,
+) -> Result<(), ReplicaFailure> {
+    if voters.is_empty() {
+        return Err(ReplicaFailure::InvalidArgument(
+            "the voter set must not be empty".into(),
+        ));
+    }
+    if !replica.is_leader() {
+        return Err(ReplicaFailure::NotLeader {
+            leader: replica.leader(),
+        });
+    }
+    check_live_majority(replica, &voters, force).await?;
+    let paused = if voters.contains(&replica.id()) {
+        None
+    } else {
+        tracing::info!("this leader is removing itself: pausing writes until it has stepped down");
+        Some(replica.writes().pause_and_drain().await)
+    };
+    let result = replica
+        .raft()
+        .change_membership(voters, false)
+        .await
+        .map(|_| ())
+        .map_err(|e| failure(replica, e));
+    if result.is_ok() && paused.is_some() {
+        // openraft steps the leader down just after its removal commits;
+        // a write it took meanwhile would be appended after the removal,
+        // where it can never commit. So writes stay paused until then.
+        let mut metrics = replica.raft().metrics();
+        let stepped_down = metrics.wait_for(|m| m.state != openraft::ServerState::Leader);
+        if tokio::time::timeout(STEP_DOWN_WAIT, stepped_down)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "removed from the voters but still leading after {STEP_DOWN_WAIT:?}; writes resume"
+            );
+        }
+    }
+    drop(paused);
+    result
+}
+
+/// How long a leader that removed itself waits to step down before it lets
+/// writes in again.
+const STEP_DOWN_WAIT: Duration = Duration::from_secs(5);
+
 /// Add (or replace) node `id` at `addr`; see the module docs.
 pub(crate) async fn add_member(
     replica: &Replica,

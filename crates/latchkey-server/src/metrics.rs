@@ -36,10 +36,10 @@
 //! | `latchkey_lock_waiters` | gauge | | acquires waiting in a lock's queue, cluster-wide (as this replica has applied them) |
 //! | `latchkey_lock_delayed` | gauge | | locks in lock-delay |
 //! | `latchkey_lock_waiting_calls` | gauge | | acquire calls waiting for their grant on this replica |
-//! | `latchkey_lock_acquire_wait_seconds` | histogram | | on the leader: from an acquire's grant back to when it joined the queue (0 for a grant without waiting) |
+//! | `latchkey_lock_acquire_wait_seconds` | histogram | `outcome` | on the leader: how long each acquire waited, by how the wait ended: `granted` (0 for a grant without waiting), `cancelled` (given up or timed out), `session_ended` |
 //! | `latchkey_lock_hold_seconds` | histogram | `end` | on the leader: from a grant to its end, by how it ended (`released`, `session_closed`, `session_expired`, `lease_expired`) |
-//! | `latchkey_lock_keepalive_margin_seconds` | histogram | | on the leader: how much of its session's TTL was left when a keep-alive arrived (near 0: clients about to lose their sessions) |
-//! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync of the group-commit flusher (the fsync latency) |
+//! | `latchkey_lock_keepalive_margin_seconds` | histogram | | on the leader: how much of its session's TTL (by the leader's countdown) was left when a keep-alive arrived (near 0: clients about to lose their sessions) |
+//! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync (RocksDB `FlushWAL` with sync) of the group-commit flusher, failed ones included: the fsync latency |
 //! | `latchkey_storage_group_commit_batch` | histogram | | appends each of those syncs made durable (the group-commit batch size) |
 //! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
 //! | `latchkey_raft_snapshot_seconds` | histogram | `op` | snapshots built (`build`) or installed from the leader (`install`), by time taken |
@@ -49,9 +49,11 @@
 //!
 //! Counters carry the `_total` suffix in the output, as OpenMetrics wants.
 //! The lock gauges (`latchkey_lock_sessions` to `latchkey_lock_delayed`)
-//! count the replica's own state when scraped (a scan of its sessions and
-//! locks, off the async workers): every replica reports the same figures
-//! once it has applied the same entries. The three lock histograms are the
+//! count the replica's own state (a scan of its sessions and locks, off the
+//! async workers, taken at most once a second): every replica reports the
+//! cluster's figures once it has applied the same entries, so take the
+//! `max` across replicas (or the leader's), never the `sum`; a lagging
+//! follower's are older. The three lock histograms are the
 //! leader's: it times grants, holds and keep-alives on its own monotonic
 //! clock from when it became leader, so a hold or wait that began under an
 //! earlier leader is not observed, and each new leader starts them afresh.
@@ -136,11 +138,22 @@ struct EndLabel {
     end: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
 type OpFamily = Family<OpLabel, Histogram, fn() -> Histogram>;
 
 fn seconds_histogram() -> Histogram {
     // 50 µs to ~105 s, doubling.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 22))
+}
+
+fn long_seconds_histogram() -> Histogram {
+    // 1 ms to ~37 h, doubling: holds and waits may last a day, session
+    // TTLs ten minutes.
+    Histogram::new(exponential_buckets(0.001, 2.0, 28))
 }
 
 fn bytes_histogram() -> Histogram {
@@ -218,7 +231,7 @@ pub struct Metrics {
     matched: Family<MemberLabel, Gauge>,
     census: CensusGauges,
     waiting: Gauge,
-    acquire_wait: Histogram,
+    acquire_wait: Family<OutcomeLabel, Histogram, fn() -> Histogram>,
     hold: Family<EndLabel, Histogram, fn() -> Histogram>,
     keepalive_margin: Histogram,
     leader_changes: Counter,
@@ -272,9 +285,9 @@ impl Metrics {
             matched,
             census: CensusGauges::default(),
             waiting: Gauge::default(),
-            acquire_wait: seconds_histogram(),
-            hold: Family::new_with_constructor(seconds_histogram),
-            keepalive_margin: seconds_histogram(),
+            acquire_wait: Family::new_with_constructor(long_seconds_histogram),
+            hold: Family::new_with_constructor(long_seconds_histogram),
+            keepalive_margin: long_seconds_histogram(),
             leader_changes: Counter::default(),
             condition,
             tls_failures: Counter::default(),
@@ -358,7 +371,7 @@ impl Metrics {
         }
         r.register(
             "latchkey_lock_acquire_wait_seconds",
-            "On the leader: how long each grant waited in its lock's queue",
+            "On the leader: how long each acquire waited, by how the wait ended",
             m.acquire_wait.clone(),
         );
         r.register(
@@ -460,9 +473,12 @@ impl Metrics {
         Arc::new(self.storage.clone())
     }
 
-    /// A grant the leader saw, `waited` after its acquire joined the queue.
-    pub(crate) fn grant_waited(&self, waited: Duration) {
-        self.acquire_wait.observe(waited.as_secs_f64());
+    /// An acquire's wait the leader saw end (`outcome`: see the module
+    /// docs) after `waited`.
+    pub(crate) fn wait_ended(&self, outcome: &'static str, waited: Duration) {
+        self.acquire_wait
+            .get_or_create(&OutcomeLabel { outcome })
+            .observe(waited.as_secs_f64());
     }
 
     /// A hold the leader saw end (`end`: see the module docs) after `held`.
@@ -489,14 +505,20 @@ impl Metrics {
 
     /// Bring the scraped figures up to date from `replica` (under `seen`'s
     /// lock, so concurrent scrapes never see a half-updated set).
-    fn refresh(&self, replica: &Replica, seen: &mut Seen) {
+    fn refresh(
+        &self,
+        replica: &Replica,
+        census: Result<latchkey_core::lock::LockCensus, latchkey_proto::ReplicaFailure>,
+        seen: &mut Seen,
+    ) {
         let m = replica.raft().metrics().borrow().clone();
         let gauge = |g: &Gauge, v: u64| {
             g.set(i64::try_from(v).unwrap_or(i64::MAX));
         };
         gauge(&self.term, m.current_term);
-        gauge(&self.leader_id, m.current_leader.unwrap_or(0));
-        let leading = m.current_leader == Some(replica.id());
+        gauge(&self.leader_id, replica.leader().map_or(0, |(id, _)| id));
+        let leading =
+            m.state == openraft::ServerState::Leader && m.current_leader == Some(replica.id());
         self.is_leader.set(i64::from(leading));
         let current = format!("{:?}", m.state).to_lowercase();
         for state in ["leader", "follower", "candidate", "learner", "shutdown"] {
@@ -513,14 +535,17 @@ impl Metrics {
         gauge(&self.voters, membership.voter_ids().count() as u64);
         gauge(&self.members, membership.nodes().count() as u64);
         // Left as they were if the state cannot be read (shut down).
-        if let Ok(c) = replica.lock_census() {
-            let g = &self.census;
-            gauge(&g.sessions, c.sessions);
-            gauge(&g.locks, c.locks);
-            gauge(&g.held, c.held);
-            gauge(&g.grants, c.holds);
-            gauge(&g.waiters, c.waiters);
-            gauge(&g.delayed, c.delayed);
+        match census {
+            Ok(c) => {
+                let g = &self.census;
+                gauge(&g.sessions, c.sessions);
+                gauge(&g.locks, c.locks);
+                gauge(&g.held, c.held);
+                gauge(&g.grants, c.holds);
+                gauge(&g.waiters, c.waiters);
+                gauge(&g.delayed, c.delayed);
+            }
+            Err(e) => tracing::warn!(error = %e, "the lock gauges could not be counted"),
         }
         gauge(&self.waiting, replica.locks().waiters.len() as u64);
         self.matched.clear();
@@ -593,15 +618,17 @@ impl MetricsHandle {
     /// async workers (`spawn_blocking`) when there may be many.
     ///
     /// ```no_run
-    /// # async fn demo(server: latchkey_server::Server) {
-    /// let text = server.metrics().render();
+    /// # async fn demo(server: latchkey_server::Server) -> Result<(), tokio::task::JoinError> {
+    /// let metrics = server.metrics();
+    /// let text = tokio::task::spawn_blocking(move || metrics.render()).await?;
     /// assert!(text.contains("latchkey_raft_term"));
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn render(&self) -> String {
         let metrics = self.replica.metrics();
+        let census = self.replica.lock_census();
         let mut seen = metrics.seen.lock().unwrap_or_else(|p| p.into_inner());
-        metrics.refresh(&self.replica, &mut seen);
+        metrics.refresh(&self.replica, census, &mut seen);
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &metrics.registry);
@@ -731,10 +758,14 @@ pub(crate) fn serve(
             get(move || {
                 let handle = handle.clone();
                 async move {
-                    let text = tokio::task::spawn_blocking(move || handle.render())
-                        .await
-                        .unwrap_or_else(|e| format!("# the metrics could not be gathered: {e}\n"));
-                    ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
+                    match tokio::task::spawn_blocking(move || handle.render()).await {
+                        Ok(text) => (StatusCode::OK, [(header::CONTENT_TYPE, CONTENT_TYPE)], text),
+                        Err(e) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                            format!("the metrics could not be gathered: {e}\n"),
+                        ),
+                    }
                 }
             }),
         )

@@ -41,6 +41,9 @@ pub struct Replica {
     backups: tokio::sync::Mutex<()>,
     /// The status page's last answer (`crate::status_page`).
     status_cache: StatusCache,
+    /// The last lock census and when it was taken (see
+    /// [`Replica::lock_census`]).
+    census: std::sync::Mutex<Option<(std::time::Instant, latchkey_core::lock::LockCensus)>>,
     /// Where this replica serves clients (see [`Replica::client_addr`]).
     client_addr: String,
     /// Passwords this replica has checked (see `crate::auth`).
@@ -63,6 +66,9 @@ pub struct Replica {
     writes: WriteQueue,
     reads: ReadGate,
 }
+
+/// How long one lock census answers (`/metrics` and the status page).
+pub(crate) const CENSUS_FRESH_FOR: Duration = Duration::from_secs(1);
 
 impl Replica {
     #[allow(clippy::too_many_arguments)]
@@ -88,6 +94,7 @@ impl Replica {
             restore_seed,
             backups: tokio::sync::Mutex::new(()),
             status_cache: StatusCache::default(),
+            census: std::sync::Mutex::new(None),
             client_addr,
             verified: std::sync::Arc::default(),
             certificate_users,
@@ -102,6 +109,11 @@ impl Replica {
             read_timeout,
             locks,
         }
+    }
+
+    /// The leader's write path.
+    pub(crate) fn writes(&self) -> &WriteQueue {
+        &self.writes
     }
 
     pub(crate) fn locks(&self) -> &LockShared {
@@ -218,17 +230,25 @@ impl Replica {
         &self.raft
     }
 
-    /// The leader as this replica knows it: id and client address.
+    /// The leader as this replica knows it: id and client address. Never
+    /// itself unless it leads: a leader that removed itself keeps its vote
+    /// (and openraft's `current_leader`) but leads no longer.
     pub fn leader(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader?;
+        if leader == self.id && m.state != ServerState::Leader {
+            return None;
+        }
         let node = m.membership_config.membership().get_node(&leader)?;
         Some((leader, node.client_addr.clone()))
     }
 
     pub(crate) fn is_leader(&self) -> bool {
-        self.health.failure().is_none()
-            && self.raft.metrics().borrow().current_leader == Some(self.id)
+        self.health.failure().is_none() && {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            m.state == ServerState::Leader && m.current_leader == Some(self.id)
+        }
     }
 
     fn not_leader(&self) -> ReplicaFailure {
@@ -303,15 +323,26 @@ impl Replica {
     }
 
     /// The counts of sessions, locks, grants and waiters in this replica's
-    /// applied state (a scan of every session and lock: call it off the
-    /// async workers).
+    /// applied state, at most [`CENSUS_FRESH_FOR`] old. Taking one scans
+    /// every session and lock (call it off the async workers); one caller
+    /// takes it while the others wait for its answer.
     pub(crate) fn lock_census(&self) -> Result<latchkey_core::lock::LockCensus, ReplicaFailure> {
-        match self.local_query(&Query::Lock(LockQuery::Census))? {
-            Ok(Outcome::Lock(LockOutcome::Census(census))) => Ok(census),
-            other => Err(ReplicaFailure::Unavailable(format!(
-                "unexpected lock census answer: {other:?}"
-            ))),
+        let mut cached = self.census.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, census)) = *cached {
+            if at.elapsed() < CENSUS_FRESH_FOR {
+                return Ok(census);
+            }
         }
+        let census = match self.local_query(&Query::Lock(LockQuery::Census))? {
+            Ok(Outcome::Lock(LockOutcome::Census(census))) => census,
+            other => {
+                return Err(ReplicaFailure::Unavailable(format!(
+                    "unexpected lock census answer: {other:?}"
+                )))
+            }
+        };
+        *cached = Some((std::time::Instant::now(), census));
+        Ok(census)
     }
 
     /// Whether access control is enabled, as this replica has applied it.
@@ -473,8 +504,8 @@ impl Replica {
         | Query::As { .. } = &query
         {
             return Err(ReplicaFailure::InvalidArgument(
-                "the timer state and stored credentials are read by the replica itself, not by \
-                 clients"
+                "the timer state, the lock census and stored credentials are read by the replica \
+                 itself, not by clients"
                     .into(),
             ));
         }

@@ -542,28 +542,7 @@ impl Membership for MembershipService {
         let ChangeVotersRequest { voters, force } = request.into_inner();
         let voters: BTreeSet<u64> = voters.into_iter().collect();
         tracing::info!(by = %who, ?voters, force, "membership change: set the voters");
-        if voters.is_empty() {
-            return Ok(admin_reply(Err(ReplicaFailure::InvalidArgument(
-                "the voter set must not be empty".into(),
-            ))));
-        }
-        if !self.replica.is_leader() {
-            return Ok(admin_reply(Err(ReplicaFailure::NotLeader {
-                leader: self.replica.leader(),
-            })));
-        }
-        if let Err(refused) =
-            crate::membership::check_live_majority(&self.replica, &voters, force).await
-        {
-            return Ok(admin_reply(Err(refused)));
-        }
-        let result = self
-            .replica
-            .raft()
-            .change_membership(voters, false)
-            .await
-            .map(|_| ())
-            .map_err(|e| crate::membership::failure(&self.replica, e));
+        let result = crate::membership::change_voters(&self.replica, voters, force).await;
         Ok(admin_reply(result))
     }
 }

@@ -26,7 +26,16 @@
 //! so nothing is applied, and the client retries it with backoff like any
 //! other unavailable replica. The leader's own expiry commands are never
 //! refused (they end sessions and waits, which frees the store).
+//!
+//! A leader that is removing itself from the voters first pauses the
+//! queue ([`WriteQueue::pause_and_drain`]): every write already queued is
+//! proposed and answered, and later writes are refused with
+//! [`ReplicaFailure::Unavailable`] (nothing proposed, so the client retries
+//! them on the next leader). Without it, writes the leader appends after
+//! its removal can never be committed by it (the remaining voters refuse a
+//! non-member's appends) and end as unknown outcomes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -78,11 +87,31 @@ struct Pending {
     _room: Option<OwnedSemaphorePermit>,
 }
 
+/// What the proposal task takes from the queue.
+enum Queued {
+    Write(Pending),
+    /// Answer once everything queued before it has been proposed and
+    /// answered.
+    Drain(oneshot::Sender<()>),
+}
+
 /// The sending half of the proposal queue. Dropping it (with the replica)
 /// ends the task once the queue is drained.
 pub(crate) struct WriteQueue {
-    queue: mpsc::UnboundedSender<Pending>,
+    queue: mpsc::UnboundedSender<Queued>,
     room: Arc<Semaphore>,
+    /// Set while the leader removes itself (see the module docs).
+    paused: Arc<AtomicBool>,
+}
+
+/// The queue paused by [`WriteQueue::pause_and_drain`]; dropping it lets
+/// writes in again.
+pub(crate) struct Paused(Arc<AtomicBool>);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Who proposes a write: clients are subject to the queue's bound.
@@ -101,7 +130,23 @@ impl WriteQueue {
         WriteQueue {
             queue,
             room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
+            paused: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Refuse new writes until the returned guard is dropped, and wait
+    /// until every write queued before has been proposed and answered
+    /// (committed and applied, refused, or timed out after the write
+    /// timeout).
+    pub(crate) async fn pause_and_drain(&self) -> Paused {
+        self.paused.store(true, Ordering::SeqCst);
+        let paused = Paused(Arc::clone(&self.paused));
+        let (done, drained) = oneshot::channel();
+        if self.queue.send(Queued::Drain(done)).is_ok() {
+            // An error: the task stopped, so nothing is in flight.
+            let _ = drained.await;
+        }
+        paused
     }
 
     /// Propose `command` (already validated) and wait for its result. A
@@ -112,17 +157,24 @@ impl WriteQueue {
         command: Command,
         origin: Origin,
     ) -> Result<CommandResult, ReplicaFailure> {
+        if self.paused.load(Ordering::SeqCst) {
+            return Err(ReplicaFailure::Unavailable(
+                "this leader is removing itself from the voters: nothing was proposed; retry, \
+                 the next leader takes it"
+                    .into(),
+            ));
+        }
         let room = match origin {
             Origin::Leader => None,
             Origin::Client => Some(admit(&self.room, command.payload_len())?),
         };
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Pending {
+            .send(Queued::Write(Pending {
                 command,
                 reply,
                 _room: room,
-            })
+            }))
             .map_err(|_| ReplicaFailure::Unavailable("this replica is shutting down".into()))?;
         match answer.await {
             Ok(result) => result,
@@ -167,17 +219,29 @@ pub(crate) fn hint(f: &ForwardToLeader<u64, Member>) -> Option<(u64, String)> {
 async fn run(
     raft: Raft<TypeConfig>,
     write_timeout: Duration,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut carry: Option<Pending> = None;
+    let mut carry: Option<Queued> = None;
     loop {
         let first = match carry.take() {
-            Some(p) => p,
+            Some(q) => q,
             None => match rx.recv().await {
-                Some(p) => p,
+                Some(q) => q,
                 None => break,
             },
+        };
+        let first = match first {
+            Queued::Write(p) => p,
+            Queued::Drain(done) => {
+                // Every earlier write is proposed; holding every permit
+                // means each has been answered.
+                if let Ok(all) = permits.acquire_many(MAX_IN_FLIGHT as u32).await {
+                    drop(all);
+                }
+                let _ = done.send(());
+                continue;
+            }
         };
         // Wait for room before packing: whatever queues meanwhile joins.
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
@@ -187,9 +251,16 @@ async fn run(
         let mut group = vec![first];
         while group.len() < MAX_GROUP_COMMANDS {
             let Ok(next) = rx.try_recv() else { break };
+            let next = match next {
+                Queued::Write(p) => p,
+                drain @ Queued::Drain(_) => {
+                    carry = Some(drain);
+                    break;
+                }
+            };
             let len = next.command.payload_len();
             if bytes + len > MAX_GROUP_BYTES {
-                carry = Some(next);
+                carry = Some(Queued::Write(next));
                 break;
             }
             bytes += len;
@@ -339,6 +410,7 @@ mod tests {
         let writes = WriteQueue {
             queue,
             room: Arc::new(Semaphore::new(0)),
+            paused: Arc::new(AtomicBool::new(false)),
         };
         let put = Command::Put {
             key: b"k".to_vec(),
@@ -360,11 +432,59 @@ mod tests {
         // The leader's command is queued regardless; answered here as if
         // proposed and applied.
         let (answered, ()) = tokio::join!(writes.propose(put.clone(), Origin::Leader), async {
-            let pending = rx.recv().await.expect("the leader's write is queued");
+            let Some(Queued::Write(pending)) = rx.recv().await else {
+                panic!("the leader's write is not queued");
+            };
             assert_eq!(pending.command, put);
             let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(0))));
         });
         assert_eq!(answered, Ok(Ok(Outcome::Deleted(0))));
+    }
+
+    #[tokio::test]
+    async fn a_paused_queue_answers_what_it_holds_and_refuses_the_rest() {
+        // A proposal task whose Raft core never answers is not needed: the
+        // drain marker is answered by whoever takes it from the queue.
+        let (queue, mut rx) = mpsc::unbounded_channel();
+        let writes = WriteQueue {
+            queue,
+            room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
+            paused: Arc::new(AtomicBool::new(false)),
+        };
+        let put = Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        };
+        // One write queued before the pause: the drain comes after it.
+        let (before, paused) = tokio::join!(writes.propose(put.clone(), Origin::Client), async {
+            let (paused, ()) = tokio::join!(writes.pause_and_drain(), async {
+                let Some(Queued::Write(pending)) = rx.recv().await else {
+                    panic!("the write is not first");
+                };
+                let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(1))));
+                let Some(Queued::Drain(done)) = rx.recv().await else {
+                    panic!("the drain is not second");
+                };
+                let _ = done.send(());
+            });
+            paused
+        });
+        assert_eq!(before, Ok(Ok(Outcome::Deleted(1))));
+        for origin in [Origin::Client, Origin::Leader] {
+            match writes.propose(put.clone(), origin).await {
+                Err(ReplicaFailure::Unavailable(msg)) => assert!(msg.contains("removing"), "{msg}"),
+                other => panic!("expected a refusal while paused, got {other:?}"),
+            }
+        }
+        assert!(rx.try_recv().is_err(), "a refused write was queued");
+        drop(paused);
+        let (after, ()) = tokio::join!(writes.propose(put.clone(), Origin::Client), async {
+            let Some(Queued::Write(pending)) = rx.recv().await else {
+                panic!("the write after the pause is not queued");
+            };
+            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(2))));
+        });
+        assert_eq!(after, Ok(Ok(Outcome::Deleted(2))));
     }
 
     #[test]

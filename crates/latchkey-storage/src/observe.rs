@@ -7,7 +7,8 @@ use std::time::Duration;
 
 /// Told of the storage layer's work as it happens, for metrics. Calls come
 /// from the log flusher thread and from blocking-pool threads: keep them
-/// short and never block (record into atomics or a histogram).
+/// short, never block (record into atomics or a histogram) and never panic
+/// (a panic in the flusher thread fails the replica).
 ///
 /// ```
 /// use std::time::Duration;

@@ -204,6 +204,7 @@ async fn another_client_cannot_act_for_a_session() -> TestResult {
             latchkey_core::lock::LockQuery::SessionTimer {
                 session: owner.id(),
             },
+            latchkey_core::lock::LockQuery::Census,
         ] {
             let read = leader
                 .client()

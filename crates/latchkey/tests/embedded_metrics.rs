@@ -148,11 +148,15 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
         eventually("the leader's lock histograms", async || {
             let (_, text) = http_get(leader_addr, "/metrics").await?;
             let count = |name: &str| sample(&text, name).unwrap_or(0.0);
-            Ok((count("latchkey_lock_acquire_wait_seconds_count") >= 2.0
-                && count("latchkey_lock_hold_seconds_count{end=\"released\"}") >= 2.0
-                && count("latchkey_lock_keepalive_margin_seconds_count") >= 1.0
-                && sample(&text, "latchkey_lock_sessions") == Some(0.0))
-            .then_some(()))
+            // b waited at least the 1.5 s pause for its grant.
+            Ok(
+                (count("latchkey_lock_acquire_wait_seconds_count{outcome=\"granted\"}") >= 2.0
+                    && count("latchkey_lock_acquire_wait_seconds_sum{outcome=\"granted\"}") >= 1.5
+                    && count("latchkey_lock_hold_seconds_count{end=\"released\"}") >= 2.0
+                    && count("latchkey_lock_keepalive_margin_seconds_count") >= 1.0
+                    && sample(&text, "latchkey_lock_sessions") == Some(0.0))
+                .then_some(()),
+            )
         })
         .await?;
         // A refused call, counted by its error's kind: an empty key sent

@@ -239,19 +239,22 @@ pub struct LockCensus {
     pub delayed: u64,
 }
 
+/// Count in chunks, holding one chunk of rows at a time.
 fn census<S: Store>(store: &S) -> Result<LockCensus, StoreError> {
-    let mut c = LockCensus {
-        sessions: record::scan_prefix(store, &[SESSION])?.len() as u64,
-        ..LockCensus::default()
-    };
-    for (key, value) in record::scan_prefix(store, &[LOCK])? {
-        let rec = decode_lock(&key, &value)?;
+    let mut c = LockCensus::default();
+    record::for_each_in_prefix(store, &[SESSION], |_, _| {
+        c.sessions += 1;
+        Ok(())
+    })?;
+    record::for_each_in_prefix(store, &[LOCK], |key, value| {
+        let rec = decode_lock(key, value)?;
         c.locks += 1;
         c.held += u64::from(!rec.holders.is_empty());
         c.holds += rec.holders.len() as u64;
         c.waiters += rec.queue.len() as u64;
         c.delayed += u64::from(rec.delay.is_some());
-    }
+        Ok(())
+    })?;
     Ok(c)
 }
 

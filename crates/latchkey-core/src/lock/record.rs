@@ -41,6 +41,21 @@ pub(crate) fn corrupt(key: &[u8], why: impl std::fmt::Display) -> StoreError {
 
 /// Every row whose key starts with `prefix`, in key order, read in chunks.
 pub(crate) fn scan_prefix<S: Store>(store: &S, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
+    let mut out: Vec<KeyValue> = Vec::new();
+    for_each_in_prefix(store, prefix, |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Call `each` with every row whose key starts with `prefix`, in key
+/// order, reading (and holding) one chunk of rows at a time.
+pub(crate) fn for_each_in_prefix<S: Store>(
+    store: &S,
+    prefix: &[u8],
+    mut each: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     use std::ops::Bound;
     const CHUNK: usize = 1024;
     let upper = crate::keyspace::prefix_end(prefix);
@@ -48,17 +63,20 @@ pub(crate) fn scan_prefix<S: Store>(store: &S, prefix: &[u8]) -> Result<Vec<KeyV
         Some(u) => Bound::Excluded(u.as_slice()),
         None => Bound::Unbounded,
     };
-    let mut out: Vec<KeyValue> = Vec::new();
+    let mut last: Option<Vec<u8>> = None;
     loop {
-        let lower = match out.last() {
-            Some((k, _)) => Bound::Excluded(k.as_slice()),
+        let lower = match &last {
+            Some(k) => Bound::Excluded(k.as_slice()),
             None => Bound::Included(prefix),
         };
         let chunk = store.scan(lower, upper_bound, false, CHUNK)?;
         let done = chunk.len() < CHUNK;
-        out.extend(chunk);
+        for (k, v) in &chunk {
+            each(k, v)?;
+        }
+        last = chunk.into_iter().next_back().map(|(k, _)| k);
         if done {
-            return Ok(out);
+            return Ok(());
         }
     }
 }

@@ -188,7 +188,7 @@ pub(crate) async fn run(
                 task.on_metrics(&m);
             }
             ka = keep_alives.recv() => match ka {
-                Some(ka) => task.on_keep_alive(ka),
+                Some(ka) => task.on_keep_alive(ka, true),
                 None => break,
             },
             _ = sleep, if next.is_some() => task.fire_due(),
@@ -224,8 +224,8 @@ impl Task {
                     }
                     match &mut self.role {
                         Role::Leader { .. } => match self.timers.apply(&event, now, true) {
-                            Some(Observation::Granted { waited }) => {
-                                self.replica.metrics().grant_waited(waited);
+                            Some(Observation::WaitEnded { outcome, waited }) => {
+                                self.replica.metrics().wait_ended(outcome, waited);
                             }
                             Some(Observation::HoldEnded { end, held }) => {
                                 self.replica.metrics().hold_ended(end, held);
@@ -399,11 +399,13 @@ impl Task {
             "leader restarted every lock countdown at full length"
         );
         for ka in keep_alives {
-            self.on_keep_alive(ka);
+            self.on_keep_alive(ka, false);
         }
     }
 
-    fn on_keep_alive(&mut self, ka: KeepAlive) {
+    /// `timed`: whether the keep-alive's margin is measured (see
+    /// `crate::metrics`); not for those held while the table was built.
+    fn on_keep_alive(&mut self, ka: KeepAlive, timed: bool) {
         match &mut self.role {
             Role::Follower => {
                 let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
@@ -418,7 +420,12 @@ impl Task {
                 }
                 let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
                     KeptAlive::Extended { ttl, margin } => {
-                        self.replica.metrics().keep_alive_margin(margin);
+                        // Not for keep-alives held while the table was
+                        // built: their margin is the new leader's, not the
+                        // client's.
+                        if let (Some(margin), true) = (margin, timed) {
+                            self.replica.metrics().keep_alive_margin(margin);
+                        }
                         ttl
                     }
                     KeptAlive::WrongSecret => {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use latchkey_core::lock::{
-    HoldEnd, LockCommand, SessionEnd, SessionId, SessionSecret, TimerState, Token,
+    HoldEnd, LockCommand, SessionEnd, SessionId, SessionSecret, TimerState, Token, WaitEnd,
 };
 use latchkey_core::Event;
 
@@ -67,20 +67,24 @@ pub(crate) struct Timers {
     queue: BTreeSet<(Instant, TimerKey)>,
     /// The TTL and secret of every live session, for keep-alives.
     sessions: BTreeMap<SessionId, (Duration, SessionSecret)>,
-    /// When each grant this table saw made began, for the hold-time
-    /// histogram (grants made before it led are not here).
+    /// When each grant made while this table leads began, for the
+    /// hold-time histogram (grants made before are not here).
     granted: BTreeMap<(String, Token), Instant>,
-    /// When each acquire this table saw queued joined its queue, keyed by
-    /// its wait countdown, for the acquire-wait histogram.
+    /// When each acquire queued while this table leads joined its queue,
+    /// keyed by its wait countdown, for the acquire-wait histogram.
     queued: BTreeMap<TimerKey, Instant>,
 }
 
 /// What an applied event tells the metrics (see [`Timers::apply`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Observation {
-    /// A grant, after waiting this long in the queue (zero if granted at
-    /// once).
-    Granted { waited: Duration },
+    /// An acquire's wait ended (`outcome`: how, as the metric labels it:
+    /// `granted`, `cancelled` or `session_ended`) after this long (zero
+    /// for a grant without waiting).
+    WaitEnded {
+        outcome: &'static str,
+        waited: Duration,
+    },
     /// A hold ended (`end`: how, as the metric labels it) after this long.
     HoldEnded { end: &'static str, held: Duration },
 }
@@ -99,8 +103,12 @@ fn hold_end(why: HoldEnd) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeptAlive {
     /// The session's deadline is now at least `received + ttl`; `margin`
-    /// is how much of the TTL was left when it arrived.
-    Extended { ttl: Duration, margin: Duration },
+    /// is how much of the TTL was left when it arrived (at most the TTL;
+    /// `None` if it had no countdown).
+    Extended {
+        ttl: Duration,
+        margin: Option<Duration>,
+    },
     /// The keep-alive did not carry the session's secret: nothing changed.
     WrongSecret,
     /// The session is not counted down here.
@@ -163,7 +171,7 @@ impl Timers {
         let key = TimerKey::Session(session);
         let deadline = received + ttl;
         let old = self.deadline(&key);
-        let margin = old.map_or(Duration::ZERO, |d| d.saturating_duration_since(received));
+        let margin = old.map(|d| d.saturating_duration_since(received).min(ttl));
         match old {
             Some(d) if d >= deadline => {}
             _ => self.set(key, deadline),
@@ -203,6 +211,12 @@ impl Timers {
     /// How many countdowns run.
     pub(crate) fn len(&self) -> usize {
         self.at.len()
+    }
+
+    /// How many grants and queued acquires are being timed.
+    #[cfg(test)]
+    fn timed(&self) -> (usize, usize) {
+        (self.granted.len(), self.queued.len())
     }
 
     /// A new leader's table: every countdown of `state` at full length from
@@ -286,12 +300,14 @@ impl Timers {
                     };
                     self.remove(&key);
                     if let Some(since) = self.queued.remove(&key) {
-                        seen = Some(Observation::Granted {
+                        seen = Some(Observation::WaitEnded {
+                            outcome: "granted",
                             waited: now.saturating_duration_since(since),
                         });
                     }
                 } else if timed {
-                    seen = Some(Observation::Granted {
+                    seen = Some(Observation::WaitEnded {
+                        outcome: "granted",
                         waited: Duration::ZERO,
                     });
                 }
@@ -332,7 +348,7 @@ impl Timers {
                 owner,
                 request_id,
                 name,
-                ..
+                why,
             } => {
                 let key = TimerKey::Wait {
                     session: *session,
@@ -340,7 +356,15 @@ impl Timers {
                     name: name.clone(),
                     request_id: *request_id,
                 };
-                self.queued.remove(&key);
+                if let Some(since) = self.queued.remove(&key) {
+                    seen = Some(Observation::WaitEnded {
+                        outcome: match why {
+                            WaitEnd::Cancelled => "cancelled",
+                            WaitEnd::SessionEnded(_) => "session_ended",
+                        },
+                        waited: now.saturating_duration_since(since),
+                    });
+                }
                 self.remove(&key);
             }
             Event::Released {
@@ -421,7 +445,7 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: ms(150)
+                margin: Some(ms(100))
             }
         );
         assert_eq!(
@@ -432,7 +456,7 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0 + ms(80)),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: ms(70)
+                margin: Some(ms(70))
             }
         );
         assert_eq!(
@@ -444,7 +468,7 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0 + ms(200)),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: ms(0)
+                margin: Some(ms(0))
             }
         );
     }
@@ -510,7 +534,13 @@ mod tests {
         };
         assert_eq!(t.deadline(&lease), Some(t0 + ms(2030)));
         assert_eq!(t.len(), 2, "the wait ended with the grant");
-        assert_eq!(granted, Some(Observation::Granted { waited: ms(30) }));
+        assert_eq!(
+            granted,
+            Some(Observation::WaitEnded {
+                outcome: "granted",
+                waited: ms(30)
+            })
+        );
         let released = t.apply(
             &Event::Released {
                 session: s,
@@ -622,12 +652,47 @@ mod tests {
         // Granted at once: waited zero.
         assert_eq!(
             t.apply(&grant(3, 3, false), t0, true),
-            Some(Observation::Granted {
+            Some(Observation::WaitEnded {
+                outcome: "granted",
                 waited: Duration::ZERO
             })
         );
         t.clear();
         assert_eq!(t.apply(&release(3), t0 + ms(1), true), None, "forgotten");
+
+        // A wait that ends without a grant is timed too, and nothing timed
+        // outlives its event.
+        let queued = Event::Queued {
+            session: SessionId(1),
+            owner: 1,
+            request_id: 4,
+            name: "a".into(),
+            mode: LockMode::Exclusive,
+            wait_ms: 1000,
+        };
+        assert_eq!(t.apply(&queued, t0, true), None);
+        assert!(t.apply(&grant(5, 5, false), t0, true).is_some());
+        assert_eq!(t.timed(), (1, 1));
+        assert_eq!(
+            t.apply(
+                &Event::WaitCancelled {
+                    session: SessionId(1),
+                    owner: 1,
+                    request_id: 4,
+                    name: "a".into(),
+                    why: WaitEnd::SessionEnded(SessionEnd::Expired),
+                },
+                t0 + ms(7),
+                true
+            ),
+            Some(Observation::WaitEnded {
+                outcome: "session_ended",
+                waited: ms(7)
+            })
+        );
+        assert!(t.apply(&release(5), t0 + ms(8), true).is_some());
+        assert_eq!(t.timed(), (0, 0));
+        assert_eq!(t.len(), 0);
     }
 
     #[test]
