@@ -17,6 +17,11 @@ use latchkey_proto::MAX_MESSAGE_BYTES;
 /// minutes to catch up before promoting it.
 const ADD_MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
+/// Longest a change of the voters waits: a leader removing itself first
+/// lets the writes it took commit (up to the replica's write timeout) and
+/// then waits to step down.
+const CHANGE_VOTERS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Longest a backup may take, from asking to the last byte.
 const BACKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -227,20 +232,25 @@ impl Client {
             ));
         }
         self.router()
-            .call(true, |target, _| {
-                let request = ChangeVotersRequest {
-                    voters: voters.clone(),
-                    force,
-                };
-                async move {
-                    let mut leader = self.leader_membership(target).await?;
-                    let request = membership_request(request, self.router().options())?;
-                    match leader.change_voters(request).await {
-                        Ok(r) => crate::auth::refused(r.into_inner().error),
-                        Err(s) => Err(classify_status(&s)),
+            .call_with(
+                true,
+                CHANGE_VOTERS_TIMEOUT,
+                CHANGE_VOTERS_TIMEOUT,
+                |target, _| {
+                    let request = ChangeVotersRequest {
+                        voters: voters.clone(),
+                        force,
+                    };
+                    async move {
+                        let mut leader = self.leader_membership(target).await?;
+                        let request = membership_request(request, self.router().options())?;
+                        match leader.change_voters(request).await {
+                            Ok(r) => crate::auth::refused(r.into_inner().error),
+                            Err(s) => Err(classify_status(&s)),
+                        }
                     }
-                }
-            })
+                },
+            )
             .await?
             .map_err(Error::Refused)
     }

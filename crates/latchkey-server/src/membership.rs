@@ -194,16 +194,38 @@ pub(crate) async fn check_live_majority(
 }
 
 /// Make `voters` the voting members (learners outside it stay learners),
-/// on the leader, after [`check_live_majority`] unless `force`.
+/// on the leader, after [`check_live_majority`] unless `force`. One change
+/// of the membership runs at a time on a replica (`Replica::membership`).
 ///
 /// A leader that removes itself first pauses its write queue
-/// (`WriteQueue::pause_and_drain`): the writes it already took are
-/// committed and answered, later ones are refused as retryable, and the
-/// next leader takes them, so replacing the leader's machine costs clients
-/// retries, never an unknown outcome. (openraft 0.9 has no leader transfer;
-/// the leader steps down once its removal is committed, and the remaining
-/// voters elect a new one within an election timeout or two.)
+/// (`WriteQueue::pause_and_drain`): the writes it already proposed are
+/// answered, later ones are refused as retryable, and the next leader
+/// takes them, so replacing the leader's machine costs clients retries,
+/// not unknown outcomes. (openraft 0.9 has no leader transfer; the leader
+/// steps down once its removal is committed, and the remaining voters
+/// elect a new one within an election timeout or two.)
+///
+/// The change runs in a task of its own, to the end, even if the caller
+/// goes away: a change dropped halfway could leave the cluster in its
+/// joint configuration, or let writes in before the leader stepped down.
 pub(crate) async fn change_voters(
+    replica: std::sync::Arc<Replica>,
+    voters: BTreeSet<u64>,
+    force: bool,
+) -> Result<(), ReplicaFailure> {
+    tokio::spawn(async move {
+        let _one_at_a_time = replica.membership_changes().lock().await;
+        change_voters_now(&replica, voters, force).await
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(ReplicaFailure::UnknownOutcome(format!(
+            "the membership change task failed: {e}"
+        )))
+    })
+}
+
+async fn change_voters_now(
     replica: &Replica,
     voters: BTreeSet<u64>,
     force: bool,
@@ -232,9 +254,10 @@ pub(crate) async fn change_voters(
         .map(|_| ())
         .map_err(|e| failure(replica, e));
     if result.is_ok() && paused.is_some() {
-        // openraft steps the leader down just after its removal commits;
-        // a write it took meanwhile would be appended after the removal,
-        // where it can never commit. So writes stay paused until then.
+        // openraft steps the leader down at its next tick after the
+        // removal is applied; a write proposed meanwhile would likely be
+        // in flight at the step-down and end as an unknown outcome. So
+        // writes stay paused until then.
         let mut metrics = replica.raft().metrics();
         let stepped_down = metrics.wait_for(|m| m.state != openraft::ServerState::Leader);
         if tokio::time::timeout(STEP_DOWN_WAIT, stepped_down)
@@ -262,6 +285,7 @@ pub(crate) async fn add_member(
     voter: bool,
     force: bool,
 ) -> Result<(), ReplicaFailure> {
+    let _one_at_a_time = replica.membership_changes().lock().await;
     if id == 0 {
         return Err(ReplicaFailure::InvalidArgument(
             "node id 0 is reserved".into(),

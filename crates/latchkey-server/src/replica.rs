@@ -39,6 +39,8 @@ pub struct Replica {
     restore_seed: u64,
     /// Held while a backup is taken (one at a time).
     backups: tokio::sync::Mutex<()>,
+    /// Held while the membership changes (one change at a time).
+    membership_changes: tokio::sync::Mutex<()>,
     /// The status page's last answer (`crate::status_page`).
     status_cache: StatusCache,
     /// The last lock census and when it was taken (see
@@ -93,6 +95,7 @@ impl Replica {
             incarnation,
             restore_seed,
             backups: tokio::sync::Mutex::new(()),
+            membership_changes: tokio::sync::Mutex::new(()),
             status_cache: StatusCache::default(),
             census: std::sync::Mutex::new(None),
             client_addr,
@@ -109,6 +112,11 @@ impl Replica {
             read_timeout,
             locks,
         }
+    }
+
+    /// Taken by each change of the membership (one at a time).
+    pub(crate) fn membership_changes(&self) -> &tokio::sync::Mutex<()> {
+        &self.membership_changes
     }
 
     /// The leader's write path.
@@ -519,6 +527,13 @@ impl Replica {
         }
         if !stale {
             self.confirm(true).await?;
+        } else if self.has_membership() && !self.is_member() {
+            // Removed from the cluster: its state no longer moves on.
+            return Err(ReplicaFailure::Unavailable(
+                "this replica is not a member of the cluster (it was removed, or waits to be \
+                 added): ask another replica"
+                    .into(),
+            ));
         }
         match caller {
             Caller::User(user) => self.local_query(&Query::As {
@@ -811,9 +826,12 @@ impl Replica {
                     .map(|l| l.index),
             })
             .collect();
-        let leader_addr = m
+        // Never itself unless it leads (see `Replica::leader`).
+        let leader_id = m
             .current_leader
-            .and_then(|l| membership.get_node(&l).map(|n| n.client_addr.clone()));
+            .filter(|l| *l != self.id || m.state == ServerState::Leader);
+        let leader_addr =
+            leader_id.and_then(|l| membership.get_node(&l).map(|n| n.client_addr.clone()));
         let raft_state = match m.state {
             ServerState::Leader => "Leader",
             ServerState::Follower => "Follower",
@@ -831,7 +849,7 @@ impl Replica {
             id: self.id,
             // A failed replica names no leader: it may be stale, and must
             // never be listed as one.
-            leader_id: m.current_leader.filter(|_| !failed),
+            leader_id: leader_id.filter(|_| !failed),
             leader_addr: leader_addr.filter(|_| !failed),
             term: m.current_term,
             last_applied: m.last_applied.map_or(0, |l| l.index),

@@ -743,7 +743,7 @@ impl Server {
         let deadline = Instant::now() + timeout;
         let mut metrics = self.replica.raft().metrics();
         loop {
-            if let Some(l) = metrics.borrow().current_leader {
+            if let Some((l, _)) = self.replica.leader() {
                 return Ok(l);
             }
             let left = deadline.saturating_duration_since(Instant::now());

@@ -542,7 +542,8 @@ impl Membership for MembershipService {
         let ChangeVotersRequest { voters, force } = request.into_inner();
         let voters: BTreeSet<u64> = voters.into_iter().collect();
         tracing::info!(by = %who, ?voters, force, "membership change: set the voters");
-        let result = crate::membership::change_voters(&self.replica, voters, force).await;
+        let result =
+            crate::membership::change_voters(Arc::clone(&self.replica), voters, force).await;
         Ok(admin_reply(result))
     }
 }

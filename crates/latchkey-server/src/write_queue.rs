@@ -28,12 +28,12 @@
 //! refused (they end sessions and waits, which frees the store).
 //!
 //! A leader that is removing itself from the voters first pauses the
-//! queue ([`WriteQueue::pause_and_drain`]): every write already queued is
-//! proposed and answered, and later writes are refused with
-//! [`ReplicaFailure::Unavailable`] (nothing proposed, so the client retries
-//! them on the next leader). Without it, writes the leader appends after
-//! its removal can never be committed by it (the remaining voters refuse a
-//! non-member's appends) and end as unknown outcomes.
+//! queue ([`WriteQueue::pause_and_drain`]): every entry already proposed is
+//! answered, and every write not yet proposed (queued or new) is refused
+//! with [`ReplicaFailure::Unavailable`] (nothing proposed, so the client
+//! retries it on the next leader). Without it, writes still in flight when
+//! the leader steps down (just after its removal is applied) end as
+//! unknown outcomes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -126,18 +126,20 @@ impl WriteQueue {
     /// `write_timeout` is reported as of unknown outcome.
     pub(crate) fn start(raft: Raft<TypeConfig>, write_timeout: Duration) -> WriteQueue {
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, write_timeout, rx));
+        let paused = Arc::new(AtomicBool::new(false));
+        tokio::spawn(run(raft, write_timeout, rx, Arc::clone(&paused)));
         WriteQueue {
             queue,
             room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
-            paused: Arc::new(AtomicBool::new(false)),
+            paused,
         }
     }
 
-    /// Refuse new writes until the returned guard is dropped, and wait
-    /// until every write queued before has been proposed and answered
-    /// (committed and applied, refused, or timed out after the write
-    /// timeout).
+    /// Refuse every write not yet proposed until the returned guard is
+    /// dropped, and wait until every entry already proposed has been
+    /// answered (committed and applied, refused, or timed out after the
+    /// write timeout). Callers serialise their pauses (membership changes
+    /// run one at a time).
     pub(crate) async fn pause_and_drain(&self) -> Paused {
         self.paused.store(true, Ordering::SeqCst);
         let paused = Paused(Arc::clone(&self.paused));
@@ -158,11 +160,7 @@ impl WriteQueue {
         origin: Origin,
     ) -> Result<CommandResult, ReplicaFailure> {
         if self.paused.load(Ordering::SeqCst) {
-            return Err(ReplicaFailure::Unavailable(
-                "this leader is removing itself from the voters: nothing was proposed; retry, \
-                 the next leader takes it"
-                    .into(),
-            ));
+            return Err(leaving());
         }
         let room = match origin {
             Origin::Leader => None,
@@ -185,6 +183,15 @@ impl WriteQueue {
             )),
         }
     }
+}
+
+/// The refusal of a write while the queue is paused.
+fn leaving() -> ReplicaFailure {
+    ReplicaFailure::Unavailable(
+        "this leader is removing itself from the voters: nothing was proposed; retry, the next \
+         leader takes it"
+            .into(),
+    )
 }
 
 /// Take room for a client write of `payload` bytes, or refuse it.
@@ -220,6 +227,7 @@ async fn run(
     raft: Raft<TypeConfig>,
     write_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<Queued>,
+    paused: Arc<AtomicBool>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut carry: Option<Queued> = None;
@@ -265,6 +273,14 @@ async fn run(
             }
             bytes += len;
             group.push(next);
+        }
+        // Paused (the flag is set before the drain marker is queued, so
+        // every write behind the marker sees it): refuse, proposing nothing.
+        if paused.load(Ordering::SeqCst) {
+            for p in group {
+                let _ = p.reply.send(Err(leaving()));
+            }
+            continue;
         }
         // A caller that gave up (its own timeout) has already been told the
         // outcome is unknown: nothing needs proposing for it.
