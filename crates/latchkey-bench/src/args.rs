@@ -15,6 +15,10 @@ USAGE:
                                      own) per client count, then contended (every
                                      task on one lock)
     latchkey-bench all  [OPTIONS]    kv, then lock (each on a fresh cluster)
+    latchkey-bench failover [OPTIONS]
+                                     under a write load, SIGKILL the leader --kills
+                                     times: time to the first acknowledged write,
+                                     and elections (spurious ones counted apart)
     cargo xtask bench [kv|lock|all] [OPTIONS]   the usual way: builds the server first
 
 OPTIONS:
@@ -37,6 +41,12 @@ OPTIONS:
     --transport T      stream (default: each client's requests share one
                        Pipeline.Calls stream per replica) or unary (every
                        request its own unary RPC, as a Python or Go client sends)
+    --kills N          failover: leaders killed (default 10)
+    --settle D         failover: quiet load before and after each kill, in which
+                       any election is spurious (default 5s)
+    --writers N        failover: writer tasks of the load (default 8)
+    --serve-arg ARG    one more argument for every `latchkey serve` (repeat it;
+                       e.g. --serve-arg=--election-timeout=500ms for an A/B)
     --tls              run the servers with TLS (certificates from `latchkey
                        certs`; mutual TLS between them) and the clients over TLS
     -h, --help         print this text
@@ -53,6 +63,7 @@ pub enum Workload {
     Kv,
     Lock,
     All,
+    Failover,
 }
 
 /// How client tasks get their `Client`.
@@ -96,6 +107,14 @@ pub struct Options {
     pub unary: bool,
     /// --tls: servers and clients over TLS.
     pub tls: bool,
+    /// --kills: failover's leader kills.
+    pub kills: usize,
+    /// --settle: failover's quiet load around each kill.
+    pub settle: Duration,
+    /// --writers: failover's writer tasks.
+    pub failover_writers: usize,
+    /// --serve-arg: extra arguments of every `latchkey serve`.
+    pub serve_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -111,6 +130,10 @@ impl Default for Options {
             tmp_dir: None,
             unary: false,
             tls: false,
+            kills: 10,
+            settle: Duration::from_secs(5),
+            failover_writers: 8,
+            serve_args: Vec::new(),
         }
     }
 }
@@ -140,7 +163,7 @@ impl Options {
 #[derive(Debug)]
 pub enum Parsed {
     Help,
-    Run(Workload, Options),
+    Run(Workload, Box<Options>),
 }
 
 const MAX_DURATION: Duration = Duration::from_secs(600);
@@ -156,16 +179,17 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     }
     let Some((first, rest)) = strings.split_first() else {
-        return Err("missing workload: kv, lock or all".into());
+        return Err("missing workload: kv, lock, all or failover".into());
     };
     let workload = match first.as_str() {
         "-h" | "--help" | "help" => return Ok(Parsed::Help),
         "kv" => Workload::Kv,
         "lock" => Workload::Lock,
         "all" => Workload::All,
+        "failover" => Workload::Failover,
         other => {
             return Err(format!(
-                "unknown workload `{other}`: choose kv, lock or all"
+                "unknown workload `{other}`: choose kv, lock, all or failover"
             ))
         }
     };
@@ -202,6 +226,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--client-mode",
             "--tmp-dir",
             "--transport",
+            "--kills",
+            "--settle",
+            "--writers",
+            "--serve-arg",
         ];
         if !known.contains(&flag) {
             return Err(format!("unknown option `{flag}`"));
@@ -224,6 +252,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--out" => opts.out = non_empty_path(flag, &value)?,
             "--server-bin" => opts.server_bin = Some(non_empty_path(flag, &value)?),
             "--tmp-dir" => opts.tmp_dir = Some(non_empty_path(flag, &value)?),
+            "--kills" => opts.kills = parse_count(flag, &value, 1000)?,
+            "--settle" => opts.settle = parse_duration(&value)?,
+            "--writers" => opts.failover_writers = parse_count(flag, &value, 1024)?,
+            "--serve-arg" => opts.serve_args.push(value),
             "--transport" => {
                 opts.unary = match value.as_str() {
                     "stream" => false,
@@ -247,7 +279,17 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             _ => return Err(format!("unknown option `{flag}`")),
         }
     }
-    Ok(Parsed::Run(workload, opts))
+    Ok(Parsed::Run(workload, Box::new(opts)))
+}
+
+/// A count in `1..=max`.
+fn parse_count(flag: &str, value: &str, max: usize) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{flag}: `{value}` is not a whole number from 1 to {max}"
+        )),
+    }
 }
 
 fn non_empty_path(flag: &str, value: &str) -> Result<PathBuf, String> {
@@ -378,6 +420,38 @@ mod tests {
             parse(&args(&["all"])),
             Ok(Parsed::Run(Workload::All, _))
         ));
+    }
+
+    #[test]
+    fn failover_options() {
+        let parsed = parse(&args(&[
+            "failover",
+            "--kills",
+            "3",
+            "--settle=2s",
+            "--writers",
+            "2",
+            "--serve-arg=--heartbeat=100ms",
+            "--serve-arg",
+            "--election-timeout=500ms",
+        ]));
+        let Ok(Parsed::Run(Workload::Failover, o)) = parsed else {
+            panic!("failover should parse: {parsed:?}");
+        };
+        assert_eq!((o.kills, o.failover_writers), (3, 2));
+        assert_eq!(o.settle, Duration::from_secs(2));
+        assert_eq!(
+            o.serve_args,
+            vec!["--heartbeat=100ms", "--election-timeout=500ms"]
+        );
+        for bad in [
+            &["failover", "--kills", "0"][..],
+            &["failover", "--writers", "x"],
+            &["failover", "--settle", "1"],
+            &["failover", "--serve-arg"],
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad:?} should be refused");
+        }
     }
 
     #[test]

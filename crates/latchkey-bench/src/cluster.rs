@@ -51,6 +51,8 @@ struct Server {
     id: u64,
     addr: String,
     log: PathBuf,
+    /// Its command line after the binary, to start it again.
+    args: Vec<std::ffi::OsString>,
     child: Option<Child>,
 }
 
@@ -58,16 +60,23 @@ struct Server {
 pub struct Cluster {
     servers: Vec<Server>,
     tls: Option<TlsOptions>,
+    server_bin: PathBuf,
 }
 
 impl Cluster {
-    /// Start three durable replicas with default settings under `dir`,
-    /// stdout and stderr of each to `dir/node-<id>.log`.
+    /// Start three durable replicas with default settings (plus
+    /// `serve_args` after `latchkey serve`'s own) under `dir`, stdout and
+    /// stderr of each to `dir/node-<id>.log`.
     ///
     /// With `tls`, `latchkey certs` first writes a CA and certificates to
     /// `dir/certs`; each server then serves TLS with its own certificate
     /// (mutual TLS between them), and [`Cluster::tls`] is what clients use.
-    pub fn start(server_bin: &Path, dir: &Path, tls: bool) -> Result<Cluster, String> {
+    pub fn start(
+        server_bin: &Path,
+        dir: &Path,
+        tls: bool,
+        serve_args: &[String],
+    ) -> Result<Cluster, String> {
         let mut addrs = latchkey::free_loopback_addrs(6)
             .map_err(|e| format!("cannot find free loopback ports: {e}"))?;
         let peer_addrs = addrs.split_off(3);
@@ -87,55 +96,107 @@ impl Cluster {
         let mut cluster = Cluster {
             servers: Vec::with_capacity(3),
             tls,
+            server_bin: server_bin.to_path_buf(),
         };
         for (i, (addr, peer_addr)) in addrs.iter().zip(&peer_addrs).enumerate() {
             let id = (i + 1) as u64;
             let data = dir.join(format!("node-{id}"));
             let log = dir.join(format!("node-{id}.log"));
-            let log_file =
-                File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-            let log_err = log_file
-                .try_clone()
-                .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-            let mut cmd = Command::new(server_bin);
+            let mut args: Vec<std::ffi::OsString> = Vec::new();
             if cluster.tls.is_some() {
-                cmd.arg("--cacert")
-                    .arg(certs.join("ca.pem"))
-                    .arg("--cert")
-                    .arg(certs.join(format!("node-{id}.pem")))
-                    .arg("--key")
-                    .arg(certs.join(format!("node-{id}-key.pem")));
+                args.extend([
+                    "--cacert".into(),
+                    certs.join("ca.pem").into(),
+                    "--cert".into(),
+                    certs.join(format!("node-{id}.pem")).into(),
+                    "--key".into(),
+                    certs.join(format!("node-{id}-key.pem")).into(),
+                ]);
             }
-            cmd.arg("serve")
-                .arg("--id")
-                .arg(id.to_string())
-                .arg("--listen")
-                .arg(addr)
-                .arg("--peer-listen")
-                .arg(peer_addr)
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--initial-members")
-                .arg(&members)
-                .stdin(Stdio::null())
-                .stdout(log_file)
-                .stderr(log_err);
-            detach(&mut cmd);
-            let child = cmd.spawn().map_err(|e| {
-                format!(
-                    "cannot start server {id} ({} serve): {e}",
-                    server_bin.display()
-                )
-            })?;
-            // Pushed at once: from here on the Drop guard owns the child.
+            args.extend([
+                "serve".into(),
+                "--id".into(),
+                id.to_string().into(),
+                "--listen".into(),
+                addr.into(),
+                "--peer-listen".into(),
+                peer_addr.into(),
+                "--data-dir".into(),
+                data.into(),
+                "--initial-members".into(),
+                members.clone().into(),
+            ]);
+            args.extend(serve_args.iter().map(Into::into));
+            // Pushed before it starts: from then on the Drop guard owns it.
             cluster.servers.push(Server {
                 id,
                 addr: addr.clone(),
                 log,
-                child: Some(child),
+                args,
+                child: None,
             });
+            cluster.spawn(i)?;
         }
         Ok(cluster)
+    }
+
+    /// Start server `i` (an index into `servers`), its output appended to
+    /// its log.
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let Some(s) = self.servers.get_mut(i) else {
+            return Err(format!("no server {i}"));
+        };
+        let log_file = File::options()
+            .create(true)
+            .append(true)
+            .open(&s.log)
+            .map_err(|e| format!("cannot open {}: {e}", s.log.display()))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|e| format!("cannot open {}: {e}", s.log.display()))?;
+        let mut cmd = Command::new(&self.server_bin);
+        cmd.args(&s.args)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err);
+        detach(&mut cmd);
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "cannot start server {} ({} serve): {e}",
+                s.id,
+                self.server_bin.display()
+            )
+        })?;
+        s.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL the server at `addr` and reap it.
+    pub fn kill(&mut self, addr: &str) -> Result<(), String> {
+        let s = self
+            .servers
+            .iter_mut()
+            .find(|s| s.addr == addr)
+            .ok_or_else(|| format!("no server at {addr}"))?;
+        let mut child = s
+            .child
+            .take()
+            .ok_or_else(|| format!("server {} is not running", s.id))?;
+        child
+            .kill()
+            .map_err(|e| format!("cannot kill server {}: {e}", s.id))?;
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// Start the server at `addr` again (after [`Cluster::kill`]).
+    pub fn restart(&mut self, addr: &str) -> Result<(), String> {
+        let i = self
+            .servers
+            .iter()
+            .position(|s| s.addr == addr)
+            .ok_or_else(|| format!("no server at {addr}"))?;
+        self.spawn(i)
     }
 
     /// The TLS settings clients need, when the servers run TLS.

@@ -24,6 +24,13 @@
 //!    share one disk here, so a commit costs at least two fsyncs on it
 //!    (leader and one follower), which makes a ratio above 1 a strong signal.
 //!
+//! ## What `failover` measures
+//!
+//! Under a write load, the leader is SIGKILLed `--kills` times; each time,
+//! the time from the kill to the first acknowledged write, the elections
+//! it took, and the spurious elections (term changes in quiet load between
+//! kills). See the `failover` module.
+//!
 //! ## What `lock` measures
 //!
 //! The same disk probe, on a fresh cluster; then every task opens its own
@@ -109,6 +116,7 @@
 mod args;
 mod chart;
 mod cluster;
+mod failover;
 mod fsync;
 mod kv;
 mod lock;
@@ -136,7 +144,7 @@ fn main() -> ExitCode {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        Ok(Parsed::Run(w, o)) => (w, o),
+        Ok(Parsed::Run(w, o)) => (w, *o),
         Err(message) => return fail(Failure::Usage(message)),
     };
     match run_in_runtime(workload, opts) {
@@ -204,6 +212,7 @@ fn time_budget(workload: Workload, opts: &Options) -> Duration {
         Workload::Kv => kv::budget(opts),
         Workload::Lock => lock::budget(opts),
         Workload::All => kv::budget(opts) + lock::budget(opts),
+        Workload::Failover => failover::budget(opts),
     }
 }
 
@@ -213,6 +222,7 @@ async fn run(workload: Workload, opts: &Options) -> Result<(), String> {
     match workload {
         Workload::Kv => kv::bench(opts).await,
         Workload::Lock => lock::bench(opts).await,
+        Workload::Failover => failover::bench(opts).await,
         Workload::All => {
             let kv = kv::bench(opts).await;
             if let Err(e) = &kv {

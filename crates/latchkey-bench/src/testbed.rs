@@ -21,7 +21,7 @@ pub fn setup_budget() -> Duration {
     FSYNC_PROBE + LEADER_WAIT + Duration::from_secs(30)
 }
 
-const SERVER_SETTINGS: &str = "latchkey serve defaults (durable; heartbeat 100ms, election 500ms..1s, snapshot every 10000 entries)";
+const SERVER_SETTINGS: &str = "latchkey serve defaults (durable; heartbeat 40ms, election 200ms..400ms, snapshot every 10000 entries), plus any --serve-arg";
 
 /// A running cluster in its temporary directory, with the fsync rate of
 /// that directory's disk. Dropping it kills the servers, then removes the
@@ -66,7 +66,7 @@ impl Testbed {
             fsync.per_second, fsync.p50_us
         );
 
-        let mut cluster = Cluster::start(&server_bin, dir.path(), opts.tls)?;
+        let mut cluster = Cluster::start(&server_bin, dir.path(), opts.tls, &opts.serve_args)?;
         eprintln!(
             "latchkey-bench: started 3 servers (pids {:?}) at {}; waiting for a leader...",
             cluster.pids(),
@@ -106,6 +106,26 @@ impl Testbed {
     /// An error if a server has exited, with the end of its log.
     pub fn check_alive(&mut self) -> Result<(), String> {
         self.cluster.check_alive()
+    }
+
+    /// The servers, to kill and restart them.
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+
+    /// The servers' client addresses.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.cluster.endpoints()
+    }
+
+    /// The TLS settings clients need, when the servers run TLS.
+    pub fn tls(&self) -> Option<&latchkey::TlsOptions> {
+        self.cluster.tls()
+    }
+
+    /// The end of every server's log.
+    pub fn logs_tail(&self) -> String {
+        self.cluster.logs_tail()
     }
 
     /// Stop the servers, remove the directory, and put the results in a

@@ -12,10 +12,18 @@ use crate::NodeError;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RaftSettings {
-    /// Leader heartbeat period (default 100 ms).
+    /// Leader heartbeat period (default 40 ms).
     pub heartbeat: Duration,
     /// A follower that hears nothing from a leader for a random time in
-    /// `[election_min, election_max)` starts an election (default 500–1000 ms).
+    /// `[election_min, election_max)` starts an election (default 200–400
+    /// ms; each replica draws its time once, at start). openraft 0.9 adds
+    /// the leader's lease (`election_max`) to that while it knows a leader,
+    /// and twice `election_max` more after it lost an election to a longer
+    /// log, so a dead leader is replaced after `election_max` + the
+    /// quicker follower's draw (0.6–0.8 s with the defaults) when that
+    /// follower holds the longer log, else about `3 * election_max` + the
+    /// other's draw (1.4–1.6 s). docs/PERFORMANCE.md, change 17, has the
+    /// A/B against 500–1000 ms (twice as long).
     pub election_min: Duration,
     /// See `election_min`.
     pub election_max: Duration,
@@ -34,9 +42,9 @@ pub struct RaftSettings {
 impl Default for RaftSettings {
     fn default() -> Self {
         RaftSettings {
-            heartbeat: Duration::from_millis(100),
-            election_min: Duration::from_millis(500),
-            election_max: Duration::from_millis(1000),
+            heartbeat: Duration::from_millis(40),
+            election_min: Duration::from_millis(200),
+            election_max: Duration::from_millis(400),
             snapshot_every: 10_000,
             keep_after_snapshot: 1_000,
             write_timeout: Duration::from_secs(5),

@@ -399,10 +399,11 @@ struct Serve {
     #[arg(long, default_value_t = 1_000)]
     keep_after_snapshot: u64,
     /// Leader heartbeat period.
-    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "40ms", value_parser = parse_duration)]
     heartbeat: Duration,
-    /// Shortest election timeout; the longest is twice this.
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    /// Shortest election timeout; the longest is twice this (a dead leader
+    /// is replaced after about three to four times this).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     election_timeout: Duration,
     /// With an empty data directory: `new` forms a new cluster with the
     /// other initial members once all of them answer and none belongs to a

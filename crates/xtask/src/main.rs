@@ -113,7 +113,7 @@ OPTIONS:
 ";
 
 const BENCH_HELP: &str = "\
-cargo xtask bench [kv|lock|all] [ARGS...]
+cargo xtask bench [kv|lock|all|failover] [ARGS...]
 
 First builds the server (`cargo build -p latchkey --bin latchkey`, the dev
 profile like every other command), then runs
@@ -129,6 +129,9 @@ WORKLOADS (each starts its own three-process cluster on loopback):
             acquire latency, with mutual-exclusion and token-order checks);
             every task has its own session (ttl 10s)
     all     kv, then lock
+    failover  under a write load, SIGKILL the leader 10 times (--kills): time
+            to the first acknowledged write (p50, p90, max) and elections,
+            spurious ones (in --settle of quiet load) counted apart
 
 ARGS (see `cargo run -p latchkey-bench -- --help`):
     --duration 5s        length of each (workload, clients) run
@@ -202,7 +205,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("fenced", &["fenced_storage"], "fenced_storage"),
 ];
 
-const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all"];
+const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover"];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
