@@ -41,6 +41,11 @@ OPTIONS:
     --transport T      stream (default: each client's requests share one
                        Pipeline.Calls stream per replica) or unary (every
                        request its own unary RPC, as a Python or Go client sends)
+    --aged             lock: first age the cluster (--age-keys keys written,
+                       --age-sessions sessions opened and closed), the
+                       long-lived row to compare with a fresh cluster
+    --age-keys N       keys --aged writes (default 1000000)
+    --age-sessions N   sessions --aged opens and closes (default 100000)
     --kills N          failover: leaders killed (default 10)
     --settle D         failover: quiet load before and after each kill, in which
                        any election is spurious (default 5s)
@@ -115,6 +120,11 @@ pub struct Options {
     pub failover_writers: usize,
     /// --serve-arg: extra arguments of every `latchkey serve`.
     pub serve_args: Vec<String>,
+    /// --aged: lock ages the cluster first.
+    pub aged: bool,
+    /// --age-keys, --age-sessions: how much.
+    pub age_keys: u64,
+    pub age_sessions: u64,
 }
 
 impl Default for Options {
@@ -134,6 +144,9 @@ impl Default for Options {
             settle: Duration::from_secs(5),
             failover_writers: 8,
             serve_args: Vec::new(),
+            aged: false,
+            age_keys: 1_000_000,
+            age_sessions: 100_000,
         }
     }
 }
@@ -209,6 +222,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             opts.tls = true;
             continue;
         }
+        if arg == "--aged" {
+            opts.aged = true;
+            continue;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
             _ => (arg.as_str(), None),
@@ -230,6 +247,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--settle",
             "--writers",
             "--serve-arg",
+            "--age-keys",
+            "--age-sessions",
         ];
         if !known.contains(&flag) {
             return Err(format!("unknown option `{flag}`"));
@@ -256,6 +275,8 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--settle" => opts.settle = parse_duration(&value)?,
             "--writers" => opts.failover_writers = parse_count(flag, &value, 1024)?,
             "--serve-arg" => opts.serve_args.push(value),
+            "--age-keys" => opts.age_keys = parse_count(flag, &value, 100_000_000)? as u64,
+            "--age-sessions" => opts.age_sessions = parse_count(flag, &value, 10_000_000)? as u64,
             "--transport" => {
                 opts.unary = match value.as_str() {
                     "stream" => false,
@@ -416,6 +437,19 @@ mod tests {
         };
         assert_eq!(o.lock_cycle_clients(), vec![1, 32]);
         assert_eq!(o.contended_clients(), vec![4, 16]);
+        assert!(!o.aged);
+        let parsed = parse(&args(&[
+            "lock",
+            "--aged",
+            "--age-keys=10",
+            "--age-sessions",
+            "5",
+        ]));
+        let Ok(Parsed::Run(Workload::Lock, o)) = parsed else {
+            panic!("lock --aged should parse: {parsed:?}");
+        };
+        assert!(o.aged);
+        assert_eq!((o.age_keys, o.age_sessions), (10, 5));
         assert!(matches!(
             parse(&args(&["all"])),
             Ok(Parsed::Run(Workload::All, _))

@@ -173,11 +173,8 @@ impl Cluster {
 
     /// SIGKILL the server at `addr` and reap it.
     pub fn kill(&mut self, addr: &str) -> Result<(), String> {
-        let s = self
-            .servers
-            .iter_mut()
-            .find(|s| s.addr == addr)
-            .ok_or_else(|| format!("no server at {addr}"))?;
+        let i = self.index_of(addr)?;
+        let s = &mut self.servers[i];
         let mut child = s
             .child
             .take()
@@ -191,12 +188,16 @@ impl Cluster {
 
     /// Start the server at `addr` again (after [`Cluster::kill`]).
     pub fn restart(&mut self, addr: &str) -> Result<(), String> {
-        let i = self
-            .servers
+        let i = self.index_of(addr)?;
+        self.spawn(i)
+    }
+
+    /// The index of the server at `addr`.
+    fn index_of(&self, addr: &str) -> Result<usize, String> {
+        self.servers
             .iter()
             .position(|s| s.addr == addr)
-            .ok_or_else(|| format!("no server at {addr}"))?;
-        self.spawn(i)
+            .ok_or_else(|| format!("no server at {addr}"))
     }
 
     /// The TLS settings clients need, when the servers run TLS.

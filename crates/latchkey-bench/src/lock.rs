@@ -55,6 +55,10 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         .max()
         .unwrap_or(1);
     let clients = bed.clients(opts.client_mode, opts.unary, max_tasks).await?;
+    if opts.aged {
+        age(&clients, opts).await?;
+        bed.check_alive()?;
+    }
 
     let runs = cycle_counts
         .iter()
@@ -82,18 +86,116 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         contended_clients: contended_counts,
         session_ttl_s: SESSION_TTL.as_secs_f64(),
         acquire_wait_s: ACQUIRE_WAIT.as_secs_f64(),
+        aged: opts.aged.then_some(Aged {
+            keys: opts.age_keys,
+            sessions: opts.age_sessions,
+        }),
     };
     let report = bed.finish("lock", opts, params, results);
     report::publish(&report, &opts.out)
 }
 
-/// An upper bound of a healthy lock benchmark: start-up, and per run its
-/// duration, the sessions' opening and closing, and a last iteration that
-/// waits its longest; plus slack.
+/// An upper bound of a healthy lock benchmark: start-up, the aging, and
+/// per run its duration, the sessions' opening and closing, and a last
+/// iteration that waits its longest; plus slack.
 pub fn budget(opts: &Options) -> Duration {
     let per_run = opts.duration + ACQUIRE_WAIT + REQUEST_TIMEOUT * 4 + Duration::from_secs(5);
     let runs = opts.lock_cycle_clients().len() + opts.contended_clients().len();
-    setup_budget() + per_run.saturating_mul(u32::try_from(runs).unwrap_or(u32::MAX))
+    // Aging at a pessimistic 200 sessions or 5,000 keys a second.
+    let aging = if opts.aged {
+        Duration::from_secs(opts.age_sessions / 200 + opts.age_keys / 5_000 + 60)
+    } else {
+        Duration::ZERO
+    };
+    setup_budget() + aging + per_run.saturating_mul(u32::try_from(runs).unwrap_or(u32::MAX))
+}
+
+/// Tasks aging the cluster, and keys per batch of its puts.
+const AGE_TASKS: usize = 32;
+const AGE_BATCH: u64 = 500;
+
+/// Make the cluster one that has run for a while before the runs (the
+/// long-lived row): `--age-keys` keys of `--value-size` bytes written in
+/// batches, and `--age-sessions` sessions opened and closed, by
+/// [`AGE_TASKS`] tasks; what is left is what a long-lived cluster keeps
+/// (the keys, the counters, the lock service's request memory of ended
+/// sessions, and RocksDB's tombstones).
+async fn age(clients: &Clients, opts: &Options) -> Result<(), String> {
+    let started = Instant::now();
+    eprintln!(
+        "latchkey-bench: aging the cluster: {} keys, then {} sessions opened and closed...",
+        opts.age_keys, opts.age_sessions
+    );
+    let value = Arc::new(crate::kv::make_value(opts.value_size));
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::with_capacity(AGE_TASKS);
+    for t in 0..AGE_TASKS {
+        let (client, next, value) = (clients.for_task(t), Arc::clone(&next), Arc::clone(&value));
+        let keys = opts.age_keys;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(AGE_BATCH, Ordering::Relaxed);
+                if first >= keys {
+                    return Ok(());
+                }
+                let mut batch = latchkey::Batch::new();
+                for k in first..(first + AGE_BATCH).min(keys) {
+                    batch = batch.put(format!("bench/aged/{k:08}"), value.as_slice());
+                }
+                client
+                    .batch(batch)
+                    .await
+                    .map_err(|e| format!("aging: a batch of puts failed: {e}"))?
+                    .map_err(|i| {
+                        format!("aging: condition {i} of an unconditional batch failed")
+                    })?;
+            }
+        }));
+    }
+    join_aging(tasks).await?;
+    let keys_took = started.elapsed();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::with_capacity(AGE_TASKS);
+    for t in 0..AGE_TASKS {
+        let (client, next) = (clients.for_task(t), Arc::clone(&next));
+        let sessions = opts.age_sessions;
+        tasks.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < sessions {
+                let session = client
+                    .session(SESSION_TTL)
+                    .await
+                    .map_err(|e| format!("aging: opening a session failed: {e}"))?;
+                session
+                    .close()
+                    .await
+                    .map_err(|e| format!("aging: closing a session failed: {e}"))?;
+            }
+            Ok(())
+        }));
+    }
+    join_aging(tasks).await?;
+    eprintln!(
+        "latchkey-bench: aged in {:.0}s (keys {:.0}s, sessions {:.0}s)",
+        started.elapsed().as_secs_f64(),
+        keys_took.as_secs_f64(),
+        (started.elapsed() - keys_took).as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn join_aging(tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>) -> Result<(), String> {
+    for task in tasks {
+        task.await
+            .map_err(|e| format!("an aging task panicked: {e}"))??;
+    }
+    Ok(())
+}
+
+/// What `--aged` put in the cluster before the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Aged {
+    pub keys: u64,
+    pub sessions: u64,
 }
 
 /// The lock benchmark's own parameters.
@@ -103,11 +205,20 @@ pub struct LockParams {
     pub contended_clients: Vec<usize>,
     pub session_ttl_s: f64,
     pub acquire_wait_s: f64,
+    /// `--aged`: the cluster had run for a while first.
+    pub aged: Option<Aged>,
 }
 
 impl Params for LockParams {
     fn describe(&self) -> String {
-        format!("one session per task (ttl {}s)", self.session_ttl_s)
+        match &self.aged {
+            Some(a) => format!(
+                "one session per task (ttl {}s), on a cluster aged by {} keys and {} sessions \
+                 opened and closed",
+                self.session_ttl_s, a.keys, a.sessions
+            ),
+            None => format!("one session per task (ttl {}s)", self.session_ttl_s),
+        }
     }
 
     fn notes(&self, results: &[RunResult]) -> String {

@@ -33,6 +33,16 @@ pub(crate) enum TimerKey {
 }
 
 impl TimerKey {
+    /// The countdown of a queued acquire.
+    fn wait(session: SessionId, owner: u64, name: &str, request_id: u64) -> TimerKey {
+        TimerKey::Wait {
+            session,
+            owner,
+            name: name.to_string(),
+            request_id,
+        }
+    }
+
     /// The leader's command that ends what this countdown guards.
     pub(crate) fn expiry(&self) -> LockCommand {
         match self {
@@ -246,12 +256,7 @@ impl Timers {
         }
         for w in &state.waits {
             self.set(
-                TimerKey::Wait {
-                    session: w.session,
-                    owner: w.owner,
-                    name: w.name.clone(),
-                    request_id: w.request_id,
-                },
+                TimerKey::wait(w.session, w.owner, &w.name, w.request_id),
                 now + Duration::from_millis(w.wait_ms),
             );
         }
@@ -292,12 +297,7 @@ impl Timers {
                 ..
             } => {
                 if *waited {
-                    let key = TimerKey::Wait {
-                        session: *session,
-                        owner: *owner,
-                        name: name.clone(),
-                        request_id: *request_id,
-                    };
+                    let key = TimerKey::wait(*session, *owner, name, *request_id);
                     self.remove(&key);
                     if let Some(since) = self.queued.remove(&key) {
                         seen = Some(Observation::WaitEnded {
@@ -332,12 +332,7 @@ impl Timers {
                 wait_ms,
                 ..
             } => {
-                let key = TimerKey::Wait {
-                    session: *session,
-                    owner: *owner,
-                    name: name.clone(),
-                    request_id: *request_id,
-                };
+                let key = TimerKey::wait(*session, *owner, name, *request_id);
                 if timed {
                     self.queued.entry(key.clone()).or_insert(now);
                 }
@@ -350,12 +345,7 @@ impl Timers {
                 name,
                 why,
             } => {
-                let key = TimerKey::Wait {
-                    session: *session,
-                    owner: *owner,
-                    name: name.clone(),
-                    request_id: *request_id,
-                };
+                let key = TimerKey::wait(*session, *owner, name, *request_id);
                 if let Some(since) = self.queued.remove(&key) {
                     seen = Some(Observation::WaitEnded {
                         outcome: match why {
