@@ -10,7 +10,9 @@
 //! read from openraft's metrics when scraped, so they cost nothing between
 //! scrapes; request counts and latencies are counted as calls are answered
 //! (every gRPC call, unary or pipelined, passes one place:
-//! `services::answer`).
+//! `services::answer`; an embedding application's in-process calls,
+//! `Client::with_local`, pass `LocalReplica::call`, and are counted under
+//! the same RPC names).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -26,7 +28,7 @@
 //! | `latchkey_raft_matched_index` | gauge | `member` | on the leader: the last index known replicated to each member |
 //! | `latchkey_raft_leader_changes` | counter | | times the leader this replica knows changed |
 //! | `latchkey_replica_condition` | gauge | `condition` | 1 for serving, waiting (to be added) or failed |
-//! | `latchkey_requests` | counter | `rpc`, `outcome` | gRPC calls answered, by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
+//! | `latchkey_requests` | counter | `rpc`, `outcome` | calls answered (gRPC and in-process), by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
 //! | `latchkey_lock_sessions` | gauge | | live sessions in the replica's state (every replica; counted when scraped) |

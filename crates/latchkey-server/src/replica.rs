@@ -909,8 +909,26 @@ fn draw_session_secret() -> Result<SessionSecret, ReplicaFailure> {
 pub const MAX_ACQUIRE_HOLD: Duration = Duration::from_secs(300);
 
 impl LocalReplica for Replica {
+    /// Counted in the request metrics like the operation's RPC (see
+    /// `crate::metrics`).
     fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>> {
-        Box::pin(Replica::call(self, op))
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            // The RPC this operation travels as over gRPC, for its label;
+            // none for what only the replica itself asks.
+            let rpc = latchkey_proto::wire::request_to_wire(&op)
+                .ok()
+                .map(|request| latchkey_proto::Rpc::of(&request));
+            let result = Replica::call(self, op).await;
+            if let Some(rpc) = rpc {
+                self.metrics.request(
+                    rpc.name(),
+                    crate::services::outcome(&result),
+                    started.elapsed(),
+                );
+            }
+            result
+        })
     }
 
     fn status(&self) -> NodeStatus {

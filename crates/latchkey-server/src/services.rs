@@ -253,15 +253,21 @@ pub(crate) async fn answer(replica: &Replica, caller: &Caller, request: Req) -> 
         Ok((op, _)) => replica.call_as(op, caller).await,
         Err(refused) => Err(refused),
     };
-    let outcome = match &result {
+    replica
+        .metrics()
+        .request(rpc.name(), outcome(&result), started.elapsed());
+    (rpc, wire::reply_to_wire(rpc, result))
+}
+
+/// A call's outcome as a metric label: `ok`, or its typed error's kind.
+pub(crate) fn outcome(
+    result: &Result<CommandResult, ReplicaFailure>,
+) -> std::borrow::Cow<'static, str> {
+    match result {
         Ok(Ok(_)) => std::borrow::Cow::Borrowed("ok"),
         Ok(Err(refused)) => error_kind(wire::command_error_to_wire(refused).kind).into(),
         Err(failure) => error_kind(v1::Error::from(failure.clone()).kind).into(),
-    };
-    replica
-        .metrics()
-        .request(rpc.name(), outcome, started.elapsed());
-    (rpc, wire::reply_to_wire(rpc, result))
+    }
 }
 
 /// A typed error's kind as a metric label: `stale_fence`, `not_leader`...

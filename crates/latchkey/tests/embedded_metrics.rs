@@ -271,6 +271,20 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
         }
         assert!(puts >= 5.0, "puts counted: {puts}");
 
+        // The application's in-process calls are counted the same way.
+        let addr = nodes[&leader].metrics_addr().ok_or("no metrics listener")?;
+        let local_puts = async || -> Result<f64, Box<dyn std::error::Error>> {
+            let (_, text) = http_get(addr, "/metrics").await?;
+            Ok(sample(&text, "latchkey_requests_total{rpc=\"put\",outcome=\"ok\"}").unwrap_or(0.0))
+        };
+        let before = local_puts().await?;
+        nodes[&leader].client().put("in-process", "v").await?;
+        let after = local_puts().await?;
+        assert!(
+            after >= before + 1.0,
+            "an in-process put was not counted: {before} -> {after}"
+        );
+
         // The leader stops: a follower's /readyz says so until a new one is
         // elected (and a stopped node's listener is gone).
         let stopped_addr = nodes[&leader].metrics_addr().ok_or("no metrics listener")?;
