@@ -179,17 +179,17 @@ impl latchkey_storage::StorageObserver for StorageFigures {
         self.batch.observe(appends as f64);
     }
 
-    fn snapshot_built(&self, took: Duration, bytes: usize) {
+    fn snapshot_built(&self, took: Duration, bytes: u64) {
         self.snapshot("build", took, bytes);
     }
 
-    fn snapshot_installed(&self, took: Duration, bytes: usize) {
+    fn snapshot_installed(&self, took: Duration, bytes: u64) {
         self.snapshot("install", took, bytes);
     }
 }
 
 impl StorageFigures {
-    fn snapshot(&self, op: &'static str, took: Duration, bytes: usize) {
+    fn snapshot(&self, op: &'static str, took: Duration, bytes: u64) {
         self.snapshot_seconds
             .get_or_create(&OpLabel { op })
             .observe(took.as_secs_f64());

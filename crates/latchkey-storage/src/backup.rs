@@ -27,14 +27,13 @@ use rocksdb::WriteBatch;
 use crate::columns::Handles;
 use crate::error::StorageError;
 use crate::snapshot_format::{self, BlobError, BlobWriter};
+use crate::snapshot_install::BATCH_BYTES;
 use crate::state_reader::StateReader;
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
 /// `sm_meta` key of the restore seed (codec `u64`), present only in a data
 /// directory made by [`restore`].
 const RESTORED: &[u8] = b"restored";
-/// A restore writes rows in batches of about this many bytes.
-const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// What a backup describes besides its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +73,16 @@ pub enum BackupError {
     /// The store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The replica cannot read its state now (it is installing a snapshot
+    /// from the leader); ask another replica or retry.
+    #[error("cannot back up this replica now: {0}")]
+    Unavailable(String),
+}
+
+impl From<latchkey_core::StoreError> for BackupError {
+    fn from(e: latchkey_core::StoreError) -> Self {
+        BackupError::Unavailable(e.0)
+    }
 }
 
 impl From<BlobError> for BackupError {
@@ -94,7 +103,14 @@ impl StateReader {
     /// backup that holds every write acknowledged before it was asked for,
     /// first make sure (a linearizable read's barrier) that the applied
     /// index has reached the read index.
+    ///
+    /// Refused ([`BackupError::Unavailable`]) while a snapshot install is
+    /// replacing the state.
     pub fn backup(&self) -> Result<(BackupMeta, Vec<u8>), BackupError> {
+        self.applied.gated(|| self.backup_now())
+    }
+
+    fn backup_now(&self) -> Result<(BackupMeta, Vec<u8>), BackupError> {
         let cfs = Handles::of(&self.db)?;
         let view = self.db.snapshot();
         let state = crate::applied_state::AppliedState::read(|k| view.get_cf(cfs.sm_meta, k))
@@ -107,7 +123,7 @@ impl StateReader {
             last_membership: state.membership,
             snapshot_id: format!("backup-{}", state.last_applied.map_or(0, |id| id.index)),
         };
-        let mut writer = BlobWriter::new(&meta)?;
+        let mut writer = BlobWriter::new(Vec::new(), &meta)?;
         let mut it = view.raw_iterator_cf(cfs.sm_data);
         it.seek_to_first();
         while let Some((key, value)) = it.item() {
@@ -150,7 +166,11 @@ pub fn read_backup(
     blob: &[u8],
     row: impl FnMut(Vec<u8>, Vec<u8>),
 ) -> Result<BackupMeta, BackupError> {
-    let meta = snapshot_format::read_rows(blob, row)?;
+    let mut row = row;
+    let meta = snapshot_format::read_blob(blob, |key, value| {
+        row(key, value);
+        Ok(())
+    })?;
     Ok(backup_meta(meta, blob))
 }
 

@@ -37,7 +37,9 @@
 //!
 //! Layout of a data directory: `db/` is the RocksDB instance (column
 //! families are described in the `columns` module), `snapshots/current.snap`
-//! the current snapshot blob, and `acknowledged.mark` the directory's
+//! the current snapshot blob (beside it, `*.tmp` files while one is built
+//! or installed; `snapshot_install` says how an install stays whole across
+//! a crash), and `acknowledged.mark` the directory's
 //! incarnation and the high-water mark of what it acknowledged
 //! ([`ack_mark`]): opening refuses a directory that lost acknowledged state.
 //! [`backup`] takes backups of the applied state and seeds new directories
@@ -86,6 +88,7 @@ mod open;
 mod snapshot_builder;
 mod snapshot_file;
 mod snapshot_format;
+mod snapshot_install;
 mod state_change;
 mod state_machine;
 mod state_reader;

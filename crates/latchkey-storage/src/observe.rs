@@ -19,8 +19,8 @@ use std::time::Duration;
 ///     fn wal_synced(&self, took: Duration, appends: usize) {
 ///         tracing::trace!(?took, appends, "synced");
 ///     }
-///     fn snapshot_built(&self, _took: Duration, _bytes: usize) {}
-///     fn snapshot_installed(&self, _took: Duration, _bytes: usize) {}
+///     fn snapshot_built(&self, _took: Duration, _bytes: u64) {}
+///     fn snapshot_installed(&self, _took: Duration, _bytes: u64) {}
 /// }
 /// ```
 pub trait StorageObserver: Send + Sync {
@@ -28,9 +28,9 @@ pub trait StorageObserver: Send + Sync {
     /// (the group-commit batch) took `took`, failed or not.
     fn wal_synced(&self, took: Duration, appends: usize);
     /// A snapshot of `bytes` was built and saved in `took`.
-    fn snapshot_built(&self, took: Duration, bytes: usize);
+    fn snapshot_built(&self, took: Duration, bytes: u64);
     /// A snapshot of `bytes` from the leader was installed in `took`.
-    fn snapshot_installed(&self, took: Duration, bytes: usize);
+    fn snapshot_installed(&self, took: Duration, bytes: u64);
 }
 
 /// The store's observer slot (set once, by [`crate::LogStore::observe`])
@@ -58,13 +58,13 @@ impl Observed {
         }
     }
 
-    pub(crate) fn snapshot_built(&self, took: Duration, bytes: usize) {
+    pub(crate) fn snapshot_built(&self, took: Duration, bytes: u64) {
         if let Some(o) = self.observer.get() {
             o.snapshot_built(took, bytes);
         }
     }
 
-    pub(crate) fn snapshot_installed(&self, took: Duration, bytes: usize) {
+    pub(crate) fn snapshot_installed(&self, took: Duration, bytes: u64) {
         if let Some(o) = self.observer.get() {
             o.snapshot_installed(took, bytes);
         }

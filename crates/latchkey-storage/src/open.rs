@@ -146,6 +146,7 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         })?
     };
     let file = SnapshotFile::open(&dir.join(SNAPSHOT_DIR))?;
+    let state = crate::snapshot_install::finish_interrupted(&db, &file, state)?;
     tracing::info!(
         dir = %dir.display(),
         last_applied = ?state.last_applied,

@@ -1,7 +1,7 @@
 //! [`SnapshotBuilder`]: builds a snapshot of the state machine from a
 //! RocksDB snapshot, so applies may continue while it runs.
 
-use std::io::Cursor;
+use std::io::BufWriter;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -42,11 +42,13 @@ fn snapshot_id(state: &AppliedState) -> String {
     }
 }
 
-/// Build the snapshot blob of everything applied, as of one RocksDB snapshot.
+/// Build the snapshot of everything applied, as of one RocksDB snapshot,
+/// written straight to a file (a frame at a time) and made the current
+/// snapshot. Returns it, open for reading, and its size in bytes.
 pub(crate) fn build(
     db: &DB,
     file: &SnapshotFile,
-) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+) -> Result<(Snapshot<TypeConfig>, u64), RaftStorageError> {
     let cfs = Handles::of(db).map_err(|e| to_raft(e, openraft::ErrorVerb::Read))?;
     let view = db.snapshot();
     // Applies are not synced one by one. Make everything this view holds
@@ -61,7 +63,8 @@ pub(crate) fn build(
         last_membership: state.membership.clone(),
         snapshot_id: snapshot_id(&state),
     };
-    let mut writer = BlobWriter::new(&meta).map_err(write_err)?;
+    let staged = file.stage("building-").map_err(write_err)?;
+    let mut writer = BlobWriter::new(BufWriter::new(staged.as_file()), &meta).map_err(write_err)?;
     let mut it = view.raw_iterator_cf(cfs.sm_data);
     it.seek_to_first();
     while let Some((key, value)) = it.item() {
@@ -70,14 +73,19 @@ pub(crate) fn build(
     }
     it.status()
         .map_err(|e| StorageIOError::read_state_machine(&e))?;
-    let blob = writer.finish().map_err(write_err)?;
-    file.save(&blob, &meta, true)
+    drop(writer.finish().map_err(write_err)?);
+    let (_, built) = file
+        .commit(staged, &meta, true)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
-    tracing::info!(%meta, bytes = blob.len(), "built snapshot");
-    Ok(Snapshot {
-        meta,
-        snapshot: Box::new(Cursor::new(blob)),
-    })
+    let bytes = built.metadata().map_err(write_err)?.len();
+    tracing::info!(%meta, bytes, "built snapshot");
+    Ok((
+        Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(built)),
+        },
+        bytes,
+    ))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -85,9 +93,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let db = Arc::clone(&self.db);
         let file = Arc::clone(&self.file);
         let started = std::time::Instant::now();
-        let built = blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await?;
-        self.observed
-            .snapshot_built(started.elapsed(), built.snapshot.get_ref().len());
+        let (built, bytes) =
+            blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await?;
+        self.observed.snapshot_built(started.elapsed(), bytes);
         Ok(built)
     }
 }

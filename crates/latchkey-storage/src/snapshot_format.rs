@@ -14,8 +14,17 @@
 //! codec's decode limit however large the state is.
 //!
 //! Decoding checks the magic, the checksum, the frame order, key order and
-//! the row count, so a damaged or truncated blob is an error, never a panic
-//! and never a half-installed state.
+//! the row count, so a damaged or truncated blob is an error, never a panic.
+//!
+//! Both directions stream: [`BlobWriter`] writes to any [`Write`] and
+//! [`read_blob`] reads from any [`Read`], holding one frame (at most
+//! [`MAX_FRAME`] bytes) at a time, so a snapshot of any size is built, sent
+//! and installed in bounded memory. The price of streaming is that the
+//! checksum is only known at the end: a reader sees rows before it knows the
+//! blob is whole, so whoever acts on rows reads the blob twice (once to
+//! check it, once to act; see `state_machine::install`).
+
+use std::io::{self, Read, Write};
 
 use latchkey_core::codec::{self, CodecError};
 use serde::{Deserialize, Serialize};
@@ -30,6 +39,11 @@ const CHECKSUM_LEN: usize = 8;
 const LEN_LEN: usize = 4;
 /// A rows frame is closed once its keys and values pass this many bytes.
 const FRAME_BYTES: usize = 4 * 1024 * 1024;
+/// The largest frame a reader accepts: a rows frame closes after passing
+/// [`FRAME_BYTES`] by at most one row, and a row is far below 4 MiB (the
+/// command limit). A damaged length prefix therefore costs at most this
+/// much memory before it is refused.
+pub(crate) const MAX_FRAME: usize = 4 * FRAME_BYTES;
 
 /// One piece of a snapshot blob.
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,7 +56,8 @@ enum Frame {
     End { rows: u64 },
 }
 
-/// A snapshot blob is not what this build writes.
+/// A snapshot blob is not what this build writes, or could not be read or
+/// written.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BlobError {
     #[error("not a latchkey snapshot (bad magic or too short)")]
@@ -53,45 +68,75 @@ pub(crate) enum BlobError {
     Codec(#[from] CodecError),
     #[error("malformed snapshot: {0}")]
     Malformed(String),
+    #[error("snapshot i/o: {0}")]
+    Io(#[from] io::Error),
 }
 
-/// FNV-1a, 64 bit: cheap, and enough to catch damaged or truncated blobs.
-pub(crate) fn checksum(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bit, fed piece by piece: cheap, and enough to catch damaged
+/// or truncated blobs.
+#[derive(Debug, Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
-        .iter()
-        .fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+
+    fn new() -> Self {
+        Fnv(Self::OFFSET)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        self.0 = bytes
+            .iter()
+            .fold(self.0, |h, &b| (h ^ u64::from(b)).wrapping_mul(Self::PRIME));
+    }
 }
 
-/// Writes a blob row by row.
-pub(crate) struct BlobWriter {
-    out: Vec<u8>,
+/// The checksum of `bytes` (what a blob stores over everything before it).
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = Fnv::new();
+    h.update(bytes);
+    h.0
+}
+
+/// Writes a blob row by row to `W`, one frame at a time.
+pub(crate) struct BlobWriter<W: Write> {
+    out: W,
+    sum: Fnv,
     pending: Vec<(Vec<u8>, Vec<u8>)>,
     pending_bytes: usize,
     rows: u64,
 }
 
-impl BlobWriter {
-    /// Start a blob for a snapshot described by `meta`.
-    pub(crate) fn new(meta: &SnapshotMeta) -> Result<Self, BlobError> {
+impl<W: Write> BlobWriter<W> {
+    /// Start a blob for a snapshot described by `meta`, written to `out`.
+    pub(crate) fn new(out: W, meta: &SnapshotMeta) -> Result<Self, BlobError> {
         let mut w = BlobWriter {
-            out: MAGIC.to_vec(),
+            out,
+            sum: Fnv::new(),
             pending: Vec::new(),
             pending_bytes: 0,
             rows: 0,
         };
+        w.write(MAGIC)?;
         w.frame(&Frame::Header { meta: meta.clone() })?;
         Ok(w)
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), BlobError> {
+        self.sum.update(bytes);
+        self.out.write_all(bytes)?;
+        Ok(())
     }
 
     fn frame(&mut self, frame: &Frame) -> Result<(), BlobError> {
         let bytes = codec::encode(frame)?;
         let len = u32::try_from(bytes.len())
-            .map_err(|_| BlobError::Malformed(format!("frame of {} bytes", bytes.len())))?;
-        self.out.extend_from_slice(&len.to_be_bytes());
-        self.out.extend_from_slice(&bytes);
-        Ok(())
+            .ok()
+            .filter(|&len| len as usize <= MAX_FRAME)
+            .ok_or_else(|| BlobError::Malformed(format!("frame of {} bytes", bytes.len())))?;
+        self.write(&len.to_be_bytes())?;
+        self.write(&bytes)
     }
 
     fn flush_rows(&mut self) -> Result<(), BlobError> {
@@ -114,13 +159,15 @@ impl BlobWriter {
         Ok(())
     }
 
-    /// Close the blob.
-    pub(crate) fn finish(mut self) -> Result<Vec<u8>, BlobError> {
+    /// Close the blob (end frame and checksum) and flush it; returns the
+    /// writer.
+    pub(crate) fn finish(mut self) -> Result<W, BlobError> {
         self.flush_rows()?;
         let rows = self.rows;
         self.frame(&Frame::End { rows })?;
-        let sum = checksum(&self.out);
-        self.out.extend_from_slice(&sum.to_be_bytes());
+        let sum = self.sum.0;
+        self.out.write_all(&sum.to_be_bytes())?;
+        self.out.flush()?;
         Ok(self.out)
     }
 }
@@ -133,63 +180,61 @@ pub(crate) fn stored_checksum(blob: &[u8]) -> Option<u64> {
         .map(u64::from_be_bytes)
 }
 
-/// Check magic and checksum; return the frames' bytes.
-fn verified_body(blob: &[u8]) -> Result<&[u8], BlobError> {
-    if blob.len() < MAGIC.len() + CHECKSUM_LEN || !blob.starts_with(MAGIC) {
-        return Err(BlobError::Magic);
+/// Reads `buf.len()` bytes; `Ok(false)` if the input ended first.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> Result<bool, BlobError> {
+    match input.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    let (covered, sum) = blob.split_at(blob.len() - CHECKSUM_LEN);
-    let stored = <[u8; CHECKSUM_LEN]>::try_from(sum).map_err(|_| BlobError::Magic)?;
-    if checksum(covered) != u64::from_be_bytes(stored) {
-        return Err(BlobError::Checksum);
-    }
-    Ok(&covered[MAGIC.len()..])
 }
 
-/// Split off the next frame.
-fn next_frame(body: &mut &[u8]) -> Result<Frame, BlobError> {
-    if body.len() < LEN_LEN {
+/// The next frame, its bytes added to `sum`.
+fn next_frame(input: &mut impl Read, sum: &mut Fnv) -> Result<Frame, BlobError> {
+    let mut len = [0u8; LEN_LEN];
+    if !read_full(input, &mut len)? {
         return Err(BlobError::Malformed("truncated frame length".into()));
     }
-    let (len, rest) = body.split_at(LEN_LEN);
-    let len = <[u8; LEN_LEN]>::try_from(len)
-        .map(u32::from_be_bytes)
-        .map_err(|_| BlobError::Malformed("frame length".into()))?;
-    let len = usize::try_from(len).map_err(|_| BlobError::Malformed("frame length".into()))?;
-    if rest.len() < len {
+    sum.update(&len);
+    let len = usize::try_from(u32::from_be_bytes(len))
+        .ok()
+        .filter(|&len| len <= MAX_FRAME)
+        .ok_or_else(|| BlobError::Malformed("frame longer than any writer makes".into()))?;
+    let mut frame = Vec::new();
+    input.by_ref().take(len as u64).read_to_end(&mut frame)?;
+    if frame.len() < len {
         return Err(BlobError::Malformed("truncated frame".into()));
     }
-    let (frame, rest) = rest.split_at(len);
-    *body = rest;
-    Ok(codec::decode(frame)?)
+    sum.update(&frame);
+    Ok(codec::decode(&frame)?)
 }
 
-/// The meta of a blob, checking its integrity but not decoding its rows.
-pub(crate) fn read_meta(blob: &[u8]) -> Result<SnapshotMeta, BlobError> {
-    let mut body = verified_body(blob)?;
-    match next_frame(&mut body)? {
-        Frame::Header { meta } => Ok(meta),
-        _ => Err(BlobError::Malformed("first frame is not the header".into())),
-    }
-}
-
-/// Decode a whole blob: every row goes to `row` in ascending key order, then
-/// the meta is returned. Fails, having possibly visited some rows, if any
-/// part of the blob is malformed; callers must only act on the rows once
-/// this returns `Ok`.
-pub(crate) fn read_rows(
-    blob: &[u8],
-    mut row: impl FnMut(Vec<u8>, Vec<u8>),
+/// Read a whole blob from `input`: every row goes to `row` in ascending key
+/// order, then the meta is returned once the end frame, the checksum and
+/// the end of the input are checked.
+///
+/// `row` sees rows before the checksum is checked: a caller that acts on
+/// them first reads the blob with a `row` that does nothing (see
+/// [`verify`]) and only then for real. An error from `row` stops the read
+/// and is returned.
+pub(crate) fn read_blob<R: Read>(
+    mut input: R,
+    mut row: impl FnMut(Vec<u8>, Vec<u8>) -> io::Result<()>,
 ) -> Result<SnapshotMeta, BlobError> {
-    let mut body = verified_body(blob)?;
-    let meta = match next_frame(&mut body)? {
+    let mut sum = Fnv::new();
+    let mut magic = [0u8; MAGIC.len()];
+    if !read_full(&mut input, &mut magic)? || &magic != MAGIC {
+        return Err(BlobError::Magic);
+    }
+    sum.update(&magic);
+    let meta = match next_frame(&mut input, &mut sum)? {
         Frame::Header { meta } => meta,
         _ => return Err(BlobError::Malformed("first frame is not the header".into())),
     };
     let mut count: u64 = 0;
     let mut previous: Option<Vec<u8>> = None;
     loop {
-        match next_frame(&mut body)? {
+        match next_frame(&mut input, &mut sum)? {
             Frame::Header { .. } => return Err(BlobError::Malformed("second header".into())),
             Frame::Rows(rows) => {
                 for (key, value) in rows {
@@ -198,7 +243,7 @@ pub(crate) fn read_rows(
                     }
                     previous = Some(key.clone());
                     count += 1;
-                    row(key, value);
+                    row(key, value)?;
                 }
             }
             Frame::End { rows } => {
@@ -207,12 +252,42 @@ pub(crate) fn read_rows(
                         "end frame says {rows} rows, found {count}"
                     )));
                 }
-                if !body.is_empty() {
-                    return Err(BlobError::Malformed("bytes after the end frame".into()));
-                }
-                return Ok(meta);
+                break;
             }
         }
+    }
+    let mut stored = [0u8; CHECKSUM_LEN];
+    if !read_full(&mut input, &mut stored)? {
+        return Err(BlobError::Malformed("truncated checksum".into()));
+    }
+    if sum.0 != u64::from_be_bytes(stored) {
+        return Err(BlobError::Checksum);
+    }
+    let mut extra = [0u8; 1];
+    if read_full(&mut input, &mut extra)? {
+        return Err(BlobError::Malformed("bytes after the checksum".into()));
+    }
+    Ok(meta)
+}
+
+/// Check a whole blob (everything [`read_blob`] checks) without keeping any
+/// of its rows; returns its meta.
+pub(crate) fn verify<R: Read>(input: R) -> Result<SnapshotMeta, BlobError> {
+    read_blob(input, |_, _| Ok(()))
+}
+
+/// A reader that copies every byte it reads to `copy`: checking a blob
+/// while saving it takes one pass.
+pub(crate) struct Tee<R, W> {
+    pub(crate) input: R,
+    pub(crate) copy: W,
+}
+
+impl<R: Read, W: Write> Read for Tee<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.input.read(buf)?;
+        self.copy.write_all(&buf[..n])?;
+        Ok(n)
     }
 }
 
@@ -243,7 +318,7 @@ mod tests {
     }
 
     fn blob(rows: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
-        let mut w = BlobWriter::new(&meta()).unwrap();
+        let mut w = BlobWriter::new(Vec::new(), &meta()).unwrap();
         for (k, v) in rows {
             w.push(k, v).unwrap();
         }
@@ -254,8 +329,15 @@ mod tests {
 
     fn rows_of(blob: &[u8]) -> Result<(SnapshotMeta, Rows), BlobError> {
         let mut rows = Vec::new();
-        let meta = read_rows(blob, |k, v| rows.push((k, v)))?;
+        let meta = read_blob(blob, |k, v| {
+            rows.push((k, v));
+            Ok(())
+        })?;
         Ok((meta, rows))
+    }
+
+    fn read_meta(blob: &[u8]) -> Result<SnapshotMeta, BlobError> {
+        verify(blob)
     }
 
     #[test]
@@ -268,6 +350,52 @@ mod tests {
         let (m, back) = rows_of(&b).unwrap();
         assert_eq!(m, meta());
         assert_eq!(back, rows);
+    }
+
+    /// The stored checksum covers every byte before it, as the format says
+    /// (a blob written in one piece and one written frame by frame agree).
+    #[test]
+    fn the_checksum_covers_everything_before_it() {
+        let b = blob(&[(b"a".to_vec(), b"1".to_vec())]);
+        let (covered, _) = b.split_at(b.len() - CHECKSUM_LEN);
+        assert_eq!(stored_checksum(&b), Some(checksum(covered)));
+    }
+
+    /// A frame longer than any writer makes is refused from its length
+    /// prefix, before anything of that size is read or allocated.
+    #[test]
+    fn a_huge_frame_length_is_refused_before_reading_it() {
+        let mut bad = MAGIC.to_vec();
+        bad.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(verify(&bad[..]), Err(BlobError::Malformed(_))));
+    }
+
+    /// Copying through a [`Tee`] while checking gives the same bytes.
+    #[test]
+    fn a_tee_copies_what_it_checks() {
+        let b = blob(&[(b"a".to_vec(), vec![1; 100]), (b"b".to_vec(), vec![2; 100])]);
+        let mut tee = Tee {
+            input: &b[..],
+            copy: Vec::new(),
+        };
+        assert_eq!(verify(&mut tee).unwrap(), meta());
+        assert_eq!(tee.copy, b);
+    }
+
+    /// An error from the row callback stops the read and is returned.
+    #[test]
+    fn a_failing_row_callback_stops_the_read() {
+        let b = blob(&[
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec()),
+        ]);
+        let mut seen = 0;
+        let result = read_blob(&b[..], |_, _| {
+            seen += 1;
+            Err(io::Error::other("sink full"))
+        });
+        assert!(matches!(result, Err(BlobError::Io(_))));
+        assert_eq!(seen, 1);
     }
 
     #[test]

@@ -14,13 +14,13 @@
 //! before purging and a snapshot build syncs before saving its file; so
 //! whatever a crash loses is still in the log and is applied again.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use latchkey_core::Outcome;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, Snapshot, StorageIOError};
 use rocksdb::{WriteBatch, WriteOptions, DB};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::applied_state::AppliedState;
@@ -31,7 +31,7 @@ use crate::durable::DurableLog;
 use crate::error::{any, msg, to_raft, RaftStorageError};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
-use crate::snapshot_format;
+use crate::snapshot_install;
 use crate::state_change::StateChange;
 use crate::state_reader::{AppliedIndex, StateReader};
 use crate::types::{Entry, SnapshotMeta, StoredMembership, TypeConfig};
@@ -140,55 +140,6 @@ impl StateMachine {
     }
 }
 
-/// Replace the whole state machine with the snapshot `blob`, described by
-/// `meta`, in one synced write batch; then make it the current snapshot.
-fn install(
-    db: &DB,
-    file: &SnapshotFile,
-    meta: &SnapshotMeta,
-    blob: &[u8],
-) -> Result<AppliedState, RaftStorageError> {
-    let read_err = |e: &dyn std::fmt::Display| -> RaftStorageError {
-        StorageIOError::read_snapshot(Some(meta.signature()), msg(e.to_string())).into()
-    };
-    let cfs = Handles::of(db).map_err(|e| to_raft(e, ErrorVerb::Write))?;
-    let mut batch = WriteBatch::default();
-    // Clear the old data: one range delete covers every key below 0xff (all
-    // of the core's keyspace); anything at or above it is deleted one by one.
-    let high: &[u8] = &[0xff];
-    batch.delete_range_cf(cfs.sm_data, &[][..], high);
-    let mut it = db.raw_iterator_cf(cfs.sm_data);
-    it.seek(high);
-    while let Some(key) = it.key() {
-        batch.delete_cf(cfs.sm_data, key);
-        it.next();
-    }
-    it.status().map_err(|e| read_err(&e))?;
-    drop(it);
-    // Then the snapshot's rows, checked in full before anything is written.
-    let blob_meta = snapshot_format::read_rows(blob, |k, v| batch.put_cf(cfs.sm_data, k, v))
-        .map_err(|e| read_err(&e))?;
-    if blob_meta != *meta {
-        return Err(read_err(&format!(
-            "snapshot blob describes {blob_meta}, but {meta} was being installed"
-        )));
-    }
-    let state = AppliedState {
-        last_applied: meta.last_log_id,
-        membership: meta.last_membership.clone(),
-    };
-    state
-        .write_into(&mut batch, cfs.sm_meta)
-        .map_err(|e| StorageIOError::write_state_machine(&e))?;
-    let mut opts = WriteOptions::default();
-    opts.set_sync(true);
-    db.write_opt(batch, &opts)
-        .map_err(|e| StorageIOError::write_state_machine(&e))?;
-    file.save(blob, meta, false)
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
-    Ok(state)
-}
-
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -264,23 +215,41 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, RaftStorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, RaftStorageError> {
+        let file = Arc::clone(&self.file);
+        let incoming = blocking::run(ErrorSubject::Snapshot(None), move || {
+            file.incoming()
+                .map_err(|e| StorageIOError::write_snapshot(None, &e).into())
+        })
+        .await?;
+        Ok(Box::new(tokio::fs::File::from_std(incoming)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), RaftStorageError> {
         tracing::info!(%meta, "installing snapshot");
-        let blob = snapshot.into_inner();
-        let (started, bytes) = (std::time::Instant::now(), blob.len());
-        let db = Arc::clone(&self.db);
-        let file = Arc::clone(&self.file);
+        let failed = |e: &dyn std::fmt::Display| -> RaftStorageError {
+            StorageIOError::write_snapshot(Some(meta.signature()), msg(e.to_string())).into()
+        };
+        let mut incoming = *snapshot;
+        // A tokio file writes in the background: wait for the last chunk.
+        incoming.flush().await.map_err(|e| failed(&e))?;
+        let incoming = incoming.into_std().await;
+        let bytes = incoming.metadata().map_err(|e| failed(&e))?.len();
+        let started = std::time::Instant::now();
+        let (db, file, gate) = (
+            Arc::clone(&self.db),
+            Arc::clone(&self.file),
+            Arc::clone(&self.applied),
+        );
         let owned_meta = meta.clone();
         let state = blocking::run(ErrorSubject::Snapshot(Some(meta.signature())), move || {
-            install(&db, &file, &owned_meta, &blob)
+            snapshot_install::receive(&db, &file, &owned_meta, incoming, &gate).map_err(|e| {
+                StorageIOError::write_snapshot(Some(owned_meta.signature()), any(&e)).into()
+            })
         })
         .await?;
         self.observed.snapshot_installed(started.elapsed(), bytes);
@@ -301,9 +270,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
         })
         .await?;
-        Ok(loaded.map(|(meta, blob)| Snapshot {
+        Ok(loaded.map(|(meta, file)| Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(blob)),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }

@@ -10,20 +10,62 @@ use rocksdb::DB;
 
 use crate::data_view::DataView;
 
-/// The last applied log index, published after each committed apply batch.
+/// The last applied log index, published after each committed apply batch,
+/// and the snapshot-install gate readers pass.
 #[derive(Debug, Default)]
-pub(crate) struct AppliedIndex(AtomicU64);
+pub(crate) struct AppliedIndex {
+    index: AtomicU64,
+    /// Counts install starts and ends: odd while a snapshot install is
+    /// replacing the rows (a sequence lock: a read is good if the count was
+    /// even before it and unchanged after it).
+    installs: AtomicU64,
+}
 
 impl AppliedIndex {
     /// Publish `index` as applied (after its batch is committed).
     pub(crate) fn set(&self, index: Option<u64>) {
         // 0 is "nothing applied"; index i is stored as i + 1.
         let raw = index.map_or(0, |i| i.saturating_add(1));
-        self.0.store(raw, Ordering::Release);
+        self.index.store(raw, Ordering::Release);
     }
 
     pub(crate) fn get(&self) -> Option<u64> {
-        self.0.load(Ordering::Acquire).checked_sub(1)
+        self.index.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// A snapshot install starts replacing the rows: refuse reads.
+    pub(crate) fn begin_install(&self) {
+        self.installs.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The install's last batch is committed: serve reads again.
+    pub(crate) fn end_install(&self) {
+        self.installs.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Run the read `f`, refusing it if a snapshot install was replacing
+    /// the rows at any moment while it ran.
+    pub(crate) fn gated<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let installing = || {
+            StoreError(
+                "this replica is installing a snapshot from the leader; \
+                 read from another replica or retry"
+                    .into(),
+            )
+        };
+        let before = self.installs.load(Ordering::SeqCst);
+        if before % 2 == 1 {
+            return Err(installing().into());
+        }
+        let result = f()?;
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.installs.load(Ordering::SeqCst) != before {
+            return Err(installing().into());
+        }
+        Ok(result)
     }
 }
 
@@ -44,10 +86,16 @@ impl StateReader {
     /// For a linearizable read, first make sure (openraft's
     /// `ensure_linearizable`) that [`Self::last_applied_index`] has reached the
     /// read index.
+    ///
+    /// While a snapshot from the leader is being installed, reads are
+    /// refused with an error saying so (they would see a mix of the old
+    /// and the new state).
     pub fn query(&self, q: &Query) -> Result<CommandResult, StoreError> {
-        let snapshot = self.db.snapshot();
-        let view = DataView::at(&self.db, &snapshot)?;
-        latchkey_core::query(&view, q)
+        self.applied.gated(|| {
+            let snapshot = self.db.snapshot();
+            let view = DataView::at(&self.db, &snapshot)?;
+            latchkey_core::query(&view, q)
+        })
     }
 
     /// Bytes of the live SST files of every column family (the log and the
@@ -85,7 +133,7 @@ impl std::fmt::Debug for StateReader {
 /// on its own; use [`StateReader::query`] for multi-read consistency).
 impl Store for StateReader {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        DataView::live(&self.db)?.get(key)
+        self.applied.gated(|| DataView::live(&self.db)?.get(key))
     }
 
     fn put(&mut self, _key: &[u8], _value: &[u8]) -> Result<(), StoreError> {
@@ -103,13 +151,15 @@ impl Store for StateReader {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
-        DataView::live(&self.db)?.scan(lower, upper, reverse, limit)
+        self.applied
+            .gated(|| DataView::live(&self.db)?.scan(lower, upper, reverse, limit))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::AppliedIndex;
+    use latchkey_core::StoreError;
 
     #[test]
     fn applied_index_round_trips() {
@@ -121,5 +171,29 @@ mod tests {
         assert_eq!(a.get(), Some(41));
         a.set(None);
         assert_eq!(a.get(), None);
+    }
+
+    /// A read is refused if an install was running when it began, or
+    /// started or ended while it ran.
+    #[test]
+    fn reads_are_refused_across_an_install() {
+        let a = AppliedIndex::default();
+        let ok = || Ok::<_, StoreError>(7);
+        assert_eq!(a.gated(ok).unwrap(), 7);
+        a.begin_install();
+        assert!(a.gated(ok).is_err(), "read during an install");
+        a.end_install();
+        assert_eq!(a.gated(ok).unwrap(), 7);
+        assert!(
+            a.gated(|| {
+                a.begin_install();
+                Ok::<_, StoreError>(7)
+            })
+            .is_err(),
+            "an install began during the read"
+        );
+        assert!(a.gated(ok).is_err(), "read during the second install");
+        a.end_install();
+        assert_eq!(a.gated(ok).unwrap(), 7);
     }
 }

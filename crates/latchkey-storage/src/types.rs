@@ -65,15 +65,17 @@ impl std::fmt::Display for Member {
 openraft::declare_raft_types!(
     /// latchkey's openraft types: log entries carry a
     /// [`latchkey_core::Request`], applying one yields a
-    /// [`latchkey_core::CommandResult`], and snapshots travel as one
-    /// in-memory blob.
+    /// [`latchkey_core::CommandResult`], and snapshots are files: built
+    /// straight to disk, sent in chunks read from the file, received into
+    /// a temporary file and installed from it a frame at a time, so no
+    /// replica ever holds a whole snapshot in memory.
     pub TypeConfig:
         D = latchkey_core::Request,
         R = latchkey_core::CommandResult,
         NodeId = u64,
         Node = Member,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = std::io::Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

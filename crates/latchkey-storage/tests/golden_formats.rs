@@ -21,7 +21,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
 use std::ops::Bound;
 use std::path::Path;
 
@@ -398,22 +397,23 @@ fn snapshots_are_built_in_the_pinned_format() {
         sm.apply([normal_entry(), membership_entry()])
             .await
             .unwrap();
-        let snap = sm
+        let mut snap = sm
             .get_snapshot_builder()
             .await
             .build_snapshot()
             .await
             .unwrap();
+        let built = snapshot_bytes(&mut snap).await;
         assert_eq!(snap.meta, snapshot_meta(&snap.meta.snapshot_id));
         assert!(snap.meta.snapshot_id.starts_with("3-1-8-"));
         assert_golden(
             "built snapshot",
-            snap.snapshot.get_ref(),
+            &built,
             &hex(&snapshot_blob(&snap.meta.snapshot_id)),
         );
         // The current snapshot file holds the same blob.
         let on_disk = std::fs::read(dir.path().join("snapshots/current.snap")).unwrap();
-        assert_eq!(hex(&on_disk), hex(snap.snapshot.get_ref()));
+        assert_eq!(hex(&on_disk), hex(&built));
     });
 }
 
@@ -431,9 +431,9 @@ fn a_pinned_snapshot_blob_installs() {
     runtime().block_on(async {
         let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
         let meta = snapshot_meta("3-1-8-0");
-        let mut data = sm.begin_receiving_snapshot().await.unwrap();
-        *data = Cursor::new(unhex(SNAPSHOT));
-        sm.install_snapshot(&meta, data).await.unwrap();
+        receive_and_install(&mut sm, &meta, &unhex(SNAPSHOT))
+            .await
+            .unwrap();
         let reader = sm.reader();
         assert_eq!(
             reader.query(&Query::Get { key: b"k".to_vec() }).unwrap(),
@@ -454,9 +454,12 @@ fn a_pinned_snapshot_blob_installs() {
             membership,
             StoredMembership::new(Some(log_id(3, 8)), members())
         );
-        let current = sm.get_current_snapshot().await.unwrap().expect("installed");
+        let mut current = sm.get_current_snapshot().await.unwrap().expect("installed");
         assert_eq!(current.meta, meta);
-        assert_eq!(hex(current.snapshot.get_ref()), hex(&unhex(SNAPSHOT)));
+        assert_eq!(
+            hex(&snapshot_bytes(&mut current).await),
+            hex(&unhex(SNAPSHOT))
+        );
     });
 }
 

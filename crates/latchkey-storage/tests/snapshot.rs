@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::Cursor;
 use std::ops::Bound;
 
 use common::*;
@@ -85,9 +84,7 @@ async fn install(
     snap: &Snapshot<latchkey_storage::TypeConfig>,
     blob: Vec<u8>,
 ) -> Result<(), openraft::StorageError<u64>> {
-    let mut data = sm.begin_receiving_snapshot().await?;
-    *data = Cursor::new(blob);
-    sm.install_snapshot(&snap.meta, data).await
+    receive_and_install(sm, &snap.meta, &blob).await
 }
 
 #[test]
@@ -107,7 +104,7 @@ fn build_install_and_compare() {
         .await
         .unwrap();
 
-        let snap = sm_l
+        let mut snap = sm_l
             .get_snapshot_builder()
             .await
             .build_snapshot()
@@ -115,7 +112,7 @@ fn build_install_and_compare() {
             .unwrap();
         assert_eq!(snap.meta.last_log_id, Some(log_id(2, 20)));
         assert_eq!(snap.meta.last_membership.log_id(), &Some(log_id(1, 1)));
-        let blob = snap.snapshot.get_ref().clone();
+        let blob = snapshot_bytes(&mut snap).await;
         install(&mut sm_f, &snap, blob).await.unwrap();
 
         let (reader_l, reader_f) = (sm_l.reader(), sm_f.reader());
@@ -185,13 +182,13 @@ fn damaged_snapshots_are_refused() {
             .unwrap();
         let before = everything(&sm_f.reader());
 
-        let snap = sm_l
+        let mut snap = sm_l
             .get_snapshot_builder()
             .await
             .build_snapshot()
             .await
             .unwrap();
-        let good = snap.snapshot.get_ref().clone();
+        let good = snapshot_bytes(&mut snap).await;
         let mut flipped = good.clone();
         let middle = flipped.len() / 2;
         flipped[middle] ^= 0x01;
@@ -213,9 +210,9 @@ fn damaged_snapshots_are_refused() {
         assert!(sm_f.get_current_snapshot().await.unwrap().is_none());
 
         // A good blob under the wrong meta is refused too.
-        let mut wrong = snap.clone();
-        wrong.meta.last_log_id = Some(log_id(9, 99));
-        assert!(install(&mut sm_f, &wrong, good.clone()).await.is_err());
+        let mut wrong = snap.meta.clone();
+        wrong.last_log_id = Some(log_id(9, 99));
+        assert!(receive_and_install(&mut sm_f, &wrong, &good).await.is_err());
         assert_eq!(everything(&sm_f.reader()), before);
 
         // And the good one installs.
@@ -228,25 +225,28 @@ fn damaged_snapshots_are_refused() {
 fn current_snapshot_survives_restart() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let built = rt.block_on(async {
+    let (built, built_bytes) = rt.block_on(async {
         let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
         assert!(sm.get_current_snapshot().await.unwrap().is_none());
         populated(&mut sm).await;
-        sm.get_snapshot_builder()
+        let mut built = sm
+            .get_snapshot_builder()
             .await
             .build_snapshot()
             .await
-            .unwrap()
+            .unwrap();
+        let bytes = snapshot_bytes(&mut built).await;
+        (built.meta, bytes)
     });
     rt.block_on(async {
         let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        let current = sm
+        let mut current = sm
             .get_current_snapshot()
             .await
             .unwrap()
             .expect("snapshot after restart");
-        assert_eq!(current.meta, built.meta);
-        assert_eq!(current.snapshot.get_ref(), built.snapshot.get_ref());
+        assert_eq!(current.meta, built);
+        assert_eq!(snapshot_bytes(&mut current).await, built_bytes);
     });
 }
 
@@ -362,5 +362,141 @@ fn backups_restore_into_new_directories_only() {
         let (_log_b, sm_b) = open(&other, StorageOptions::default()).unwrap();
         let seed_b = sm_b.reader().restored_seed().unwrap();
         assert!(seed_a.is_some() && seed_b.is_some() && seed_a != seed_b);
+    });
+}
+
+/// `count` puts of `bytes`-byte values under `prefix`, applied from index
+/// `first` on in one apply call. The values are pseudo-random, so they do
+/// not compress: an install of them spans several SST files.
+async fn load(sm: &mut StateMachine, first: u64, prefix: &str, count: u64, bytes: usize) {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let entries = (0..count)
+        .map(|i| {
+            let value = (0..bytes)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            command(
+                1,
+                first + i,
+                1_000 + i,
+                Command::Put {
+                    key: format!("{prefix}{i:06}").into_bytes(),
+                    value,
+                },
+            )
+        })
+        .collect::<Vec<_>>();
+    sm.apply(entries).await.unwrap();
+}
+
+/// A snapshot larger than one install SST file (32 MiB) installs whole;
+/// and while it is installed, a reader sees the old state or the new one,
+/// or is told the replica is installing, but never a mix of the two.
+#[test]
+fn a_large_install_is_never_seen_half_done() {
+    let rt = runtime();
+    let dir_l = tempfile::tempdir().unwrap();
+    let dir_f = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (_log_l, mut sm_l) = open(dir_l.path(), StorageOptions::default()).unwrap();
+        let (_log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        sm_l.apply(vec![membership(1, 1, &[1, 2, 3])])
+            .await
+            .unwrap();
+        load(&mut sm_l, 2, "new/", 12_000, 6_000).await; // ~70 MiB
+        load(&mut sm_f, 1, "old/", 100, 16).await;
+        let mut snap = sm_l
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let blob = snapshot_bytes(&mut snap).await;
+        assert!(blob.len() > 64 << 20, "{} bytes", blob.len());
+
+        let reader = sm_f.reader();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watching = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let probe = Query::MultiGet {
+                    keys: vec![b"old/000000".to_vec(), b"new/011999".to_vec()],
+                };
+                let (mut old, mut new, mut refused) = (0, 0, 0);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    match reader.query(&probe) {
+                        Err(e) => {
+                            assert!(e.to_string().contains("installing a snapshot"), "{e}");
+                            refused += 1;
+                        }
+                        Ok(Ok(Outcome::Values(v))) => match (&v[0], &v[1]) {
+                            (Some(_), None) => old += 1,
+                            (None, Some(_)) => new += 1,
+                            other => panic!("a read saw a half-installed state: {other:?}"),
+                        },
+                        other => panic!("unexpected answer {other:?}"),
+                    }
+                }
+                (old, new, refused)
+            })
+        };
+        install(&mut sm_f, &snap, blob).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (old, new, refused) = watching.join().unwrap();
+        assert!(
+            new > 0,
+            "never saw the new state (old {old}, refused {refused})"
+        );
+        assert_eq!(everything(&sm_l.reader()), everything(&sm_f.reader()));
+        assert_eq!(sm_f.reader().last_applied_index(), Some(12_001));
+    });
+}
+
+/// A crash between saving a received snapshot and the end of its install
+/// (the current snapshot is newer than the applied state) is finished when
+/// the directory is opened again, before anything is served.
+#[test]
+fn an_install_cut_short_is_finished_at_open() {
+    let rt = runtime();
+    let dir_l = tempfile::tempdir().unwrap();
+    let dir_f = tempfile::tempdir().unwrap();
+    let expected = rt.block_on(async {
+        let (_log_l, mut sm_l) = open(dir_l.path(), StorageOptions::default()).unwrap();
+        let (_log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        populated(&mut sm_l).await;
+        sm_f.apply(vec![command(1, 1, 5, put("junk", "j"))])
+            .await
+            .unwrap();
+        sm_l.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        everything(&sm_l.reader())
+    });
+    // What `receive` leaves just before replacing the rows: the checked
+    // snapshot is current, the state machine still the old one.
+    std::fs::copy(
+        dir_l.path().join("snapshots/current.snap"),
+        dir_f.path().join("snapshots/current.snap"),
+    )
+    .unwrap();
+    std::fs::write(dir_f.path().join("snapshots/installing-x.tmp"), b"partial").unwrap();
+    rt.block_on(async {
+        let (_log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        assert_eq!(everything(&sm_f.reader()), expected);
+        assert_eq!(sm_f.reader().last_applied_index(), Some(20));
+        let (applied, _) = sm_f.applied_state().await.unwrap();
+        assert_eq!(applied, Some(log_id(2, 20)));
+        assert!(
+            !dir_f.path().join("snapshots/installing-x.tmp").exists(),
+            "a leftover temporary file was kept"
+        );
     });
 }

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::io::Cursor;
-
 use common::*;
 use latchkey_core::lock::LockCommand;
 use latchkey_core::{Command, Event};
@@ -54,7 +52,7 @@ fn events_are_published_after_commit() {
         );
 
         // A snapshot install is announced as such.
-        let snap = sm
+        let mut snap = sm
             .get_snapshot_builder()
             .await
             .build_snapshot()
@@ -62,9 +60,10 @@ fn events_are_published_after_commit() {
             .unwrap();
         let (_log2, mut sm2) = open(dir2.path(), StorageOptions::default()).unwrap();
         let mut changes2 = sm2.subscribe();
-        let mut data = sm2.begin_receiving_snapshot().await.unwrap();
-        *data = Cursor::new(snap.snapshot.get_ref().clone());
-        sm2.install_snapshot(&snap.meta, data).await.unwrap();
+        let blob = snapshot_bytes(&mut snap).await;
+        receive_and_install(&mut sm2, &snap.meta, &blob)
+            .await
+            .unwrap();
         assert_eq!(
             changes2.try_recv().unwrap(),
             StateChange::SnapshotInstalled {

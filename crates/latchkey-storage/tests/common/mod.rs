@@ -62,3 +62,37 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("test runtime")
 }
+
+/// The bytes of a built or current snapshot: its file, read from the start
+/// (and left at its end).
+#[allow(dead_code)] // not every test binary that includes `common` uses it
+pub async fn snapshot_bytes(
+    snap: &mut openraft::Snapshot<latchkey_storage::TypeConfig>,
+) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    snap.snapshot
+        .seek(std::io::SeekFrom::Start(0))
+        .await
+        .expect("rewind snapshot file");
+    let mut out = Vec::new();
+    snap.snapshot
+        .read_to_end(&mut out)
+        .await
+        .expect("read snapshot file");
+    out
+}
+
+/// Receive `blob` as a follower does (into the file
+/// `begin_receiving_snapshot` gives) and install it as `meta`.
+#[allow(dead_code)]
+pub async fn receive_and_install(
+    sm: &mut latchkey_storage::StateMachine,
+    meta: &latchkey_storage::types::SnapshotMeta,
+    blob: &[u8],
+) -> Result<(), openraft::StorageError<u64>> {
+    use openraft::storage::RaftStateMachine;
+    use tokio::io::AsyncWriteExt;
+    let mut data = sm.begin_receiving_snapshot().await?;
+    data.write_all(blob).await.expect("write received bytes");
+    sm.install_snapshot(meta, data).await
+}
