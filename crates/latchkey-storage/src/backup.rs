@@ -27,13 +27,14 @@ use rocksdb::WriteBatch;
 use crate::columns::Handles;
 use crate::error::StorageError;
 use crate::snapshot_format::{self, BlobError, BlobWriter};
-use crate::snapshot_install::BATCH_BYTES;
 use crate::state_reader::StateReader;
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
 /// `sm_meta` key of the restore seed (codec `u64`), present only in a data
 /// directory made by [`restore`].
 const RESTORED: &[u8] = b"restored";
+/// A restore writes rows in batches of about this many bytes.
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// What a backup describes besides its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]

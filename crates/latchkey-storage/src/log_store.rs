@@ -40,6 +40,7 @@ use crate::columns::{self, LAST_PURGED, LOG_END};
 use crate::durable::{DurableLog, DurableState};
 use crate::error::{any, msg, to_raft, RaftStorageError, StorageError};
 use crate::group_commit::{GroupCommit, Pending};
+use crate::snapshot_install::Covered;
 use crate::types::{Entry, LogId, NodeId, TypeConfig, Vote};
 use crate::{blocking, columns::COMMITTED, columns::VOTE};
 
@@ -53,6 +54,8 @@ pub struct LogStore {
     own: Arc<OwnAppends>,
     mark: Arc<Mutex<AckMark>>,
     incarnation: u64,
+    /// A purge waits until what it drops is in a snapshot or applied.
+    covered: Covered,
 }
 
 /// Lock the mark; a poisoned lock still holds a consistent record (every
@@ -128,6 +131,7 @@ impl LogStore {
         db: Arc<DB>,
         mark: AckMark,
         observed: Arc<crate::observe::Observed>,
+        covered: Covered,
     ) -> Result<Self, StorageError> {
         // What RocksDB recovered may sit unsynced in the page cache (after a
         // process crash): make it durable before reporting any of it so.
@@ -153,6 +157,7 @@ impl LogStore {
             own: Arc::new(OwnAppends::default()),
             mark,
             incarnation,
+            covered,
         })
     }
 
@@ -533,6 +538,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
         tracing::debug!(%log_id, "purge log");
+        // openraft purges behind a snapshot install without waiting for it:
+        // see `Covered`.
+        self.covered.wait(log_id).await;
         let bytes = codec::encode(&log_id).map_err(|e| StorageIOError::write_logs(&e))?;
         let db = Arc::clone(&self.db);
         blocking::run(ErrorSubject::Logs, move || {

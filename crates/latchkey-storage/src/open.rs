@@ -11,7 +11,9 @@ use crate::columns::{self, Handles};
 use crate::error::StorageError;
 use crate::log_store::{recovered, LogStore};
 use crate::snapshot_file::SnapshotFile;
+use crate::snapshot_install::Covered;
 use crate::state_machine::StateMachine;
+use crate::state_reader::AppliedIndex;
 
 /// Subdirectory of the data directory holding the RocksDB instance.
 const DB_DIR: &str = "db";
@@ -154,7 +156,24 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     );
     let db = Arc::new(db);
     let observed = Arc::new(crate::observe::Observed::default());
-    let log = LogStore::new(Arc::clone(&db), mark, Arc::clone(&observed))?;
-    let sm = StateMachine::new(db, file, state, options.sync_apply, log.durable(), observed);
+    let covered = Covered {
+        file: Arc::new(file),
+        applied: Arc::new(AppliedIndex::default()),
+        receiving: Arc::default(),
+    };
+    let log = LogStore::new(
+        Arc::clone(&db),
+        mark,
+        Arc::clone(&observed),
+        covered.clone(),
+    )?;
+    let sm = StateMachine::new(
+        db,
+        &covered,
+        state,
+        options.sync_apply,
+        log.durable(),
+        observed,
+    );
     Ok((log, sm))
 }

@@ -48,7 +48,10 @@ impl SnapshotFile {
         fs::create_dir_all(dir).map_err(io_err("create snapshot directory", dir))?;
         for entry in fs::read_dir(dir).map_err(io_err("list snapshot directory", dir))? {
             let entry = entry.map_err(io_err("list snapshot directory", dir))?;
-            if entry.file_name().to_string_lossy().ends_with(TEMP_SUFFIX) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Ours, and what `tempfile` names a file when it cannot make an
+            // unnamed one.
+            if name.ends_with(TEMP_SUFFIX) || name.starts_with(".tmp") {
                 // An interrupted build or install; the current file is whole.
                 let path = entry.path();
                 fs::remove_file(&path).map_err(io_err("remove", &path))?;
@@ -73,6 +76,19 @@ impl SnapshotFile {
 
     fn lock(&self) -> io::Result<MutexGuard<'_, Option<SnapshotMeta>>> {
         self.current.lock().map_err(|_| poisoned())
+    }
+
+    /// The directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The last log id the current snapshot covers (`None` without one).
+    /// A poisoned lock still holds the meta of the file in place (it is
+    /// set only after the rename).
+    pub(crate) fn current_log_id(&self) -> Option<crate::types::LogId> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.as_ref().and_then(|m| m.last_log_id)
     }
 
     /// The current snapshot's meta, if there is one.

@@ -29,6 +29,7 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Seek, SeekFrom, Write};
+use std::sync::Arc;
 
 use latchkey_core::codec::CodecError;
 use rocksdb::{
@@ -42,11 +43,8 @@ use crate::error::StorageError;
 use crate::snapshot_file::SnapshotFile;
 use crate::snapshot_format::{self, BlobError, Tee};
 use crate::state_reader::AppliedIndex;
-use crate::types::SnapshotMeta;
+use crate::types::{LogId, SnapshotMeta};
 
-/// Rows go to RocksDB in write batches of about this many bytes (a backup
-/// restore's batches).
-pub(crate) const BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// An install's SST files are closed at about this size.
 const SST_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -138,6 +136,9 @@ pub(crate) fn replace_state(
     gate.begin_install();
     db.write_opt(clear, &WriteOptions::default())?;
 
+    // LZ4 whatever `StorageOptions::compression` says (the state machine
+    // does not know it): RocksDB reads either, and compactions rewrite the
+    // rows with the column family's own setting.
     let mut sst_opts = Options::default();
     sst_opts.set_compression_type(DBCompressionType::Lz4);
     let mut files = Vec::new();
@@ -222,10 +223,67 @@ pub(crate) fn finish_interrupted(
         .load()
         .map_err(|e| corrupt(&e))?
         .ok_or_else(|| corrupt(&"the current snapshot vanished"))?;
-    replace_state(db, file, &meta, blob, &AppliedIndex::default()).map_err(|e| {
-        StorageError::Corrupt {
+    replace_state(db, file, &meta, blob, &AppliedIndex::default()).map_err(|e| match e {
+        // A full or failing disk is not a damaged one: say which it is.
+        InstallError::Io(source) => StorageError::Io {
+            what: "finish the interrupted install of the current snapshot in",
+            path: file.dir().to_path_buf(),
+            source,
+        },
+        InstallError::Rocks(e) => StorageError::RocksDb(e),
+        InstallError::Store(e) => e,
+        other => StorageError::Corrupt {
             what: "interrupted snapshot install",
-            detail: format!("could not finish it: {e}"),
-        }
+            detail: format!("could not finish it: {other}"),
+        },
     })
+}
+
+/// What the log store checks before it purges entries up to a log id: that
+/// they are kept elsewhere, in the current snapshot or in the applied
+/// state.
+///
+/// openraft 0.9 purges the log a snapshot covers as soon as it has queued
+/// the snapshot's install, without waiting for it (its `PurgeLog` command
+/// has no condition). A crash after such a purge but before the snapshot
+/// file is saved would leave a replica whose log starts past its applied
+/// state, with nothing to rebuild the gap from. So while a snapshot is
+/// being received, a purge past what the current snapshot and the applied
+/// state hold waits: the install saves the checked snapshot as current (its
+/// first step) and the purge goes on from there; from then on a crash is
+/// repaired at open ([`finish_interrupted`]). Other purges (behind a
+/// snapshot this replica built, or openraft's conformance suite purging
+/// bare logs) do not wait.
+#[derive(Clone)]
+pub(crate) struct Covered {
+    pub(crate) file: Arc<SnapshotFile>,
+    pub(crate) applied: Arc<AppliedIndex>,
+    /// Set when a snapshot starts arriving, cleared once one is saved.
+    pub(crate) receiving: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Covered {
+    /// Whether a purge up to `upto` may go ahead: no snapshot is being
+    /// received, or every entry up to `upto` is in the current snapshot or
+    /// applied (the purge's synced write makes the applies durable too).
+    pub(crate) fn covers(&self, upto: &LogId) -> bool {
+        !self.receiving.load(std::sync::atomic::Ordering::SeqCst)
+            || self.file.current_log_id() >= Some(*upto)
+            || self.applied.get() >= Some(upto.index)
+    }
+
+    /// Wait until [`Covered::covers`] holds for `upto`, saying so every
+    /// 10 s while it does not.
+    pub(crate) async fn wait(&self, upto: LogId) {
+        let started = std::time::Instant::now();
+        let mut warned = std::time::Duration::ZERO;
+        while !self.covers(&upto) {
+            let waited = started.elapsed();
+            if waited >= warned + std::time::Duration::from_secs(10) {
+                warned = waited;
+                tracing::warn!(%upto, ?waited, "the log purge waits for the snapshot that covers it");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
 }

@@ -14,6 +14,7 @@
 //! before purging and a snapshot build syncs before saving its file; so
 //! whatever a crash loses is still in the log and is applied again.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use latchkey_core::Outcome;
@@ -50,24 +51,28 @@ pub struct StateMachine {
     durable: DurableLog,
     /// Where snapshot builds and installs are reported.
     observed: Arc<crate::observe::Observed>,
+    /// Set while a snapshot is being received and not yet saved: the log
+    /// store's purges wait then (see `snapshot_install::Covered`).
+    receiving: Arc<AtomicBool>,
 }
 
 impl StateMachine {
     pub(crate) fn new(
         db: Arc<DB>,
-        file: SnapshotFile,
+        covered: &crate::snapshot_install::Covered,
         state: AppliedState,
         sync_apply: bool,
         durable: DurableLog,
         observed: Arc<crate::observe::Observed>,
     ) -> Self {
-        let applied = Arc::new(AppliedIndex::default());
+        let applied = Arc::clone(&covered.applied);
         applied.set(state.last_index());
         StateMachine {
             db,
-            file: Arc::new(file),
+            file: Arc::clone(&covered.file),
             state,
             applied,
+            receiving: Arc::clone(&covered.receiving),
             sync_apply,
             changes: None,
             durable,
@@ -216,6 +221,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, RaftStorageError> {
+        self.receiving.store(true, Ordering::SeqCst);
         let file = Arc::clone(&self.file);
         let incoming = blocking::run(ErrorSubject::Snapshot(None), move || {
             file.incoming()
@@ -252,6 +258,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })
         })
         .await?;
+        self.receiving.store(false, Ordering::SeqCst);
         self.observed.snapshot_installed(started.elapsed(), bytes);
         self.state = state;
         self.applied.set(self.state.last_index());

@@ -51,8 +51,8 @@ impl AppliedIndex {
     ) -> Result<T, E> {
         let installing = || {
             StoreError(
-                "this replica is installing a snapshot from the leader; \
-                 read from another replica or retry"
+                "this replica is installing a snapshot from the leader (or failed to: \
+                 see its log); read from another replica or retry"
                     .into(),
             )
         };
@@ -60,12 +60,14 @@ impl AppliedIndex {
         if before % 2 == 1 {
             return Err(installing().into());
         }
-        let result = f()?;
+        // An error is checked too: a read that failed on a half-replaced
+        // state is the install's doing, not the store's.
+        let result = f();
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.installs.load(Ordering::SeqCst) != before {
             return Err(installing().into());
         }
-        Ok(result)
+        result
     }
 }
 

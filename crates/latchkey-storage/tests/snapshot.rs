@@ -421,6 +421,7 @@ fn a_large_install_is_never_seen_half_done() {
 
         let reader = sm_f.reader();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
         let watching = {
             let stop = std::sync::Arc::clone(&stop);
             std::thread::spawn(move || {
@@ -435,7 +436,10 @@ fn a_large_install_is_never_seen_half_done() {
                             refused += 1;
                         }
                         Ok(Ok(Outcome::Values(v))) => match (&v[0], &v[1]) {
-                            (Some(_), None) => old += 1,
+                            (Some(_), None) => {
+                                old += 1;
+                                let _ = started_tx.send(());
+                            }
                             (None, Some(_)) => new += 1,
                             other => panic!("a read saw a half-installed state: {other:?}"),
                         },
@@ -445,6 +449,10 @@ fn a_large_install_is_never_seen_half_done() {
                 (old, new, refused)
             })
         };
+        // The reader is reading before the install begins.
+        started_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
         install(&mut sm_f, &snap, blob).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -498,5 +506,59 @@ fn an_install_cut_short_is_finished_at_open() {
             !dir_f.path().join("snapshots/installing-x.tmp").exists(),
             "a leftover temporary file was kept"
         );
+    });
+}
+
+/// openraft 0.9 purges the log behind a snapshot as soon as it has queued
+/// the install; the purge waits until the snapshot is saved as current (or
+/// the entries are applied), so a crash in between cannot leave a log that
+/// starts past the applied state with nothing to fill the gap.
+#[test]
+fn a_purge_waits_for_the_snapshot_that_covers_it() {
+    use openraft::storage::RaftLogStorage;
+    let rt = runtime();
+    let dir_l = tempfile::tempdir().unwrap();
+    let dir_f = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let (_log_l, mut sm_l) = open(dir_l.path(), StorageOptions::default()).unwrap();
+        let (log_f, mut sm_f) = open(dir_f.path(), StorageOptions::default()).unwrap();
+        sm_l.apply(vec![membership(1, 1, &[1, 2, 3])])
+            .await
+            .unwrap();
+        load(&mut sm_l, 2, "k", 60, 16).await;
+        let mut snap = sm_l
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let blob = snapshot_bytes(&mut snap).await;
+
+        // Nothing being received: a bare purge goes ahead (openraft's
+        // conformance suite does this).
+        let mut bare = log_f.clone();
+        tokio::time::timeout(std::time::Duration::from_secs(10), bare.purge(log_id(1, 1)))
+            .await
+            .expect("a purge with no snapshot arriving does not wait")
+            .unwrap();
+        // The leader's chunks arrive, then openraft purges at once.
+        let mut data = sm_f.begin_receiving_snapshot().await.unwrap();
+        {
+            use tokio::io::AsyncWriteExt;
+            data.write_all(&blob).await.unwrap();
+        }
+        let mut purging_log = log_f.clone();
+        let purge = tokio::spawn(async move { purging_log.purge(log_id(1, 50)).await });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            !purge.is_finished(),
+            "purged entries that neither a snapshot nor the state holds"
+        );
+        sm_f.install_snapshot(&snap.meta, data).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), purge)
+            .await
+            .expect("the purge goes on once the snapshot is current")
+            .unwrap()
+            .unwrap();
     });
 }
