@@ -182,13 +182,7 @@ fn damaged_snapshots_are_refused() {
             .unwrap();
         let before = everything(&sm_f.reader());
 
-        let mut snap = sm_l
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
-        let good = snapshot_bytes(&mut snap).await;
+        let (snap, good) = built(&mut sm_l).await;
         let mut flipped = good.clone();
         let middle = flipped.len() / 2;
         flipped[middle] ^= 0x01;
@@ -365,6 +359,18 @@ fn backups_restore_into_new_directories_only() {
     });
 }
 
+/// Build a snapshot of `sm`; return it and its bytes.
+async fn built(sm: &mut StateMachine) -> (Snapshot<latchkey_storage::TypeConfig>, Vec<u8>) {
+    let mut snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let bytes = snapshot_bytes(&mut snap).await;
+    (snap, bytes)
+}
+
 /// `count` puts of `bytes`-byte values under `prefix`, applied from index
 /// `first` on in one apply call. The values are pseudo-random, so they do
 /// not compress: an install of them spans several SST files.
@@ -410,13 +416,7 @@ fn a_large_install_is_never_seen_half_done() {
             .unwrap();
         load(&mut sm_l, 2, "new/", 12_000, 6_000).await; // ~70 MiB
         load(&mut sm_f, 1, "old/", 100, 16).await;
-        let mut snap = sm_l
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
-        let blob = snapshot_bytes(&mut snap).await;
+        let (snap, blob) = built(&mut sm_l).await;
         assert!(blob.len() > 64 << 20, "{} bytes", blob.len());
 
         let reader = sm_f.reader();
@@ -526,13 +526,7 @@ fn a_purge_waits_for_the_snapshot_that_covers_it() {
             .await
             .unwrap();
         load(&mut sm_l, 2, "k", 60, 16).await;
-        let mut snap = sm_l
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
-        let blob = snapshot_bytes(&mut snap).await;
+        let (snap, blob) = built(&mut sm_l).await;
 
         // Nothing being received: a bare purge goes ahead (openraft's
         // conformance suite does this).
