@@ -21,6 +21,9 @@
 //! A connection must also send its first bytes within the handshake timeout
 //! ([`DEFAULT_HANDSHAKE_TIMEOUT`]): one that connects and stays silent is
 //! closed then, so silent connections cannot hold every place for long.
+//! With TLS the rule applies twice: to the ClientHello, and again, once the
+//! handshake is done, to the first bytes of the HTTP/2 preface
+//! ([`Limited::expect_bytes_within`]).
 //!
 //! The permit lives in the connection's I/O object ([`Limited`]), so it is
 //! returned exactly when the server drops the connection, whatever ended it.
@@ -135,6 +138,16 @@ impl Drop for Limited {
                 }
             }
         }
+    }
+}
+
+impl Limited {
+    /// Give the connection `within` to send its next bytes, or be closed
+    /// (the same rule as for its first bytes). The TLS acceptor calls it once
+    /// the handshake is done, so a client that completes a handshake and then
+    /// stays silent (no HTTP/2 preface) cannot hold its place either.
+    pub(crate) fn expect_bytes_within(&mut self, within: Duration) {
+        self.handshake = Some(Box::pin(tokio::time::sleep(within)));
     }
 }
 

@@ -118,7 +118,11 @@ where
                     tokio::time::timeout(timeout, acceptor.accept(connection)).await
                 });
                 match handshake.await {
-                    Ok(Ok(Ok(tls))) => Some(Ok(tls)),
+                    Ok(Ok(Ok(mut tls))) => {
+                        // The preface must follow within the same time.
+                        tls.get_mut().0.expect_bytes_within(timeout);
+                        Some(Ok(tls))
+                    }
                     Ok(Ok(Err(e))) if e.kind() == io::ErrorKind::UnexpectedEof => {
                         tracing::debug!(?from, "a connection closed before its TLS handshake");
                         None
@@ -198,8 +202,9 @@ mod tests {
         (cert, key)
     }
 
-    #[tokio::test]
-    async fn a_failed_handshake_is_counted_and_others_are_served() -> io::Result<()> {
+    /// A server configuration with a fresh CA, and a client configuration
+    /// that trusts it.
+    fn configs() -> io::Result<(Arc<ServerConfig>, tokio_rustls::TlsConnector)> {
         let (ca, ca_key) = issued(None, "test CA");
         let (cert, key) = issued(Some((&ca, &ca_key)), "localhost");
         let tls = ServerTls::new(
@@ -208,6 +213,79 @@ mod tests {
             TlsOptions::new(ca.pem().into_bytes()).map_err(io::Error::other)?,
         );
         let config = server_config(&tls).map_err(io::Error::other)?;
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca.der().to_vec()))
+            .map_err(io::Error::other)?;
+        let client_config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok((
+            config,
+            tokio_rustls::TlsConnector::from(Arc::new(client_config)),
+        ))
+    }
+
+    /// A client that completes its handshake and then sends nothing (no
+    /// HTTP/2 preface) is closed at the handshake timeout, like a silent
+    /// TCP connection; one that speaks is read.
+    #[tokio::test]
+    async fn a_connection_silent_after_its_handshake_is_closed() -> io::Result<()> {
+        use tokio::io::AsyncReadExt;
+        let (config, connector) = configs()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            Some((l.accept().await.map(|(s, _)| s), l))
+        });
+        let timeout = Duration::from_millis(500);
+        let limited = crate::conn_limit::limit(incoming, 16, 16, timeout);
+        let mut accepted = Box::pin(accept(limited, config, timeout, 16));
+        let name = rustls_pki_types::ServerName::try_from("localhost").map_err(io::Error::other)?;
+
+        // The server side's handshake runs only while `accepted` is polled.
+        let connecting = {
+            let (connector, name) = (connector.clone(), name.clone());
+            tokio::spawn(async move {
+                connector
+                    .connect(name, tokio::net::TcpStream::connect(addr).await?)
+                    .await
+            })
+        };
+        let mut on_server = accepted.next().await.ok_or(io::ErrorKind::Other)??;
+        let silent = connecting.await.map_err(io::Error::other)??;
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(20), on_server.read(&mut buf))
+            .await
+            .map_err(|_| io::Error::other("a silent connection was held for 20 s"))?;
+        let err = read.expect_err("nothing was sent, so nothing can be read");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        drop(silent);
+
+        let speaking = tokio::spawn(async move {
+            let mut tls = connector
+                .connect(name, tokio::net::TcpStream::connect(addr).await?)
+                .await?;
+            tls.write_all(b"PRI * HTTP/2.0").await?;
+            tls.flush().await?;
+            Ok::<_, io::Error>(tls)
+        });
+        let mut on_server = accepted.next().await.ok_or(io::ErrorKind::Other)??;
+        let _speaking = speaking.await.map_err(io::Error::other)??;
+        let n = tokio::time::timeout(Duration::from_secs(20), on_server.read(&mut buf))
+            .await
+            .map_err(io::Error::other)??;
+        assert_eq!(&buf[..n], b"PRI * HTTP/2.0");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_failed_handshake_is_counted_and_others_are_served() -> io::Result<()> {
+        let (config, connector) = configs()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let incoming = futures::stream::unfold(listener, |l| async move {
@@ -236,18 +314,6 @@ mod tests {
         plain.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
         // A client trusting the CA completes its handshake, and is the
         // next connection served.
-        let mut roots = RootCertStore::empty();
-        roots
-            .add(CertificateDer::from(ca.der().to_vec()))
-            .map_err(io::Error::other)?;
-        let client_config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config));
         let name = rustls_pki_types::ServerName::try_from("localhost").map_err(io::Error::other)?;
         let client = tokio::spawn(async move {
             let tcp = tokio::net::TcpStream::connect(addr).await?;
