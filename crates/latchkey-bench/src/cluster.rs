@@ -50,6 +50,8 @@ impl Drop for TempDir {
 struct Server {
     id: u64,
     addr: String,
+    /// Its metrics listener (`--metrics-listen`).
+    metrics: String,
     log: PathBuf,
     /// Its command line after the binary, to start it again.
     args: Vec<std::ffi::OsString>,
@@ -77,8 +79,9 @@ impl Cluster {
         tls: bool,
         serve_args: &[String],
     ) -> Result<Cluster, String> {
-        let mut addrs = latchkey::free_loopback_addrs(6)
+        let mut addrs = latchkey::free_loopback_addrs(9)
             .map_err(|e| format!("cannot find free loopback ports: {e}"))?;
+        let metrics_addrs = addrs.split_off(6);
         let peer_addrs = addrs.split_off(3);
         let members = latchkey::initial_members_arg(&peer_addrs);
         let certs = dir.join("certs");
@@ -98,7 +101,8 @@ impl Cluster {
             tls,
             server_bin: server_bin.to_path_buf(),
         };
-        for (i, (addr, peer_addr)) in addrs.iter().zip(&peer_addrs).enumerate() {
+        let listens = addrs.iter().zip(&peer_addrs).zip(&metrics_addrs);
+        for (i, ((addr, peer_addr), metrics)) in listens.enumerate() {
             let id = (i + 1) as u64;
             let data = dir.join(format!("node-{id}"));
             let log = dir.join(format!("node-{id}.log"));
@@ -125,12 +129,15 @@ impl Cluster {
                 data.into(),
                 "--initial-members".into(),
                 members.clone().into(),
+                "--metrics-listen".into(),
+                metrics.into(),
             ]);
             args.extend(serve_args.iter().map(Into::into));
             // Pushed before it starts: from then on the Drop guard owns it.
             cluster.servers.push(Server {
                 id,
                 addr: addr.clone(),
+                metrics: metrics.clone(),
                 log,
                 args,
                 child: None,
@@ -257,6 +264,30 @@ impl Cluster {
         text
     }
 
+    /// Every running replica's RocksDB background jobs (flushes and
+    /// compactions running or pending: `latchkey_storage_background_jobs`),
+    /// read from its metrics listener.
+    pub async fn background_jobs(&self) -> Result<Vec<u64>, String> {
+        let mut jobs = Vec::with_capacity(self.servers.len());
+        for s in self.servers.iter().filter(|s| s.child.is_some()) {
+            let text = http_get(&s.metrics, "/metrics")
+                .await
+                .map_err(|e| format!("server {}'s metrics at {}: {e}", s.id, s.metrics))?;
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix("latchkey_storage_background_jobs "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "server {} reports no latchkey_storage_background_jobs (an older server?)",
+                        s.id
+                    )
+                })?;
+            jobs.push(value);
+        }
+        Ok(jobs)
+    }
+
     /// Poll every replica's status until one says it leads; its address.
     pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
         let mut options = ClientOptions::default()
@@ -350,5 +381,35 @@ fn log_tail(path: &Path, max: u64) -> String {
         "(empty)".into()
     } else {
         text
+    }
+}
+
+/// The body of `GET path` from the HTTP server at `addr` (the replicas'
+/// metrics listener), within 10 s. A plain HTTP/1.1 request over TCP: one
+/// scrape does not justify an HTTP client dependency.
+async fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| "no answer within 10 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => Err(format!(
+            "unexpected answer: {}",
+            response.lines().next().unwrap_or("(empty)")
+        )),
     }
 }

@@ -55,9 +55,11 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         .max()
         .unwrap_or(1);
     let clients = bed.clients(opts.client_mode, opts.unary, max_tasks).await?;
+    let mut settled_s = None;
     if opts.aged {
         age(&clients, opts).await?;
         bed.check_alive()?;
+        settled_s = Some(settle(&bed).await?.as_secs_f64());
     }
 
     let runs = cycle_counts
@@ -86,9 +88,10 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         contended_clients: contended_counts,
         session_ttl_s: SESSION_TTL.as_secs_f64(),
         acquire_wait_s: ACQUIRE_WAIT.as_secs_f64(),
-        aged: opts.aged.then_some(Aged {
+        aged: settled_s.map(|settled_s| Aged {
             keys: opts.age_keys,
             sessions: opts.age_sessions,
+            settled_s,
         }),
     };
     let report = bed.finish("lock", opts, params, results);
@@ -101,9 +104,10 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
 pub fn budget(opts: &Options) -> Duration {
     let per_run = opts.duration + ACQUIRE_WAIT + REQUEST_TIMEOUT * 4 + Duration::from_secs(5);
     let runs = opts.lock_cycle_clients().len() + opts.contended_clients().len();
-    // Aging at a pessimistic 200 sessions or 5,000 keys a second.
+    // Aging at a pessimistic 200 sessions or 5,000 keys a second, and the
+    // longest wait for the stores to settle.
     let aging = if opts.aged {
-        Duration::from_secs(opts.age_sessions / 200 + opts.age_keys / 5_000 + 60)
+        Duration::from_secs(opts.age_sessions / 200 + opts.age_keys / 5_000 + 60) + SETTLE_WITHIN
     } else {
         Duration::ZERO
     };
@@ -118,8 +122,8 @@ const AGE_BATCH: u64 = 500;
 /// long-lived row): `--age-keys` keys of `--value-size` bytes written in
 /// batches, and `--age-sessions` sessions opened and closed, by
 /// [`AGE_TASKS`] tasks; what is left is what a long-lived cluster keeps
-/// (the keys, the counters, the lock service's request memory of ended
-/// sessions, and RocksDB's tombstones).
+/// (the keys, the counters, and RocksDB's tombstones of the ended
+/// sessions' rows).
 async fn age(clients: &Clients, opts: &Options) -> Result<(), String> {
     let started = Instant::now();
     eprintln!(
@@ -183,6 +187,46 @@ async fn age(clients: &Clients, opts: &Options) -> Result<(), String> {
     Ok(())
 }
 
+/// How long [`settle`] waits at most.
+const SETTLE_WITHIN: Duration = Duration::from_secs(300);
+/// How many polls in a row, [`SETTLE_POLL`] apart, must find no RocksDB
+/// background job before the stores count as settled.
+const SETTLE_QUIET_POLLS: u32 = 3;
+const SETTLE_POLL: Duration = Duration::from_millis(500);
+
+/// Wait until every replica's RocksDB has flushed and compacted what the
+/// aging wrote (`latchkey_storage_background_jobs` at 0 on every replica
+/// for [`SETTLE_QUIET_POLLS`] polls in a row), so the lock runs measure a
+/// cluster that has run for a while, not one still digesting a million
+/// keys written in seconds (PERFORMANCE.md, change 18: whichever run came
+/// first after the aging lost, whatever it was). How long it took.
+async fn settle(bed: &Testbed) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut quiet = 0;
+    loop {
+        let jobs = bed.cluster().background_jobs().await?;
+        if jobs.iter().all(|&j| j == 0) {
+            quiet += 1;
+            if quiet >= SETTLE_QUIET_POLLS {
+                eprintln!(
+                    "latchkey-bench: the stores settled in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(started.elapsed());
+            }
+        } else {
+            quiet = 0;
+        }
+        if started.elapsed() > SETTLE_WITHIN {
+            return Err(format!(
+                "the replicas' stores did not settle within {SETTLE_WITHIN:?} after the aging \
+                 (background jobs: {jobs:?})"
+            ));
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+}
+
 async fn join_aging(tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>) -> Result<(), String> {
     for task in tasks {
         task.await
@@ -196,6 +240,8 @@ async fn join_aging(tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>) -> 
 pub struct Aged {
     pub keys: u64,
     pub sessions: u64,
+    /// Seconds the replicas' RocksDB took to settle after the aging.
+    pub settled_s: f64,
 }
 
 /// The lock benchmark's own parameters.
@@ -214,8 +260,8 @@ impl Params for LockParams {
         match &self.aged {
             Some(a) => format!(
                 "one session per task (ttl {}s), on a cluster aged by {} keys and {} sessions \
-                 opened and closed",
-                self.session_ttl_s, a.keys, a.sessions
+                 opened and closed, measured once its stores settled ({:.0}s)",
+                self.session_ttl_s, a.keys, a.sessions, a.settled_s
             ),
             None => format!("one session per task (ttl {}s)", self.session_ttl_s),
         }

@@ -108,6 +108,11 @@ impl Testbed {
         self.cluster.check_alive()
     }
 
+    /// The servers.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
     /// The servers, to kill and restart them.
     pub fn cluster_mut(&mut self) -> &mut Cluster {
         &mut self.cluster

@@ -152,6 +152,16 @@ impl Replica {
             .map_or(0, StateReader::disk_bytes)
     }
 
+    /// RocksDB flushes and compactions running or pending
+    /// ([`StateReader::background_jobs`]; 0 before the store is open).
+    pub(crate) fn storage_background_jobs(&self) -> u64 {
+        self.reader
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, StateReader::background_jobs)
+    }
+
     /// Whether this data directory was seeded from a backup (its log does
     /// not hold the restored rows; see `crate::membership`).
     pub(crate) fn was_restored(&self) -> bool {

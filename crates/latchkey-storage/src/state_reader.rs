@@ -116,6 +116,33 @@ impl StateReader {
             .sum()
     }
 
+    /// RocksDB background jobs running or waiting: flushes and compactions
+    /// running, plus column families with a flush or a compaction pending.
+    /// Zero once the store has settled after a burst of writes (a benchmark
+    /// waits for it; an operator sees a store that never settles).
+    pub fn background_jobs(&self) -> u64 {
+        let db_wide = [
+            "rocksdb.num-running-flushes",
+            "rocksdb.num-running-compactions",
+        ]
+        .iter()
+        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+        .sum::<u64>();
+        let pending = crate::columns::ALL
+            .iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .flat_map(|cf| {
+                [
+                    "rocksdb.mem-table-flush-pending",
+                    "rocksdb.compaction-pending",
+                ]
+                .map(|p| self.db.property_int_value_cf(cf, p).ok().flatten())
+            })
+            .flatten()
+            .sum::<u64>();
+        db_wide + pending
+    }
+
     /// The index of the last log entry whose effects are visible to reads,
     /// or `None` if nothing was applied yet.
     pub fn last_applied_index(&self) -> Option<u64> {

@@ -252,6 +252,10 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
                 sample(&text, "latchkey_storage_sst_bytes").is_some(),
                 "node {id}"
             );
+            assert!(
+                sample(&text, "latchkey_storage_background_jobs").is_some_and(|j| j >= 0.0),
+                "node {id}"
+            );
             // The same text, for an application that serves it itself.
             assert!(node.metrics().render().contains("latchkey_raft_term "));
 
