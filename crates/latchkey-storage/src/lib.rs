@@ -24,6 +24,10 @@
 //!   ([`LogStore::fsync_count`] tells how many syncs were needed).
 //! - **Atomic applies.** Each `apply()` call is one RocksDB write batch
 //!   holding the data, the last applied log id and the membership.
+//! - **Lock rooms in memory.** Sessions, locks, request memory, access
+//!   control and the core's counters are also held in memory, always equal
+//!   to what RocksDB holds, so applying a lock command reads nothing from
+//!   RocksDB (`rooms` says how the copy stays exact).
 //! - **Consistent reads.** A [`StateReader`] answers queries from whole apply
 //!   batches, concurrently with applying.
 //! - **Change notification.** [`StateMachine::subscribe`] streams the core's
@@ -85,6 +89,7 @@ mod group_commit;
 mod log_store;
 mod observe;
 mod open;
+mod rooms;
 mod snapshot_builder;
 mod snapshot_file;
 mod snapshot_format;

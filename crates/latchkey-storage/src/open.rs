@@ -149,9 +149,11 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     };
     let file = SnapshotFile::open(&dir.join(SNAPSHOT_DIR))?;
     let state = crate::snapshot_install::finish_interrupted(&db, &file, state)?;
+    let rooms = crate::rooms::Rooms::load(&db)?;
     tracing::info!(
         dir = %dir.display(),
         last_applied = ?state.last_applied,
+        lock_rooms_bytes = rooms.bytes(),
         "opened latchkey storage"
     );
     let db = Arc::new(db);
@@ -171,6 +173,7 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         db,
         &covered,
         state,
+        rooms,
         options.sync_apply,
         log.durable(),
         observed,

@@ -2,9 +2,10 @@
 //! keeps the result in RocksDB; installs and serves snapshots.
 //!
 //! One `apply()` call is one RocksDB write batch: every entry runs through
-//! [`latchkey_core::apply_with_events`] against an [`Overlay`] over the data,
-//! then the overlay's writes, the last applied log id and the membership are
-//! written together. A crash therefore never leaves data and "last applied"
+//! [`latchkey_core::apply_with_events`] against an [`Overlay`] over the data
+//! (the lock rooms read from memory, the rest from RocksDB: see
+//! [`crate::rooms`]), then the overlay's writes, the last applied log id and
+//! the membership are written together. A crash therefore never leaves data and "last applied"
 //! out of step, and a store failure in the core aborts the whole call with
 //! nothing written.
 //!
@@ -30,6 +31,7 @@ use crate::columns::Handles;
 use crate::data_view::DataView;
 use crate::durable::DurableLog;
 use crate::error::{any, msg, to_raft, RaftStorageError};
+use crate::rooms::{ApplyView, Rooms};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
 use crate::snapshot_install;
@@ -43,6 +45,8 @@ pub struct StateMachine {
     db: Arc<DB>,
     file: Arc<SnapshotFile>,
     state: AppliedState,
+    /// The lock rooms, in memory as well as in RocksDB ([`crate::rooms`]).
+    rooms: Rooms,
     applied: Arc<AppliedIndex>,
     sync_apply: bool,
     changes: Option<UnboundedSender<StateChange>>,
@@ -61,6 +65,7 @@ impl StateMachine {
         db: Arc<DB>,
         covered: &crate::snapshot_install::Covered,
         state: AppliedState,
+        rooms: Rooms,
         sync_apply: bool,
         durable: DurableLog,
         observed: Arc<crate::observe::Observed>,
@@ -71,6 +76,7 @@ impl StateMachine {
             db,
             file: Arc::clone(&covered.file),
             state,
+            rooms,
             applied,
             receiving: Arc::clone(&covered.receiving),
             sync_apply,
@@ -120,15 +126,16 @@ impl StateMachine {
         }
     }
 
-    /// Commit `writes` and `state` in one write batch.
+    /// Commit `writes` and `state` in one write batch, then hand the writes
+    /// to the in-memory rooms (only once RocksDB has them).
     fn commit(
-        &self,
+        &mut self,
         writes: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         state: &AppliedState,
     ) -> Result<(), RaftStorageError> {
         let cfs = Handles::of(&self.db).map_err(|e| to_raft(e, ErrorVerb::Write))?;
         let mut batch = WriteBatch::default();
-        for (key, value) in writes {
+        for (key, value) in &writes {
             match value {
                 Some(value) => batch.put_cf(cfs.sm_data, key, value),
                 None => batch.delete_cf(cfs.sm_data, key),
@@ -141,7 +148,9 @@ impl StateMachine {
         opts.set_sync(self.sync_apply);
         self.db
             .write_opt(batch, &opts)
-            .map_err(|e| StorageIOError::write_state_machine(&e).into())
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        self.rooms.commit(writes);
+        Ok(())
     }
 }
 
@@ -167,8 +176,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut changes = Vec::new();
         let listening = self.changes.is_some();
         let writes = {
-            let base =
-                DataView::live(&self.db).map_err(|e| StorageIOError::read_state_machine(&e))?;
+            let base = ApplyView {
+                rooms: &self.rooms,
+                data: DataView::live(&self.db)
+                    .map_err(|e| StorageIOError::read_state_machine(&e))?,
+            };
             let mut overlay = Overlay::new(&base);
             for entry in entries {
                 let log_id = entry.log_id;
@@ -252,12 +264,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Arc::clone(&self.applied),
         );
         let owned_meta = meta.clone();
-        let state = blocking::run(ErrorSubject::Snapshot(Some(meta.signature())), move || {
-            snapshot_install::receive(&db, &file, &owned_meta, incoming, &gate).map_err(|e| {
-                StorageIOError::write_snapshot(Some(owned_meta.signature()), any(&e)).into()
+        let (state, rooms) =
+            blocking::run(ErrorSubject::Snapshot(Some(meta.signature())), move || {
+                let signature = Some(owned_meta.signature());
+                let state = snapshot_install::receive(&db, &file, &owned_meta, incoming, &gate)
+                    .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(&e)))?;
+                let rooms = Rooms::load(&db)
+                    .map_err(|e| StorageIOError::write_snapshot(signature, any(&e)))?;
+                Ok((state, rooms))
             })
-        })
-        .await?;
+            .await?;
+        self.rooms = rooms;
         self.receiving.store(false, Ordering::SeqCst);
         self.observed.snapshot_installed(started.elapsed(), bytes);
         self.state = state;
@@ -316,6 +333,208 @@ mod tests {
                     value: b"v".to_vec(),
                 },
             }),
+        }
+    }
+
+    /// One step of [`the_rooms_in_memory_always_equal_rocksdb`].
+    #[derive(Debug, Clone)]
+    enum Op {
+        Open,
+        Close(usize),
+        Expire(usize),
+        Acquire {
+            slot: usize,
+            owner: u64,
+            lock: usize,
+            wait: bool,
+        },
+        Release {
+            slot: usize,
+            owner: u64,
+            lock: usize,
+        },
+        Cancel {
+            slot: usize,
+            owner: u64,
+            lock: usize,
+        },
+        Put(u8),
+        DeleteAll,
+        /// Close and open the store again.
+        Reopen,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let slot = 0usize..4;
+        prop_oneof![
+            2 => Just(Op::Open),
+            1 => slot.clone().prop_map(Op::Close),
+            1 => slot.clone().prop_map(Op::Expire),
+            6 => (slot.clone(), 0u64..2, 0usize..2, any::<bool>())
+                .prop_map(|(slot, owner, lock, wait)| Op::Acquire { slot, owner, lock, wait }),
+            5 => (slot.clone(), 0u64..2, 0usize..2)
+                .prop_map(|(slot, owner, lock)| Op::Release { slot, owner, lock }),
+            1 => (slot, 0u64..2, 0usize..2)
+                .prop_map(|(slot, owner, lock)| Op::Cancel { slot, owner, lock }),
+            2 => any::<u8>().prop_map(Op::Put),
+            1 => Just(Op::DeleteAll),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    /// Every row under a cached tag, read from RocksDB.
+    fn cached_rows_on_disk(sm: &StateMachine) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+        let cfs = Handles::of(&sm.db).unwrap();
+        sm.db
+            .iterator_cf(cfs.sm_data, rocksdb::IteratorMode::Start)
+            .map(|row| row.unwrap())
+            .filter(|(k, _)| crate::rooms::CACHED_TAGS.contains(&k[0]))
+            .map(|(k, v)| (k.into_vec(), v.into_vec()))
+            .collect()
+    }
+
+    fn all_rows_on_disk(sm: &StateMachine) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+        let cfs = Handles::of(&sm.db).unwrap();
+        sm.db
+            .iterator_cf(cfs.sm_data, rocksdb::IteratorMode::Start)
+            .map(|row| row.unwrap())
+            .map(|(k, v)| (k.into_vec(), v.into_vec()))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// The in-memory rooms equal what RocksDB holds under their tags
+        /// after any sequence of lock and KV commands, applied in batches of
+        /// any size, across reopening the store and installing a snapshot;
+        /// and applying through them leaves RocksDB with exactly the rows
+        /// the core leaves in a plain in-memory store.
+        #[test]
+        fn the_rooms_in_memory_always_equal_rocksdb(
+            ops in proptest::collection::vec(op(), 1..60),
+            batch in 1usize..5,
+        ) {
+            use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, SessionId, SessionSecret, Token};
+            use std::collections::BTreeMap;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let mut sm = Some(crate::open(dir.path(), crate::StorageOptions::default()).unwrap().1);
+            let mut model = latchkey_core::MemStore::default();
+            let mut slots: [Option<(SessionId, SessionSecret)>; 4] = [None; 4];
+            let mut tokens: BTreeMap<(usize, u64, usize), Token> = BTreeMap::new();
+            let mut request_id = 0u64;
+            let mut index = 0u64;
+            let mut pending: Vec<Entry> = Vec::new();
+            let locks = ["a", "b"];
+            for (i, op) in ops.iter().enumerate() {
+                request_id += 1;
+                let session = |slot: usize| slots[slot].unwrap_or((SessionId(99), SessionSecret([0; 16])));
+                let command = match op.clone() {
+                    Op::Open => Command::Lock(LockCommand::OpenSession {
+                        ttl_ms: 10_000,
+                        secret: SessionSecret([i as u8; 16]),
+                    }),
+                    Op::Close(slot) => Command::Lock(LockCommand::CloseSession {
+                        session: session(slot).0,
+                        secret: session(slot).1,
+                    }),
+                    Op::Expire(slot) => Command::Lock(LockCommand::ExpireSession { session: session(slot).0 }),
+                    Op::Acquire { slot, owner, lock, wait } => Command::Lock(LockCommand::Acquire {
+                        session: session(slot).0,
+                        secret: session(slot).1,
+                        owner,
+                        request_id,
+                        name: locks[lock].to_string(),
+                        mode: LockMode::Exclusive,
+                        wait_ms: wait.then_some(60_000),
+                        lease_ms: None,
+                        lock_delay_ms: None,
+                    }),
+                    Op::Release { slot, owner, lock } => Command::Lock(LockCommand::Release {
+                        session: session(slot).0,
+                        secret: session(slot).1,
+                        owner,
+                        request_id,
+                        name: locks[lock].to_string(),
+                        token: tokens.get(&(slot, owner, lock)).copied().unwrap_or(Token(0)),
+                    }),
+                    Op::Cancel { slot, owner, lock } => Command::Lock(LockCommand::CancelWait {
+                        session: session(slot).0,
+                        secret: session(slot).1,
+                        owner,
+                        name: locks[lock].to_string(),
+                        request_id: request_id.saturating_sub(2),
+                    }),
+                    Op::Put(k) => Command::Put { key: vec![k % 8], value: vec![k] },
+                    Op::DeleteAll => Command::DeleteRange { start: vec![0], end: vec![8] },
+                    Op::Reopen => {
+                        rt.block_on(sm.as_mut().unwrap().apply(std::mem::take(&mut pending))).unwrap();
+                        let closed = sm.take().unwrap().closed_signal();
+                        while !closed.is_closed() {
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        sm = Some(crate::open(dir.path(), crate::StorageOptions::default()).unwrap().1);
+                        continue;
+                    }
+                };
+                index += 1;
+                let request = Request { now: index, command };
+                // The model learns sessions and tokens from the outcome.
+                let (outcome, _) = latchkey_core::apply_with_events(&mut model, &request).unwrap();
+                match (op, outcome) {
+                    (Op::Open, Ok(latchkey_core::Outcome::Lock(LockOutcome::SessionOpened { session, secret, .. }))) => {
+                        let slot = slots.iter().position(Option::is_none).unwrap_or(0);
+                        slots[slot] = Some((session, secret));
+                    }
+                    (Op::Acquire { slot, owner, lock, .. }, Ok(latchkey_core::Outcome::Lock(LockOutcome::Granted { sequencer, .. }))) => {
+                        tokens.insert((*slot, *owner, *lock), sequencer.token);
+                    }
+                    _ => {}
+                }
+                pending.push(Entry {
+                    log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                    payload: EntryPayload::Normal(request),
+                });
+                if pending.len() >= batch {
+                    let sm = sm.as_mut().unwrap();
+                    rt.block_on(sm.apply(std::mem::take(&mut pending))).unwrap();
+                    proptest::prop_assert_eq!(sm.rooms.rows(), &cached_rows_on_disk(sm));
+                }
+            }
+            let sm = sm.as_mut().unwrap();
+            rt.block_on(sm.apply(std::mem::take(&mut pending))).unwrap();
+            proptest::prop_assert_eq!(sm.rooms.rows(), &cached_rows_on_disk(sm));
+            proptest::prop_assert_eq!(&all_rows_on_disk(sm), &model.map);
+            if index == 0 {
+                return Ok(());
+            }
+
+            // A snapshot installed elsewhere brings the same rooms.
+            let other_dir = tempfile::tempdir().unwrap();
+            let mut other = crate::open(other_dir.path(), crate::StorageOptions::default()).unwrap().1;
+            rt.block_on(other.apply([Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+                payload: EntryPayload::Normal(Request {
+                    now: 1,
+                    command: Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000, secret: SessionSecret([7; 16]) }),
+                }),
+            }])).unwrap();
+            rt.block_on(async {
+                use openraft::RaftSnapshotBuilder;
+                use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+                let mut snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+                let mut bytes = Vec::new();
+                snap.snapshot.seek(std::io::SeekFrom::Start(0)).await.unwrap();
+                snap.snapshot.read_to_end(&mut bytes).await.unwrap();
+                let mut incoming = other.begin_receiving_snapshot().await.unwrap();
+                incoming.write_all(&bytes).await.unwrap();
+                other.install_snapshot(&snap.meta, incoming).await.unwrap();
+            });
+            proptest::prop_assert_eq!(other.rooms.rows(), sm.rooms.rows());
+            proptest::prop_assert_eq!(other.rooms.rows(), &cached_rows_on_disk(&other));
+            proptest::prop_assert_eq!(other.rooms.bytes(), sm.rooms.bytes());
         }
     }
 
