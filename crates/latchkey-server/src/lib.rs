@@ -47,6 +47,7 @@ mod replica;
 mod server;
 mod services;
 mod settings;
+mod snapshot_pace;
 pub mod status_page;
 mod tls_accept;
 mod write_queue;

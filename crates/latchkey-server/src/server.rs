@@ -377,6 +377,7 @@ impl ServerBuilder {
             .unwrap_or(0);
         let changes = state_machine.subscribe();
         let db_closed = state_machine.closed_signal();
+        let pace = log_store.snapshot_pace();
         let (locks, keep_alives) = LockShared::new();
         let config = self.raft.to_config()?;
         let raft = Raft::new(id, config, network.clone(), log_store, state_machine)
@@ -517,6 +518,11 @@ impl ServerBuilder {
             server,
             peer_server,
             crate::metrics::watch_leader(replica.clone()),
+            tokio::spawn(crate::snapshot_pace::run(
+                raft.clone(),
+                pace,
+                self.raft.snapshot_every,
+            )),
         ];
         let metrics_addr = match metrics_listener {
             Some(listener) => {

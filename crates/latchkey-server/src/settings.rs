@@ -27,7 +27,10 @@ pub struct RaftSettings {
     pub election_min: Duration,
     /// See `election_min`.
     pub election_max: Duration,
-    /// Build a snapshot after this many applied entries (default 10 000).
+    /// Build a snapshot after at least this many applied entries (default
+    /// 10 000), and only once the log appended since the last snapshot is
+    /// as large as that snapshot (`latchkey_storage::SnapshotPace`), so
+    /// that a large state is not rewritten every few thousand entries.
     pub snapshot_every: u64,
     /// Entries kept in the log behind the last snapshot, for followers that
     /// lag only a little (default 1 000).
@@ -112,7 +115,8 @@ impl RaftSettings {
             heartbeat_interval: millis(self.heartbeat),
             election_timeout_min: millis(self.election_min),
             election_timeout_max: millis(self.election_max),
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every.max(1)),
+            // Paced by `crate::snapshot_pace` instead.
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: self.keep_after_snapshot,
             // Bound one AppendEntries message: entries carry up to 4 MiB each.
             max_payload_entries: 64,

@@ -88,7 +88,7 @@ impl GroupCommit {
     }
 
     /// Where the flusher reports its syncs.
-    pub(crate) fn observed(&self) -> &Observed {
+    pub(crate) fn observed(&self) -> &Arc<Observed> {
         &self.observed
     }
 }

@@ -103,7 +103,7 @@ pub use ack_mark::{MarkRecord, MARK_FILE};
 pub use durable::DurableLog;
 pub use error::StorageError;
 pub use log_store::{LogReader, LogStore};
-pub use observe::StorageObserver;
+pub use observe::{SnapshotPace, StorageObserver};
 pub use open::{open, StorageOptions};
 pub use snapshot_builder::SnapshotBuilder;
 pub use state_change::StateChange;

@@ -247,6 +247,11 @@ impl LogStore {
     pub fn observe(&self, observer: Arc<dyn crate::StorageObserver>) -> bool {
         self.flusher.observed().set(observer)
     }
+
+    /// When this replica's next snapshot is due ([`crate::SnapshotPace`]).
+    pub fn snapshot_pace(&self) -> crate::SnapshotPace {
+        crate::SnapshotPace(Arc::clone(self.flusher.observed()))
+    }
 }
 
 fn synced() -> WriteOptions {
@@ -451,9 +456,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut batch = WriteBatch::default();
         let mut last = None;
         let mut membership = false;
+        let mut appended = 0u64;
         for entry in entries {
             let bytes = codec::encode(&entry)
                 .map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            appended += bytes.len() as u64;
             batch.put_cf(log, columns::log_key(entry.log_id.index), bytes);
             last = Some(entry.log_id);
             membership |= matches!(entry.payload, EntryPayload::Membership(_));
@@ -470,6 +477,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db
             .write_opt(batch, &unsynced())
             .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flusher.observed().log_appended(appended);
         let epoch = self.durable.borrow().epoch;
         // Never early for a membership entry: openraft's core acts on its
         // own commit index when it changes membership (a joint config it

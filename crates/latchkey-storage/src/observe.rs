@@ -33,12 +33,89 @@ pub trait StorageObserver: Send + Sync {
     fn snapshot_installed(&self, took: Duration, bytes: u64);
 }
 
-/// The store's observer slot (set once, by [`crate::LogStore::observe`])
-/// and the sync count the store keeps itself.
+/// The store's observer slot (set once, by [`crate::LogStore::observe`]),
+/// the sync count the store keeps itself, and what [`SnapshotPace`] reads.
 #[derive(Default)]
 pub(crate) struct Observed {
     observer: OnceLock<Arc<dyn StorageObserver>>,
     syncs: AtomicU64,
+    /// Bytes of log entries appended since the store opened.
+    log_appended: AtomicU64,
+    /// `log_appended` when the current snapshot was built or installed.
+    log_at_snapshot: AtomicU64,
+    /// The current snapshot's size in bytes.
+    snapshot_bytes: AtomicU64,
+}
+
+/// When to build the next snapshot: the pace that keeps the cost of
+/// snapshots proportional to the log they replace.
+///
+/// A snapshot is the whole state, so building one after a fixed number of
+/// entries costs more the larger the state: with a million keys (~150
+/// MB), a snapshot every 10,000 small lock entries had every replica
+/// rewriting the whole state every few seconds, and lock rounds measured
+/// meanwhile lost a third of their throughput (docs/PERFORMANCE.md, change
+/// 21). So a replica builds a snapshot only once both hold:
+///
+/// - at least `snapshot_every` entries were applied since the last one
+///   (`RaftSettings::snapshot_every` in latchkey-server), as before; and
+/// - the log appended since then holds at least as many bytes as the
+///   current snapshot ([`SnapshotPace::due`]).
+///
+/// Each snapshot then writes at most as many bytes as the log it lets the
+/// replica purge, whatever the size of the state: snapshots at most double
+/// what the replica writes for its log, and the log between snapshots
+/// holds at most about one snapshot's worth of bytes (plus `snapshot_every`
+/// entries). A small state is snapshotted every `snapshot_every` entries,
+/// exactly as before. After a restart the count of log bytes starts again
+/// from zero, so the first snapshot may come up to one snapshot's worth of
+/// log later than it would have.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let (log, _sm) = latchkey_storage::open(dir.path(), Default::default())?;
+/// let pace = log.snapshot_pace();
+/// // No snapshot yet: due as soon as enough entries were applied.
+/// assert!(pace.due(10_000, 10_000));
+/// assert!(!pace.due(9_999, 10_000));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SnapshotPace(pub(crate) Arc<Observed>);
+
+impl SnapshotPace {
+    /// Bytes of log entries this replica appended since its current
+    /// snapshot (since it opened, if the snapshot is older).
+    pub fn log_bytes_since_snapshot(&self) -> u64 {
+        let o = &self.0;
+        o.log_appended
+            .load(Ordering::Relaxed)
+            .saturating_sub(o.log_at_snapshot.load(Ordering::Relaxed))
+    }
+
+    /// The current snapshot's size in bytes (0 without one).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.0.snapshot_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Is a snapshot due, with `entries_since` entries applied since the
+    /// current one and at least `snapshot_every` wanted between two? See
+    /// the type's docs.
+    pub fn due(&self, entries_since: u64, snapshot_every: u64) -> bool {
+        entries_since >= snapshot_every.max(1)
+            && self.log_bytes_since_snapshot() >= self.snapshot_bytes()
+    }
+}
+
+impl std::fmt::Debug for SnapshotPace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotPace")
+            .field("log_bytes_since_snapshot", &self.log_bytes_since_snapshot())
+            .field("snapshot_bytes", &self.snapshot_bytes())
+            .finish()
+    }
 }
 
 impl Observed {
@@ -58,13 +135,28 @@ impl Observed {
         }
     }
 
+    /// Log entries of `bytes` were appended.
+    pub(crate) fn log_appended(&self, bytes: u64) {
+        self.log_appended.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A snapshot of `bytes` became current (built, installed, or found
+    /// at open): the log is counted from here.
+    pub(crate) fn snapshot_current(&self, bytes: u64) {
+        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        self.log_at_snapshot
+            .store(self.log_appended.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot_built(&self, took: Duration, bytes: u64) {
+        self.snapshot_current(bytes);
         if let Some(o) = self.observer.get() {
             o.snapshot_built(took, bytes);
         }
     }
 
     pub(crate) fn snapshot_installed(&self, took: Duration, bytes: u64) {
+        self.snapshot_current(bytes);
         if let Some(o) = self.observer.get() {
             o.snapshot_installed(took, bytes);
         }
@@ -77,5 +169,35 @@ impl std::fmt::Debug for Observed {
             .field("observed", &self.observer.get().is_some())
             .field("syncs", &self.syncs())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_is_due_after_enough_entries_and_as_much_log() {
+        let pace = SnapshotPace(Arc::new(Observed::default()));
+        // No snapshot yet: entries alone decide.
+        assert!(!pace.due(49, 50));
+        assert!(pace.due(50, 50));
+        // A snapshot of 1,000 bytes: the log must reach as much again.
+        pace.0.log_appended(300);
+        pace.0.snapshot_built(Duration::ZERO, 1_000);
+        assert_eq!(pace.log_bytes_since_snapshot(), 0);
+        pace.0.log_appended(999);
+        assert!(!pace.due(10_000, 50), "999 bytes of log < 1,000");
+        pace.0.log_appended(1);
+        assert!(pace.due(50, 50));
+        assert!(!pace.due(49, 50), "entries still count");
+        // An installed snapshot resets the count the same way.
+        pace.0.snapshot_installed(Duration::ZERO, 10);
+        assert_eq!(pace.snapshot_bytes(), 10);
+        assert!(!pace.due(50, 50));
+        pace.0.log_appended(10);
+        assert!(pace.due(50, 50));
+        // `snapshot_every` 0 means every entry, never "always".
+        assert!(!pace.due(0, 0));
     }
 }

@@ -158,6 +158,7 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     );
     let db = Arc::new(db);
     let observed = Arc::new(crate::observe::Observed::default());
+    observed.snapshot_current(file.current_bytes());
     let covered = Covered {
         file: Arc::new(file),
         applied: Arc::new(AppliedIndex::default()),

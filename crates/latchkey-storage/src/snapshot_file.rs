@@ -91,6 +91,12 @@ impl SnapshotFile {
         current.as_ref().and_then(|m| m.last_log_id)
     }
 
+    /// The current snapshot file's size in bytes (0 without one, or if it
+    /// cannot be read: the snapshot pace then treats it as small).
+    pub(crate) fn current_bytes(&self) -> u64 {
+        std::fs::metadata(self.dir.join(CURRENT)).map_or(0, |m| m.len())
+    }
+
     /// The current snapshot's meta, if there is one.
     pub(crate) fn current(&self) -> io::Result<Option<SnapshotMeta>> {
         Ok(self.lock()?.clone())

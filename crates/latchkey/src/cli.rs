@@ -392,7 +392,8 @@ struct Serve {
     /// and clients are sent there to find the leader.
     #[arg(long)]
     advertise: Option<String>,
-    /// Build a snapshot (and purge the log) after this many entries.
+    /// Build a snapshot (and purge the log) after at least this many entries, once the
+    /// log written since the last snapshot is as large as that snapshot.
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
     /// Entries kept in the log behind a snapshot.

@@ -147,6 +147,79 @@ async fn restarted_node_keeps_data_and_does_not_reinitialise() -> TestResult {
     .await?
 }
 
+/// `n` bytes that do not compress (xorshift), different for each `seed`.
+fn incompressible(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Snapshots are paced by bytes as well as entries
+/// (`latchkey_storage::SnapshotPace`): once the state is large, many small
+/// entries past `snapshot_every` (50 here) do not make any replica rewrite
+/// it; a log as large as the snapshot does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_state_is_snapshotted_only_after_as_much_log() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&1].client();
+        // ~10 MiB of state in 40 entries, then small entries past 50: the
+        // first snapshot (nothing to compare with) comes at 50 entries.
+        for i in 0..40u64 {
+            kv.put(format!("big/{i:02}"), incompressible(i, 256 * 1024))
+                .await?;
+        }
+        for i in 0..30 {
+            kv.put(format!("small/{i:03}"), "x").await?;
+        }
+        wait_until("a snapshot on every replica", || {
+            nodes.values().all(|n| n.status().snapshot_index > 0)
+        })
+        .await?;
+        let first: Vec<u64> = nodes.values().map(|n| n.status().snapshot_index).collect();
+        // Six times `snapshot_every` small entries: far less log than the
+        // snapshot holds, so no replica builds another.
+        for i in 0..300 {
+            kv.put(format!("small/{i:03}"), "y").await?;
+        }
+        let last = nodes[&1].status().last_log_index;
+        wait_until("every replica applied the small puts", || {
+            nodes.values().all(|n| n.status().last_applied >= last)
+        })
+        .await?;
+        let after_small: Vec<u64> = nodes.values().map(|n| n.status().snapshot_index).collect();
+        assert_eq!(
+            after_small, first,
+            "a replica rebuilt its snapshot of a large state after a little log"
+        );
+        // As much log as the snapshot: every replica builds the next one.
+        for i in 0..44u64 {
+            kv.put(format!("big/{i:02}"), incompressible(100 + i, 256 * 1024))
+                .await?;
+        }
+        wait_until("a second snapshot on every replica", || {
+            nodes
+                .values()
+                .zip(&first)
+                .all(|(n, f)| n.status().snapshot_index > *f)
+        })
+        .await?;
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learner_is_added_promoted_and_removed() -> TestResult {
     tokio::time::timeout(LIMIT, async {
