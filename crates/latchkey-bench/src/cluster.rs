@@ -288,8 +288,22 @@ impl Cluster {
         Ok(jobs)
     }
 
-    /// Poll every replica's status until one says it leads; its address.
-    pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
+    /// Every running replica's last applied log index, from its status.
+    pub async fn last_applied(&self) -> Result<Vec<u64>, String> {
+        let client = self.status_client()?;
+        let mut applied = Vec::with_capacity(self.servers.len());
+        for s in self.servers.iter().filter(|s| s.child.is_some()) {
+            let status = client
+                .status_of(&s.addr)
+                .await
+                .map_err(|e| format!("server {}'s status: {e}", s.id))?;
+            applied.push(status.last_applied);
+        }
+        Ok(applied)
+    }
+
+    /// A client for status calls only (short timeouts).
+    fn status_client(&self) -> Result<Client, String> {
         let mut options = ClientOptions::default()
             .with_request_timeout(Duration::from_secs(2))
             .with_attempt_timeout(Duration::from_millis(500))
@@ -297,9 +311,14 @@ impl Cluster {
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.clone());
         }
+        Client::with_options(self.endpoints(), options)
+            .map_err(|e| format!("cannot build a status client: {e}"))
+    }
+
+    /// Poll every replica's status until one says it leads; its address.
+    pub async fn wait_for_leader(&mut self, within: Duration) -> Result<String, String> {
         let endpoints = self.endpoints();
-        let client = Client::with_options(&endpoints, options)
-            .map_err(|e| format!("cannot build a status client: {e}"))?;
+        let client = self.status_client()?;
         let started = Instant::now();
         let mut last = String::from("no replica answered yet");
         loop {

@@ -194,18 +194,23 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(300);
 const SETTLE_QUIET_POLLS: u32 = 3;
 const SETTLE_POLL: Duration = Duration::from_millis(500);
 
-/// Wait until every replica's RocksDB has flushed and compacted what the
-/// aging wrote (`latchkey_storage_background_jobs` at 0 on every replica
-/// for [`SETTLE_QUIET_POLLS`] polls in a row), so the lock runs measure a
+/// Wait until every replica has applied all the aging wrote (the same
+/// last applied index on each, unchanged between polls) and its RocksDB
+/// has flushed and compacted it (`latchkey_storage_background_jobs` at 0),
+/// for [`SETTLE_QUIET_POLLS`] polls in a row, so the lock runs measure a
 /// cluster that has run for a while, not one still digesting a million
 /// keys written in seconds (PERFORMANCE.md, change 18: whichever run came
 /// first after the aging lost, whatever it was). How long it took.
 async fn settle(bed: &Testbed) -> Result<Duration, String> {
     let started = Instant::now();
     let mut quiet = 0;
+    let mut before = Vec::new();
     loop {
         let jobs = bed.cluster().background_jobs().await?;
-        if jobs.iter().all(|&j| j == 0) {
+        let applied = bed.cluster().last_applied().await?;
+        let caught_up = applied.windows(2).all(|w| w[0] == w[1]) && applied == before;
+        before = applied;
+        if caught_up && jobs.iter().all(|&j| j == 0) {
             quiet += 1;
             if quiet >= SETTLE_QUIET_POLLS {
                 eprintln!(

@@ -44,6 +44,7 @@
 //! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync (RocksDB `FlushWAL` with sync) of the group-commit flusher, failed ones included: the fsync latency |
 //! | `latchkey_storage_group_commit_batch` | histogram | | appends each of those syncs made durable (the group-commit batch size) |
 //! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
+//! | `latchkey_storage_lock_rooms_bytes` | gauge | | bytes of keys and values the state machine keeps in memory for the lock rooms (sessions, locks, request memory, access control) |
 //! | `latchkey_storage_background_jobs` | gauge | | RocksDB flushes and compactions running, plus column families with one pending (0: settled) |
 //! | `latchkey_raft_snapshot_seconds` | histogram | `op` | snapshots built (`build`) or installed from the leader (`install`), by time taken |
 //! | `latchkey_raft_snapshot_bytes` | histogram | `op` | the same snapshots, by size |
@@ -244,6 +245,7 @@ pub struct Metrics {
     storage: StorageFigures,
     sst_bytes: Gauge,
     background_jobs: Gauge,
+    rooms_bytes: Gauge,
     /// What the process-wide counters were at the last scrape (so each
     /// scrape adds only what is new).
     seen: Mutex<Seen>,
@@ -305,6 +307,7 @@ impl Metrics {
             },
             sst_bytes: Gauge::default(),
             background_jobs: Gauge::default(),
+            rooms_bytes: Gauge::default(),
             // Counted from this replica's start on, not the process's.
             seen: Mutex::new(Seen {
                 tls_failures: crate::tls_accept::tls_handshake_failures(),
@@ -418,6 +421,11 @@ impl Metrics {
             "latchkey_storage_sst_bytes",
             "Bytes of RocksDB's live SST files",
             m.sst_bytes.clone(),
+        );
+        r.register(
+            "latchkey_storage_lock_rooms_bytes",
+            "Bytes of keys and values the state machine keeps in memory for the lock rooms",
+            m.rooms_bytes.clone(),
         );
         r.register(
             "latchkey_storage_background_jobs",
@@ -583,6 +591,7 @@ impl Metrics {
         }
         gauge(&self.sst_bytes, replica.disk_bytes());
         gauge(&self.background_jobs, replica.storage_background_jobs());
+        gauge(&self.rooms_bytes, replica.lock_rooms_bytes());
         let tls = crate::tls_accept::tls_handshake_failures();
         self.tls_failures
             .inc_by(tls.saturating_sub(seen.tls_failures));

@@ -152,6 +152,16 @@ impl Replica {
             .map_or(0, StateReader::disk_bytes)
     }
 
+    /// Bytes the state machine holds in memory for the lock rooms
+    /// ([`StateReader::lock_rooms_bytes`]; 0 before the store is open).
+    pub(crate) fn lock_rooms_bytes(&self) -> u64 {
+        self.reader
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or(0, StateReader::lock_rooms_bytes)
+    }
+
     /// RocksDB flushes and compactions running or pending
     /// ([`StateReader::background_jobs`]; 0 before the store is open).
     pub(crate) fn storage_background_jobs(&self) -> u64 {

@@ -70,6 +70,25 @@ impl StorageOptions {
     }
 }
 
+/// Bytes of the log entries after `index` (all of them for `None`): read
+/// once at open, at most about one snapshot's worth plus `snapshot_every`
+/// entries when snapshots keep their pace.
+fn log_bytes_after(db: &DB, index: Option<u64>) -> Result<u64, StorageError> {
+    let log = columns::handle(db, columns::LOG)?;
+    let mut it = db.raw_iterator_cf(log);
+    match index {
+        Some(i) => it.seek(columns::log_key_after(i)),
+        None => it.seek_to_first(),
+    }
+    let mut bytes = 0u64;
+    while let Some(value) = it.value() {
+        bytes = bytes.saturating_add(value.len() as u64);
+        it.next();
+    }
+    it.status()?;
+    Ok(bytes)
+}
+
 /// Open (creating if missing) the store in `dir`: one RocksDB instance with
 /// column families for the log, the raft metadata, the state machine data
 /// and the state machine metadata, plus the current snapshot file.
@@ -159,6 +178,12 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
     let db = Arc::new(db);
     let observed = Arc::new(crate::observe::Observed::default());
     observed.snapshot_current(file.current_bytes());
+    // The log already past the snapshot counts toward the next one, so
+    // restarts cannot keep postponing it (see `crate::SnapshotPace`).
+    observed.log_appended(log_bytes_after(
+        &db,
+        file.current_log_id().map(|l| l.index),
+    )?);
     let covered = Covered {
         file: Arc::new(file),
         applied: Arc::new(AppliedIndex::default()),
@@ -180,4 +205,49 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         observed,
     );
     Ok((log, sm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log already past the current snapshot counts toward the next
+    /// one after a restart, so restarts cannot keep postponing it.
+    #[test]
+    fn the_log_past_the_snapshot_counts_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let closed = {
+            let (_log, sm) = open(dir.path(), StorageOptions::default()).unwrap();
+            let db = &sm.reader().db;
+            let log_cf = columns::handle(db, columns::LOG).unwrap();
+            let mut sizes = Vec::new();
+            for i in 1..=10u64 {
+                let entry = crate::types::Entry {
+                    log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+                    payload: openraft::EntryPayload::Blank,
+                };
+                let bytes = latchkey_core::codec::encode(&entry).unwrap();
+                sizes.push(bytes.len() as u64);
+                db.put_cf(log_cf, columns::log_key(i), bytes).unwrap();
+            }
+            assert_eq!(
+                log_bytes_after(db, Some(4)).unwrap(),
+                sizes[4..].iter().sum::<u64>()
+            );
+            assert_eq!(log_bytes_after(db, Some(10)).unwrap(), 0);
+            assert_eq!(
+                log_bytes_after(db, None).unwrap(),
+                sizes.iter().sum::<u64>()
+            );
+            (sm.closed_signal(), sizes.iter().sum::<u64>())
+        };
+        let (closed, total) = closed;
+        while !closed.is_closed() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
+        let pace = log.snapshot_pace();
+        assert_eq!(pace.snapshot_bytes(), 0);
+        assert_eq!(pace.log_bytes_since_snapshot(), total);
+    }
 }

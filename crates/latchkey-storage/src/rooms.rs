@@ -16,10 +16,11 @@
 //! once RocksDB has committed that batch ([`Rooms::commit`]). It is loaded
 //! from RocksDB when the store opens and again after a snapshot install
 //! replaced the rows ([`Rooms::load`]); nothing else writes the state
-//! machine's rows while a [`crate::StateMachine`] lives (a restore seeds a
-//! directory before it is opened). So the map always equals what RocksDB
-//! holds under those tags, which `tests/rooms.rs` checks after random
-//! command sequences, across reopen and snapshot install.
+//! machine's rows while a [`crate::StateMachine`] applies (a restore
+//! writes a directory through a store that never applies, then closes it). So the map always equals what RocksDB
+//! holds under those tags, which a property test in `state_machine.rs`
+//! checks after random command sequences, across reopen and snapshot
+//! install.
 //!
 //! [`ApplyView`] is the read side the state machine applies against: a
 //! [`Store`] that answers keys under a cached tag from the map and the rest
@@ -31,7 +32,11 @@
 //! Memory: the map holds the live lock state (sessions, held and queued
 //! locks, up to `MAX_REMEMBERED_REQUESTS` remembered outcomes per session)
 //! and the access-control rules, about the size of those rows plus some 80
-//! bytes each; [`Rooms::bytes`] counts the keys and values.
+//! bytes each; [`Rooms::bytes`] counts the keys and values, and
+//! [`crate::StateReader::lock_rooms_bytes`] reports it (the
+//! `latchkey_storage_lock_rooms_bytes` gauge). Nothing caps the number of
+//! live sessions, so a client that may open sessions can grow it, as it
+//! could grow RocksDB's share of the same rows before.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

@@ -44,11 +44,12 @@ fn snapshot_id(state: &AppliedState) -> String {
 
 /// Build the snapshot of everything applied, as of one RocksDB snapshot,
 /// written straight to a file (a frame at a time) and made the current
-/// snapshot. Returns it, open for reading, and its size in bytes.
+/// snapshot (unless a newer one became current meanwhile). Returns it, open
+/// for reading, its size in bytes, and whether it is now the current one.
 pub(crate) fn build(
     db: &DB,
     file: &SnapshotFile,
-) -> Result<(Snapshot<TypeConfig>, u64), RaftStorageError> {
+) -> Result<(Snapshot<TypeConfig>, u64, bool), RaftStorageError> {
     let cfs = Handles::of(db).map_err(|e| to_raft(e, openraft::ErrorVerb::Read))?;
     let view = db.snapshot();
     // Applies are not synced one by one. Make everything this view holds
@@ -74,7 +75,7 @@ pub(crate) fn build(
     it.status()
         .map_err(|e| StorageIOError::read_state_machine(&e))?;
     drop(writer.finish().map_err(write_err)?);
-    let (_, built) = file
+    let (current, built) = file
         .commit(staged, &meta, true)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
     let bytes = built.metadata().map_err(write_err)?.len();
@@ -85,6 +86,7 @@ pub(crate) fn build(
             snapshot: Box::new(tokio::fs::File::from_std(built)),
         },
         bytes,
+        current,
     ))
 }
 
@@ -93,8 +95,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let db = Arc::clone(&self.db);
         let file = Arc::clone(&self.file);
         let started = std::time::Instant::now();
-        let (built, bytes) =
+        let (built, bytes, current) =
             blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await?;
+        if current {
+            self.observed.snapshot_current(bytes);
+        }
         self.observed.snapshot_built(started.elapsed(), bytes);
         Ok(built)
     }

@@ -47,6 +47,8 @@ pub struct StateMachine {
     state: AppliedState,
     /// The lock rooms, in memory as well as in RocksDB ([`crate::rooms`]).
     rooms: Rooms,
+    /// `rooms.bytes()`, for readers (a gauge).
+    rooms_bytes: Arc<std::sync::atomic::AtomicU64>,
     applied: Arc<AppliedIndex>,
     sync_apply: bool,
     changes: Option<UnboundedSender<StateChange>>,
@@ -76,6 +78,7 @@ impl StateMachine {
             db,
             file: Arc::clone(&covered.file),
             state,
+            rooms_bytes: Arc::new(std::sync::atomic::AtomicU64::new(rooms.bytes() as u64)),
             rooms,
             applied,
             receiving: Arc::clone(&covered.receiving),
@@ -123,6 +126,7 @@ impl StateMachine {
         StateReader {
             db: Arc::clone(&self.db),
             applied: Arc::clone(&self.applied),
+            rooms_bytes: Arc::clone(&self.rooms_bytes),
         }
     }
 
@@ -150,6 +154,8 @@ impl StateMachine {
             .write_opt(batch, &opts)
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
         self.rooms.commit(writes);
+        self.rooms_bytes
+            .store(self.rooms.bytes() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -275,6 +281,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })
             .await?;
         self.rooms = rooms;
+        self.rooms_bytes
+            .store(self.rooms.bytes() as u64, Ordering::Relaxed);
         self.receiving.store(false, Ordering::SeqCst);
         self.observed.snapshot_installed(started.elapsed(), bytes);
         self.state = state;

@@ -80,9 +80,21 @@ impl AppliedIndex {
 pub struct StateReader {
     pub(crate) db: Arc<DB>,
     pub(crate) applied: Arc<AppliedIndex>,
+    /// Bytes of keys and values in the state machine's in-memory lock
+    /// rooms (`crate::rooms`), as of its last apply.
+    pub(crate) rooms_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl StateReader {
+    /// Bytes of keys and values the state machine holds in memory for the
+    /// lock rooms (sessions, locks, request memory, access control; see
+    /// the crate docs), not counting the map's own overhead (about 80
+    /// bytes a row). It grows with live sessions and the outcomes each
+    /// remembers (up to `MAX_REMEMBERED_REQUESTS` per session).
+    pub fn lock_rooms_bytes(&self) -> u64 {
+        self.rooms_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Serve `q` from the applied state, through one consistent snapshot.
     ///
     /// For a linearizable read, first make sure (openraft's

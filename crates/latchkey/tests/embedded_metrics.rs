@@ -256,6 +256,11 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
                 sample(&text, "latchkey_storage_background_jobs").is_some_and(|j| j >= 0.0),
                 "node {id}"
             );
+            // The core's counters (at least) are held in memory.
+            assert!(
+                sample(&text, "latchkey_storage_lock_rooms_bytes").is_some_and(|b| b > 0.0),
+                "node {id}: {text}"
+            );
             // The same text, for an application that serves it itself.
             assert!(node.metrics().render().contains("latchkey_raft_term "));
 
