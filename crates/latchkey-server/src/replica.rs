@@ -143,33 +143,30 @@ impl Replica {
         &self.status_cache
     }
 
-    /// Bytes of the live SST files (0 once shut down).
-    pub(crate) fn disk_bytes(&self) -> u64 {
+    /// A storage figure read through the state reader (0 once shut down).
+    fn storage_figure(&self, figure: fn(&StateReader) -> u64) -> u64 {
         self.reader
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map_or(0, StateReader::disk_bytes)
+            .map_or(0, figure)
+    }
+
+    /// Bytes of the live SST files (0 once shut down).
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.storage_figure(StateReader::disk_bytes)
     }
 
     /// Bytes the state machine holds in memory for the lock rooms
-    /// ([`StateReader::lock_rooms_bytes`]; 0 before the store is open).
+    /// ([`StateReader::lock_rooms_bytes`]; 0 once shut down).
     pub(crate) fn lock_rooms_bytes(&self) -> u64 {
-        self.reader
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, StateReader::lock_rooms_bytes)
+        self.storage_figure(StateReader::lock_rooms_bytes)
     }
 
     /// RocksDB flushes and compactions running or pending
-    /// ([`StateReader::background_jobs`]; 0 before the store is open).
+    /// ([`StateReader::background_jobs`]; 0 once shut down).
     pub(crate) fn storage_background_jobs(&self) -> u64 {
-        self.reader
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map_or(0, StateReader::background_jobs)
+        self.storage_figure(StateReader::background_jobs)
     }
 
     /// Whether this data directory was seeded from a backup (its log does

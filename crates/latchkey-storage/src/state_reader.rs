@@ -85,6 +85,17 @@ pub struct StateReader {
     pub(crate) rooms_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// RocksDB's database-wide counts of running background jobs.
+const RUNNING_JOBS: [&str; 2] = [
+    "rocksdb.num-running-flushes",
+    "rocksdb.num-running-compactions",
+];
+/// RocksDB's per-column-family flags of pending background jobs.
+const PENDING_JOBS: [&str; 2] = [
+    "rocksdb.mem-table-flush-pending",
+    "rocksdb.compaction-pending",
+];
+
 impl StateReader {
     /// Bytes of keys and values the state machine holds in memory for the
     /// lock rooms (sessions, locks, request memory, access control; see
@@ -133,22 +144,15 @@ impl StateReader {
     /// Zero once the store has settled after a burst of writes (a benchmark
     /// waits for it; an operator sees a store that never settles).
     pub fn background_jobs(&self) -> u64 {
-        let db_wide = [
-            "rocksdb.num-running-flushes",
-            "rocksdb.num-running-compactions",
-        ]
-        .iter()
-        .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
-        .sum::<u64>();
+        let db_wide = RUNNING_JOBS
+            .iter()
+            .filter_map(|p| self.db.property_int_value(*p).ok().flatten())
+            .sum::<u64>();
         let pending = crate::columns::ALL
             .iter()
             .filter_map(|name| self.db.cf_handle(name))
             .flat_map(|cf| {
-                [
-                    "rocksdb.mem-table-flush-pending",
-                    "rocksdb.compaction-pending",
-                ]
-                .map(|p| self.db.property_int_value_cf(cf, p).ok().flatten())
+                PENDING_JOBS.map(|p| self.db.property_int_value_cf(cf, p).ok().flatten())
             })
             .flatten()
             .sum::<u64>();
@@ -200,6 +204,28 @@ impl Store for StateReader {
 #[cfg(test)]
 mod tests {
     use super::AppliedIndex;
+
+    /// Every property `background_jobs` sums is one RocksDB knows (a
+    /// misspelt one would read as 0, "settled", for ever).
+    #[test]
+    fn the_background_job_properties_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, sm) = crate::open(dir.path(), crate::StorageOptions::default()).unwrap();
+        let reader = sm.reader();
+        for p in super::RUNNING_JOBS {
+            assert!(reader.db.property_int_value(p).unwrap().is_some(), "{p}");
+        }
+        for name in crate::columns::ALL {
+            let cf = reader.db.cf_handle(name).unwrap();
+            for p in super::PENDING_JOBS {
+                assert!(
+                    reader.db.property_int_value_cf(cf, p).unwrap().is_some(),
+                    "{name}: {p}"
+                );
+            }
+        }
+        assert_eq!(reader.background_jobs(), 0, "a new, empty store is settled");
+    }
     use latchkey_core::StoreError;
 
     #[test]
