@@ -366,10 +366,21 @@ async fn waiters_are_woken_in_fifo_order_and_time_out() -> TestResult {
         );
 
         let first_token = guard.token();
+        let released = Instant::now();
         guard.release().await?;
         for t in tasks {
             t.await??;
         }
+        // Each grant wakes its waiter where it waits (the replica's lock
+        // task, `Waiters::on_event`). A waiter nobody woke would sit out the
+        // client's 30 s hold before asking again, so four hand-offs would
+        // take minutes; a bound of half that hold tells the two apart on
+        // any machine.
+        assert!(
+            released.elapsed() < Duration::from_secs(15),
+            "waiters were not woken by their grants: {:?}",
+            released.elapsed()
+        );
         let order = order.lock().await.clone();
         assert_eq!(
             order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
