@@ -217,6 +217,17 @@ pub enum CommandError {
         /// What it was needed on (a key, a range, a lock, a session).
         on: String,
     },
+    /// The cluster has [`MAX_LIVE_SESSIONS`](crate::limits::MAX_LIVE_SESSIONS)
+    /// live sessions already: no session was opened. Close sessions that
+    /// are no longer needed (or let them expire), then open again.
+    #[error(
+        "the cluster has {max} live sessions, the limit: close sessions that are no longer \
+         needed (or let them expire) and open again"
+    )]
+    TooManySessions {
+        /// [`MAX_LIVE_SESSIONS`](crate::limits::MAX_LIVE_SESSIONS).
+        max: u64,
+    },
     /// Access control is enabled and the command or read named no user.
     #[error(
         "access control is enabled: name a user (the latchkey-user and latchkey-password \

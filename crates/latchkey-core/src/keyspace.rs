@@ -42,6 +42,12 @@ pub const REQUEST: u8 = b'R';
 pub const META_NOW: &[u8] = b"Mnow";
 /// Meta key holding the last session id issued (u64, big-endian; absent = 0).
 pub const META_LAST_SESSION: &[u8] = b"Msession";
+/// Meta key holding how many sessions are live (u64, big-endian; absent =
+/// 0): checked against [`crate::limits::MAX_LIVE_SESSIONS`] when a session
+/// opens, kept equal to the number of `S` rows. (A state written before
+/// this row existed counts its older sessions as 0 and never below: the
+/// limit is then looser, never stricter, until they end.)
+pub const META_LIVE_SESSIONS: &[u8] = b"Mlive";
 /// Meta key holding the last fencing token issued (u64, big-endian; absent = 0).
 pub const META_LAST_TOKEN: &[u8] = b"Mtoken";
 /// Meta key holding where a sequence with no row of its own starts (u64,

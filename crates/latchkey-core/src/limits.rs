@@ -47,6 +47,17 @@ pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
 pub const MAX_LOCK_HOLDERS: usize = 1_024;
 /// Most requests waiting in one lock's queue.
 pub const MAX_LOCK_WAITERS: usize = 1_024;
+/// Most sessions live at once in the whole cluster: an `OpenSession` beyond
+/// it is refused with [`crate::CommandError::TooManySessions`] until others
+/// close or expire. Every replica keeps each live session, and up to
+/// [`MAX_REMEMBERED_REQUESTS`] outcomes of it, in memory (the lock rooms,
+/// `latchkey_storage_lock_rooms_bytes`), so without a bound anyone who may
+/// open sessions could grow every replica's memory at once until they all
+/// fail. 100,000 sessions is ~15 MB of session records; remembered outcomes
+/// add ~150 bytes each (with short lock names) for the sessions that use
+/// locks. Sessions expire within their TTL ([`MAX_SESSION_TTL_MS`]) unless
+/// kept alive, so a client that leaks sessions frees its places by itself.
+pub const MAX_LIVE_SESSIONS: u64 = 100_000;
 /// How many acquire/release outcomes each session remembers for retries.
 /// When a session goes past it, the outcome with the lowest request id is
 /// forgotten, and from then on a request whose id is at or below a forgotten

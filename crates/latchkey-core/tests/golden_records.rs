@@ -159,8 +159,9 @@ const ROWS: &[(&str, &str)] = &[
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
-    // M + name -> u64 BE: the leader time last applied, the last session
-    // id and the last fencing token issued.
+    // M + name -> u64 BE: the live sessions, the leader time last applied,
+    // the last session id and the last fencing token issued.
+    ("4d 6c697665", "0000000000000002"),
     ("4d 6e6f77", "0000000000000012"),
     ("4d 73657373696f6e", "0000000000000003"),
     ("4d 746f6b656e", "0000000000000002"),

@@ -1066,6 +1066,23 @@ impl Harness {
             index == parties,
             "session index {index:?} differs from {parties:?}: {shown}"
         );
+        // The live-session count is the number of session records.
+        let records = self
+            .store
+            .map
+            .keys()
+            .filter(|k| k[0] == keyspace::SESSION)
+            .count() as u64;
+        let live = self
+            .store
+            .map
+            .get(keyspace::META_LIVE_SESSIONS)
+            .and_then(|v| keyspace::read_u64(v))
+            .unwrap_or(0);
+        check!(
+            live == records,
+            "{live} sessions counted live, {records} session records: {shown}"
+        );
         // The token counter is the last token reported.
         let counter = self
             .store

@@ -511,6 +511,58 @@ fn ended_sessions_forget_everything() {
     assert!(c.timers().sessions.is_empty());
 }
 
+/// How many sessions the store counts as live.
+fn live_sessions(c: &Cluster) -> u64 {
+    c.store
+        .map
+        .get(keyspace::META_LIVE_SESSIONS)
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+#[test]
+fn live_sessions_are_counted_and_capped() {
+    let mut c = Cluster::default();
+    let a = c.open();
+    let b = c.open();
+    assert_eq!(live_sessions(&c), 2);
+    c.ok(LockCommand::CloseSession {
+        session: a,
+        secret: secret_of(a),
+    });
+    c.ok(LockCommand::ExpireSession { session: b });
+    assert_eq!(live_sessions(&c), 0, "closing and expiring both count down");
+
+    // At the limit (as if MAX_LIVE_SESSIONS sessions were open), opening
+    // one more is refused and changes nothing, not even the id counter.
+    c.store.map.insert(
+        keyspace::META_LIVE_SESSIONS.to_vec(),
+        (MAX_LIVE_SESSIONS - 1).to_be_bytes().to_vec(),
+    );
+    let last = c.open();
+    assert_eq!(live_sessions(&c), MAX_LIVE_SESSIONS);
+    let next = c.next_session();
+    let refused = c.refused(LockCommand::OpenSession {
+        ttl_ms: 10_000,
+        secret: secret_of(next),
+    });
+    assert_eq!(
+        refused,
+        CommandError::TooManySessions {
+            max: MAX_LIVE_SESSIONS
+        }
+    );
+    assert!(refused.to_string().contains("close sessions"), "{refused}");
+    assert_eq!(c.next_session(), next, "no id was used");
+
+    // A session that ends frees a place.
+    c.ok(LockCommand::CloseSession {
+        session: last,
+        secret: secret_of(last),
+    });
+    assert_eq!(c.open(), next);
+}
+
 #[test]
 fn close_session_releases_everything_without_lock_delay() {
     let mut c = Cluster::default();

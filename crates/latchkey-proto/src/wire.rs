@@ -1118,7 +1118,11 @@ fn error(kind: ErrorKind, message: String) -> v1::Error {
         message,
         retryable: matches!(
             kind,
-            ErrorKind::NotLeader | ErrorKind::Unavailable | ErrorKind::Busy | ErrorKind::QueueFull
+            ErrorKind::NotLeader
+                | ErrorKind::Unavailable
+                | ErrorKind::Busy
+                | ErrorKind::QueueFull
+                | ErrorKind::TooManySessions
         ),
         outcome_unknown: kind == ErrorKind::UnknownOutcome,
         ..Default::default()
@@ -1288,6 +1292,10 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             ..base(ErrorKind::PermissionDenied)
         },
         E::AuthRequired => base(ErrorKind::AuthRequired),
+        E::TooManySessions { max } => v1::Error {
+            max,
+            ..base(ErrorKind::TooManySessions)
+        },
     }
 }
 
@@ -1405,6 +1413,7 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
             request_id: e.request_id,
         },
         ErrorKind::CounterExhausted => E::CounterExhausted { counter: name },
+        ErrorKind::TooManySessions => E::TooManySessions { max: e.max },
         ErrorKind::PermissionDenied => match e.permission.parse() {
             Ok(permission) => E::PermissionDenied {
                 user: e.user,
@@ -1986,6 +1995,7 @@ mod tests {
                 on: "key \"billing/1\"".into(),
             },
             E::AuthRequired,
+            E::TooManySessions { max: 100_000 },
         ]
     }
 

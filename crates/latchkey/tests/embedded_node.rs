@@ -245,9 +245,14 @@ async fn learner_is_added_promoted_and_removed() -> TestResult {
         )?;
         admin.add_member(4, &fourth_addr, false).await?;
         wait_until("learner catch-up", || n4.status().last_applied >= 80).await?;
+        // The entry that made it a learner follows the 80 puts in the log,
+        // so it may reach the learner after they were applied (seen in CI).
+        wait_until("node 4 sees itself a learner", || {
+            n4.status().members.iter().any(|m| m.id == 4 && !m.voter)
+        })
+        .await?;
         // The learner is promoted by id (the leader adds it to the voters
         // without touching the others).
-        assert!(n4.status().members.iter().any(|m| m.id == 4 && !m.voter));
         admin.promote(4).await?;
         wait_until("4 voters", || {
             n4.status().members.iter().filter(|m| m.voter).count() == 4

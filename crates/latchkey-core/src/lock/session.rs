@@ -25,6 +25,11 @@
 //!   session. A command naming a session that is not live is refused as
 //!   before ([`CommandError::UnknownSession`], [`CommandError::SessionEnded`],
 //!   or "not current" for a fence), whatever secret it carries.
+//! - At most [`MAX_LIVE_SESSIONS`] sessions are live at once; an
+//!   `OpenSession` beyond that is refused with
+//!   [`CommandError::TooManySessions`] and changes nothing (not even the id
+//!   counter). The count is kept in [`META_LIVE_SESSIONS`], equal to the
+//!   number of session records.
 //! - Ending a session (close or expiry) visits exactly the locks in its
 //!   [`crate::keyspace::SESSION_LOCKS`] index, in name order, then forgets
 //!   its request memory and its record.
@@ -34,8 +39,9 @@ use serde::{Deserialize, Serialize};
 use super::apply::Applied;
 use super::event::{Event, SessionEnd};
 use super::{dedup, lock_table, record, LockOutcome};
-use crate::keyspace::{self, META_LAST_SESSION};
+use crate::keyspace::{self, META_LAST_SESSION, META_LIVE_SESSIONS};
 use crate::kv::read_counter;
+use crate::limits::MAX_LIVE_SESSIONS;
 use crate::{CommandError, Store, StoreError};
 
 /// A session, as issued by [`crate::lock::LockCommand::OpenSession`]. Never 0.
@@ -204,6 +210,13 @@ pub(crate) fn open<S: Store>(
     secret: SessionSecret,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
+    let live = read_counter(store, META_LIVE_SESSIONS)?;
+    if live >= MAX_LIVE_SESSIONS {
+        return Err(CommandError::TooManySessions {
+            max: MAX_LIVE_SESSIONS,
+        }
+        .into());
+    }
     let last = read_counter(store, META_LAST_SESSION)?;
     let id = last
         .checked_add(1)
@@ -211,6 +224,7 @@ pub(crate) fn open<S: Store>(
             counter: "session ids".to_string(),
         })?;
     store.put(META_LAST_SESSION, &id.to_be_bytes())?;
+    store.put(META_LIVE_SESSIONS, &(live + 1).to_be_bytes())?;
     let session = SessionId(id);
     save(
         store,
@@ -260,6 +274,8 @@ pub(crate) fn end<S: Store>(
     dedup::forget_all(store, session)?;
     crate::auth::forget_owner(store, session)?;
     store.delete(&keyspace::session_key(session.0))?;
+    let live = read_counter(store, META_LIVE_SESSIONS)?;
+    store.put(META_LIVE_SESSIONS, &live.saturating_sub(1).to_be_bytes())?;
     events.push(Event::SessionEnded { session, how });
     Ok(LockOutcome::SessionEnded {
         session,
