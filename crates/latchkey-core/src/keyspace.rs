@@ -44,9 +44,9 @@ pub const META_NOW: &[u8] = b"Mnow";
 pub const META_LAST_SESSION: &[u8] = b"Msession";
 /// Meta key holding how many sessions are live (u64, big-endian; absent =
 /// 0): checked against [`crate::limits::MAX_LIVE_SESSIONS`] when a session
-/// opens, kept equal to the number of `S` rows. (A state written before
-/// this row existed counts its older sessions as 0 and never below: the
-/// limit is then looser, never stricter, until they end.)
+/// opens, kept equal to the number of `S` rows. A state written before this
+/// row existed has its `S` rows counted the first time a session opens or
+/// ends, so the count is a function of the state on every replica.
 pub const META_LIVE_SESSIONS: &[u8] = b"Mlive";
 /// Meta key holding the last fencing token issued (u64, big-endian; absent = 0).
 pub const META_LAST_TOKEN: &[u8] = b"Mtoken";

@@ -51,12 +51,16 @@ pub const MAX_LOCK_WAITERS: usize = 1_024;
 /// it is refused with [`crate::CommandError::TooManySessions`] until others
 /// close or expire. Every replica keeps each live session, and up to
 /// [`MAX_REMEMBERED_REQUESTS`] outcomes of it, in memory (the lock rooms,
-/// `latchkey_storage_lock_rooms_bytes`), so without a bound anyone who may
-/// open sessions could grow every replica's memory at once until they all
-/// fail. 100,000 sessions is ~15 MB of session records; remembered outcomes
-/// add ~150 bytes each (with short lock names) for the sessions that use
-/// locks. Sessions expire within their TTL ([`MAX_SESSION_TTL_MS`]) unless
-/// kept alive, so a client that leaks sessions frees its places by itself.
+/// `latchkey_storage_lock_rooms_bytes`), so without a bound a client that
+/// opens sessions in a loop would grow every replica's memory at once until
+/// they all fail. 100,000 sessions is ~15 MB of session records;
+/// remembered outcomes add ~150 bytes each (with short lock names) for the
+/// sessions that use locks. This bounds sessions only: the locks one
+/// session holds are not capped, and one client that keeps 100,000
+/// sessions alive keeps every other client from opening one (there is no
+/// per-user quota). Sessions expire within their TTL
+/// ([`MAX_SESSION_TTL_MS`]) unless kept alive, so a client that leaks
+/// sessions frees its places by itself.
 pub const MAX_LIVE_SESSIONS: u64 = 100_000;
 /// How many acquire/release outcomes each session remembers for retries.
 /// When a session goes past it, the outcome with the lowest request id is

@@ -561,6 +561,21 @@ fn live_sessions_are_counted_and_capped() {
         secret: secret_of(last),
     });
     assert_eq!(c.open(), next);
+
+    // A state written before the count existed: its session records are
+    // counted, so every replica arrives at the same number.
+    let mut old = Cluster::default();
+    old.open();
+    let ending = old.open();
+    old.store.map.remove(keyspace::META_LIVE_SESSIONS);
+    old.ok(LockCommand::CloseSession {
+        session: ending,
+        secret: secret_of(ending),
+    });
+    assert_eq!(live_sessions(&old), 1, "counted with the ending session");
+    old.store.map.remove(keyspace::META_LIVE_SESSIONS);
+    old.open();
+    assert_eq!(live_sessions(&old), 2, "counted, then the new one");
 }
 
 #[test]

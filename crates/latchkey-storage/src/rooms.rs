@@ -34,9 +34,10 @@
 //! and the access-control rules, about the size of those rows plus some 80
 //! bytes each; [`Rooms::bytes`] counts the keys and values, and
 //! [`crate::StateReader::lock_rooms_bytes`] reports it (the
-//! `latchkey_storage_lock_rooms_bytes` gauge). Nothing caps the number of
-//! live sessions, so a client that may open sessions can grow it, as it
-//! could grow RocksDB's share of the same rows before.
+//! `latchkey_storage_lock_rooms_bytes` gauge). The core caps live sessions
+//! (`latchkey_core::limits::MAX_LIVE_SESSIONS`); the locks a session holds
+//! are not capped, so a client may still grow it that way, as it could grow
+//! RocksDB's share of the same rows before.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

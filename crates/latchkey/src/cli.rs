@@ -521,6 +521,10 @@ impl From<Error> for Failure {
         }
         match e {
             Error::SessionLost { .. } => Failure::LockLost(e.to_string()),
+            // A capacity refusal: it may succeed later, not bad input.
+            Error::Refused(latchkey_client::CommandError::TooManySessions { .. }) => {
+                Failure::Unavailable(e.to_string())
+            }
             Error::InvalidArgument(_) | Error::BadEndpoint { .. } | Error::Refused(_) => {
                 Failure::Usage(e.to_string())
             }

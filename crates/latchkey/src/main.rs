@@ -20,16 +20,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// `latchkey serve` allocates through mimalloc rather than the system
-/// allocator: on lock cycles with 128 clients the three replicas spent a
-/// tenth of their CPU in glibc's malloc, and mimalloc raised that row by 8%
-/// (every round) at the cost of ~20% more resident memory
-/// (docs/PERFORMANCE.md, change 22). The library crates leave the choice to
-/// the application that embeds them; RocksDB's C++ allocations still go to
-/// the system allocator.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let args = cli::Args::parse();
     if let Some((fd, command)) = args.lock_guard() {

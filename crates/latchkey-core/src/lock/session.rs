@@ -203,6 +203,20 @@ pub(crate) fn save<S: Store>(
     record::save(store, &keyspace::session_key(session.0), rec)
 }
 
+/// How many sessions are live: [`META_LIVE_SESSIONS`], or, in a state
+/// written before that row existed, the number of session records (counted
+/// once: the first open or end writes the row). Either way a function of
+/// the state alone, so every replica gets the same number whichever build
+/// applied the entries before.
+fn live_sessions<S: Store>(store: &S) -> Result<u64, StoreError> {
+    if let Some(bytes) = store.get(META_LIVE_SESSIONS)? {
+        return keyspace::read_u64(&bytes)
+            .ok_or_else(|| record::corrupt(META_LIVE_SESSIONS, "not a u64"));
+    }
+    let records = record::scan_prefix(store, &[keyspace::SESSION])?;
+    Ok(records.len() as u64)
+}
+
 /// [`crate::lock::LockCommand::OpenSession`]: the TTL was validated already.
 pub(crate) fn open<S: Store>(
     store: &mut S,
@@ -210,7 +224,7 @@ pub(crate) fn open<S: Store>(
     secret: SessionSecret,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
-    let live = read_counter(store, META_LIVE_SESSIONS)?;
+    let live = live_sessions(store)?;
     if live >= MAX_LIVE_SESSIONS {
         return Err(CommandError::TooManySessions {
             max: MAX_LIVE_SESSIONS,
@@ -258,6 +272,8 @@ pub(crate) fn end<S: Store>(
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
     load_live(store, session)?;
+    // Counted while this session's record still exists.
+    let live = live_sessions(store)?;
     let prefix = keyspace::session_locks_prefix(session.0);
     let mut released = 0u32;
     let mut cancelled = 0u32;
@@ -274,7 +290,6 @@ pub(crate) fn end<S: Store>(
     dedup::forget_all(store, session)?;
     crate::auth::forget_owner(store, session)?;
     store.delete(&keyspace::session_key(session.0))?;
-    let live = read_counter(store, META_LIVE_SESSIONS)?;
     store.put(META_LIVE_SESSIONS, &live.saturating_sub(1).to_be_bytes())?;
     events.push(Event::SessionEnded { session, how });
     Ok(LockOutcome::SessionEnded {
