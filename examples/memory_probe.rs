@@ -1,4 +1,4 @@
-//! Memory probe (issue 5): three `latchkey serve` processes on loopback, load
+//! Memory probe: three `latchkey serve` processes on loopback, load
 //! KEYS 128-byte values and open SESSIONS lock sessions, then print every
 //! replica's resident memory (VmRSS now, VmHWM peak).
 //!

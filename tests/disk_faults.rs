@@ -5,7 +5,7 @@
 //! Each test covers one failure mode and fails without the fix for it:
 //!
 //! - a wiped member restarted with its usual command line waits to be added
-//!   instead of re-initialising and voting (the scenario);
+//!   instead of re-initialising and voting (the main scenario, tested first below);
 //! - a write-ahead log cut short is refused at start (exit code 8);
 //! - a follower restored from an older copy of its directory is refused by
 //!   the leader that saw it acknowledge more (no panic, `peer_problems`);
@@ -252,7 +252,7 @@ fn remove_dir_under_writer(dir: &Path) -> Result<()> {
 
 // ---------------------------------------------------------------------------
 
-/// The scenario: node 2 down, 50 writes acknowledged by nodes 1 and
+/// The main scenario: node 2 down, 50 writes acknowledged by nodes 1 and
 /// 3, then node 3's disk is wiped and it restarts with the same command
 /// line, and node 2 comes back. Node 3 must wait (never initialise nor
 /// vote), so nodes 1 and 2 elect a leader that has every write; nothing

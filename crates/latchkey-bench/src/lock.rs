@@ -199,7 +199,7 @@ const SETTLE_POLL: Duration = Duration::from_millis(500);
 /// has flushed and compacted it (`latchkey_storage_background_jobs` at 0),
 /// for [`SETTLE_QUIET_POLLS`] polls in a row, so the lock runs measure a
 /// cluster that has run for a while, not one still digesting a million
-/// keys written in seconds (PERFORMANCE.md, change 18: whichever run came
+/// keys written in seconds (docs/performance-log.md, change 18: whichever run came
 /// first after the aging lost, whatever it was). How long it took.
 async fn settle(bed: &Testbed) -> Result<Duration, String> {
     let started = Instant::now();

@@ -54,7 +54,7 @@ pub(crate) struct Observed {
 /// entries costs more the larger the state: with a million keys (~150
 /// MB), a snapshot every 10,000 small lock entries had every replica
 /// rewriting the whole state every few seconds, and lock rounds measured
-/// meanwhile lost a third of their throughput (docs/PERFORMANCE.md, change
+/// meanwhile lost a third of their throughput (docs/performance-log.md, change
 /// 21). So a replica builds a snapshot only once both hold:
 ///
 /// - at least `snapshot_every` entries were applied since the last one

@@ -25,7 +25,7 @@
 //!
 //! The whole state was one write batch before: memory for every row at
 //! once, twice (the received blob and the batch); 472 MiB at its peak for
-//! 1M keys and 10k sessions. See docs/PERFORMANCE.md, change 19.
+//! 1M keys and 10k sessions. See docs/performance-log.md, change 19.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Seek, SeekFrom, Write};
