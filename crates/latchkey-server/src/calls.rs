@@ -44,9 +44,9 @@ use prost::Message;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 
+use crate::answer::answer;
 use crate::auth::Caller;
 use crate::replica::Replica;
-use crate::services::answer;
 
 /// Room for the replies of one frame below the message limit, keeping a
 /// margin for the framing of `CallReplies` itself.

@@ -288,8 +288,17 @@ enum Refusal {
 /// Refusals are logged at most every 10 s.
 static LAST_LOGGED: LogLimit = LogLimit::new();
 
+/// Connections closed on accept by the caps, process-wide.
+static CONNECTIONS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Connections the caps closed on accept since the process started (every
+/// listener of the process; `latchkey_connections_refused`).
+pub(crate) fn connections_refused() -> u64 {
+    CONNECTIONS_REFUSED.load(Ordering::Relaxed)
+}
+
 fn log_refusal(stream: &TcpStream, why: Refusal) {
-    crate::metrics::CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
+    CONNECTIONS_REFUSED.fetch_add(1, Ordering::Relaxed);
     if LAST_LOGGED.allow() {
         let from = stream
             .peer_addr()

@@ -31,17 +31,20 @@
 
 #![warn(missing_docs)]
 
+mod answer;
 pub mod auth;
 mod bootstrap;
 mod calls;
 mod conn_limit;
 mod health;
+mod health_watch;
 mod locks;
 mod log_limit;
 mod membership;
 pub mod metrics;
 mod network;
 mod peer_auth;
+mod raft_view;
 mod read_gate;
 mod replica;
 mod server;

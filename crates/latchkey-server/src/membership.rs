@@ -30,7 +30,27 @@ use latchkey_storage::Member;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
-use crate::replica::Replica;
+use crate::peer_auth::PeerClient;
+use crate::raft_view::RaftView;
+use crate::write_queue::WriteQueue;
+
+/// What a membership change needs of the replica that makes it (the
+/// replica's request path implements it; nothing here imports the
+/// replica).
+pub(crate) trait MembershipHost: Send + Sync + 'static {
+    /// Its Raft core and who it is.
+    fn view(&self) -> &RaftView;
+    /// Whether it leads and has not failed.
+    fn is_leader(&self) -> bool;
+    /// A Raft client to the peer at `addr`, with the cluster's credentials.
+    fn peer_client(&self, addr: &str) -> Result<PeerClient, latchkey_proto::ChannelError>;
+    /// The leader's write path (paused while a leader removes itself).
+    fn writes(&self) -> &WriteQueue;
+    /// Taken by each change of the membership (one at a time).
+    fn membership_changes(&self) -> &tokio::sync::Mutex<()>;
+    /// Whether its data directory was seeded from a backup.
+    fn was_restored(&self) -> bool;
+}
 
 /// Longest wait for a new learner to catch up before it is promoted.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -39,14 +59,14 @@ const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A membership change's openraft error as the failure a client sees.
 pub(crate) fn failure(
-    replica: &Replica,
+    replica: &impl MembershipHost,
     e: RaftError<u64, ClientWriteError<u64, Member>>,
 ) -> ReplicaFailure {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
             leader: match (f.leader_id, f.leader_node) {
                 (Some(id), Some(n)) => Some((id, n.client_addr)),
-                _ => replica.leader(),
+                _ => replica.view().leader(),
             },
         },
         RaftError::APIError(ClientWriteError::ChangeMembershipError(
@@ -63,13 +83,17 @@ pub(crate) fn failure(
 /// is at `addr`, which must be node `id` and must not hold a restored
 /// backup that formed no cluster yet (it would mix the restored rows with
 /// this cluster's log).
-async fn identify(replica: &Replica, id: u64, addr: &str) -> Result<(u64, String), ReplicaFailure> {
+async fn identify(
+    replica: &impl MembershipHost,
+    id: u64,
+    addr: &str,
+) -> Result<(u64, String), ReplicaFailure> {
     let mut client = replica
         .peer_client(addr)
         .map_err(|e| ReplicaFailure::InvalidArgument(e.to_string()))?;
     let request = IdentifyRequest {
-        from_id: replica.id(),
-        from_incarnation: replica.incarnation(),
+        from_id: replica.view().id(),
+        from_incarnation: replica.view().incarnation(),
     };
     let reply = tokio::time::timeout(IDENTIFY_TIMEOUT, client.identify(request))
         .await
@@ -116,13 +140,13 @@ const LIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Whether the replica at `member`'s peer address answers as `id` with the
 /// incarnation the membership records.
-async fn is_live(replica: &Replica, id: u64, member: &Member) -> bool {
+async fn is_live(replica: &impl MembershipHost, id: u64, member: &Member) -> bool {
     let Ok(mut client) = replica.peer_client(&member.peer_addr) else {
         return false;
     };
     let request = IdentifyRequest {
-        from_id: replica.id(),
-        from_incarnation: replica.incarnation(),
+        from_id: replica.view().id(),
+        from_incarnation: replica.view().incarnation(),
     };
     match tokio::time::timeout(LIVE_TIMEOUT, client.identify(request)).await {
         Ok(Ok(reply)) => {
@@ -140,11 +164,12 @@ async fn is_live(replica: &Replica, id: u64, member: &Member) -> bool {
 /// live when it is this leader or answers `Raft.Identify` (within 1 s) as
 /// the incarnation the membership records.
 pub(crate) async fn check_live_majority(
-    replica: &Replica,
+    replica: &impl MembershipHost,
     new_voters: &BTreeSet<u64>,
     force: bool,
 ) -> Result<(), ReplicaFailure> {
     let membership = replica
+        .view()
         .raft()
         .metrics()
         .borrow()
@@ -163,7 +188,7 @@ pub(crate) async fn check_live_majority(
     }
     let mut live = BTreeSet::new();
     for id in current.union(new_voters) {
-        let up = *id == replica.id()
+        let up = *id == replica.view().id()
             || match membership.get_node(id) {
                 Some(member) => is_live(replica, *id, member).await,
                 None => false,
@@ -195,7 +220,7 @@ pub(crate) async fn check_live_majority(
 
 /// Make `voters` the voting members (learners outside it stay learners),
 /// on the leader, after [`check_live_majority`] unless `force`. One change
-/// of the membership runs at a time on a replica (`Replica::membership`).
+/// of the membership runs at a time on a replica (`MembershipHost::membership_changes`).
 ///
 /// A leader that removes itself first pauses its write queue
 /// (`WriteQueue::pause_and_drain`): the writes it already proposed are
@@ -209,13 +234,13 @@ pub(crate) async fn check_live_majority(
 /// goes away: a change dropped halfway could leave the cluster in its
 /// joint configuration, or let writes in before the leader stepped down.
 pub(crate) async fn change_voters(
-    replica: std::sync::Arc<Replica>,
+    replica: std::sync::Arc<impl MembershipHost>,
     voters: BTreeSet<u64>,
     force: bool,
 ) -> Result<(), ReplicaFailure> {
     tokio::spawn(async move {
         let _one_at_a_time = replica.membership_changes().lock().await;
-        change_voters_now(&replica, voters, force).await
+        change_voters_now(&*replica, voters, force).await
     })
     .await
     .unwrap_or_else(|e| {
@@ -226,7 +251,7 @@ pub(crate) async fn change_voters(
 }
 
 async fn change_voters_now(
-    replica: &Replica,
+    replica: &impl MembershipHost,
     voters: BTreeSet<u64>,
     force: bool,
 ) -> Result<(), ReplicaFailure> {
@@ -237,17 +262,18 @@ async fn change_voters_now(
     }
     if !replica.is_leader() {
         return Err(ReplicaFailure::NotLeader {
-            leader: replica.leader(),
+            leader: replica.view().leader(),
         });
     }
     check_live_majority(replica, &voters, force).await?;
-    let paused = if voters.contains(&replica.id()) {
+    let paused = if voters.contains(&replica.view().id()) {
         None
     } else {
         tracing::info!("this leader is removing itself: pausing writes until it has stepped down");
         Some(replica.writes().pause_and_drain().await)
     };
     let result = replica
+        .view()
         .raft()
         .change_membership(voters, false)
         .await
@@ -258,7 +284,7 @@ async fn change_voters_now(
         // removal is applied; a write proposed meanwhile would likely be
         // in flight at the step-down and end as an unknown outcome. So
         // writes stay paused until then.
-        let mut metrics = replica.raft().metrics();
+        let mut metrics = replica.view().raft().metrics();
         let stepped_down = metrics.wait_for(|m| m.state != openraft::ServerState::Leader);
         if tokio::time::timeout(STEP_DOWN_WAIT, stepped_down)
             .await
@@ -279,7 +305,7 @@ const STEP_DOWN_WAIT: Duration = Duration::from_secs(5);
 
 /// Add (or replace) node `id` at `addr`; see the module docs.
 pub(crate) async fn add_member(
-    replica: &Replica,
+    replica: &impl MembershipHost,
     id: u64,
     addr: &str,
     voter: bool,
@@ -293,16 +319,16 @@ pub(crate) async fn add_member(
     }
     if !replica.is_leader() {
         return Err(ReplicaFailure::NotLeader {
-            leader: replica.leader(),
+            leader: replica.view().leader(),
         });
     }
-    if id == replica.id() {
+    if id == replica.view().id() {
         return Err(ReplicaFailure::InvalidArgument(format!(
             "node {id} is the leader answering this call; it cannot be added again"
         )));
     }
     let (incarnation, client_addr) = identify(replica, id, addr).await?;
-    let raft = replica.raft();
+    let raft = replica.view().raft();
     let membership = raft
         .metrics()
         .borrow()
@@ -359,8 +385,8 @@ const PURGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// rather than an empty state plus the log. Each restored replica does
 /// this the first time it adds a member as leader; afterwards its purged
 /// log says it is done.
-async fn purge_restored_log(replica: &Replica) -> Result<(), ReplicaFailure> {
-    let raft = replica.raft();
+async fn purge_restored_log(replica: &impl MembershipHost) -> Result<(), ReplicaFailure> {
+    let raft = replica.view().raft();
     if !replica.was_restored() || raft.metrics().borrow().purged.is_some() {
         return Ok(());
     }
@@ -396,9 +422,13 @@ async fn purge_restored_log(replica: &Replica) -> Result<(), ReplicaFailure> {
 }
 
 /// Wait until the leader's replication to `id` has matched `index`.
-async fn wait_caught_up(replica: &Replica, id: u64, index: u64) -> Result<(), ReplicaFailure> {
+async fn wait_caught_up(
+    replica: &impl MembershipHost,
+    id: u64,
+    index: u64,
+) -> Result<(), ReplicaFailure> {
     let started = Instant::now();
-    let mut metrics = replica.raft().metrics();
+    let mut metrics = replica.view().raft().metrics();
     loop {
         let matched = {
             let m = metrics.borrow_and_update();
@@ -420,7 +450,7 @@ async fn wait_caught_up(replica: &Replica, id: u64, index: u64) -> Result<(), Re
         }
         if !replica.is_leader() {
             return Err(ReplicaFailure::NotLeader {
-                leader: replica.leader(),
+                leader: replica.view().leader(),
             });
         }
         match tokio::time::timeout(left, metrics.changed()).await {

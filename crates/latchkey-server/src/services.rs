@@ -1,6 +1,6 @@
 //! The gRPC services a replica serves: the client API (`Kv`, `Lock`, and
 //! `Pipeline`, which carries the same calls on one stream, all answered by
-//! [`answer`]) and `Admin` (status) on the client listener; the replicas'
+//! [`crate::answer::answer`]) and `Admin` (status) on the client listener; the replicas'
 //! own `Raft` transport and `Membership` changes on the peer listener.
 
 use std::collections::BTreeSet;
@@ -18,11 +18,12 @@ use latchkey_proto::v1::{
     raft_server::Raft as RaftRpc, AddMemberRequest, AdminReply, ChangeVotersRequest, IdentifyReply,
     IdentifyRequest, Member, RaftMessage, StatusReply, StatusRequest,
 };
-use latchkey_proto::{wire, ReplicaFailure, Rpc};
+use latchkey_proto::{wire, ReplicaFailure};
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::answer::answer;
 use crate::auth::Caller;
 use crate::replica::Replica;
 
@@ -95,7 +96,10 @@ fn check_sender(replica: &Replica, message: &RaftMessage) -> Result<(), Status> 
     if !replica.has_membership() {
         return Ok(());
     }
-    match replica.knows(message.from_id, message.from_incarnation) {
+    match replica
+        .view()
+        .knows(message.from_id, message.from_incarnation)
+    {
         Some(true) => Ok(()),
         Some(false) => Err(Status::failed_precondition(format!(
             "node {} incarnation {} is not the member this replica knows by that id \
@@ -235,51 +239,11 @@ impl RaftRpc for RaftService {
             restore_seed: self.replica.restore_seed(),
             knows_you: self
                 .replica
+                .view()
                 .knows(asker.from_id, asker.from_incarnation)
                 .unwrap_or(false),
         }))
     }
-}
-
-/// Answer one typed client request: the one path of every unary client RPC
-/// and of every call on a `Pipeline.Calls` stream. A request the schema
-/// cannot express as an operation (a required field missing, an unknown
-/// enum value) is answered with its INVALID_ARGUMENT error, having run
-/// nothing.
-pub(crate) async fn answer(replica: &Replica, caller: &Caller, request: Req) -> (Rpc, Rep) {
-    let started = std::time::Instant::now();
-    let rpc = Rpc::of(&request);
-    let result = match wire::request_from_wire(request) {
-        Ok((op, _)) => replica.call_as(op, caller).await,
-        Err(refused) => Err(refused),
-    };
-    replica
-        .metrics()
-        .request(rpc.name(), outcome(&result), started.elapsed());
-    (rpc, wire::reply_to_wire(rpc, result))
-}
-
-/// A call's outcome as a metric label: `ok`, or its typed error's kind.
-pub(crate) fn outcome(
-    result: &Result<CommandResult, ReplicaFailure>,
-) -> std::borrow::Cow<'static, str> {
-    match result {
-        Ok(Ok(_)) => std::borrow::Cow::Borrowed("ok"),
-        Ok(Err(refused)) => error_kind(wire::command_error_to_wire(refused).kind).into(),
-        Err(failure) => error_kind(v1::Error::from(failure.clone()).kind).into(),
-    }
-}
-
-/// A typed error's kind as a metric label: `stale_fence`, `not_leader`...
-fn error_kind(kind: i32) -> String {
-    v1::ErrorKind::try_from(kind).map_or_else(
-        |_| "unknown".to_string(),
-        |k| {
-            k.as_str_name()
-                .trim_start_matches("ERROR_KIND_")
-                .to_ascii_lowercase()
-        },
-    )
 }
 
 /// `impl $service for $server`, one unary RPC per `method(Request) ->
@@ -533,7 +497,7 @@ impl Membership for MembershipService {
         } = request.into_inner();
         tracing::info!(by = %who, node = id, %peer_addr, voter, force, "membership change: add a member");
         let result =
-            crate::membership::add_member(&self.replica, id, &peer_addr, voter, force).await;
+            crate::membership::add_member(&*self.replica, id, &peer_addr, voter, force).await;
         Ok(admin_reply(result))
     }
 

@@ -22,7 +22,7 @@ pub struct RaftSettings {
     /// log, so a dead leader is replaced after `election_max` + the
     /// quicker follower's draw (0.6–0.8 s with the defaults) when that
     /// follower holds the longer log, else about `3 * election_max` + the
-    /// other's draw (1.4–1.6 s). docs/PERFORMANCE.md, change 17, has the
+    /// other's draw (1.4–1.6 s). docs/performance-log.md, change 17, has the
     /// A/B against 500–1000 ms (twice as long).
     pub election_min: Duration,
     /// See `election_min`.

@@ -50,7 +50,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Most entries proposed and not yet answered. More than one lets an
 /// entry's leader fsync overlap the previous entries' replication, while
-/// everything else queues here to be packed. Measured (docs/PERFORMANCE.md):
+/// everything else queues here to be packed. Measured (docs/performance-log.md):
 /// behind the client's packing lanes 2 beat 1 and 4; once clients sent every
 /// request at once on a call stream (change 10), 3 beat 2 (lock cycle x32
 /// 1.21x, in each of 4 interleaved rounds; put x64 1.06x; the rest even).

@@ -1,7 +1,7 @@
 //! The replica side of the lock service: waking waiters, the leader's
 //! countdowns, and keep-alives that cost no fsync.
 //!
-//! One task per replica ([`run`]) follows the entries the state machine
+//! One task per replica ([`run`], in `task`) follows the entries the state machine
 //! applies (`StateMachine::subscribe`), and:
 //!
 //! - on **every** replica, wakes the clients waiting here for a queued
@@ -17,6 +17,12 @@
 //!   round is in flight shares the next round. Nothing is written, so a
 //!   keep-alive costs no fsync.
 //!
+//! Rooms, each importing only those listed before it: `waiters` and
+//! `timers` (plain tables), `shared` (what request handlers hand the task),
+//! `host` ([`LockHost`], what the task asks of its replica; the replica's
+//! request path implements it) and `task`. Nothing here imports the
+//! replica.
+//!
 //! # Why a stale leader cannot shorten a lease
 //!
 //! A client counts its lease from the *send* time of its last acknowledged
@@ -25,12 +31,12 @@
 //! elected afterwards needs a vote from the quorum that confirmed the old
 //! leader after the receipt, so it is elected after the send time; it
 //! restarts every countdown at full length once it has applied everything
-//! committed before it ([`Timers::restart`] after `ensure_linearizable`). So
+//! committed before it (`Timers::restart` after `ensure_linearizable`). So
 //! no leader expires a session before the client's own deadline.
 //!
 //! # Why no countdown is lost at a leader change
 //!
-//! A new leader reads the whole [`TimerState`] after applying every entry
+//! A new leader reads the whole `TimerState` after applying every entry
 //! committed before its term, then replays, in log order, the events it
 //! received while reading. Replaying an event the state already reflects
 //! only lengthens a countdown or re-removes a removed one, so the table
@@ -38,476 +44,19 @@
 //! that are gone are refused or no-ops in the state machine, so a spurious
 //! countdown is harmless.
 
+mod host;
+mod shared;
+mod task;
 mod timers;
 mod waiters;
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use latchkey_core::lock::LockQuery;
+use latchkey_core::Query;
 
-use latchkey_core::lock::{
-    LockOutcome, LockQuery, SessionId, SessionInfo, SessionSecret, TimerState,
-};
-use latchkey_core::{CommandError, CommandResult, Event, Outcome, Query};
-use latchkey_proto::ReplicaFailure;
-use latchkey_storage::StateChange;
-use openraft::ServerState;
-use tokio::sync::{mpsc, oneshot};
-
-use crate::replica::Replica;
-pub(crate) use timers::{KeptAlive, Observation, TimerKey, Timers};
-pub(crate) use waiters::{WaitOutcome, Waiters};
-
-/// A keep-alive waiting for the lock task.
-pub(crate) struct KeepAlive {
-    pub(crate) session: SessionId,
-    pub(crate) secret: SessionSecret,
-    pub(crate) received: Instant,
-    pub(crate) reply: oneshot::Sender<Result<CommandResult, ReplicaFailure>>,
-}
-
-/// What request handlers share with the lock task.
-pub(crate) struct LockShared {
-    pub(crate) waiters: Waiters,
-    keep_alives: mpsc::UnboundedSender<KeepAlive>,
-}
-
-impl LockShared {
-    /// The shared half, and the receiver the lock task drains.
-    pub(crate) fn new() -> (LockShared, mpsc::UnboundedReceiver<KeepAlive>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (
-            LockShared {
-                waiters: Waiters::default(),
-                keep_alives: tx,
-            },
-            rx,
-        )
-    }
-
-    /// Hand a keep-alive to the lock task; `false` if it has stopped.
-    pub(crate) fn keep_alive(&self, ka: KeepAlive) -> bool {
-        self.keep_alives.send(ka).is_ok()
-    }
-}
-
-/// Pause before proposing an expiry again after a failed proposal.
-const RETRY_EXPIRY: Duration = Duration::from_millis(200);
-/// Pause before a new leader tries again to read its timer state.
-const RETRY_BUILD: Duration = Duration::from_millis(200);
-
-enum Role {
-    Follower,
-    /// Leader of `term`, reading its timer state; events and keep-alives
-    /// that arrive meanwhile wait here.
-    Building {
-        term: u64,
-        events: Vec<Event>,
-        keep_alives: Vec<KeepAlive>,
-    },
-    Leader {
-        term: u64,
-    },
-}
-
-enum Internal {
-    Built {
-        term: u64,
-        state: Result<TimerState, String>,
-    },
-    Confirmed {
-        term: u64,
-        batch: Vec<(KeepAlive, Duration)>,
-        result: Result<(), ReplicaFailure>,
-    },
-    RetryExpiry {
-        term: u64,
-        key: TimerKey,
-    },
-    Rebuild {
-        term: u64,
-    },
-}
-
-struct Task {
-    replica: Arc<Replica>,
-    role: Role,
-    timers: Timers,
-    /// Sessions whose `ExpireSession` is proposed: keep-alives for them are
-    /// refused, even before the expiry is applied.
-    expiring: BTreeSet<SessionId>,
-    pending: Vec<(KeepAlive, Duration)>,
-    confirming: bool,
-    internal: mpsc::UnboundedSender<Internal>,
-}
-
-/// Run the lock task of `replica` until `stop` fires or the state machine
-/// goes away.
-pub(crate) async fn run(
-    replica: Arc<Replica>,
-    mut changes: mpsc::UnboundedReceiver<StateChange>,
-    mut keep_alives: mpsc::UnboundedReceiver<KeepAlive>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let (internal, mut internal_rx) = mpsc::unbounded_channel();
-    // Server metrics change with the vote, state and leader only, not with
-    // every applied entry.
-    let mut metrics = replica.raft().server_metrics();
-    let mut task = Task {
-        replica,
-        role: Role::Follower,
-        timers: Timers::default(),
-        expiring: BTreeSet::new(),
-        pending: Vec::new(),
-        confirming: false,
-        internal,
-    };
-    task.on_metrics(&metrics.borrow_and_update().clone());
-    loop {
-        let next = match task.role {
-            Role::Leader { .. } => task.timers.next_deadline(),
-            _ => None,
-        };
-        let far = Instant::now() + Duration::from_secs(3600);
-        let sleep = tokio::time::sleep_until(next.unwrap_or(far).into());
-        tokio::select! {
-            biased;
-            _ = &mut stop => break,
-            // Applied entries first: a keep-alive or timer must never be
-            // judged on a table that misses an entry applied before it.
-            change = changes.recv() => match change {
-                Some(c) => task.on_change(c),
-                None => break,
-            },
-            msg = internal_rx.recv() => {
-                if let Some(m) = msg { task.on_internal(m) }
-            }
-            changed = metrics.changed() => {
-                if changed.is_err() { break }
-                let m = metrics.borrow_and_update().clone();
-                task.on_metrics(&m);
-            }
-            ka = keep_alives.recv() => match ka {
-                Some(ka) => task.on_keep_alive(ka, true),
-                None => break,
-            },
-            _ = sleep, if next.is_some() => task.fire_due(),
-        }
-    }
-    tracing::debug!("lock task stopped");
-}
-
-fn session_ended(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
-    Ok(Err(CommandError::SessionEnded { session }))
-}
-
-fn wrong_secret(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
-    Ok(Err(CommandError::WrongSessionSecret { session }))
-}
-
-impl Task {
-    fn leader_term(&self) -> Option<u64> {
-        match self.role {
-            Role::Leader { term } => Some(term),
-            _ => None,
-        }
-    }
-
-    fn on_change(&mut self, change: StateChange) {
-        match change {
-            StateChange::Applied { events, .. } => {
-                let now = Instant::now();
-                for event in events {
-                    self.replica.locks().waiters.on_event(&event);
-                    if let Event::SessionEnded { session, .. } = &event {
-                        self.expiring.remove(session);
-                    }
-                    match &mut self.role {
-                        Role::Leader { .. } => match self.timers.apply(&event, now, true) {
-                            Some(Observation::WaitEnded { outcome, waited }) => {
-                                self.replica.metrics().wait_ended(outcome, waited);
-                            }
-                            Some(Observation::HoldEnded { end, held }) => {
-                                self.replica.metrics().hold_ended(end, held);
-                            }
-                            None => {}
-                        },
-                        Role::Building { events, .. } => events.push(event),
-                        Role::Follower => {}
-                    }
-                }
-            }
-            StateChange::SnapshotInstalled { .. } => {
-                self.replica.locks().waiters.wake_all_unknown();
-                if let Some(term) = self.leader_term() {
-                    self.start_building(term);
-                }
-            }
-        }
-    }
-
-    fn on_metrics(
-        &mut self,
-        m: &openraft::metrics::RaftServerMetrics<u64, latchkey_storage::Member>,
-    ) {
-        let leading = m.state == ServerState::Leader && m.current_leader == Some(m.id);
-        let current = m.vote.leader_id().get_term();
-        match (&self.role, leading) {
-            (Role::Leader { term } | Role::Building { term, .. }, true) if *term == current => {}
-            (_, true) => self.start_building(current),
-            (Role::Follower, false) => {}
-            (_, false) => self.step_down(),
-        }
-    }
-
-    fn step_down(&mut self) {
-        tracing::info!(
-            countdowns = self.timers.len(),
-            "no longer leader: dropping lock countdowns"
-        );
-        let old = std::mem::replace(&mut self.role, Role::Follower);
-        self.timers.clear();
-        self.expiring.clear();
-        // Clients waiting here ask again (at the new leader): a deposed
-        // leader cut off from the cluster would not see their grants.
-        self.replica.locks().waiters.wake_all_unknown();
-        let leader = self.replica.leader();
-        if let Role::Building { keep_alives, .. } = old {
-            for ka in keep_alives {
-                let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
-                    leader: leader.clone(),
-                }));
-            }
-        }
-        for (ka, _) in self.pending.drain(..) {
-            let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
-                leader: leader.clone(),
-            }));
-        }
-    }
-
-    /// Become leader of `term`: read the timer state once everything
-    /// committed before this term is applied, then restart every countdown.
-    fn start_building(&mut self, term: u64) {
-        let keep_alives = match std::mem::replace(&mut self.role, Role::Follower) {
-            Role::Building { keep_alives, .. } => keep_alives,
-            _ => Vec::new(),
-        };
-        self.role = Role::Building {
-            term,
-            events: Vec::new(),
-            keep_alives,
-        };
-        self.timers.clear();
-        self.expiring.clear();
-        let replica = self.replica.clone();
-        let internal = self.internal.clone();
-        tokio::spawn(async move {
-            let state = replica.timer_state().await;
-            let _ = internal.send(Internal::Built { term, state });
-        });
-    }
-
-    fn on_internal(&mut self, msg: Internal) {
-        match msg {
-            Internal::Built { term, state } => self.on_built(term, state),
-            Internal::Confirmed {
-                term,
-                batch,
-                result,
-            } => {
-                self.confirming = false;
-                let still = self.leader_term() == Some(term);
-                for (ka, ttl) in batch {
-                    let answer = match (&result, still) {
-                        (Ok(()), true) if self.expiring.contains(&ka.session) => {
-                            session_ended(ka.session)
-                        }
-                        (Ok(()), true) => {
-                            Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
-                                session: ka.session,
-                                ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                            })))))
-                        }
-                        (Err(f), _) => Err(f.clone()),
-                        (Ok(()), false) => Err(ReplicaFailure::NotLeader {
-                            leader: self.replica.leader(),
-                        }),
-                    };
-                    let _ = ka.reply.send(answer);
-                }
-                self.confirm_pending();
-            }
-            Internal::RetryExpiry { term, key } => {
-                let ended = match &key {
-                    TimerKey::Session(s) => !self.timers.counts(*s),
-                    _ => false,
-                };
-                if ended {
-                    // Its end was applied meanwhile.
-                    if let TimerKey::Session(s) = &key {
-                        self.expiring.remove(s);
-                    }
-                } else if self.leader_term() == Some(term) {
-                    self.timers.set(key, Instant::now() + RETRY_EXPIRY);
-                }
-            }
-            Internal::Rebuild { term } => {
-                if matches!(self.role, Role::Building { term: t, .. } if t == term) {
-                    self.start_building(term);
-                }
-            }
-        }
-    }
-
-    fn on_built(&mut self, term: u64, state: Result<TimerState, String>) {
-        let Role::Building { term: t, .. } = &self.role else {
-            return;
-        };
-        if *t != term {
-            return;
-        }
-        let state = match state {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "new leader could not read its lock timers yet; retrying");
-                let internal = self.internal.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_BUILD).await;
-                    let _ = internal.send(Internal::Rebuild { term });
-                });
-                return;
-            }
-        };
-        let Role::Building {
-            events,
-            keep_alives,
-            ..
-        } = std::mem::replace(&mut self.role, Role::Leader { term })
-        else {
-            return;
-        };
-        let now = Instant::now();
-        self.timers.restart(&state, now);
-        for e in &events {
-            self.timers.apply(e, now, false);
-        }
-        tracing::info!(
-            term,
-            sessions = state.sessions.len(),
-            countdowns = self.timers.len(),
-            "leader restarted every lock countdown at full length"
-        );
-        for ka in keep_alives {
-            self.on_keep_alive(ka, false);
-        }
-    }
-
-    /// `timed`: whether the keep-alive's margin is measured (see
-    /// `crate::metrics`); not for those held while the table was built.
-    fn on_keep_alive(&mut self, ka: KeepAlive, timed: bool) {
-        match &mut self.role {
-            Role::Follower => {
-                let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
-                    leader: self.replica.leader(),
-                }));
-            }
-            Role::Building { keep_alives, .. } => keep_alives.push(ka),
-            Role::Leader { .. } => {
-                if self.expiring.contains(&ka.session) {
-                    let _ = ka.reply.send(session_ended(ka.session));
-                    return;
-                }
-                let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
-                    KeptAlive::Extended { ttl, margin } => {
-                        // Not for keep-alives held while the table was
-                        // built: their margin is the new leader's, not the
-                        // client's.
-                        if let (Some(margin), true) = (margin, timed) {
-                            self.replica.metrics().keep_alive_margin(margin);
-                        }
-                        ttl
-                    }
-                    KeptAlive::WrongSecret => {
-                        let _ = ka.reply.send(wrong_secret(ka.session));
-                        return;
-                    }
-                    KeptAlive::NotCounted => match self.replica.local_session(ka.session) {
-                        Ok(Some(s)) if !s.secret.matches(&ka.secret) => {
-                            let _ = ka.reply.send(wrong_secret(ka.session));
-                            return;
-                        }
-                        // Live in the state but not counted down here: count
-                        // it down from now (errs towards a longer lease).
-                        Ok(Some(s)) => {
-                            let ttl = Duration::from_millis(s.ttl_ms);
-                            self.timers
-                                .open_session(ka.session, ttl, s.secret, ka.received);
-                            ttl
-                        }
-                        Ok(None) => {
-                            let _ = ka.reply.send(session_ended(ka.session));
-                            return;
-                        }
-                        Err(f) => {
-                            let _ = ka.reply.send(Err(f));
-                            return;
-                        }
-                    },
-                };
-                self.pending.push((ka, ttl));
-                self.confirm_pending();
-            }
-        }
-    }
-
-    /// Start one leadership confirmation round for every pending keep-alive,
-    /// unless one is already in flight (the next round takes them).
-    fn confirm_pending(&mut self) {
-        if self.confirming || self.pending.is_empty() {
-            return;
-        }
-        let Some(term) = self.leader_term() else {
-            return;
-        };
-        self.confirming = true;
-        let batch = std::mem::take(&mut self.pending);
-        let replica = self.replica.clone();
-        let internal = self.internal.clone();
-        tokio::spawn(async move {
-            let result = replica.confirm_leadership().await;
-            let _ = internal.send(Internal::Confirmed {
-                term,
-                batch,
-                result,
-            });
-        });
-    }
-
-    fn fire_due(&mut self) {
-        let Some(term) = self.leader_term() else {
-            return;
-        };
-        for key in self.timers.take_due(Instant::now()) {
-            if let TimerKey::Session(s) = &key {
-                self.expiring.insert(*s);
-            }
-            tracing::debug!(?key, "countdown ran out; proposing its expiry");
-            let replica = self.replica.clone();
-            let internal = self.internal.clone();
-            tokio::spawn(async move {
-                match replica.propose_expiry(key.expiry()).await {
-                    Ok(_) => {}
-                    Err(ReplicaFailure::NotLeader { .. }) => {}
-                    Err(f) => {
-                        tracing::warn!(?key, failure = %f, "expiry not committed; retrying");
-                        let _ = internal.send(Internal::RetryExpiry { term, key });
-                    }
-                }
-            });
-        }
-    }
-}
+pub(crate) use host::LockHost;
+pub(crate) use shared::{KeepAlive, LockShared};
+pub(crate) use task::run;
+pub(crate) use waiters::WaitOutcome;
 
 /// The query a new leader reads its countdowns from.
 pub(crate) fn timer_query() -> Query {

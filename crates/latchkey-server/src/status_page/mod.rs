@@ -57,18 +57,40 @@ const HOLDERS_SHOWN: usize = 20;
 /// How long one `/status.json` answers every caller.
 const FRESH_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// `/status.json` for `replica`, made at most every [`FRESH_FOR`] however
-/// many pages poll (the lock list is a RocksDB scan), off the async
-/// workers.
-pub(crate) async fn cached_json(replica: std::sync::Arc<Replica>) -> String {
-    let cache = replica.status_cache();
+/// One replica's status page: the replica, and the page's last answer
+/// with when it was made.
+pub(crate) struct StatusPage {
+    replica: std::sync::Arc<Replica>,
+    cache: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+impl StatusPage {
+    /// The status page of `replica`.
+    pub(crate) fn new(replica: std::sync::Arc<Replica>) -> Self {
+        StatusPage {
+            replica,
+            cache: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// `/status.json`, made at most every [`FRESH_FOR`] however many pages
+    /// poll (the lock list is a scan of the state), off the async workers.
+    pub(crate) async fn cached_json(&self) -> String {
+        cached_json(&self.replica, &self.cache).await
+    }
+}
+
+async fn cached_json(
+    replica: &std::sync::Arc<Replica>,
+    cache: &tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
+) -> String {
     let mut cached = cache.lock().await;
     if let Some((made, json)) = cached.as_ref() {
         if made.elapsed() < FRESH_FOR {
             return json.clone();
         }
     }
-    let for_task = std::sync::Arc::clone(&replica);
+    let for_task = std::sync::Arc::clone(replica);
     let json = tokio::task::spawn_blocking(move || status_json(&for_task))
         .await
         .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }).to_string());
@@ -78,7 +100,7 @@ pub(crate) async fn cached_json(replica: std::sync::Arc<Replica>) -> String {
 
 /// `/status.json` for `replica`.
 fn status_json(replica: &Replica) -> String {
-    let readiness = crate::health::readiness(replica);
+    let readiness = crate::health_watch::readiness(replica.view(), replica.health());
     let (locks, locks_more, locks_hidden) = match replica.auth_enabled() {
         Ok(false) => match replica.local_locks(LOCKS_SHOWN) {
             Ok((mut locks, more)) => {

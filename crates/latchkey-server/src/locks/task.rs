@@ -1,0 +1,437 @@
+//! The lock task of one replica (see the module docs of `crate::locks`):
+//! it follows applied entries, wakes waiters, and on the leader runs the
+//! countdowns and answers keep-alives. It reaches its replica only through
+//! [`LockHost`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo, TimerState};
+use latchkey_core::{CommandError, CommandResult, Event, Outcome};
+use latchkey_proto::ReplicaFailure;
+use latchkey_storage::StateChange;
+use openraft::ServerState;
+use tokio::sync::{mpsc, oneshot};
+
+use super::host::LockHost;
+use super::shared::KeepAlive;
+use super::timers::{KeptAlive, Observation, TimerKey, Timers};
+
+/// Pause before proposing an expiry again after a failed proposal.
+const RETRY_EXPIRY: Duration = Duration::from_millis(200);
+/// Pause before a new leader tries again to read its timer state.
+const RETRY_BUILD: Duration = Duration::from_millis(200);
+
+enum Role {
+    Follower,
+    /// Leader of `term`, reading its timer state; events and keep-alives
+    /// that arrive meanwhile wait here.
+    Building {
+        term: u64,
+        events: Vec<Event>,
+        keep_alives: Vec<KeepAlive>,
+    },
+    Leader {
+        term: u64,
+    },
+}
+
+enum Internal {
+    Built {
+        term: u64,
+        state: Result<TimerState, String>,
+    },
+    Confirmed {
+        term: u64,
+        batch: Vec<(KeepAlive, Duration)>,
+        result: Result<(), ReplicaFailure>,
+    },
+    RetryExpiry {
+        term: u64,
+        key: TimerKey,
+    },
+    Rebuild {
+        term: u64,
+    },
+}
+
+struct Task<H> {
+    replica: Arc<H>,
+    role: Role,
+    timers: Timers,
+    /// Sessions whose `ExpireSession` is proposed: keep-alives for them are
+    /// refused, even before the expiry is applied.
+    expiring: BTreeSet<SessionId>,
+    pending: Vec<(KeepAlive, Duration)>,
+    confirming: bool,
+    internal: mpsc::UnboundedSender<Internal>,
+}
+
+/// Run the lock task of the replica `replica` hosts it on until `stop` fires or the state machine
+/// goes away.
+pub(crate) async fn run<H: LockHost>(
+    replica: Arc<H>,
+    mut changes: mpsc::UnboundedReceiver<StateChange>,
+    mut keep_alives: mpsc::UnboundedReceiver<KeepAlive>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let (internal, mut internal_rx) = mpsc::unbounded_channel();
+    // Server metrics change with the vote, state and leader only, not with
+    // every applied entry.
+    let mut metrics = replica.server_metrics();
+    let mut task = Task {
+        replica,
+        role: Role::Follower,
+        timers: Timers::default(),
+        expiring: BTreeSet::new(),
+        pending: Vec::new(),
+        confirming: false,
+        internal,
+    };
+    task.on_metrics(&metrics.borrow_and_update().clone());
+    loop {
+        let next = match task.role {
+            Role::Leader { .. } => task.timers.next_deadline(),
+            _ => None,
+        };
+        let far = Instant::now() + Duration::from_secs(3600);
+        let sleep = tokio::time::sleep_until(next.unwrap_or(far).into());
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            // Applied entries first: a keep-alive or timer must never be
+            // judged on a table that misses an entry applied before it.
+            change = changes.recv() => match change {
+                Some(c) => task.on_change(c),
+                None => break,
+            },
+            msg = internal_rx.recv() => {
+                if let Some(m) = msg { task.on_internal(m) }
+            }
+            changed = metrics.changed() => {
+                if changed.is_err() { break }
+                let m = metrics.borrow_and_update().clone();
+                task.on_metrics(&m);
+            }
+            ka = keep_alives.recv() => match ka {
+                Some(ka) => task.on_keep_alive(ka, true),
+                None => break,
+            },
+            _ = sleep, if next.is_some() => task.fire_due(),
+        }
+    }
+    tracing::debug!("lock task stopped");
+}
+
+fn session_ended(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+    Ok(Err(CommandError::SessionEnded { session }))
+}
+
+fn wrong_secret(session: SessionId) -> Result<CommandResult, ReplicaFailure> {
+    Ok(Err(CommandError::WrongSessionSecret { session }))
+}
+
+impl<H: LockHost> Task<H> {
+    fn leader_term(&self) -> Option<u64> {
+        match self.role {
+            Role::Leader { term } => Some(term),
+            _ => None,
+        }
+    }
+
+    fn on_change(&mut self, change: StateChange) {
+        match change {
+            StateChange::Applied { events, .. } => {
+                let now = Instant::now();
+                for event in events {
+                    self.replica.shared().waiters.on_event(&event);
+                    if let Event::SessionEnded { session, .. } = &event {
+                        self.expiring.remove(session);
+                    }
+                    match &mut self.role {
+                        Role::Leader { .. } => match self.timers.apply(&event, now, true) {
+                            Some(Observation::WaitEnded { outcome, waited }) => {
+                                self.replica.metrics().wait_ended(outcome, waited);
+                            }
+                            Some(Observation::HoldEnded { end, held }) => {
+                                self.replica.metrics().hold_ended(end, held);
+                            }
+                            None => {}
+                        },
+                        Role::Building { events, .. } => events.push(event),
+                        Role::Follower => {}
+                    }
+                }
+            }
+            StateChange::SnapshotInstalled { .. } => {
+                self.replica.shared().waiters.wake_all_unknown();
+                if let Some(term) = self.leader_term() {
+                    self.start_building(term);
+                }
+            }
+        }
+    }
+
+    fn on_metrics(
+        &mut self,
+        m: &openraft::metrics::RaftServerMetrics<u64, latchkey_storage::Member>,
+    ) {
+        let leading = m.state == ServerState::Leader && m.current_leader == Some(m.id);
+        let current = m.vote.leader_id().get_term();
+        match (&self.role, leading) {
+            (Role::Leader { term } | Role::Building { term, .. }, true) if *term == current => {}
+            (_, true) => self.start_building(current),
+            (Role::Follower, false) => {}
+            (_, false) => self.step_down(),
+        }
+    }
+
+    fn step_down(&mut self) {
+        tracing::info!(
+            countdowns = self.timers.len(),
+            "no longer leader: dropping lock countdowns"
+        );
+        let old = std::mem::replace(&mut self.role, Role::Follower);
+        self.timers.clear();
+        self.expiring.clear();
+        // Clients waiting here ask again (at the new leader): a deposed
+        // leader cut off from the cluster would not see their grants.
+        self.replica.shared().waiters.wake_all_unknown();
+        let leader = self.replica.leader();
+        if let Role::Building { keep_alives, .. } = old {
+            for ka in keep_alives {
+                let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
+                    leader: leader.clone(),
+                }));
+            }
+        }
+        for (ka, _) in self.pending.drain(..) {
+            let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
+                leader: leader.clone(),
+            }));
+        }
+    }
+
+    /// Become leader of `term`: read the timer state once everything
+    /// committed before this term is applied, then restart every countdown.
+    fn start_building(&mut self, term: u64) {
+        let keep_alives = match std::mem::replace(&mut self.role, Role::Follower) {
+            Role::Building { keep_alives, .. } => keep_alives,
+            _ => Vec::new(),
+        };
+        self.role = Role::Building {
+            term,
+            events: Vec::new(),
+            keep_alives,
+        };
+        self.timers.clear();
+        self.expiring.clear();
+        let replica = self.replica.clone();
+        let internal = self.internal.clone();
+        tokio::spawn(async move {
+            let state = replica.timer_state().await;
+            let _ = internal.send(Internal::Built { term, state });
+        });
+    }
+
+    fn on_internal(&mut self, msg: Internal) {
+        match msg {
+            Internal::Built { term, state } => self.on_built(term, state),
+            Internal::Confirmed {
+                term,
+                batch,
+                result,
+            } => {
+                self.confirming = false;
+                let still = self.leader_term() == Some(term);
+                for (ka, ttl) in batch {
+                    let answer = match (&result, still) {
+                        (Ok(()), true) if self.expiring.contains(&ka.session) => {
+                            session_ended(ka.session)
+                        }
+                        (Ok(()), true) => {
+                            Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+                                session: ka.session,
+                                ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                            })))))
+                        }
+                        (Err(f), _) => Err(f.clone()),
+                        (Ok(()), false) => Err(ReplicaFailure::NotLeader {
+                            leader: self.replica.leader(),
+                        }),
+                    };
+                    let _ = ka.reply.send(answer);
+                }
+                self.confirm_pending();
+            }
+            Internal::RetryExpiry { term, key } => {
+                let ended = match &key {
+                    TimerKey::Session(s) => !self.timers.counts(*s),
+                    _ => false,
+                };
+                if ended {
+                    // Its end was applied meanwhile.
+                    if let TimerKey::Session(s) = &key {
+                        self.expiring.remove(s);
+                    }
+                } else if self.leader_term() == Some(term) {
+                    self.timers.set(key, Instant::now() + RETRY_EXPIRY);
+                }
+            }
+            Internal::Rebuild { term } => {
+                if matches!(self.role, Role::Building { term: t, .. } if t == term) {
+                    self.start_building(term);
+                }
+            }
+        }
+    }
+
+    fn on_built(&mut self, term: u64, state: Result<TimerState, String>) {
+        let Role::Building { term: t, .. } = &self.role else {
+            return;
+        };
+        if *t != term {
+            return;
+        }
+        let state = match state {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "new leader could not read its lock timers yet; retrying");
+                let internal = self.internal.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_BUILD).await;
+                    let _ = internal.send(Internal::Rebuild { term });
+                });
+                return;
+            }
+        };
+        let Role::Building {
+            events,
+            keep_alives,
+            ..
+        } = std::mem::replace(&mut self.role, Role::Leader { term })
+        else {
+            return;
+        };
+        let now = Instant::now();
+        self.timers.restart(&state, now);
+        for e in &events {
+            self.timers.apply(e, now, false);
+        }
+        tracing::info!(
+            term,
+            sessions = state.sessions.len(),
+            countdowns = self.timers.len(),
+            "leader restarted every lock countdown at full length"
+        );
+        for ka in keep_alives {
+            self.on_keep_alive(ka, false);
+        }
+    }
+
+    /// `timed`: whether the keep-alive's margin is measured (see
+    /// `crate::metrics`); not for those held while the table was built.
+    fn on_keep_alive(&mut self, ka: KeepAlive, timed: bool) {
+        match &mut self.role {
+            Role::Follower => {
+                let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
+                    leader: self.replica.leader(),
+                }));
+            }
+            Role::Building { keep_alives, .. } => keep_alives.push(ka),
+            Role::Leader { .. } => {
+                if self.expiring.contains(&ka.session) {
+                    let _ = ka.reply.send(session_ended(ka.session));
+                    return;
+                }
+                let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
+                    KeptAlive::Extended { ttl, margin } => {
+                        // Not for keep-alives held while the table was
+                        // built: their margin is the new leader's, not the
+                        // client's.
+                        if let (Some(margin), true) = (margin, timed) {
+                            self.replica.metrics().keep_alive_margin(margin);
+                        }
+                        ttl
+                    }
+                    KeptAlive::WrongSecret => {
+                        let _ = ka.reply.send(wrong_secret(ka.session));
+                        return;
+                    }
+                    KeptAlive::NotCounted => match self.replica.local_session(ka.session) {
+                        Ok(Some(s)) if !s.secret.matches(&ka.secret) => {
+                            let _ = ka.reply.send(wrong_secret(ka.session));
+                            return;
+                        }
+                        // Live in the state but not counted down here: count
+                        // it down from now (errs towards a longer lease).
+                        Ok(Some(s)) => {
+                            let ttl = Duration::from_millis(s.ttl_ms);
+                            self.timers
+                                .open_session(ka.session, ttl, s.secret, ka.received);
+                            ttl
+                        }
+                        Ok(None) => {
+                            let _ = ka.reply.send(session_ended(ka.session));
+                            return;
+                        }
+                        Err(f) => {
+                            let _ = ka.reply.send(Err(f));
+                            return;
+                        }
+                    },
+                };
+                self.pending.push((ka, ttl));
+                self.confirm_pending();
+            }
+        }
+    }
+
+    /// Start one leadership confirmation round for every pending keep-alive,
+    /// unless one is already in flight (the next round takes them).
+    fn confirm_pending(&mut self) {
+        if self.confirming || self.pending.is_empty() {
+            return;
+        }
+        let Some(term) = self.leader_term() else {
+            return;
+        };
+        self.confirming = true;
+        let batch = std::mem::take(&mut self.pending);
+        let replica = self.replica.clone();
+        let internal = self.internal.clone();
+        tokio::spawn(async move {
+            let result = replica.confirm_leadership().await;
+            let _ = internal.send(Internal::Confirmed {
+                term,
+                batch,
+                result,
+            });
+        });
+    }
+
+    fn fire_due(&mut self) {
+        let Some(term) = self.leader_term() else {
+            return;
+        };
+        for key in self.timers.take_due(Instant::now()) {
+            if let TimerKey::Session(s) = &key {
+                self.expiring.insert(*s);
+            }
+            tracing::debug!(?key, "countdown ran out; proposing its expiry");
+            let replica = self.replica.clone();
+            let internal = self.internal.clone();
+            tokio::spawn(async move {
+                match replica.propose_expiry(key.expiry()).await {
+                    Ok(_) => {}
+                    Err(ReplicaFailure::NotLeader { .. }) => {}
+                    Err(f) => {
+                        tracing::warn!(?key, failure = %f, "expiry not committed; retrying");
+                        let _ = internal.send(Internal::RetryExpiry { term, key });
+                    }
+                }
+            });
+        }
+    }
+}

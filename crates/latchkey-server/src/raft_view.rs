@@ -1,0 +1,92 @@
+//! What one replica's Raft core says about its place in the cluster: who
+//! leads, whether the membership lists this replica (as this incarnation of
+//! its data directory), read off openraft's metrics.
+//!
+//! A small handle ([`RaftView`], cheap to clone) for the rooms that need
+//! these facts and nothing else of the replica: its health watch, the
+//! bootstrap, membership changes and the request path itself.
+
+use latchkey_storage::TypeConfig;
+use openraft::{Raft, ServerState};
+
+/// One replica's Raft core and who it is.
+#[derive(Clone)]
+pub(crate) struct RaftView {
+    id: u64,
+    incarnation: u64,
+    raft: Raft<TypeConfig>,
+}
+
+impl RaftView {
+    pub(crate) fn new(id: u64, incarnation: u64, raft: Raft<TypeConfig>) -> Self {
+        RaftView {
+            id,
+            incarnation,
+            raft,
+        }
+    }
+
+    /// This replica's node id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// This replica's data-directory incarnation.
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The openraft handle.
+    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    /// Whether this replica's membership lists it, as this incarnation.
+    pub(crate) fn is_member(&self) -> bool {
+        self.knows(self.id, self.incarnation) == Some(true)
+    }
+
+    /// Whether this replica holds a membership (it belongs to a cluster).
+    pub(crate) fn has_membership(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .next()
+            .is_some()
+    }
+
+    /// Whether the membership this replica knows lists node `id` with
+    /// incarnation `incarnation`; `None` when it does not list `id` at all.
+    pub(crate) fn knows(&self, id: u64, incarnation: u64) -> Option<bool> {
+        // Borrowed, not cloned: the health watch asks on every metrics change.
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.incarnation == incarnation)
+    }
+
+    /// The leader as this replica knows it: id and client address. Never
+    /// itself unless it leads: a leader that removed itself keeps its vote
+    /// (and openraft's `current_leader`) but leads no longer.
+    pub(crate) fn leader(&self) -> Option<(u64, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        if leader == self.id && m.state != ServerState::Leader {
+            return None;
+        }
+        let node = m.membership_config.membership().get_node(&leader)?;
+        Some((leader, node.client_addr.clone()))
+    }
+
+    /// Whether Raft has this replica lead (whatever its health).
+    pub(crate) fn leads(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+}
