@@ -464,6 +464,8 @@ impl Parser<'_> {
             match &self.toks[j] {
                 Tok::Punct('{' | ';') if depth == 0 => break,
                 Tok::Punct('(' | '[' | '<') => depth += 1,
+                // The `>` of `->` closes nothing.
+                Tok::Punct('>') if self.is_punct(j - 1, '-') => {}
                 Tok::Punct(')' | ']' | '>') => depth = depth.saturating_sub(1),
                 Tok::Ident(name)
                     if !NOT_NAMES.contains(&name.as_str())

@@ -273,11 +273,18 @@ fn comments_doc_links_and_strings_are_ignored() {
 }
 
 #[test]
-fn a_trait_impl_in_a_child_imports_the_trait_and_the_type() {
+fn trait_impls_import_the_trait_and_the_type() {
     let c = TempCrate::new(
         "traitimpl",
         &[
-            ("src/lib.rs", "mod locks;\nmod replica;\npub use replica::Replica;\n"),
+            (
+                "src/lib.rs",
+                concat!(
+                    "mod locks;\nmod replica;\npub use replica::Replica;\n",
+                    "pub(crate) use locks::Host;\npub struct Top;\n",
+                    "impl<F: Fn() -> u8> Host for Top {\n    fn host(&self) {}\n}\n",
+                ),
+            ),
             ("src/locks/mod.rs", "pub trait Host {\n    fn host(&self);\n}\n"),
             ("src/replica/mod.rs", "mod host;\npub struct Replica;\n"),
             (
@@ -289,6 +296,7 @@ fn a_trait_impl_in_a_child_imports_the_trait_and_the_type() {
     assert_eq!(
         c.edges(),
         [
+            "src/lib.rs -> src/locks/mod.rs (Host)",
             "src/replica/host.rs -> src/locks/mod.rs (Host)",
             "src/replica/host.rs -> src/replica/mod.rs (Replica)",
         ]
