@@ -3,6 +3,7 @@
 //! See `cargo xtask help`. Every command that builds something first runs
 //! `setup`, which is silent when the native prerequisites are present.
 
+mod imports;
 mod run;
 mod setup;
 
@@ -29,6 +30,8 @@ COMMANDS:
     bench [WORKLOAD] [ARGS...]
                     run benchmarks: kv (default), lock or all
     soak [ARGS...]  fault-injection run: kill, pause, partition; checkers; report
+    imports [--check] [CRATE_DIR...]
+                    the import graph between a crate's files: floors and circles
     help [COMMAND]  print this text or a command's help
 
 demo, test, bench and soak run `setup` first (silently when everything is present).
@@ -199,6 +202,38 @@ DIR), the schedule, replica logs and per-worker histories.
 Example: cargo xtask soak --minutes 30
 ";
 
+const IMPORTS_HELP: &str = "\
+cargo xtask imports [--check] [CRATE_DIR...]
+
+Shows how the files of a crate import each other. Every .rs file under
+CRATE_DIR/src is a node (src/lib.rs the crate root, src/a.rs and src/a/mod.rs
+module a, src/a/b.rs module a::b); tests/, benches/, examples/, build.rs,
+src/bin/ and items marked #[cfg(test)] are left out. File A imports file B
+when A refers to an item defined in B: through a `use` (not a `pub use`
+re-export, which is followed instead), a path in code (crate::a::X,
+super::X, self::x::Y, child_module::X) or the names of an `impl Trait for
+Type` header. Comments and string literals are ignored; paths into other
+crates (std::, tokio::, latchkey_proto::) are not edges.
+
+For each crate it prints every file with its floor (floor 1 imports nothing
+in the crate; a file stands one floor above the highest file it imports; the
+files of a circle share a floor and are marked) and the files it imports,
+then every circle (files that import each other, directly or around a loop)
+with the edges that tie it and the names used:
+    circle 1: src/a.rs -> src/b.rs (Foo, bar); src/b.rs -> src/a.rs (Baz)
+and last a summary line per crate: `latchkey-server: 31 files, 0 circles`.
+
+CRATE_DIR defaults to crates/latchkey-server crates/latchkey-client. A
+relative CRATE_DIR is taken from the current directory, else from the
+workspace root; absolute ones are fine (another checkout, read only).
+
+OPTIONS:
+    --check    exit 1 when any of the crates has a circle (after printing it)
+
+Exits 0 otherwise, 2 when a crate cannot be read.
+Example: cargo xtask imports --check crates/latchkey-core
+";
+
 /// (name users type, aliases, example target in the latchkey package)
 const DEMOS: &[(&str, &[&str], &str)] = &[
     ("three_replicas", &["three"], "three_replicas"),
@@ -236,6 +271,7 @@ fn dispatch(args: &[OsString]) -> Result {
         Some("test") => cmd_test(rest),
         Some("bench") => cmd_bench(rest),
         Some("soak") => cmd_soak(rest),
+        Some("imports") => cmd_imports(rest),
         _ => {
             eprint!("{USAGE}");
             Err(Exit::with(
@@ -254,6 +290,7 @@ fn help(rest: &[OsString]) -> Result {
         Some(Some("test")) => TEST_HELP,
         Some(Some("bench")) => BENCH_HELP,
         Some(Some("soak")) => SOAK_HELP,
+        Some(Some("imports")) => IMPORTS_HELP,
         Some(_) => {
             eprint!("{USAGE}");
             return Err(Exit::with(
@@ -854,6 +891,32 @@ fn ci_nemesis() -> Result<Command> {
     ];
     // Built by the step before this one.
     nemesis_command(server_path()?, &OsString::from("100s"), &args)
+}
+
+// ---------------------------------------------------------------- imports
+
+fn cmd_imports(rest: &[OsString]) -> Result {
+    let mut check = false;
+    let mut dirs = Vec::new();
+    for arg in rest {
+        if is_help(arg) {
+            print!("{IMPORTS_HELP}");
+            return Ok(());
+        } else if arg == "--check" {
+            check = true;
+        } else if arg.to_string_lossy().starts_with('-') {
+            return Err(usage_error(
+                IMPORTS_HELP,
+                format!("imports: unknown option `{}`", lossy(arg)),
+            ));
+        } else {
+            dirs.push(imports::crate_dir(std::path::Path::new(arg)));
+        }
+    }
+    if dirs.is_empty() {
+        dirs = imports::default_crate_dirs();
+    }
+    imports::run(&dirs, check)
 }
 
 #[cfg(test)]
