@@ -12,6 +12,9 @@ use latchkey::{
     RaftSettings, ScanRange, Sequencer, ServerTls, SessionSecret, TlsOptions,
 };
 
+pub mod lock;
+mod snapshot;
+
 /// latchkey: an embedded replicated KV store with a lock service.
 #[derive(Debug, Parser)]
 #[command(name = "latchkey", version, about)]
@@ -226,7 +229,7 @@ enum Cmd {
     /// Back a cluster up to a file, inspect a backup, restore one into a
     /// new cluster.
     #[command(subcommand)]
-    Snapshot(crate::snapshot_cmd::SnapshotCmd),
+    Snapshot(snapshot::SnapshotCmd),
     /// List locks in use: holders with their tokens, and queue lengths.
     Locks {
         /// Only locks whose names start with this.
@@ -537,9 +540,9 @@ impl From<Error> for Failure {
     }
 }
 
-impl From<&LockArgs> for crate::lock_cmd::LockRequest {
+impl From<&LockArgs> for lock::LockRequest {
     fn from(l: &LockArgs) -> Self {
-        crate::lock_cmd::LockRequest {
+        lock::LockRequest {
             name: l.name.clone(),
             ttl: l.ttl,
             wait: if l.no_wait { None } else { Some(l.wait) },
@@ -941,7 +944,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Status => status(&args, args.write_out == WriteOut::Json).await,
         Cmd::Lock(l) => {
             let c = client(&args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
-            crate::lock_cmd::run(c, l.into())
+            lock::run(c, l.into())
                 .await
                 .map_err(|f| Failure::AroundCommand(Box::new(f)))
         }
@@ -957,9 +960,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
                 )))
             }
         }
-        Cmd::LockGuard { fd, command } => Ok(crate::lock_guard::run(*fd, command)),
+        Cmd::LockGuard { fd, command } => Ok(lock::guard::run(*fd, command)),
         Cmd::Snapshot(cmd) => {
-            crate::snapshot_cmd::run(cmd, || client(&args), args.write_out == WriteOut::Json).await
+            snapshot::run(cmd, || client(&args), args.write_out == WriteOut::Json).await
         }
         Cmd::Locks { prefix } => locks(&args, prefix, args.write_out == WriteOut::Json).await,
         Cmd::Auth(a) => {

@@ -12,7 +12,7 @@
 //! - If the session is lost while the command runs (cut off from the
 //!   cluster past the TTL), the command's whole process group is killed at
 //!   once and `latchkey` exits 206.
-//! - The command runs under a guard process (`crate::lock_guard`) in its
+//! - The command runs under a guard process (`guard`) in its
 //!   own process group, which `latchkey` keeps telling when the lease ends;
 //!   if `latchkey` cannot (stopped by SIGSTOP, hung, starved), the guard
 //!   kills the group when that time comes. If `latchkey` dies, the guard
@@ -43,7 +43,9 @@ use std::time::Duration;
 use latchkey::Client;
 use tokio::process::Command;
 
-use crate::cli::Failure;
+use super::Failure;
+
+pub mod guard;
 
 /// What to lock and what to run.
 pub struct LockRequest {
@@ -168,14 +170,14 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         tracing::warn!(error = %e, "release after the command failed");
     }
     let _ = session.close().await;
-    Ok(crate::lock_guard::exit_code_of(status))
+    Ok(guard::exit_code_of(status))
 }
 
 /// How often the guard is sent the lease's end, and the command checked
 /// for a stop.
 const FEED_EVERY: Duration = Duration::from_millis(100);
 
-/// The guard process (`crate::lock_guard`) running the command in its own
+/// The guard process (`guard`) running the command in its own
 /// process group, the pipe that feeds it deadlines, and whether the
 /// terminal was handed to it.
 struct Watcher {
@@ -382,7 +384,7 @@ impl Drop for Watcher {
 /// `CLOCK_BOOTTIME`, never later than the true end: the clock is read
 /// before the remaining time.
 fn deadline(guard: &latchkey::LockGuard) -> u64 {
-    let now = crate::lock_guard::boottime_nanos();
+    let now = guard::boottime_nanos();
     let remaining = u64::try_from(guard.remaining().as_nanos()).unwrap_or(u64::MAX);
     now.saturating_add(remaining)
 }
