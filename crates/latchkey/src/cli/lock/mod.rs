@@ -43,24 +43,49 @@ use std::time::Duration;
 use latchkey::Client;
 use tokio::process::Command;
 
-use super::Failure;
+use super::args::{Args, LockArgs};
+use super::connect::client;
+use super::failure::Failure;
 
 pub mod guard;
 
 /// What to lock and what to run.
-pub struct LockRequest {
-    pub name: String,
-    pub ttl: Duration,
+struct LockRequest {
+    name: String,
+    ttl: Duration,
     /// `None`: try once. `Some(None)`: wait as long as it takes.
-    pub wait: Option<Option<Duration>>,
-    pub shared: bool,
-    pub lease: Option<Duration>,
-    pub lock_delay: Option<Duration>,
-    pub command: Vec<String>,
+    wait: Option<Option<Duration>>,
+    shared: bool,
+    lease: Option<Duration>,
+    lock_delay: Option<Duration>,
+    command: Vec<String>,
+}
+
+/// `lock NAME -- CMD`; latchkey's own failures, connecting included, are
+/// reported around the command (200 + the usual code).
+pub async fn run(args: &Args, l: &LockArgs) -> Result<ExitCode, Failure> {
+    let c = client(args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
+    hold_while_running(c, l.into())
+        .await
+        .map_err(|f| Failure::AroundCommand(Box::new(f)))
+}
+
+impl From<&LockArgs> for LockRequest {
+    fn from(l: &LockArgs) -> Self {
+        LockRequest {
+            name: l.name.clone(),
+            ttl: l.ttl,
+            wait: if l.no_wait { None } else { Some(l.wait) },
+            shared: l.shared,
+            lease: l.lease,
+            lock_delay: l.lock_delay,
+            command: l.command.clone(),
+        }
+    }
 }
 
 /// Acquire, run, release; the exit code is the command's.
-pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> {
+async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode, Failure> {
     let Some((program, args)) = req.command.split_first() else {
         return Err(Failure::Usage("no command given after --".into()));
     };
