@@ -78,7 +78,6 @@ pub fn client_tls(args: &Args) -> Result<Option<TlsOptions>, Failure> {
 }
 
 /// The non-empty `--endpoints`, trimmed.
-
 pub fn endpoints(args: &Args) -> Vec<String> {
     args.endpoints
         .iter()
