@@ -11,9 +11,6 @@
 //! above (127/126 when the command cannot be found/run).
 
 mod cli;
-mod lock_cmd;
-mod lock_guard;
-mod snapshot_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,7 +20,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let args = cli::Args::parse();
     if let Some((fd, command)) = args.lock_guard() {
-        return lock_guard::run(fd, command);
+        return cli::lock::guard::run(fd, command);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

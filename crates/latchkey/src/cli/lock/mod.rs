@@ -12,7 +12,7 @@
 //! - If the session is lost while the command runs (cut off from the
 //!   cluster past the TTL), the command's whole process group is killed at
 //!   once and `latchkey` exits 206.
-//! - The command runs under a guard process (`crate::lock_guard`) in its
+//! - The command runs under a guard process (`guard`) in its
 //!   own process group, which `latchkey` keeps telling when the lease ends;
 //!   if `latchkey` cannot (stopped by SIGSTOP, hung, starved), the guard
 //!   kills the group when that time comes. If `latchkey` dies, the guard
@@ -43,22 +43,49 @@ use std::time::Duration;
 use latchkey::Client;
 use tokio::process::Command;
 
-use crate::cli::Failure;
+use super::args::{Args, LockArgs};
+use super::connect::client;
+use super::failure::Failure;
+
+pub mod guard;
 
 /// What to lock and what to run.
-pub struct LockRequest {
-    pub name: String,
-    pub ttl: Duration,
+struct LockRequest {
+    name: String,
+    ttl: Duration,
     /// `None`: try once. `Some(None)`: wait as long as it takes.
-    pub wait: Option<Option<Duration>>,
-    pub shared: bool,
-    pub lease: Option<Duration>,
-    pub lock_delay: Option<Duration>,
-    pub command: Vec<String>,
+    wait: Option<Option<Duration>>,
+    shared: bool,
+    lease: Option<Duration>,
+    lock_delay: Option<Duration>,
+    command: Vec<String>,
+}
+
+/// `lock NAME -- CMD`; latchkey's own failures, connecting included, are
+/// reported around the command (200 + the usual code).
+pub async fn run(args: &Args, l: &LockArgs) -> Result<ExitCode, Failure> {
+    let c = client(args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
+    hold_while_running(c, l.into())
+        .await
+        .map_err(|f| Failure::AroundCommand(Box::new(f)))
+}
+
+impl From<&LockArgs> for LockRequest {
+    fn from(l: &LockArgs) -> Self {
+        LockRequest {
+            name: l.name.clone(),
+            ttl: l.ttl,
+            wait: if l.no_wait { None } else { Some(l.wait) },
+            shared: l.shared,
+            lease: l.lease,
+            lock_delay: l.lock_delay,
+            command: l.command.clone(),
+        }
+    }
 }
 
 /// Acquire, run, release; the exit code is the command's.
-pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> {
+async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode, Failure> {
     let Some((program, args)) = req.command.split_first() else {
         return Err(Failure::Usage("no command given after --".into()));
     };
@@ -168,14 +195,14 @@ pub async fn run(client: Client, req: LockRequest) -> Result<ExitCode, Failure> 
         tracing::warn!(error = %e, "release after the command failed");
     }
     let _ = session.close().await;
-    Ok(crate::lock_guard::exit_code_of(status))
+    Ok(guard::exit_code_of(status))
 }
 
 /// How often the guard is sent the lease's end, and the command checked
 /// for a stop.
 const FEED_EVERY: Duration = Duration::from_millis(100);
 
-/// The guard process (`crate::lock_guard`) running the command in its own
+/// The guard process (`guard`) running the command in its own
 /// process group, the pipe that feeds it deadlines, and whether the
 /// terminal was handed to it.
 struct Watcher {
@@ -382,7 +409,7 @@ impl Drop for Watcher {
 /// `CLOCK_BOOTTIME`, never later than the true end: the clock is read
 /// before the remaining time.
 fn deadline(guard: &latchkey::LockGuard) -> u64 {
-    let now = crate::lock_guard::boottime_nanos();
+    let now = guard::boottime_nanos();
     let remaining = u64::try_from(guard.remaining().as_nanos()).unwrap_or(u64::MAX);
     now.saturating_add(remaining)
 }

@@ -8,50 +8,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use latchkey::core::backup::{bump_row, missing_counters, Census, DEFAULT_BUMP, MIN_BUMP};
+use latchkey::core::backup::{bump_row, missing_counters, Census, MIN_BUMP};
 use latchkey::Client;
 use latchkey_storage::backup::{self, BackupMeta};
 
-use crate::cli::{out, Failure};
-
-/// The `snapshot` subcommands.
-#[derive(Debug, clap::Subcommand)]
-pub enum SnapshotCmd {
-    /// Save a backup of the whole cluster (keys, sessions, locks, sequences,
-    /// counters, access control) to FILE, as the leader sees it after every
-    /// write acknowledged before the call. Needs the cluster secret
-    /// (--cluster-secret-file) or, while access control is on, an admin
-    /// user. FILE (mode 0600: it holds session secrets and password hashes)
-    /// is written beside itself and renamed into place once synced, so it is
-    /// never half written.
-    Save { file: PathBuf },
-    /// Check FILE whole (checksum, frames, row count) and print what it
-    /// holds (exit 2 if it is damaged).
-    Status { file: PathBuf },
-    /// Seed the new data directory of one member of a new cluster from FILE.
-    /// Run it for every initial member, with the same FILE, --bump and
-    /// --initial-members, then start each with `latchkey serve` and those
-    /// --initial-members: the members form a cluster only if all were
-    /// restored alike. The last fencing token, the last session id and every
-    /// sequence move on by --bump, so nothing the old cluster issued after
-    /// the backup is issued again (if it issued fewer than --bump).
-    Restore {
-        file: PathBuf,
-        /// The new member's data directory (must not exist, or be empty).
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// The new member's id: one of --initial-members.
-        #[arg(long)]
-        id: u64,
-        /// The new cluster's members, ID=HOST:PORT of each one's peer
-        /// listener, as `serve --initial-members` takes them.
-        #[arg(long, value_delimiter = ',', value_parser = crate::cli::parse_member, required = true)]
-        initial_members: Vec<(u64, String)>,
-        /// Add this to every counter (at least 1000000).
-        #[arg(long, default_value_t = DEFAULT_BUMP)]
-        bump: u64,
-    },
-}
+use super::args::SnapshotCmd;
+use super::failure::Failure;
+use super::output::out;
 
 /// Run one `snapshot` subcommand; `json` prints JSON.
 pub async fn run(

@@ -1,0 +1,192 @@
+//! The key-value commands: `put`, `get`, `del`, `scan` and `seq`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use latchkey::{Consistency, ScanRange};
+
+use super::args::{Args, WriteOut};
+use super::connect::client;
+use super::failure::Failure;
+use super::fencing::{parse_sequencer, parse_session_secret};
+use super::output::{hex, json_entry, out};
+
+/// `put KEY VALUE`: write the value (from the argument, stdin or a file),
+/// fenced by `fence` (with the session's secret) if given.
+pub async fn put(
+    args: &Args,
+    key: &str,
+    value: Option<&str>,
+    file: Option<&Path>,
+    fence: Option<&str>,
+    session_secret: Option<&str>,
+) -> Result<ExitCode, Failure> {
+    let value = put_value(value, file)?;
+    let c = client(args)?;
+    match fence {
+        Some(seq) => {
+            let secret = parse_session_secret(session_secret)?;
+            c.put_fenced(&parse_sequencer(seq)?, &secret, key, value)
+                .await?
+        }
+        None => c.put(key, value).await?,
+    }
+    out(&[b"OK\n"])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `get KEY`: print its value as `--write-out` asks (exit 1 if absent).
+pub async fn get(args: &Args, key: &str, stale: bool) -> Result<ExitCode, Failure> {
+    let consistency = if stale {
+        Consistency::Stale
+    } else {
+        Consistency::Linearizable
+    };
+    match client(args)?.get_with(key, consistency).await? {
+        Some(v) => {
+            let line = match args.write_out {
+                WriteOut::Simple | WriteOut::Table => [v, b"\n".to_vec()].concat(),
+                WriteOut::Hex => format!("{}\n", hex(&v)).into_bytes(),
+                WriteOut::Json => format!("{}\n", json_entry(key.as_bytes(), &v)).into_bytes(),
+            };
+            out(&[&line])?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => Err(Failure::NotFound(format!("key {key:?} not found"))),
+    }
+}
+
+/// `del KEY`: delete it, fenced by `fence` if given; unfenced, print
+/// whether it existed.
+pub async fn del(
+    args: &Args,
+    key: &str,
+    fence: Option<&str>,
+    session_secret: Option<&str>,
+) -> Result<ExitCode, Failure> {
+    let c = client(args)?;
+    match fence {
+        Some(seq) => {
+            let secret = parse_session_secret(session_secret)?;
+            c.delete_fenced(&parse_sequencer(seq)?, &secret, key)
+                .await?;
+            out(&[b"OK\n"])?;
+        }
+        None => {
+            let existed = c.delete(key).await?;
+            out(&[if existed { b"1\n" } else { b"0\n" }])?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `scan`: print the matching keys and values page by page, at most
+/// `limit` of them (0: all).
+pub async fn scan(
+    args: &Args,
+    prefix: &str,
+    start: &str,
+    end: Option<&str>,
+    limit: u32,
+    reverse: bool,
+) -> Result<ExitCode, Failure> {
+    let mut range = ScanRange {
+        start: start.as_bytes().to_vec(),
+        end: end.map(|e| e.as_bytes().to_vec()),
+        prefix: prefix.as_bytes().to_vec(),
+        limit: 0,
+        reverse,
+    };
+    let c = client(args)?;
+    let mut printed: u64 = 0;
+    loop {
+        if limit != 0 {
+            // One more than is left, to tell whether the limit cut
+            // the scan.
+            let left = u64::from(limit).saturating_sub(printed) + 1;
+            range.limit = u32::try_from(left)
+                .unwrap_or(u32::MAX)
+                .min(latchkey_core::limits::MAX_SCAN_LIMIT);
+        }
+        let page = c.scan(range.clone()).await?;
+        for (k, v) in &page.entries {
+            if limit != 0 && printed == u64::from(limit) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "latchkey: stopped at --limit {limit}: more keys match"
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let line = match args.write_out {
+                WriteOut::Simple | WriteOut::Table => [&k[..], b"\t", v, b"\n"].concat(),
+                WriteOut::Hex => format!("{}\t{}\n", hex(k), hex(v)).into_bytes(),
+                WriteOut::Json => format!("{}\n", json_entry(k, v)).into_bytes(),
+            };
+            out(&[&line])?;
+            printed += 1;
+        }
+        let Some((last, _)) = page.entries.last() else {
+            break;
+        };
+        if !page.more {
+            break;
+        }
+        // The next page starts right after the last key printed
+        // (below it, in reverse).
+        if reverse {
+            range.end = Some(last.clone());
+        } else {
+            let mut next = last.clone();
+            next.push(0);
+            range.start = next;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `seq KEY`: allocate `step` numbers from the sequence; print the first.
+pub async fn seq(args: &Args, key: &str, step: u64) -> Result<ExitCode, Failure> {
+    let range = client(args)?.next_sequence(key, step).await?;
+    out(&[format!("{}\n", range.start).as_bytes()])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The value `put` writes: its argument, stdin for `-`, or `--file`'s
+/// bytes; more than the value limit is refused before anything is sent.
+fn put_value(value: Option<&str>, file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    let (reader, source): (Box<dyn Read>, String) = match (value, file) {
+        (Some("-"), None) if std::io::IsTerminal::is_terminal(&std::io::stdin()) => {
+            return Err(Failure::Usage(
+                "`put KEY -` reads the value from stdin, which is a terminal: pipe the value \
+                 in, or give it as an argument or with --file"
+                    .into(),
+            ))
+        }
+        (Some("-"), None) => (Box::new(std::io::stdin().lock()), "stdin".to_string()),
+        (Some(v), None) => return Ok(v.as_bytes().to_vec()),
+        (None, Some(path)) => (
+            Box::new(std::fs::File::open(path).map_err(|e| {
+                Failure::Usage(format!(
+                    "cannot read the value file {}: {e}",
+                    path.display()
+                ))
+            })?),
+            path.display().to_string(),
+        ),
+        _ => return Err(Failure::Usage("give a value, `-` (stdin) or --file".into())),
+    };
+    let limit = latchkey_core::limits::MAX_VALUE_LEN;
+    let mut bytes = Vec::new();
+    reader
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::Usage(format!("cannot read the value from {source}: {e}")))?;
+    if bytes.len() > limit {
+        return Err(Failure::Usage(format!(
+            "the value from {source} is over the {limit}-byte limit"
+        )));
+    }
+    Ok(bytes)
+}
