@@ -82,7 +82,8 @@ const TEST_HELP: &str = "\
 cargo xtask test [--quick] [-- CARGO_TEST_ARGS...]
 
 Runs, in order, stopping at the first failure (exit code = that step's):
-    1. cargo fmt --all -- --check
+    1. cargo fmt --all -- --check, then `cargo xtask imports --check
+       crates/latchkey-server`: no circle of files in the server
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
     3. cargo test --workspace [CARGO_TEST_ARGS...]
     4. python: the gRPC API from Python (grpcio) against a three-process
@@ -459,6 +460,7 @@ fn cmd_test(rest: &[OsString]) -> Result {
     test.args(cargo_test_args);
     let steps = [
         Step::new("fmt", Some(cargo(["fmt", "--all", "--", "--check"]))),
+        Step::new("imports", Some(imports_check()?)),
         Step::new(
             "clippy",
             (!quick).then(|| {
@@ -547,6 +549,17 @@ impl Step {
             prepare: None,
         }
     }
+}
+
+/// The imports step: this task runner's own `imports --check` on the
+/// server (no circle of files in it). The client joins once its own
+/// circles are gone.
+fn imports_check() -> Result<Command> {
+    let me = env::current_exe()
+        .map_err(|e| Exit::with(2, format!("cannot find the xtask binary itself: {e}")))?;
+    let mut cmd = Command::new(me);
+    cmd.args(["imports", "--check", "crates/latchkey-server"]);
+    Ok(cmd)
 }
 
 /// The python step: the ignored test `python` of the latchkey package, with
