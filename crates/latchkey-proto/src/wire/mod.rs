@@ -39,6 +39,8 @@
 //! - `error.rs`: [`CommandError`] and [`ReplicaFailure`] to the typed
 //!   `Error` and back;
 //! - `grant.rs`: access-control grants;
+//! - `status.rs`: a replica's [`NodeStatus`](crate::NodeStatus) and the
+//!   typed `StatusReply` of `Admin.Status`;
 //! - `fault.rs`: how a conversion refuses its input.
 //!
 //! Imports run one way, from the entry points down, never back up:
@@ -46,7 +48,7 @@
 //! `reply` imports `lock_reply`, `error` and `rpc`; `lock_request` imports
 //! `batch`, `lock_parts` and `operation`; `lock_reply` imports `lock_parts`
 //! and `rpc`; `error` imports `lock_parts`; `lock_parts` and `batch` import
-//! only `fault`. `operation`, `rpc`, `fault` and `grant` import
+//! only `fault`. `operation`, `rpc`, `fault`, `grant` and `status` import
 //! no other room, and no room imports this module: it only declares the
 //! rooms and re-exports their public items.
 //!
@@ -67,6 +69,7 @@ mod operation;
 mod reply;
 mod request;
 mod rpc;
+mod status;
 #[cfg(test)]
 mod tests;
 
