@@ -22,7 +22,7 @@ pub enum Operation {
     /// Propose an acquire and, if it queues, hold the call up to `hold`
     /// for the grant.
     Acquire {
-        /// A [`LockCommand::Acquire`].
+        /// A [`LockCommand::Acquire`](latchkey_core::lock::LockCommand::Acquire).
         command: Command,
         /// Longest time the replica holds the call.
         hold: Duration,
