@@ -1,8 +1,7 @@
 //! What a replica reports about itself and the cluster (`Admin.Status`).
+//! Its typed `StatusReply` form, both ways, is in [`crate::wire`].
 
 use serde::Serialize;
-
-use crate::v1::StatusReply;
 
 /// One member of the cluster as a replica sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,34 +58,4 @@ pub struct NodeStatus {
     /// Peers this replica refuses or that refuse it (a follower whose log
     /// went backwards, a peer addressed with a stale incarnation).
     pub peer_problems: Vec<String>,
-}
-
-impl From<StatusReply> for NodeStatus {
-    fn from(r: StatusReply) -> Self {
-        NodeStatus {
-            id: r.id,
-            leader_id: (r.leader_id != 0).then_some(r.leader_id),
-            leader_addr: (!r.leader_addr.is_empty()).then_some(r.leader_addr),
-            term: r.term,
-            last_applied: r.last_applied,
-            last_log_index: r.last_log_index,
-            snapshot_index: r.snapshot_index,
-            state: r.state,
-            members: r
-                .members
-                .into_iter()
-                .map(|m| MemberInfo {
-                    id: m.id,
-                    peer_addr: m.peer_addr,
-                    client_addr: m.client_addr,
-                    voter: m.voter,
-                    incarnation: m.incarnation,
-                    matched_index: m.matched_index,
-                })
-                .collect(),
-            detail: (!r.detail.is_empty()).then_some(r.detail),
-            incarnation: r.incarnation,
-            peer_problems: r.peer_problems,
-        }
-    }
 }

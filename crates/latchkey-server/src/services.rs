@@ -16,7 +16,7 @@ use latchkey_proto::v1::{
     self, admin_server::Admin, call::Request as Req, call_reply::Reply as Rep, kv_server::Kv,
     lock_server::Lock, membership_server::Membership, pipeline_server::Pipeline,
     raft_server::Raft as RaftRpc, AddMemberRequest, AdminReply, ChangeVotersRequest, IdentifyReply,
-    IdentifyRequest, Member, RaftMessage, StatusReply, StatusRequest,
+    IdentifyRequest, RaftMessage, StatusReply, StatusRequest,
 };
 use latchkey_proto::{wire, ReplicaFailure};
 use serde::Serialize;
@@ -401,32 +401,7 @@ impl Admin for AdminService {
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
-        let s = self.replica.status();
-        Ok(Response::new(StatusReply {
-            id: s.id,
-            leader_id: s.leader_id.unwrap_or(0),
-            leader_addr: s.leader_addr.unwrap_or_default(),
-            term: s.term,
-            last_applied: s.last_applied,
-            last_log_index: s.last_log_index,
-            state: s.state,
-            members: s
-                .members
-                .into_iter()
-                .map(|m| Member {
-                    id: m.id,
-                    peer_addr: m.peer_addr,
-                    client_addr: m.client_addr,
-                    voter: m.voter,
-                    incarnation: m.incarnation,
-                    matched_index: m.matched_index,
-                })
-                .collect(),
-            snapshot_index: s.snapshot_index,
-            detail: s.detail.unwrap_or_default(),
-            incarnation: s.incarnation,
-            peer_problems: s.peer_problems,
-        }))
+        Ok(Response::new(StatusReply::from(self.replica.status())))
     }
 }
 

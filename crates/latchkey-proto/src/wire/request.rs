@@ -1,0 +1,172 @@
+//! Operations to typed requests and back: [`request_to_wire`] for what a
+//! client sends, [`request_from_wire`] for what a replica receives. The
+//! key-value requests are converted here; the lock service's are in
+//! `lock_request.rs`.
+
+use std::time::Duration;
+
+use latchkey_core::{Command, Query, ScanRange};
+
+use super::batch::{conditions_from_wire, conditions_to_wire, ops_from_wire, ops_to_wire, put};
+use super::fault::invalid;
+use super::lock_request;
+use super::operation::Operation;
+use super::rpc::Rpc;
+use crate::v1::{self, call::Request as Req};
+use crate::ReplicaFailure;
+
+/// The typed request of `op`, or why a client cannot send it.
+pub fn request_to_wire(op: &Operation) -> Result<Req, ReplicaFailure> {
+    use lock_request::hold_ms;
+    Ok(match op {
+        // An acquire proposed as a plain write does not wait for its grant.
+        Operation::Write(command) => command_to_wire(command, hold_ms(Duration::ZERO))?,
+        Operation::Acquire { command, hold } => command_to_wire(command, hold_ms(*hold))?,
+        Operation::Read { query, stale } => query_to_wire(query, *stale)?,
+        Operation::KeepAlive { session, secret } => {
+            lock_request::keep_alive_to_wire(*session, secret)
+        }
+    })
+}
+
+/// The operation a typed request asks for, and the RPC whose reply answers
+/// it. Refused with [`ReplicaFailure::InvalidArgument`] when a required
+/// field is missing or an enum value is unknown.
+pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailure> {
+    use lock_request as lock;
+    let rpc = Rpc::of(&request);
+    let write = |c: Command| Operation::Write(c);
+    let read = |q: Query, stale: bool| Operation::Read { query: q, stale };
+    let op = match request {
+        Req::Get(r) => read(Query::Get { key: r.key }, r.stale),
+        Req::MultiGet(r) => read(Query::MultiGet { keys: r.keys }, r.stale),
+        Req::Scan(r) => read(
+            Query::Scan(ScanRange {
+                start: r.start,
+                end: r.end,
+                prefix: r.prefix,
+                limit: r.limit,
+                reverse: r.reverse,
+            }),
+            r.stale,
+        ),
+        Req::Put(r) => write(Command::Put {
+            key: r.key,
+            value: r.value,
+        }),
+        Req::PutIfAbsent(r) => write(Command::PutIfAbsent {
+            key: r.key,
+            value: r.value,
+        }),
+        Req::GetAndPut(r) => write(Command::GetAndPut {
+            key: r.key,
+            value: r.value,
+        }),
+        Req::CompareAndPut(r) => write(Command::CompareAndPut {
+            key: r.key,
+            expected: r.expected,
+            value: r.value,
+        }),
+        Req::Delete(r) => write(Command::Delete { key: r.key }),
+        Req::DeleteRange(r) => write(Command::DeleteRange {
+            start: r.start,
+            end: r.end,
+        }),
+        Req::Batch(r) => write(Command::Batch {
+            conditions: conditions_from_wire(r.conditions),
+            ops: ops_from_wire(r.ops)?,
+        }),
+        Req::NextSequence(r) => write(Command::NextSequence {
+            key: r.key,
+            step: r.step,
+        }),
+        Req::OpenSession(r) => lock::open_session_from_wire(r),
+        Req::KeepAlive(r) => lock::keep_alive_from_wire(r)?,
+        Req::CloseSession(r) => lock::close_session_from_wire(r)?,
+        Req::GetSession(r) => lock::get_session_from_wire(r),
+        Req::Acquire(r) => lock::acquire_from_wire(r)?,
+        Req::Release(r) => lock::release_from_wire(r)?,
+        Req::CancelWait(r) => lock::cancel_wait_from_wire(r)?,
+        Req::FencedWrite(r) => lock::fenced_write_from_wire(r)?,
+        Req::CheckSequencer(r) => lock::check_sequencer_from_wire(r)?,
+        Req::ListLocks(r) => lock::list_locks_from_wire(r),
+    };
+    Ok((op, rpc))
+}
+
+/// The typed request of a write command; lock commands are converted by
+/// `lock_request.rs`. What a client cannot send is refused.
+fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailure> {
+    Ok(match command {
+        Command::Put { key, value } => Req::Put(put(key, value)),
+        Command::PutIfAbsent { key, value } => Req::PutIfAbsent(put(key, value)),
+        Command::GetAndPut { key, value } => Req::GetAndPut(put(key, value)),
+        Command::CompareAndPut {
+            key,
+            expected,
+            value,
+        } => Req::CompareAndPut(v1::CompareAndPutRequest {
+            key: key.clone(),
+            expected: expected.clone(),
+            value: value.clone(),
+        }),
+        Command::Delete { key } => Req::Delete(v1::DeleteRequest { key: key.clone() }),
+        Command::DeleteRange { start, end } => Req::DeleteRange(v1::DeleteRangeRequest {
+            start: start.clone(),
+            end: end.clone(),
+        }),
+        Command::Batch { conditions, ops } => Req::Batch(v1::BatchRequest {
+            conditions: conditions_to_wire(conditions),
+            ops: ops_to_wire(ops),
+        }),
+        Command::NextSequence { key, step } => Req::NextSequence(v1::NextSequenceRequest {
+            key: key.clone(),
+            step: *step,
+        }),
+        Command::Lock(lock) => lock_request::command_to_wire(lock, hold_ms)?,
+        Command::Group { .. } => {
+            return Err(invalid(
+                "a group of commands is the leader's own packing, not a client operation",
+            ))
+        }
+        Command::Auth(_) => {
+            return Err(invalid(
+                "access-control changes travel on the Auth service, not as a client operation",
+            ))
+        }
+        Command::As { .. } => {
+            return Err(invalid(
+                "`As` is formed by the replica that authenticated the caller",
+            ))
+        }
+    })
+}
+
+/// The typed request of a read; lock reads are converted by
+/// `lock_request.rs`. What a client cannot send is refused.
+fn query_to_wire(query: &Query, stale: bool) -> Result<Req, ReplicaFailure> {
+    Ok(match query {
+        Query::Get { key } => Req::Get(v1::GetRequest {
+            key: key.clone(),
+            stale,
+        }),
+        Query::MultiGet { keys } => Req::MultiGet(v1::MultiGetRequest {
+            keys: keys.clone(),
+            stale,
+        }),
+        Query::Scan(range) => Req::Scan(v1::ScanRequest {
+            start: range.start.clone(),
+            end: range.end.clone(),
+            prefix: range.prefix.clone(),
+            limit: range.limit,
+            reverse: range.reverse,
+            stale,
+        }),
+        Query::Lock(lock) => lock_request::query_to_wire(lock, stale)?,
+        Query::Auth(_) | Query::As { .. } => {
+            return Err(invalid(
+                "access-control reads travel on the Auth service, not as a client operation",
+            ))
+        }
+    })
+}

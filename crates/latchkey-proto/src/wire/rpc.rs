@@ -1,0 +1,103 @@
+//! [`Rpc`]: which RPC a call travels as, its name, and whether it may
+//! write.
+
+use crate::v1::call::Request as Req;
+
+/// Which RPC a request came by: it decides the shape of the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Rpc {
+    Get,
+    MultiGet,
+    Scan,
+    Put,
+    PutIfAbsent,
+    CompareAndPut,
+    GetAndPut,
+    Delete,
+    DeleteRange,
+    Batch,
+    NextSequence,
+    OpenSession,
+    KeepAlive,
+    CloseSession,
+    GetSession,
+    Acquire,
+    Release,
+    CancelWait,
+    FencedWrite,
+    CheckSequencer,
+    ListLocks,
+}
+
+impl Rpc {
+    /// The RPC's name in snake case (`put`, `fenced_write`), for metrics
+    /// and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rpc::Get => "get",
+            Rpc::MultiGet => "multi_get",
+            Rpc::Scan => "scan",
+            Rpc::Put => "put",
+            Rpc::PutIfAbsent => "put_if_absent",
+            Rpc::CompareAndPut => "compare_and_put",
+            Rpc::GetAndPut => "get_and_put",
+            Rpc::Delete => "delete",
+            Rpc::DeleteRange => "delete_range",
+            Rpc::Batch => "batch",
+            Rpc::NextSequence => "next_sequence",
+            Rpc::OpenSession => "open_session",
+            Rpc::KeepAlive => "keep_alive",
+            Rpc::CloseSession => "close_session",
+            Rpc::GetSession => "get_session",
+            Rpc::Acquire => "acquire",
+            Rpc::Release => "release",
+            Rpc::CancelWait => "cancel_wait",
+            Rpc::FencedWrite => "fenced_write",
+            Rpc::CheckSequencer => "check_sequencer",
+            Rpc::ListLocks => "list_locks",
+        }
+    }
+
+    /// Whether a call of this RPC may change state: its reply, if lost,
+    /// leaves the outcome unknown.
+    pub fn is_write(self) -> bool {
+        !matches!(
+            self,
+            Rpc::Get
+                | Rpc::MultiGet
+                | Rpc::Scan
+                | Rpc::KeepAlive
+                | Rpc::GetSession
+                | Rpc::CheckSequencer
+                | Rpc::ListLocks
+        )
+    }
+
+    /// The RPC of a typed request.
+    pub fn of(request: &Req) -> Rpc {
+        match request {
+            Req::Get(_) => Rpc::Get,
+            Req::MultiGet(_) => Rpc::MultiGet,
+            Req::Scan(_) => Rpc::Scan,
+            Req::Put(_) => Rpc::Put,
+            Req::PutIfAbsent(_) => Rpc::PutIfAbsent,
+            Req::CompareAndPut(_) => Rpc::CompareAndPut,
+            Req::GetAndPut(_) => Rpc::GetAndPut,
+            Req::Delete(_) => Rpc::Delete,
+            Req::DeleteRange(_) => Rpc::DeleteRange,
+            Req::Batch(_) => Rpc::Batch,
+            Req::NextSequence(_) => Rpc::NextSequence,
+            Req::OpenSession(_) => Rpc::OpenSession,
+            Req::KeepAlive(_) => Rpc::KeepAlive,
+            Req::CloseSession(_) => Rpc::CloseSession,
+            Req::GetSession(_) => Rpc::GetSession,
+            Req::Acquire(_) => Rpc::Acquire,
+            Req::Release(_) => Rpc::Release,
+            Req::CancelWait(_) => Rpc::CancelWait,
+            Req::FencedWrite(_) => Rpc::FencedWrite,
+            Req::CheckSequencer(_) => Rpc::CheckSequencer,
+            Req::ListLocks(_) => Rpc::ListLocks,
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Replies: every result of every RPC round-trips, and a reply that cannot
+//! be trusted is an unknown outcome or unavailable, never a result.
+
+use latchkey_core::lock::{
+    LockDelayTimer, LockInfo, LockMode, LockOutcome, SessionId, SessionInfo, SessionSecret, Token,
+    WaitCancel,
+};
+use latchkey_core::{CommandResult, Outcome};
+
+use super::{holder, seq};
+use crate::v1::{self, call_reply::Reply as Rep};
+use crate::wire::{reply_from_wire, reply_to_wire, Rpc};
+use crate::ReplicaFailure;
+
+/// Every result of every RPC, each outcome variant at least once.
+fn results() -> Vec<(Rpc, CommandResult)> {
+    use LockOutcome as L;
+    let some = |v: &[u8]| Some(v.to_vec());
+    vec![
+        (Rpc::Get, Ok(Outcome::Value(None))),
+        (Rpc::Get, Ok(Outcome::Value(some(b"")))),
+        (Rpc::MultiGet, Ok(Outcome::Values(vec![None, some(b"v")]))),
+        (
+            Rpc::Scan,
+            Ok(Outcome::Entries {
+                entries: vec![(b"a".to_vec(), b"1".to_vec())],
+                more: true,
+            }),
+        ),
+        (Rpc::Put, Ok(Outcome::Done)),
+        (Rpc::PutIfAbsent, Ok(Outcome::Previous(None))),
+        (Rpc::GetAndPut, Ok(Outcome::Previous(some(b"old")))),
+        (
+            Rpc::CompareAndPut,
+            Ok(Outcome::Swapped {
+                succeeded: false,
+                current: some(b"x"),
+            }),
+        ),
+        (Rpc::Delete, Ok(Outcome::Deleted(1))),
+        (Rpc::DeleteRange, Ok(Outcome::Deleted(17))),
+        (
+            Rpc::Batch,
+            Ok(Outcome::Batch {
+                failed_condition: Some(1),
+            }),
+        ),
+        (
+            Rpc::FencedWrite,
+            Ok(Outcome::Batch {
+                failed_condition: None,
+            }),
+        ),
+        (
+            Rpc::NextSequence,
+            Ok(Outcome::Sequence { start: 5, end: 10 }),
+        ),
+        (
+            Rpc::OpenSession,
+            Ok(Outcome::Lock(L::SessionOpened {
+                session: SessionId(3),
+                ttl_ms: 10_000,
+                secret: SessionSecret([3; 16]),
+            })),
+        ),
+        (
+            Rpc::KeepAlive,
+            Ok(Outcome::Lock(L::Session(Some(SessionInfo {
+                session: SessionId(3),
+                ttl_ms: 10_000,
+            })))),
+        ),
+        (Rpc::GetSession, Ok(Outcome::Lock(L::Session(None)))),
+        (
+            Rpc::CloseSession,
+            Ok(Outcome::Lock(L::SessionEnded {
+                session: SessionId(3),
+                released: 2,
+                cancelled: 1,
+            })),
+        ),
+        (
+            Rpc::Acquire,
+            Ok(Outcome::Lock(L::Granted {
+                sequencer: seq("a", 40),
+                hold_count: 1,
+            })),
+        ),
+        (
+            Rpc::Acquire,
+            Ok(Outcome::Lock(L::Queued {
+                name: "a".into(),
+                request_id: 11,
+                position: 3,
+            })),
+        ),
+        (
+            Rpc::Release,
+            Ok(Outcome::Lock(L::Released {
+                name: "a".into(),
+                token: Token(40),
+                remaining: 0,
+            })),
+        ),
+        (
+            Rpc::CancelWait,
+            Ok(Outcome::Lock(L::WaitCancel(WaitCancel::Cancelled))),
+        ),
+        (
+            Rpc::CancelWait,
+            Ok(Outcome::Lock(L::WaitCancel(WaitCancel::AlreadyGranted(
+                seq("a", 41),
+            )))),
+        ),
+        (
+            Rpc::CancelWait,
+            Ok(Outcome::Lock(L::WaitCancel(WaitCancel::NotWaiting))),
+        ),
+        (
+            Rpc::CheckSequencer,
+            Ok(Outcome::Lock(L::SequencerCheck { current: true })),
+        ),
+        (
+            Rpc::ListLocks,
+            Ok(Outcome::Lock(L::Locks {
+                locks: vec![
+                    LockInfo {
+                        name: "a".into(),
+                        mode: Some(LockMode::Exclusive),
+                        holders: vec![holder()],
+                        waiters: 2,
+                        lock_delay: None,
+                    },
+                    LockInfo {
+                        name: "b".into(),
+                        mode: None,
+                        holders: Vec::new(),
+                        waiters: 0,
+                        lock_delay: Some(LockDelayTimer {
+                            name: "b".into(),
+                            token: Token(8),
+                            delay_ms: 500,
+                        }),
+                    },
+                ],
+                more: false,
+            })),
+        ),
+    ]
+}
+
+#[test]
+fn every_result_round_trips() {
+    for (rpc, result) in results() {
+        let back = reply_from_wire(reply_to_wire(rpc, Ok(result.clone())));
+        assert_eq!(back, Ok(result), "{rpc:?}");
+    }
+}
+
+#[test]
+fn a_failure_answers_in_the_shape_of_its_call() {
+    for (rpc, _) in results() {
+        let reply = reply_to_wire(rpc, Err(ReplicaFailure::Unavailable("x".into())));
+        assert_eq!(
+            reply_from_wire(reply),
+            Err(ReplicaFailure::Unavailable("x".into()))
+        );
+    }
+}
+
+#[test]
+fn an_outcome_that_does_not_answer_the_call_is_not_passed_off_as_one() {
+    let reply = reply_to_wire(Rpc::Put, Ok(Ok(Outcome::Value(None))));
+    assert!(matches!(
+        reply_from_wire(reply),
+        Err(ReplicaFailure::UnknownOutcome(_))
+    ));
+    let reply = reply_to_wire(Rpc::Get, Ok(Ok(Outcome::Done)));
+    assert!(matches!(
+        reply_from_wire(reply),
+        Err(ReplicaFailure::Unavailable(_))
+    ));
+}
+
+#[test]
+fn a_reply_missing_its_result_is_an_unknown_outcome() {
+    let reply = Rep::Acquire(v1::AcquireReply::default());
+    assert!(matches!(
+        reply_from_wire(reply),
+        Err(ReplicaFailure::UnknownOutcome(_))
+    ));
+}

@@ -1,0 +1,270 @@
+//! Requests: every client operation round-trips, and what only the replica
+//! proposes has no wire form.
+
+use std::time::Duration;
+
+use latchkey_core::lock::{LockCommand, LockMode, LockQuery, SessionId, SessionSecret, Token};
+use latchkey_core::{BatchOp, Command, Condition, Query, ScanRange};
+
+use super::seq;
+use crate::v1::{self, call::Request as Req};
+use crate::wire::{request_from_wire, request_to_wire, Operation, Rpc, DEFAULT_ACQUIRE_HOLD};
+use crate::ReplicaFailure;
+
+fn acquire(wait_ms: Option<u64>) -> Command {
+    Command::Lock(LockCommand::Acquire {
+        session: SessionId(3),
+        secret: SessionSecret([3; 16]),
+        owner: 9,
+        request_id: 11,
+        name: "jobs/a".into(),
+        mode: LockMode::Shared,
+        wait_ms,
+        lease_ms: Some(5_000),
+        lock_delay_ms: None,
+    })
+}
+
+/// Every operation a client can send, each variant at least once.
+fn operations() -> Vec<Operation> {
+    let k = || b"k".to_vec();
+    let conditions = vec![
+        Condition::ValueIs {
+            key: k(),
+            expected: None,
+        },
+        Condition::ValueIs {
+            key: b"c".to_vec(),
+            expected: Some(Vec::new()),
+        },
+    ];
+    let ops = vec![
+        BatchOp::Put {
+            key: k(),
+            value: b"v".to_vec(),
+        },
+        BatchOp::Delete { key: b"d".to_vec() },
+    ];
+    let writes = [
+        Command::Put {
+            key: k(),
+            value: Vec::new(),
+        },
+        Command::PutIfAbsent {
+            key: k(),
+            value: b"v".to_vec(),
+        },
+        Command::GetAndPut {
+            key: k(),
+            value: b"v".to_vec(),
+        },
+        Command::CompareAndPut {
+            key: k(),
+            expected: Some(b"old".to_vec()),
+            value: b"new".to_vec(),
+        },
+        Command::CompareAndPut {
+            key: k(),
+            expected: None,
+            value: b"new".to_vec(),
+        },
+        Command::Delete { key: k() },
+        Command::DeleteRange {
+            start: b"a".to_vec(),
+            end: b"z".to_vec(),
+        },
+        Command::Batch {
+            conditions: conditions.clone(),
+            ops: ops.clone(),
+        },
+        Command::NextSequence { key: k(), step: 5 },
+        Command::Lock(LockCommand::OpenSession {
+            ttl_ms: 10_000,
+            secret: SessionSecret::default(),
+        }),
+        Command::Lock(LockCommand::CloseSession {
+            session: SessionId(4),
+            secret: SessionSecret([3; 16]),
+        }),
+        Command::Lock(LockCommand::Release {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 1,
+            request_id: 12,
+            name: "jobs/a".into(),
+            token: Token(40),
+        }),
+        Command::Lock(LockCommand::CancelWait {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 1,
+            name: "jobs/a".into(),
+            request_id: 12,
+        }),
+        Command::Lock(LockCommand::Fenced {
+            sequencer: seq("jobs/a", 40),
+            secret: SessionSecret([3; 16]),
+            conditions,
+            ops,
+        }),
+    ];
+    let reads = [
+        Query::Get { key: k() },
+        Query::MultiGet {
+            keys: vec![k(), Vec::new()],
+        },
+        Query::Scan(ScanRange {
+            start: b"a".to_vec(),
+            end: Some(b"b".to_vec()),
+            prefix: b"a/".to_vec(),
+            limit: 10,
+            reverse: true,
+        }),
+        Query::Scan(ScanRange::prefix("p", 0)),
+        Query::Lock(LockQuery::CheckSequencer(seq("x", 1))),
+        Query::Lock(LockQuery::Locks {
+            prefix: "jobs/".into(),
+            start_after: Some("jobs/a".into()),
+            limit: 5,
+        }),
+        Query::Lock(LockQuery::Locks {
+            prefix: String::new(),
+            start_after: None,
+            limit: 0,
+        }),
+        Query::Lock(LockQuery::Session {
+            session: SessionId(3),
+        }),
+    ];
+    let mut all: Vec<Operation> = writes.into_iter().map(Operation::Write).collect();
+    for stale in [false, true] {
+        all.extend(reads.iter().map(|q| Operation::Read {
+            query: q.clone(),
+            stale,
+        }));
+    }
+    all.push(Operation::Acquire {
+        command: acquire(Some(1_000)),
+        hold: Duration::from_millis(250),
+    });
+    all.push(Operation::Acquire {
+        command: acquire(None),
+        hold: Duration::from_millis(1),
+    });
+    all.push(Operation::KeepAlive {
+        session: SessionId(3),
+        secret: SessionSecret([3; 16]),
+    });
+    all
+}
+
+#[test]
+fn every_client_operation_round_trips() {
+    for op in operations() {
+        let wire = request_to_wire(&op).expect("a client operation");
+        let (back, _) = request_from_wire(wire).expect("decodes");
+        assert_eq!(back, op);
+    }
+}
+
+#[test]
+fn an_acquire_sent_as_a_plain_write_arrives_as_an_acquire_that_barely_holds() {
+    for op in [
+        Operation::Write(acquire(Some(5))),
+        Operation::Acquire {
+            command: acquire(Some(5)),
+            hold: Duration::ZERO,
+        },
+    ] {
+        let wire = request_to_wire(&op).expect("encodes");
+        let (back, rpc) = request_from_wire(wire).expect("decodes");
+        assert_eq!(rpc, Rpc::Acquire);
+        assert_eq!(
+            back,
+            Operation::Acquire {
+                command: acquire(Some(5)),
+                hold: Duration::from_millis(1)
+            }
+        );
+    }
+}
+
+#[test]
+fn an_acquire_without_a_hold_is_held_for_the_default() {
+    let wire = Req::Acquire(v1::AcquireRequest {
+        mode: v1::LockMode::Exclusive as i32,
+        wait_ms: Some(10_000),
+        session_secret: vec![0; 16],
+        ..Default::default()
+    });
+    let (op, _) = request_from_wire(wire).expect("decodes");
+    assert!(
+        matches!(op, Operation::Acquire { hold, .. } if hold == DEFAULT_ACQUIRE_HOLD),
+        "{op:?}"
+    );
+}
+
+#[test]
+fn leader_only_commands_have_no_wire_form() {
+    let internal = [
+        Operation::Write(Command::Lock(LockCommand::ExpireSession {
+            session: SessionId(1),
+        })),
+        Operation::Write(Command::Lock(LockCommand::ExpireLockLease {
+            name: "a".into(),
+            token: Token(1),
+        })),
+        Operation::Write(Command::Lock(LockCommand::EndLockDelay {
+            name: "a".into(),
+            token: Token(1),
+        })),
+        Operation::Write(Command::Group {
+            commands: Vec::new(),
+        }),
+        Operation::Read {
+            query: Query::Lock(LockQuery::TimerState),
+            stale: false,
+        },
+        Operation::Read {
+            query: Query::Lock(LockQuery::Census),
+            stale: false,
+        },
+    ];
+    for op in internal {
+        assert!(matches!(
+            request_to_wire(&op),
+            Err(ReplicaFailure::InvalidArgument(_))
+        ));
+    }
+}
+
+#[test]
+fn missing_parts_and_unknown_enums_are_invalid_arguments() {
+    let cases = [
+        Req::FencedWrite(v1::FencedWriteRequest::default()),
+        Req::CheckSequencer(v1::CheckSequencerRequest::default()),
+        Req::Acquire(v1::AcquireRequest::default()),
+        Req::Acquire(v1::AcquireRequest {
+            mode: 42,
+            ..Default::default()
+        }),
+        Req::Batch(v1::BatchRequest {
+            conditions: Vec::new(),
+            ops: vec![v1::BatchOp { op: None }],
+        }),
+        Req::FencedWrite(v1::FencedWriteRequest {
+            sequencer: Some(v1::Sequencer {
+                mode: -1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    ];
+    for case in cases {
+        let shown = format!("{case:?}");
+        match request_from_wire(case) {
+            Err(ReplicaFailure::InvalidArgument(msg)) => assert!(!msg.is_empty()),
+            other => panic!("{shown}: {other:?}"),
+        }
+    }
+}
