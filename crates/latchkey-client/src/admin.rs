@@ -7,11 +7,14 @@ use latchkey_proto::v1::{
     admin_client::AdminClient, membership_client::MembershipClient, AddMemberRequest,
     BackupRequest, ChangeVotersRequest, StatusRequest,
 };
+use latchkey_proto::{NodeStatus, ReplicaFailure, MAX_MESSAGE_BYTES};
 use tonic::transport::Channel;
 
-use crate::router::{classify_status, Attempt, Target};
-use crate::{Client, Error, NodeStatus};
-use latchkey_proto::MAX_MESSAGE_BYTES;
+use crate::error::Error;
+use crate::kv::Client;
+use crate::options::ClientOptions;
+use crate::router::Target;
+use crate::transport::{as_user, channel, classify_status, refused, Attempt, Credentials};
 
 /// Longest a `members add` waits: the leader gives a new member two
 /// minutes to catch up before promoting it.
@@ -59,13 +62,13 @@ fn admin_client(channel: Channel) -> AdminClient<Channel> {
 /// (who makes the change; while access control is on, an admin).
 fn membership_request<T>(
     message: T,
-    options: &crate::ClientOptions,
+    options: &ClientOptions,
 ) -> Result<tonic::Request<T>, Attempt> {
-    let user = crate::transport::Credentials::new(options).map_err(Attempt::not_usable)?;
-    let mut request = crate::transport::as_user(&user, message);
+    let user = Credentials::new(options).map_err(Attempt::not_usable)?;
+    let mut request = as_user(&user, message);
     if let Some(secret) = &options.cluster_secret {
         let value = secret.parse().map_err(|_| {
-            Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
+            Attempt::Refused(ReplicaFailure::InvalidArgument(
                 "the cluster secret is not a valid header value (visible ASCII only)".into(),
             ))
         })?;
@@ -169,7 +172,7 @@ impl Client {
         voter: bool,
         force: bool,
     ) -> Result<(), Error> {
-        crate::router::channel(peer_addr, self.router().options())?;
+        channel(peer_addr, self.router().options())?;
         let peer_addr = peer_addr.to_string();
         // The replica waits (up to two minutes) for the new member to catch
         // up before it promotes it.
@@ -185,7 +188,7 @@ impl Client {
                     let mut leader = self.leader_membership(target).await?;
                     let request = membership_request(request, self.router().options())?;
                     match leader.add_member(request).await {
-                        Ok(r) => crate::auth::refused(r.into_inner().error),
+                        Ok(r) => refused(r.into_inner().error),
                         Err(s) => Err(classify_status(&s)),
                     }
                 }
@@ -245,7 +248,7 @@ impl Client {
                         let mut leader = self.leader_membership(target).await?;
                         let request = membership_request(request, self.router().options())?;
                         match leader.change_voters(request).await {
-                            Ok(r) => crate::auth::refused(r.into_inner().error),
+                            Ok(r) => refused(r.into_inner().error),
                             Err(s) => Err(classify_status(&s)),
                         }
                     }
@@ -276,13 +279,13 @@ impl Client {
             .iter()
             .find(|m| Some(m.id) == status.leader_id)
             .ok_or_else(|| {
-                Attempt::Refused(crate::ReplicaFailure::Unavailable(format!(
+                Attempt::Refused(ReplicaFailure::Unavailable(format!(
                     "node {} knows no leader yet",
                     status.id
                 )))
             })?;
-        let channel = crate::router::channel(&leader.peer_addr, self.router().options())
-            .map_err(Attempt::not_usable)?;
+        let channel =
+            channel(&leader.peer_addr, self.router().options()).map_err(Attempt::not_usable)?;
         Ok(MembershipClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
@@ -331,23 +334,23 @@ impl Client {
                 BACKUP_TIMEOUT,
                 |target, _| async move {
                     let Target::Remote { channel, .. } = target else {
-                        return Err(Attempt::Refused(crate::ReplicaFailure::InvalidArgument(
+                        return Err(Attempt::Refused(ReplicaFailure::InvalidArgument(
                             "a backup is taken over gRPC: use a client that names the \
                              replicas' endpoints (Client::connect), not a Node's in-process \
                              client"
                                 .into(),
                         )));
                     };
-                    let user = crate::transport::Credentials::new(self.router().options())
-                        .map_err(Attempt::not_usable)?;
-                    let request = crate::transport::as_user(&user, BackupRequest {});
+                    let user =
+                        Credentials::new(self.router().options()).map_err(Attempt::not_usable)?;
+                    let request = as_user(&user, BackupRequest {});
                     let mut stream = admin_client(channel)
                         .backup(request)
                         .await
                         .map_err(|s| classify_status(&s))?
                         .into_inner();
                     let cut = |what: String| {
-                        Attempt::Refused(crate::ReplicaFailure::Unavailable(format!(
+                        Attempt::Refused(ReplicaFailure::Unavailable(format!(
                             "the backup stream {what}"
                         )))
                     };
@@ -356,7 +359,7 @@ impl Client {
                         .await
                         .map_err(|s| classify_status(&s))?
                         .ok_or_else(|| cut("was empty".into()))?;
-                    if let Err(refused) = crate::auth::refused(first.error)? {
+                    if let Err(refused) = refused(first.error)? {
                         return Ok(Err(refused));
                     }
                     let total = usize::try_from(first.total_bytes)

@@ -1,37 +1,19 @@
 //! Access control from the client: turning it on and off, users, roles and
 //! their grants (the replicas' `Auth` service; see `latchkey_core::auth`
 //! for the rules). Every call is made as the client's own user
-//! ([`crate::ClientOptions::with_user`]); while access control is enabled,
-//! each needs the admin permission except [`Client::auth_status`].
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), latchkey_client::Error> {
-//! use latchkey_client::{Client, ClientOptions, Permission};
-//!
-//! let admin = Client::connect(["127.0.0.1:7101"])?;
-//! admin.add_user("root", Some("root-password")).await?;
-//! admin.add_user("app", Some("app-password")).await?;
-//! admin.add_role("jobs").await?;
-//! admin.grant_permission("jobs", Permission::Write, "jobs/").await?;
-//! admin.grant_role("app", "jobs").await?;
-//! admin.auth_enable().await?;
-//!
-//! let app = Client::with_options(
-//!     ["127.0.0.1:7101"],
-//!     ClientOptions::default().with_user("app", "app-password"),
-//! )?;
-//! app.put("jobs/1", "queued").await?;          // allowed
-//! assert!(app.put("billing/1", "x").await.is_err()); // PermissionDenied
-//! # Ok(()) }
-//! ```
+//! ([`ClientOptions::with_user`](crate::ClientOptions::with_user)); while
+//! access control is enabled, each needs the admin permission except
+//! [`Client::auth_status`]. An example is on [`Client::auth_enable`].
 
 use latchkey_core::auth::Permission;
 use latchkey_proto::v1::{self, auth_change_request::Change, auth_client::AuthClient};
 use latchkey_proto::MAX_MESSAGE_BYTES;
 use tonic::transport::Channel;
 
-use crate::router::{classify_status, Attempt, Target};
-use crate::{Client, CommandError, Error};
+use crate::error::Error;
+use crate::kv::Client;
+use crate::router::Target;
+use crate::transport::{as_user, classify_status, refused, Attempt, Credentials};
 
 /// A user as the replicas report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,17 +28,6 @@ fn auth_client(channel: Channel) -> AuthClient<Channel> {
     AuthClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
-}
-
-/// The typed error of a reply: the replica's refusal to run it (the
-/// attempt's outcome, which the router may retry), or the command's own
-/// refusal (a permission denied, a missing user).
-pub(crate) fn refused(error: Option<v1::Error>) -> Result<Result<(), CommandError>, Attempt> {
-    match error.map(latchkey_proto::wire::error_from_wire) {
-        None => Ok(Ok(())),
-        Some(Err(failure)) => Err(Attempt::Refused(failure)),
-        Some(Ok(command_error)) => Ok(Err(command_error)),
-    }
 }
 
 /// `role` with the grant of `permission` on `prefix`.
@@ -82,9 +53,8 @@ impl Client {
     }
 
     fn as_user<T>(&self, message: T) -> Result<tonic::Request<T>, Attempt> {
-        let user = crate::transport::Credentials::new(self.router().options())
-            .map_err(Attempt::not_usable)?;
-        Ok(crate::transport::as_user(&user, message))
+        let user = Credentials::new(self.router().options()).map_err(Attempt::not_usable)?;
+        Ok(as_user(&user, message))
     }
 
     /// One `Auth` call of `message` (`rpc` makes it), through the router
@@ -152,6 +122,32 @@ impl Client {
     /// Turn access control on. Refused unless a user named `root` exists
     /// (it gets the root role: every permission). From then on every call
     /// must name a user.
+    ///
+    /// Every access-control call is made as the client's own user
+    /// ([`ClientOptions::with_user`](crate::ClientOptions::with_user));
+    /// while access control is enabled, each needs the admin permission
+    /// except [`Client::auth_status`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), latchkey_client::Error> {
+    /// use latchkey_client::{Client, ClientOptions, Permission};
+    ///
+    /// let admin = Client::connect(["127.0.0.1:7101"])?;
+    /// admin.add_user("root", Some("root-password")).await?;
+    /// admin.add_user("app", Some("app-password")).await?;
+    /// admin.add_role("jobs").await?;
+    /// admin.grant_permission("jobs", Permission::Write, "jobs/").await?;
+    /// admin.grant_role("app", "jobs").await?;
+    /// admin.auth_enable().await?;
+    ///
+    /// let app = Client::with_options(
+    ///     ["127.0.0.1:7101"],
+    ///     ClientOptions::default().with_user("app", "app-password"),
+    /// )?;
+    /// app.put("jobs/1", "queued").await?;          // allowed
+    /// assert!(app.put("billing/1", "x").await.is_err()); // PermissionDenied
+    /// # Ok(()) }
+    /// ```
     pub async fn auth_enable(&self) -> Result<(), Error> {
         self.auth_change(Change::Enable(v1::AuthEmpty {})).await
     }

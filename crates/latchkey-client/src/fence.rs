@@ -1,134 +1,11 @@
 //! The fence gate: how external storage refuses writes from a lock holder
-//! that has been superseded.
+//! that has been superseded ([`FenceGate`], with [`MemoryFenceGate`] and
+//! [`FileFenceGate`]). The rules and the state file's format are documented
+//! on those types.
 //!
-//! A lease-based lock cannot stop a paused holder (GC pause, SIGSTOP,
-//! partition) from acting after its lease ran out; only the resource can.
-//! Every exclusive grant of a latchkey lock carries a fencing token, strictly
-//! increasing across the cluster. A storage service that puts a
-//! [`FenceGate`] in front of its writes remembers the highest token it has
-//! seen per resource and refuses anything older: client 1 gets token 33 and
-//! pauses, its lease expires, client 2 gets token 34 and writes; when client
-//! 1 wakes and writes with 33, the gate has seen 34 and refuses.
-//!
-//! This module knows nothing of the network or of the lock API: a token is a
-//! plain `u64`, a resource is any `&str` the storage service chooses (a
-//! bucket, a file, a table row, usually the lock's name).
-//!
-//! # Rules
-//!
-//! Every implementation of [`FenceGate`] follows these (the conformance
-//! suite in `tests/fence.rs` checks them):
-//!
-//! 1. **Per resource.** Each resource has its own highest token. Resource
-//!    names are compared byte for byte, without normalisation; any string,
-//!    including the empty one, is a valid name.
-//! 2. **Zero is refused.** latchkey never issues token 0, so a 0 is a bug in
-//!    the caller (an unset default): [`FenceError::ZeroToken`].
-//! 3. **Lower is refused.** A token lower than the highest seen for the
-//!    resource is refused with [`FenceError::Stale`]: a newer holder has
-//!    written and the caller must stop.
-//! 4. **Equal is accepted.** The same holder writing again:
-//!    [`Admission::Repeated`]. Nothing changes and nothing is written.
-//! 5. **Higher (or first) is accepted and recorded** before `admit`
-//!    returns: [`Admission::Raised`]. For a durable gate, recorded means
-//!    on disk.
-//! 6. **Atomic per resource.** The comparison and the update happen as one
-//!    step: of concurrent admissions, every accepted token is at least every
-//!    token accepted before it, and the final highest is the largest
-//!    accepted token.
-//! 7. **An error admits nothing.** Whatever the error, the gate's state is
-//!    unchanged and the caller must not perform the write.
-//! 8. **Never forgets.** The highest token only grows; there is no expiry.
-//!    Forgetting a resource would readmit its stale writers.
-//!
-//! The gate only enforces order: a writer whose token is the highest seen is
-//! admitted even if its lock has since expired, until a newer holder writes.
-//! That is what fencing promises; for a linearizable "is this grant still
-//! current?" ask the cluster (`check_sequencer`).
-//!
-//! # Guarding a storage service
-//!
-//! Admission and the write it guards must be one step per resource:
-//! otherwise writer 33 could be admitted, writer 34 admitted and written,
-//! and writer 33's write land last. Hold the resource's write lock across
-//! both:
-//!
-//! ```
-//! use std::collections::HashMap;
-//! use std::sync::Mutex;
-//!
-//! use latchkey_client::{FenceError, FenceGate, MemoryFenceGate};
-//!
-//! /// A blob store that refuses writes from superseded lock holders.
-//! struct BlobStore<G> {
-//!     gate: G,
-//!     blobs: Mutex<HashMap<String, Vec<u8>>>,
-//! }
-//!
-//! impl<G: FenceGate> BlobStore<G> {
-//!     /// `guard_token` is the fencing token of the writer's lock guard,
-//!     /// sent along with the request.
-//!     fn write(&self, resource: &str, guard_token: u64, data: &[u8]) -> Result<(), FenceError> {
-//!         // Admission and write under the same lock: no writer slips between.
-//!         let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
-//!         self.gate.admit(resource, guard_token)?;
-//!         blobs.insert(resource.to_owned(), data.to_vec());
-//!         Ok(())
-//!     }
-//! }
-//!
-//! # fn main() -> Result<(), FenceError> {
-//! let store = BlobStore { gate: MemoryFenceGate::new(), blobs: Mutex::default() };
-//! store.write("reports/q3", 33, b"draft by client 1")?; // client 1 holds token 33
-//! // Client 1 pauses, its lease expires; client 2 acquires the lock (token 34).
-//! store.write("reports/q3", 34, b"final by client 2")?;
-//! // Client 1 wakes up and writes with its old token: refused.
-//! let err = store.write("reports/q3", 33, b"late draft").unwrap_err();
-//! assert!(matches!(err, FenceError::Stale { token: 33, highest: 34, .. }));
-//! assert_eq!(
-//!     err.to_string(),
-//!     "token 33 is older than 34 already seen for resource \"reports/q3\": \
-//!      a newer lock holder has written; this writer must stop"
-//! );
-//! # Ok(()) }
-//! ```
-//!
-//! For a gate that remembers across restarts use [`FileFenceGate`]; a
-//! storage service that restarts with an empty [`MemoryFenceGate`] would
-//! readmit every stale writer.
-//!
-//! # The state file of [`FileFenceGate`]
-//!
-//! UTF-8 text, one record per line, every line ending in `\n`:
-//!
-//! ```text
-//! latchkey-fence 1
-//! <resource>\t<token>
-//! ...
-//! end\t<entries>\t<checksum>
-//! ```
-//!
-//! - The first line names the format and its version (`1`).
-//! - One line per resource, sorted by resource (readers do not depend on
-//!   the order). The resource is escaped: `\` as `\\`, tab as `\t`, line
-//!   feed as `\n`, carriage return as `\r`; every other character is
-//!   written as is. The token is in decimal, without sign or leading zeros,
-//!   and never 0. A resource appears at most once.
-//! - The last line holds the number of resource lines (decimal) and the
-//!   FNV-1a 64 checksum of every byte before the `end` line, as 16
-//!   lower-case hex digits.
-//!
-//! Anything else (a missing `end` line, a wrong count or checksum, bad
-//! escapes, duplicates, a zero or malformed token, a version this build does
-//! not know, an empty file) is [`FenceError::Corrupt`]: the gate refuses to
-//! open rather than start with an unknown set of tokens.
-//!
-//! Every raised token rewrites the whole file: write `<path>.tmp`, fsync
-//! it, rename it over `<path>`, fsync the directory; only then is the new
-//! token visible. A crash at any point leaves either the old or the new
-//! file. The cost is one rewrite of all resources per raised token (a
-//! repeated token costs no I/O), and admissions to one gate are serialized
-//! during the rewrite: meant for up to some thousands of resources.
+//! This room imports no other module of the client: a gate runs in the
+//! storage service, not in the lock holder, and needs no cluster. (The
+//! holder's fenced writes to latchkey's own KV are in `lock/fenced.rs`.)
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -138,17 +15,107 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use latchkey_core::lock::{LockCommand, Sequencer, SessionSecret};
-use latchkey_core::{Command, Outcome};
-
-use crate::kv::unexpected;
-use crate::{Batch, Client, Error};
-
 /// What a storage service asks before performing a fenced write.
 ///
-/// See the [module documentation](self) for the rules every implementation
-/// follows and an example. Implementations are shared between the threads
-/// serving writes, hence `Send + Sync`.
+/// A lease-based lock cannot stop a paused holder (GC pause, SIGSTOP,
+/// partition) from acting after its lease ran out; only the resource can.
+/// Every exclusive grant of a latchkey lock carries a fencing token, strictly
+/// increasing across the cluster. A storage service that puts a
+/// [`FenceGate`] in front of its writes remembers the highest token it has
+/// seen per resource and refuses anything older: client 1 gets token 33 and
+/// pauses, its lease expires, client 2 gets token 34 and writes; when client
+/// 1 wakes and writes with 33, the gate has seen 34 and refuses.
+///
+/// A gate knows nothing of the network or of the lock API: a token is a
+/// plain `u64`, a resource is any `&str` the storage service chooses (a
+/// bucket, a file, a table row, usually the lock's name).
+///
+/// Implementations are shared between the threads serving writes, hence
+/// `Send + Sync`.
+///
+/// # Rules
+///
+/// Every implementation of [`FenceGate`] follows these (the conformance
+/// suite in `tests/fence.rs` checks them):
+///
+/// 1. **Per resource.** Each resource has its own highest token. Resource
+///    names are compared byte for byte, without normalisation; any string,
+///    including the empty one, is a valid name.
+/// 2. **Zero is refused.** latchkey never issues token 0, so a 0 is a bug in
+///    the caller (an unset default): [`FenceError::ZeroToken`].
+/// 3. **Lower is refused.** A token lower than the highest seen for the
+///    resource is refused with [`FenceError::Stale`]: a newer holder has
+///    written and the caller must stop.
+/// 4. **Equal is accepted.** The same holder writing again:
+///    [`Admission::Repeated`]. Nothing changes and nothing is written.
+/// 5. **Higher (or first) is accepted and recorded** before `admit`
+///    returns: [`Admission::Raised`]. For a durable gate, recorded means
+///    on disk.
+/// 6. **Atomic per resource.** The comparison and the update happen as one
+///    step: of concurrent admissions, every accepted token is at least every
+///    token accepted before it, and the final highest is the largest
+///    accepted token.
+/// 7. **An error admits nothing.** Whatever the error, the gate's state is
+///    unchanged and the caller must not perform the write.
+/// 8. **Never forgets.** The highest token only grows; there is no expiry.
+///    Forgetting a resource would readmit its stale writers.
+///
+/// The gate only enforces order: a writer whose token is the highest seen is
+/// admitted even if its lock has since expired, until a newer holder writes.
+/// That is what fencing promises; for a linearizable "is this grant still
+/// current?" ask the cluster
+/// ([`Client::check_sequencer`](crate::Client::check_sequencer)).
+///
+/// # Guarding a storage service
+///
+/// Admission and the write it guards must be one step per resource:
+/// otherwise writer 33 could be admitted, writer 34 admitted and written,
+/// and writer 33's write land last. Hold the resource's write lock across
+/// both:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+///
+/// use latchkey_client::{FenceError, FenceGate, MemoryFenceGate};
+///
+/// /// A blob store that refuses writes from superseded lock holders.
+/// struct BlobStore<G> {
+///     gate: G,
+///     blobs: Mutex<HashMap<String, Vec<u8>>>,
+/// }
+///
+/// impl<G: FenceGate> BlobStore<G> {
+///     /// `guard_token` is the fencing token of the writer's lock guard,
+///     /// sent along with the request.
+///     fn write(&self, resource: &str, guard_token: u64, data: &[u8]) -> Result<(), FenceError> {
+///         // Admission and write under the same lock: no writer slips between.
+///         let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+///         self.gate.admit(resource, guard_token)?;
+///         blobs.insert(resource.to_owned(), data.to_vec());
+///         Ok(())
+///     }
+/// }
+///
+/// # fn main() -> Result<(), FenceError> {
+/// let store = BlobStore { gate: MemoryFenceGate::new(), blobs: Mutex::default() };
+/// store.write("reports/q3", 33, b"draft by client 1")?; // client 1 holds token 33
+/// // Client 1 pauses, its lease expires; client 2 acquires the lock (token 34).
+/// store.write("reports/q3", 34, b"final by client 2")?;
+/// // Client 1 wakes up and writes with its old token: refused.
+/// let err = store.write("reports/q3", 33, b"late draft").unwrap_err();
+/// assert!(matches!(err, FenceError::Stale { token: 33, highest: 34, .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "token 33 is older than 34 already seen for resource \"reports/q3\": \
+///      a newer lock holder has written; this writer must stop"
+/// );
+/// # Ok(()) }
+/// ```
+///
+/// For a gate that remembers across restarts use [`FileFenceGate`]; a
+/// storage service that restarts with an empty [`MemoryFenceGate`] would
+/// readmit every stale writer.
 pub trait FenceGate: Send + Sync {
     /// Admit a write to `resource` carrying the fencing `token`.
     ///
@@ -298,16 +265,49 @@ impl FenceGate for MemoryFenceGate {
 /// A fence gate that remembers across restarts, in one state file.
 ///
 /// Every raised token is on disk before [`FenceGate::admit`] returns; the
-/// file format and the write protocol are described in the
-/// [module documentation](self). If persisting fails, `admit` returns
-/// [`FenceError::Io`] and the gate keeps remembering what it did before
-/// (the file may already hold the new token, which is never less safe).
+/// file format and the write protocol are described below. If persisting
+/// fails, `admit` returns [`FenceError::Io`] and the gate keeps remembering
+/// what it did before (the file may already hold the new token, which is
+/// never less safe).
 ///
 /// Exactly one gate may use a state file at a time: share one gate between
 /// threads (it is `Sync`) rather than opening the file twice, in one
 /// process or several, or the last writer's table overwrites the other's.
 /// Deleting the state file makes the gate forget every token on the next
 /// open.
+///
+/// # The state file
+///
+/// UTF-8 text, one record per line, every line ending in `\n`:
+///
+/// ```text
+/// latchkey-fence 1
+/// <resource>\t<token>
+/// ...
+/// end\t<entries>\t<checksum>
+/// ```
+///
+/// - The first line names the format and its version (`1`).
+/// - One line per resource, sorted by resource (readers do not depend on
+///   the order). The resource is escaped: `\` as `\\`, tab as `\t`, line
+///   feed as `\n`, carriage return as `\r`; every other character is
+///   written as is. The token is in decimal, without sign or leading zeros,
+///   and never 0. A resource appears at most once.
+/// - The last line holds the number of resource lines (decimal) and the
+///   FNV-1a 64 checksum of every byte before the `end` line, as 16
+///   lower-case hex digits.
+///
+/// Anything else (a missing `end` line, a wrong count or checksum, bad
+/// escapes, duplicates, a zero or malformed token, a version this build does
+/// not know, an empty file) is [`FenceError::Corrupt`]: the gate refuses to
+/// open rather than start with an unknown set of tokens.
+///
+/// Every raised token rewrites the whole file: write `<path>.tmp`, fsync
+/// it, rename it over `<path>`, fsync the directory; only then is the new
+/// token visible. A crash at any point leaves either the old or the new
+/// file. The cost is one rewrite of all resources per raised token (a
+/// repeated token costs no I/O), and admissions to one gate are serialized
+/// during the rewrite: meant for up to some thousands of resources.
 #[derive(Debug)]
 pub struct FileFenceGate {
     path: PathBuf,
@@ -588,70 +588,6 @@ fn unescape(escaped: &str) -> Result<String, String> {
         }
     }
     Ok(out)
-}
-
-// ---------------------------------------------------------------------------
-// Fenced writes to latchkey's own KV.
-
-impl Client {
-    /// Set `key` to `value` only while `sequencer` is the current exclusive
-    /// holder of its lock; otherwise nothing is written and the error
-    /// answers [`Error::is_stale_fence`]. `secret` is the secret of the
-    /// sequencer's session ([`crate::Session::secret`]): only the holder
-    /// writes, not whoever read its sequencer. A [`crate::LockGuard`] does
-    /// this for its own grant ([`crate::LockGuard::put`]).
-    pub async fn put_fenced(
-        &self,
-        sequencer: &Sequencer,
-        secret: &SessionSecret,
-        key: impl AsRef<[u8]>,
-        value: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, secret, Batch::new().put(key, value))
-            .await?
-            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
-    }
-
-    /// Delete `key` only while `sequencer` is the current exclusive holder
-    /// (`secret` as in [`Client::put_fenced`]).
-    pub async fn delete_fenced(
-        &self,
-        sequencer: &Sequencer,
-        secret: &SessionSecret,
-        key: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
-        self.batch_fenced(sequencer, secret, Batch::new().delete(key))
-            .await?
-            .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
-    }
-
-    /// Apply `batch` only while `sequencer` is the current exclusive holder,
-    /// atomically with that check. `Err(index)` of the first failed
-    /// condition, as [`Client::batch`]. `secret` as in
-    /// [`Client::put_fenced`].
-    pub async fn batch_fenced(
-        &self,
-        sequencer: &Sequencer,
-        secret: &SessionSecret,
-        batch: Batch,
-    ) -> Result<Result<(), u32>, Error> {
-        let Command::Batch { conditions, ops } = batch.into_command() else {
-            return Err(Error::Protocol("a batch is always a batch command".into()));
-        };
-        let command = Command::Lock(LockCommand::Fenced {
-            sequencer: sequencer.clone(),
-            secret: *secret,
-            conditions,
-            ops,
-        });
-        match self.execute(command).await? {
-            Outcome::Batch { failed_condition } => Ok(match failed_condition {
-                None => Ok(()),
-                Some(i) => Err(i),
-            }),
-            other => Err(unexpected("Batch", &other)),
-        }
-    }
 }
 
 #[cfg(test)]

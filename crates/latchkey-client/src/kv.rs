@@ -1,15 +1,19 @@
-//! The key-value API of [`Client`].
+//! The first API room: [`Client`] itself (how one is made, the router it
+//! sends through) and its key-value calls. Every other room (`lock`,
+//! `admin`, `auth`) adds calls to the `Client` defined here, so they import
+//! this room; it imports none of them, only the router and the transport's
+//! [`TransportStats`] below.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use latchkey_core::{BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange};
-use latchkey_proto::Operation;
+use latchkey_proto::{LocalReplica, Operation};
 
-use crate::router::{ClientOptions, Router};
+use crate::error::Error;
+use crate::options::ClientOptions;
+use crate::router::Router;
 use crate::transport::TransportStats;
-use crate::Error;
-use crate::LocalReplica;
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,7 +148,8 @@ impl Client {
     }
 
     /// A client that calls `local` directly while it leads, and the other
-    /// `endpoints` over gRPC otherwise. Used by the embedding `Node`.
+    /// `endpoints` over gRPC otherwise. Used by the embedding `Node`; the
+    /// in-process types are in [`local`](crate::local).
     pub fn with_local<I, S>(
         local: Arc<dyn LocalReplica>,
         endpoints: I,
@@ -185,32 +190,30 @@ impl Client {
         command: Command,
         idempotent: bool,
     ) -> Result<Outcome, Error> {
-        self.execute_timed(command, idempotent)
-            .await
-            .map(|(outcome, _)| outcome)
+        self.execute_noting_sends(command, idempotent, || {}).await
     }
 
-    /// [`Client::execute_with`], also answering when the attempt that
-    /// succeeded was sent: the command was applied after that instant. The
-    /// instant is on the lease clock (`lease_clock::now`), which is what
-    /// every lease deadline is compared with.
-    pub(crate) async fn execute_timed(
+    /// [`Client::execute_with`], calling `on_send` just before each attempt
+    /// is sent: the command was applied after the last such call (the
+    /// attempt that succeeded). A session notes its lease clock there, on
+    /// which every lease deadline is judged.
+    pub(crate) async fn execute_noting_sends(
         &self,
         command: Command,
         idempotent: bool,
-    ) -> Result<(Outcome, std::time::Instant), Error> {
+        mut on_send: impl FnMut(),
+    ) -> Result<Outcome, Error> {
         latchkey_core::validate_command(&command)?;
         let op = Operation::Write(command);
-        let mut sent = crate::lease_clock::now();
         let result: CommandResult = self
             .router
             .call(!idempotent, |target, budget| {
-                sent = crate::lease_clock::now();
+                on_send();
                 let op = op.clone();
                 async move { target.send(op, budget).await }
             })
             .await?;
-        Ok((result?, sent))
+        Ok(result?)
     }
 
     /// Serve any query with the given consistency.

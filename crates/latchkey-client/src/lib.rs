@@ -14,12 +14,6 @@
 //! latency. [`Client::transport_stats`] counts requests and the frames that
 //! carried them.
 //!
-//! Inside, imports point one way: the API rooms ([`Client`]'s key-value
-//! calls in `kv`, sessions and locks in `lock`, fences in `fence`, `admin`)
-//! build an operation and hand it to the `router` (leader discovery,
-//! retries), which sends each attempt through a target: the in-process
-//! replica, or a remote endpoint (`transport`, `call_stream`).
-//!
 //! It must not decide semantics (that is `latchkey-core`'s job) and must
 //! never retry a write whose outcome is unknown: such a call ends with
 //! [`Error::UnknownOutcome`] so nothing is applied twice behind the caller's
@@ -35,38 +29,73 @@
 //! assert_eq!(page.entries.len(), 3);
 //! # Ok(()) }
 //! ```
+//!
+//! # Public paths
+//!
+//! Each public type is reachable one way: the everyday API ([`Client`],
+//! [`Error`], [`ClientOptions`], [`Batch`], [`Session`], [`Lock`],
+//! [`LockGuard`], [`FenceGate`], ... and the core's types they take and
+//! answer, such as [`Command`], [`ScanRange`] or [`Sequencer`]) at the crate
+//! root; the types only an application embedding a replica needs
+//! ([`LocalReplica`](local::LocalReplica) and its operation, future and
+//! failure types) in [`local`]. Every other module is private.
+//!
+//! # Inside: layers, imports pointing down
+//!
+//! Bottom to top:
+//!
+//! 1. `error` ([`Error`]) and `options` ([`ClientOptions`]), read by every
+//!    layer; they import no other module.
+//! 2. The transport (`transport/`): how one attempt of a request reaches
+//!    one remote replica and what it came to: the attempt's answer and its
+//!    classification (`attempt`), call credentials, a replica's
+//!    `Pipeline.Calls` stream (`call_stream`), and the endpoint that sends
+//!    on it or as unary RPCs (`endpoint`).
+//! 3. The router (`router`): leader discovery, retries with backoff, and
+//!    the targets an attempt goes to (the in-process replica, or a
+//!    transport endpoint).
+//! 4. The API rooms, each adding calls to [`Client`]: `kv` (the `Client`
+//!    itself and its key-value calls; every other room that needs a
+//!    `Client` imports it), `lock/` (sessions with their lease clock and
+//!    watchdog, lock handles and guards, fenced writes, the lock table),
+//!    `admin` (status, membership, backups) and `auth` (access control);
+//!    and `fence`, the storage side's [`FenceGate`], which needs no cluster
+//!    and imports nothing of the client.
+//! 5. `lib.rs` and `local`, which only re-export.
+//!
+//! A module imports only modules of lower layers and, inside its layer or
+//! folder, modules it does not import back: no import points upward and no
+//! two modules import each other, directly or in a circle. The rooms
+//! import each other only through `kv`; `lock/mod.rs` and
+//! `transport/mod.rs` list which sibling each of their files imports.
+//!
 
 #![warn(missing_docs)]
 
 mod admin;
-pub mod auth;
-mod call_stream;
+mod auth;
 mod error;
-pub mod fence;
+mod fence;
 mod kv;
-mod lease_clock;
+pub mod local;
 mod lock;
+mod options;
 mod router;
-pub mod session;
 mod transport;
 
 pub use admin::Backup;
+pub use auth::UserInfo;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, ScanPage};
-// The contract shared with replicas lives in latchkey-proto; re-exported
-// here because client users meet these types.
-pub use auth::UserInfo;
+pub use lock::{Lock, LockGuard, Session};
+pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
+pub use transport::{channel, TransportStats};
+// The core's and the contract crate's types that the API above takes or
+// answers; the in-process ones are in `local`.
 pub use latchkey_core::auth::Permission;
 pub use latchkey_core::lock::{
     HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
 };
-pub use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query, ScanRange};
-pub use latchkey_proto::{
-    BoxFuture, Identity, LocalReplica, MemberInfo, NodeStatus, Operation, ReplicaFailure, TlsError,
-    TlsOptions, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES,
-};
-pub use lock::{Lock, LockGuard};
-pub use router::{channel, ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
-pub use session::Session;
-pub use transport::TransportStats;
+pub use latchkey_core::{Command, CommandError, Outcome, Query, ScanRange};
+pub use latchkey_proto::{Identity, MemberInfo, NodeStatus, TlsError, TlsOptions};

@@ -1,206 +1,29 @@
-//! Finding the leader and retrying: the one loop every client call goes through.
+//! The middle layer: finding the leader and retrying, the one loop every
+//! client call goes through.
 //!
-//! A call is a closure that makes one attempt against a [`Target`]. The router
-//! picks the target (the last known leader first), follows `NotLeader` hints,
-//! rotates through endpoints on transport errors, backs off, and gives up with
-//! [`Error::Unavailable`] at the request deadline. Writes are never retried
-//! once they may have reached a leader (see [`Attempt::Sent`]).
+//! A call is a closure that makes one attempt against a [`Target`]: the
+//! in-process replica, or a remote replica's [`Endpoint`] (the transport
+//! layer below). The router picks the target (the last known leader first),
+//! follows `NotLeader` hints, rotates through endpoints on transport errors,
+//! backs off, and gives up with [`Error::Unavailable`] at the request
+//! deadline. Writes are never retried once they may have reached a leader
+//! (see [`Attempt::Sent`]). It imports the transport layer below, never an
+//! API room above.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use latchkey_proto::{LocalReplica, Operation, ReplicaFailure};
 use tonic::transport::Channel;
 
-use latchkey_proto::{Operation, TlsOptions};
-
-use crate::transport::{Answer, Endpoint, TransportStats};
-use crate::{Error, LocalReplica, ReplicaFailure};
-
-/// Timeouts and backoff of a client.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ClientOptions {
-    /// Give up on a call after this long in total (default 10 s).
-    pub request_timeout: Duration,
-    /// Give up on one attempt after this long (default 3 s).
-    pub attempt_timeout: Duration,
-    /// TCP connect timeout per endpoint (default 1 s).
-    pub connect_timeout: Duration,
-    /// First pause between attempts; doubles up to `max_backoff` (default 20 ms).
-    pub initial_backoff: Duration,
-    /// Longest pause between attempts (default 500 ms).
-    pub max_backoff: Duration,
-    /// Send requests on one long-lived `Pipeline.Calls` stream per replica
-    /// (default true): every request goes out at once, and requests at hand
-    /// together share a frame. Off, every request is its own unary RPC.
-    pub call_stream: bool,
-    /// The cluster secret, sent with membership changes
-    /// ([`crate::Client::add_member`], [`crate::Client::change_voters`]),
-    /// which replicas started with a cluster secret refuse without it.
-    /// Default: none.
-    pub cluster_secret: Option<String>,
-    /// Talk to the replicas over TLS: trust the CA these options name, and
-    /// present their certificate if the replicas ask for one. Default:
-    /// plaintext. A client with TLS never falls back to plaintext.
-    pub tls: Option<TlsOptions>,
-    /// The user every call is made as, when the replicas run access
-    /// control (see [`ClientOptions::with_user`]). Default: none.
-    pub user: Option<UserCredentials>,
-}
-
-/// A user's name and password (its `Debug` form does not show the
-/// password).
-#[derive(Clone, PartialEq, Eq)]
-pub struct UserCredentials {
-    /// The user's name.
-    pub name: String,
-    password: String,
-}
-
-impl UserCredentials {
-    /// `name` with `password`.
-    pub fn new(name: impl Into<String>, password: impl Into<String>) -> UserCredentials {
-        UserCredentials {
-            name: name.into(),
-            password: password.into(),
-        }
-    }
-
-    /// The password.
-    pub fn password(&self) -> &str {
-        &self.password
-    }
-}
-
-impl std::fmt::Debug for UserCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "UserCredentials({:?}, ..)", self.name)
-    }
-}
-
-/// The longest any of [`ClientOptions`]' durations is taken to be: a
-/// longer one (up to `Duration::MAX`) means "as long as it takes" and is cut
-/// to this, so that deadlines computed from it (now + timeout, sums of
-/// timeouts) cannot overflow.
-pub const MAX_CLIENT_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-
-impl ClientOptions {
-    /// These options with every duration at most [`MAX_CLIENT_DURATION`]
-    /// (a client applies this to the options it is made with).
-    pub fn bounded(mut self) -> ClientOptions {
-        for d in [
-            &mut self.request_timeout,
-            &mut self.attempt_timeout,
-            &mut self.connect_timeout,
-            &mut self.initial_backoff,
-            &mut self.max_backoff,
-        ] {
-            *d = (*d).min(MAX_CLIENT_DURATION);
-        }
-        self
-    }
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            request_timeout: Duration::from_secs(10),
-            attempt_timeout: Duration::from_secs(3),
-            connect_timeout: Duration::from_secs(1),
-            initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(500),
-            call_stream: true,
-            cluster_secret: None,
-            tls: None,
-            user: None,
-        }
-    }
-}
-
-/// Setters, for callers outside this crate (the struct is
-/// `#[non_exhaustive]`, so new options can be added without breaking
-/// them): `ClientOptions::default().with_...(..)`.
-impl ClientOptions {
-    /// Set [`ClientOptions::request_timeout`].
-    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
-        self.request_timeout = request_timeout;
-        self
-    }
-
-    /// Set [`ClientOptions::attempt_timeout`].
-    pub fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
-        self.attempt_timeout = attempt_timeout;
-        self
-    }
-
-    /// Set [`ClientOptions::connect_timeout`].
-    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
-        self.connect_timeout = connect_timeout;
-        self
-    }
-
-    /// Set [`ClientOptions::initial_backoff`].
-    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
-        self.initial_backoff = initial_backoff;
-        self
-    }
-
-    /// Set [`ClientOptions::max_backoff`].
-    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
-        self.max_backoff = max_backoff;
-        self
-    }
-
-    /// Make every call as user `name` with `password` (the
-    /// `latchkey-user` and `latchkey-password` call metadata): replicas
-    /// with access control enabled refuse calls without a user, and every
-    /// replica refuses a wrong password (UNAUTHENTICATED, as
-    /// [`crate::Error::InvalidArgument`]). Use TLS: the password travels
-    /// with every call.
-    ///
-    /// ```
-    /// let options = latchkey_client::ClientOptions::default().with_user("app", "s3cret");
-    /// assert_eq!(options.user.map(|u| u.name), Some("app".to_string()));
-    /// ```
-    pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some(UserCredentials::new(name, password));
-        self
-    }
-
-    /// Set [`ClientOptions::cluster_secret`] (surrounding whitespace, such
-    /// as a file's final newline, is ignored).
-    pub fn with_cluster_secret(mut self, secret: impl Into<String>) -> Self {
-        self.cluster_secret = Some(secret.into().trim().to_string());
-        self
-    }
-
-    /// Set [`ClientOptions::tls`].
-    ///
-    /// ```no_run
-    /// use std::path::Path;
-    /// use latchkey_client::{ClientOptions, TlsOptions};
-    ///
-    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// let tls = TlsOptions::from_files(Path::new("certs/ca.pem"), None)?;
-    /// let options = ClientOptions::default().with_tls(tls);
-    /// # let _ = options; Ok(()) }
-    /// ```
-    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// Set [`ClientOptions::call_stream`].
-    pub fn with_call_stream(mut self, call_stream: bool) -> Self {
-        self.call_stream = call_stream;
-        self
-    }
-}
+use crate::error::Error;
+use crate::options::{ClientOptions, MAX_CLIENT_DURATION};
+use crate::transport::{channel, Answer, Attempt, Credentials, Endpoint, TransportStats};
 
 /// Where one attempt goes.
 #[derive(Clone)]
-pub enum Target {
+pub(crate) enum Target {
     /// The replica in this process.
     Local(Arc<dyn LocalReplica>),
     /// A replica over gRPC; the channel is shared and reconnects by itself,
@@ -222,31 +45,6 @@ impl Target {
     }
 }
 
-/// How one attempt failed.
-#[derive(Debug, Clone)]
-pub enum Attempt {
-    /// The replica refused before or instead of executing.
-    Refused(ReplicaFailure),
-    /// The request never reached a replica (connect failed): safe to retry.
-    NotSent(String),
-    /// The request may have reached the replica and then the connection or
-    /// the attempt timed out: a write's fate is unknown, a read can retry.
-    Sent(String),
-    /// The reply could not be decoded.
-    Protocol(String),
-}
-
-impl Attempt {
-    /// What this client could not use (its options, an address) as an
-    /// invalid argument whose message says so once.
-    pub(crate) fn not_usable(e: Error) -> Attempt {
-        Attempt::Refused(ReplicaFailure::InvalidArgument(match e {
-            Error::InvalidArgument(why) => why,
-            other => other.to_string(),
-        }))
-    }
-}
-
 struct Peer {
     addr: String,
     channel: Channel,
@@ -256,7 +54,7 @@ struct Peer {
 impl Peer {
     fn new(addr: String, options: &ClientOptions) -> Result<Peer, Error> {
         let channel = channel(&addr, options)?;
-        let user = crate::transport::Credentials::new(options)?;
+        let user = Credentials::new(options)?;
         let endpoint = Arc::new(Endpoint::new(channel.clone(), options.call_stream, user));
         Ok(Peer {
             addr,
@@ -285,25 +83,10 @@ struct State {
 }
 
 /// Leader discovery and retries over a set of endpoints.
-pub struct Router {
+pub(crate) struct Router {
     state: Mutex<State>,
     local: Option<Arc<dyn LocalReplica>>,
     options: ClientOptions,
-}
-
-/// Parse `host:port` (an optional `http://` or `https://` prefix is
-/// accepted) into a lazy channel with `options`' connect timeout and TLS
-/// (see [`latchkey_proto::channel`]).
-pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
-    latchkey_proto::channel(addr, options.connect_timeout, options.tls.as_ref()).map_err(
-        |e| match e {
-            latchkey_proto::ChannelError::BadEndpoint { endpoint, reason } => {
-                Error::BadEndpoint { endpoint, reason }
-            }
-            latchkey_proto::ChannelError::NoRuntime => Error::NoRuntime,
-            e @ latchkey_proto::ChannelError::Tls { .. } => Error::InvalidArgument(e.to_string()),
-        },
-    )
 }
 
 impl Router {
@@ -617,51 +400,6 @@ fn with_tls_hint(last: String, tls: bool) -> String {
     format!("{last} ({hint})")
 }
 
-/// Classify a gRPC status from one attempt.
-pub fn classify_status(status: &tonic::Status) -> Attempt {
-    // With its causes: a TLS or connection failure names its reason only
-    // in the error's sources.
-    let text = format!("{}: {}", status.code(), latchkey_proto::error_chain(status));
-    // Refused before anything ran: a request over the size limit, or one
-    // without the credentials it needs. Resending it changes nothing.
-    if matches!(
-        status.code(),
-        tonic::Code::OutOfRange | tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
-    ) {
-        return Attempt::Refused(ReplicaFailure::InvalidArgument(text));
-    }
-    if never_sent(status) {
-        Attempt::NotSent(text)
-    } else {
-        Attempt::Sent(text)
-    }
-}
-
-/// True when the error chain shows the connection was never established, so
-/// the request cannot have reached the server.
-fn never_sent(status: &tonic::Status) -> bool {
-    if status.code() != tonic::Code::Unavailable {
-        return false;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    let mut chain = status.message().to_ascii_lowercase();
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::AddrNotAvailable
-                    | std::io::ErrorKind::NotFound
-            ) {
-                return true;
-            }
-        }
-        chain.push_str(&e.to_string().to_ascii_lowercase());
-        source = e.source();
-    }
-    chain.contains("connect error") || chain.contains("connection refused")
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -689,14 +427,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn a_client_outside_a_runtime_is_an_error_not_a_panic() {
-        assert!(matches!(
-            channel("127.0.0.1:7101", &ClientOptions::default()),
-            Err(Error::NoRuntime)
-        ));
-    }
-
     /// Timeouts up to `Duration::MAX` mean "as long as it takes": no
     /// overflow adding them to now, whatever the options hold.
     #[tokio::test]
@@ -713,27 +443,20 @@ mod tests {
         assert_eq!(bounded.request_timeout, MAX_CLIENT_DURATION);
         assert_eq!(bounded.max_backoff, MAX_CLIENT_DURATION);
         // Nothing listens on port 1: the call retries until cut off here.
-        let client = crate::Client::with_options(["127.0.0.1:1"], forever);
-        let client = match client {
-            Ok(c) => c,
-            Err(e) => panic!("a client with the longest timeouts: {e}"),
+        let r = match Router::new(["127.0.0.1:1"], None, forever) {
+            Ok(r) => r,
+            Err(e) => panic!("a router with the longest timeouts: {e}"),
         };
-        let call = tokio::time::timeout(Duration::from_millis(300), client.get("k")).await;
+        let read = Operation::Read {
+            query: latchkey_core::Query::Get { key: b"k".to_vec() },
+            stale: false,
+        };
+        let call = r.call(false, |target, budget| {
+            let op = read.clone();
+            async move { target.send(op, budget).await }
+        });
+        let call = tokio::time::timeout(Duration::from_millis(300), call).await;
         assert!(call.is_err(), "still retrying: {call:?}");
-    }
-
-    #[tokio::test]
-    async fn endpoints_are_validated() {
-        let o = ClientOptions::default();
-        assert!(matches!(channel("", &o), Err(Error::BadEndpoint { .. })));
-        assert!(matches!(
-            channel("localhost", &o),
-            Err(Error::BadEndpoint { .. })
-        ));
-        assert!(matches!(
-            channel("localhost:99999", &o),
-            Err(Error::BadEndpoint { .. })
-        ));
     }
 
     #[tokio::test]

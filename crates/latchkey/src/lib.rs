@@ -41,13 +41,17 @@
 
 #![warn(missing_docs)]
 
+// The client's everyday API, each type by the one path the client crate
+// gives it (its crate root); the in-process types (`latchkey_client::local`)
+// stay behind `Node`.
 pub use latchkey_client::{
     Admission, Backup, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
     FenceGate, FileFenceGate, HolderInfo, Identity, Lock, LockGuard, LockInfo, LockMode,
-    MemberInfo, MemoryFenceGate, NodeStatus, Permission, ScanPage, Sequencer, Session, SessionId,
-    SessionSecret, TlsError, TlsOptions, Token, UserCredentials, UserInfo,
+    MemberInfo, MemoryFenceGate, NodeStatus, Permission, ScanPage, ScanRange, Sequencer, Session,
+    SessionId, SessionSecret, TlsError, TlsOptions, Token, TransportStats, UserCredentials,
+    UserInfo,
 };
-pub use latchkey_core::{self as core, ScanRange};
+pub use latchkey_core as core;
 pub use latchkey_server::{
     initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError,
     RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,

@@ -744,7 +744,7 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         assert!(invalid(&got[&44]), "{:?}", got[&44]);
 
         // A frame above the limit runs none of its calls.
-        let too_many = (0..=latchkey_client::MAX_FRAME_CALLS as u64)
+        let too_many = (0..=latchkey_proto::MAX_FRAME_CALLS as u64)
             .map(|i| put_call(100 + i, format!("over/{i}").as_bytes(), b"x"))
             .collect::<Result<Vec<_>, _>>()?;
         let n = too_many.len();

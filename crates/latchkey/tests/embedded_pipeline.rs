@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use latchkey::Node;
-use latchkey_client::{Client, ClientOptions, Consistency, MAX_FRAME_CALLS};
+use latchkey_client::{Client, ClientOptions, Consistency};
 use latchkey_proto::v1::call::Request as Req;
 use latchkey_proto::v1::call_reply::Reply as Rep;
 use latchkey_proto::v1::kv_client::KvClient;
 use latchkey_proto::v1::lock_client::LockClient;
 use latchkey_proto::v1::pipeline_client::PipelineClient;
 use latchkey_proto::v1::{self as v1, Call, CallFrame, ErrorKind};
+use latchkey_proto::MAX_FRAME_CALLS;
 use tonic::transport::Channel;
 
 mod common;

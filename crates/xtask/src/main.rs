@@ -83,7 +83,8 @@ cargo xtask test [--quick] [-- CARGO_TEST_ARGS...]
 
 Runs, in order, stopping at the first failure (exit code = that step's):
     1. cargo fmt --all -- --check, then `cargo xtask imports --check
-       crates/latchkey-server`: no circle of files in the server
+       crates/latchkey-server crates/latchkey-client`: no circle of files
+       in the server or the client
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
     3. cargo test --workspace [CARGO_TEST_ARGS...]
     4. python: the gRPC API from Python (grpcio) against a three-process
@@ -552,13 +553,17 @@ impl Step {
 }
 
 /// The imports step: this task runner's own `imports --check` on the
-/// server (no circle of files in it). The client joins once its own
-/// circles are gone.
+/// server and the client (no circle of files in either).
 fn imports_check() -> Result<Command> {
     let me = env::current_exe()
         .map_err(|e| Exit::with(2, format!("cannot find the xtask binary itself: {e}")))?;
     let mut cmd = Command::new(me);
-    cmd.args(["imports", "--check", "crates/latchkey-server"]);
+    cmd.args([
+        "imports",
+        "--check",
+        "crates/latchkey-server",
+        "crates/latchkey-client",
+    ]);
     Ok(cmd)
 }
 

@@ -36,16 +36,15 @@ use latchkey_proto::v1::{
     call::Request as Req, pipeline_client::PipelineClient, Call, CallFrame, CallReplies,
 };
 use latchkey_proto::{
-    MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STOPPED_AFTER_ANSWERING,
+    ReplicaFailure, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, STOPPED_AFTER_ANSWERING,
 };
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use crate::router::{classify_status, Attempt};
-use crate::transport::{decode, Answer};
-use crate::ReplicaFailure;
+use super::attempt::{classify_status, decode, Answer, Attempt};
+use super::credentials::{as_user, Credentials};
 
 /// Most bytes the client puts in one frame: what a replica accepts
 /// ([`MAX_REQUEST_BYTES`]). Every call the client sends passed
@@ -67,7 +66,7 @@ pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(1);
 /// broke.
 pub(crate) struct CallStream {
     channel: Channel,
-    user: Option<crate::transport::Credentials>,
+    user: Option<Credentials>,
     current: Mutex<Option<Arc<Open>>>,
     /// Held while a stream is being opened, so concurrent requests share
     /// one open.
@@ -146,7 +145,7 @@ impl CallStream {
     pub(crate) fn new(
         channel: Channel,
         frames: Arc<AtomicU64>,
-        user: Option<crate::transport::Credentials>,
+        user: Option<Credentials>,
     ) -> CallStream {
         CallStream {
             channel,
@@ -224,10 +223,7 @@ impl CallStream {
             PipelineClient::new(self.channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES)
-                .calls(crate::transport::as_user(
-                    &self.user,
-                    frames_of(outgoing, frames),
-                )),
+                .calls(as_user(&self.user, frames_of(outgoing, frames))),
         )
         .await;
         let Ok(response) = opened else {

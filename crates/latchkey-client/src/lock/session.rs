@@ -1,35 +1,8 @@
-//! [`Session`]: a lease on the cluster kept alive by a background watchdog,
-//! the room every lock lives in.
-//!
-//! # The lease, as the client sees it
-//!
-//! A [`Session`] is valid until `send time of the last acknowledged
-//! keep-alive + ttl - margin` on this process's monotonic clock, with
-//! `margin = ttl / 10` for clock-rate drift and scheduling. The leader counts
-//! the same lease from the *receipt* of that keep-alive, and a new leader
-//! restarts it at full length, so the cluster never expires a session before
-//! this client stops vouching for it. The watchdog sends a keep-alive every
-//! `ttl / 3`, to whichever replica leads, retrying others with backoff; once
-//! the deadline passes without an acknowledgement, or the cluster answers
-//! that the session ended, the session is **lost** for good: every guard
-//! reports [`LockGuard::is_held`](crate::LockGuard::is_held) false and [`Session::lost`] resolves.
-//!
-//! # Example
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), latchkey_client::Error> {
-//! use std::time::Duration;
-//! use latchkey_client::Client;
-//! let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
-//! let session = client.session(Duration::from_secs(10)).await?;
-//! let guard = session.lock("reports/daily").acquire().await?;
-//! // Hand the token to the storage you write to; it refuses older tokens.
-//! println!("holding with token {}", guard.token());
-//! // Writes to latchkey's own KV can be fenced: refused once we lost the lock.
-//! guard.put("reports/daily/last-run", "2026-11-21").await?;
-//! guard.release().await?;
-//! # Ok(()) }
-//! ```
+//! [`Session`]: a lease on the cluster, the room every lock lives in, kept
+//! alive by its watchdog (`watchdog.rs`). Opening one is
+//! [`Client::session`]; lock handles are made in `handle.rs`
+//! ([`Session::lock`](crate::Session::lock)), so this file does not import
+//! them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,18 +10,17 @@ use std::time::{Duration, Instant};
 
 use latchkey_core::limits::{MAX_SESSION_TTL_MS, MIN_SESSION_TTL_MS};
 use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
-use latchkey_core::{Command, CommandError, CommandResult, Outcome};
-use latchkey_proto::Operation;
+use latchkey_core::{Command, CommandError, Outcome};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::kv::unexpected;
-use crate::lease_clock;
-use crate::lock::Lock;
-use crate::{Client, Error};
+use super::lease_clock;
+use super::watchdog::{watchdog, LeaseState};
+use crate::error::Error;
+use crate::kv::{unexpected, Client};
 
 /// `d` in whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
+pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -67,14 +39,16 @@ impl Client {
     pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
         // The leader starts the countdown when it applies the open, after
         // the successful attempt was sent: count the lease from that send.
-        let (outcome, sent) = self
-            .execute_timed(
+        let mut sent = lease_clock::now();
+        let outcome = self
+            .execute_noting_sends(
                 Command::Lock(LockCommand::OpenSession {
                     ttl_ms: millis(ttl),
                     // The replica draws the secret; this one is not sent.
                     secret: SessionSecret::default(),
                 }),
                 true,
+                || sent = lease_clock::now(),
             )
             .await?;
         let (id, ttl_ms, secret) = match outcome {
@@ -112,103 +86,6 @@ impl Client {
             }),
         })
     }
-
-    /// One keep-alive, retried across replicas until `within` has passed;
-    /// also answers when the acknowledged attempt was sent.
-    async fn keep_alive_call(
-        &self,
-        session: SessionId,
-        secret: SessionSecret,
-        within: Duration,
-    ) -> Result<(CommandResult, Instant), Error> {
-        let attempt = self.router().options().attempt_timeout.min(within);
-        let mut sent = lease_clock::now();
-        let result = self
-            .router()
-            .call_with(false, within, attempt, |target, _| {
-                sent = lease_clock::now();
-                async move {
-                    target
-                        .send(Operation::KeepAlive { session, secret }, attempt)
-                        .await
-                }
-            })
-            .await?;
-        Ok((result, sent))
-    }
-}
-
-#[derive(Debug, Clone)]
-struct LeaseState {
-    valid_until: Instant,
-    /// Why the session is lost, once it is (sticky).
-    lost: Option<String>,
-}
-
-/// Renew the lease every `ttl / 3` until it is lost or the session closes.
-async fn watchdog(
-    client: Client,
-    id: SessionId,
-    secret: SessionSecret,
-    ttl: Duration,
-    margin: Duration,
-    opened: Instant,
-    lease: watch::Sender<LeaseState>,
-) {
-    let interval = ttl / 3;
-    let mut next = opened + interval;
-    loop {
-        tokio::time::sleep_until(lease_clock::timer(next)).await;
-        let valid_until = lease.borrow().valid_until;
-        let now = lease_clock::now();
-        if now >= valid_until {
-            mark_lost(
-                &lease,
-                id,
-                "the lease ran out before a keep-alive could be sent".into(),
-            );
-            return;
-        }
-        match client.keep_alive_call(id, secret, valid_until - now).await {
-            Ok((Ok(_), sent)) => {
-                let acked = lease_clock::now();
-                if acked >= valid_until {
-                    // Guards may already have reported the lock lost: stay lost.
-                    mark_lost(
-                        &lease,
-                        id,
-                        "a keep-alive was acknowledged only after the lease ran out".into(),
-                    );
-                    return;
-                }
-                lease.send_modify(|l| {
-                    l.valid_until = l.valid_until.max(sent + ttl - margin);
-                });
-                next = sent + interval;
-            }
-            Ok((Err(e), _)) => {
-                mark_lost(&lease, id, format!("the cluster ended it: {e}"));
-                return;
-            }
-            Err(e) => {
-                mark_lost(
-                    &lease,
-                    id,
-                    format!("no keep-alive was acknowledged before the lease ran out: {e}"),
-                );
-                return;
-            }
-        }
-    }
-}
-
-fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {
-    tracing::warn!(session = id.0, %reason, "session lost");
-    lease.send_modify(|l| {
-        if l.lost.is_none() {
-            l.lost = Some(reason);
-        }
-    });
 }
 
 /// A lock-service session: a lease kept alive by a background watchdog.
@@ -217,8 +94,37 @@ fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {
 /// [`Session::close`] is called or the last clone and the last guard are
 /// dropped inside a Tokio runtime (the close is sent in the background).
 /// Dropped outside any runtime, nothing can be sent: the cluster expires the
-/// session after its TTL instead. See the [module docs](self) for how the
-/// lease is judged.
+/// session after its TTL instead.
+///
+/// # The lease, as the client sees it
+///
+/// A [`Session`] is valid until `send time of the last acknowledged
+/// keep-alive + ttl - margin` on this process's monotonic clock, with
+/// `margin = ttl / 10` for clock-rate drift and scheduling. The leader counts
+/// the same lease from the *receipt* of that keep-alive, and a new leader
+/// restarts it at full length, so the cluster never expires a session before
+/// this client stops vouching for it. The watchdog sends a keep-alive every
+/// `ttl / 3`, to whichever replica leads, retrying others with backoff; once
+/// the deadline passes without an acknowledgement, or the cluster answers
+/// that the session ended, the session is **lost** for good: every guard
+/// reports [`LockGuard::is_held`](crate::LockGuard::is_held) false and [`Session::lost`] resolves.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), latchkey_client::Error> {
+/// use std::time::Duration;
+/// use latchkey_client::Client;
+/// let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
+/// let session = client.session(Duration::from_secs(10)).await?;
+/// let guard = session.lock("reports/daily").acquire().await?;
+/// // Hand the token to the storage you write to; it refuses older tokens.
+/// println!("holding with token {}", guard.token());
+/// // Writes to latchkey's own KV can be fenced: refused once we lost the lock.
+/// guard.put("reports/daily/last-run", "2026-11-21").await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<SessionInner>,
@@ -343,7 +249,7 @@ impl Session {
         }
     }
 
-    pub(crate) fn lost_error(&self) -> Error {
+    pub(super) fn lost_error(&self) -> Error {
         let reason = match &self.inner.lease.borrow().lost {
             Some(r) => r.clone(),
             None if self.inner.closed.load(Ordering::SeqCst) => "closed by this client".into(),
@@ -355,19 +261,14 @@ impl Session {
         }
     }
 
-    /// A new owner id within this session (each [`Lock`] handle is one).
-    pub(crate) fn next_owner(&self) -> u64 {
+    /// A new owner id within this session (each [`Lock`](crate::Lock)
+    /// handle is one).
+    pub(super) fn next_owner(&self) -> u64 {
         self.inner.next_owner.fetch_add(1, Ordering::SeqCst)
     }
 
-    pub(crate) fn next_request(&self) -> u64 {
+    pub(super) fn next_request(&self) -> u64 {
         self.inner.next_request.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// A handle on the lock `name` for a new owner in this session:
-    /// exclusive, no lease, no lock-delay until configured.
-    pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
     }
 
     /// End the session now: its locks are released at once (no lock-delay)

@@ -1,38 +1,22 @@
-//! [`Lock`] and [`LockGuard`]: one owner's handle on a named lock, and the
-//! proof of holding it (its sequencer and fencing token), with re-entrancy,
-//! leases, lock-delay, FIFO waits and cancellation. Sessions are in
-//! `session.rs`, fenced KV writes in `fence.rs`.
-//!
-//! # Owners and re-entrancy
-//!
-//! Each [`Lock`] handle (from [`Session::lock`]) is one owner: acquiring the
-//! same lock again through the same handle is re-entrant (same token, hold
-//! count up, and the first grant's lease); two handles, even on one session,
-//! contend like two clients. Cloning a handle makes a new owner, so handles
-//! passed to different tasks exclude each other.
-//!
-//! # Cancellation
-//!
-//! Dropping an `acquire` future (a `select!`, a `timeout`) withdraws the
-//! request in the background: its wait is cancelled, and if it was granted
-//! meanwhile, the grant is released. No lock is left held by nobody.
-//!
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+//! [`Lock`]: one owner's handle on a named lock, and acquiring it (FIFO
+//! waits, cancellation, withdrawing an abandoned acquire). A grant becomes
+//! a [`LockGuard`] (`guard.rs`). Handles are made from a [`Session`]
+//! ([`Session::lock`], defined here so that `session.rs` need not import
+//! this file).
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latchkey_core::limits::{MAX_LOCK_LIST_LIMIT, MAX_LOCK_WAIT_MS, MIN_LOCK_WAIT_MS};
-use latchkey_core::lock::{
-    LockCommand, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, Token, WaitCancel,
-};
-use latchkey_core::{Command, CommandError, CommandResult, Outcome, Query};
+use latchkey_core::limits::{MAX_LOCK_WAIT_MS, MIN_LOCK_WAIT_MS};
+use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, Sequencer, WaitCancel};
+use latchkey_core::{Command, CommandError, CommandResult, Outcome};
 use latchkey_proto::Operation;
 
-use crate::kv::unexpected;
-use crate::lease_clock;
-use crate::session::{millis, Session};
-use crate::{Batch, Client, Consistency, Error};
+use super::guard::{release, Grants, LockGuard};
+use super::lease_clock;
+use super::session::{millis, Session};
+use crate::error::Error;
+use crate::kv::{unexpected, Client};
 
 /// Extra time, past an acquire's wait, that the client gives the leader to
 /// cancel the wait itself before the client cancels it.
@@ -43,49 +27,6 @@ const CANCEL_GRACE: Duration = Duration::from_secs(2);
 const MAX_HOLD: Duration = Duration::from_secs(30);
 
 impl Client {
-    /// Is `sequencer` still the current holder of its lock (linearizable)?
-    /// A storage service can call this before accepting work, Chubby-style.
-    pub async fn check_sequencer(&self, sequencer: &Sequencer) -> Result<bool, Error> {
-        match self
-            .query(
-                Query::Lock(LockQuery::CheckSequencer(sequencer.clone())),
-                Consistency::Linearizable,
-            )
-            .await?
-        {
-            Outcome::Lock(LockOutcome::SequencerCheck { current }) => Ok(current),
-            other => Err(unexpected("SequencerCheck", &other)),
-        }
-    }
-
-    /// Locks in use whose names start with `prefix`, in name order: holders
-    /// with their tokens, queue lengths, lock-delays. Pages through every
-    /// match.
-    pub async fn locks(&self, prefix: &str) -> Result<Vec<LockInfo>, Error> {
-        let mut all = Vec::new();
-        let mut start_after = None;
-        loop {
-            let outcome = self
-                .query(
-                    Query::Lock(LockQuery::Locks {
-                        prefix: prefix.to_string(),
-                        start_after: start_after.clone(),
-                        limit: MAX_LOCK_LIST_LIMIT,
-                    }),
-                    Consistency::Linearizable,
-                )
-                .await?;
-            let Outcome::Lock(LockOutcome::Locks { locks, more }) = outcome else {
-                return Err(unexpected("Locks", &outcome));
-            };
-            start_after = locks.last().map(|l| l.name.clone());
-            all.extend(locks);
-            if !more || start_after.is_none() {
-                return Ok(all);
-            }
-        }
-    }
-
     /// One acquire call, held by the replica up to `hold` while it waits.
     async fn acquire_call(
         &self,
@@ -114,6 +55,22 @@ impl Client {
 
 /// One owner's handle on a named lock; acquire it to get a [`LockGuard`].
 ///
+/// # Owners and re-entrancy
+///
+/// Each [`Lock`] handle (from [`Session::lock`]) is one owner: acquiring the
+/// same lock again through the same handle is re-entrant (same token, hold
+/// count up, and the first grant's lease); two handles, even on one session,
+/// contend like two clients. Cloning a handle makes a new owner, so handles
+/// passed to different tasks exclude each other.
+///
+/// # Cancellation
+///
+/// Dropping an `acquire` future (a `select!`, a `timeout`) withdraws the
+/// request in the background: its wait is cancelled, and if it was granted
+/// meanwhile, the grant is released. No lock is left held by nobody.
+///
+/// # Example
+///
 /// ```no_run
 /// # async fn demo(session: latchkey_client::Session) -> Result<(), latchkey_client::Error> {
 /// use std::time::Duration;
@@ -138,13 +95,13 @@ pub struct Lock {
     /// Local lease deadline of each live grant of this owner, by token, so
     /// a re-entrant acquire inherits the first grant's deadline (the cluster
     /// keeps the first grant's lease).
-    grants: Arc<Mutex<BTreeMap<Token, Option<Instant>>>>,
+    grants: Grants,
 }
 
 impl Lock {
     /// A handle on `name` for a new owner in `session`: exclusive, no
     /// lease, no lock-delay until configured.
-    pub(crate) fn new(session: Session, name: String) -> Lock {
+    fn new(session: Session, name: String) -> Lock {
         Lock {
             owner: session.next_owner(),
             session,
@@ -408,211 +365,20 @@ impl Lock {
             _ => self.lease.map(|l| granted_after + l.saturating_sub(l / 10)),
         };
         grants.insert(sequencer.token, lease_until);
-        LockGuard {
-            session: self.session.clone(),
-            owner: self.owner,
-            lease_until,
+        LockGuard::new(
+            self.session.clone(),
+            self.owner,
             sequencer,
-            released: AtomicBool::new(false),
-            grants: self.grants.clone(),
-        }
+            lease_until,
+            self.grants.clone(),
+        )
     }
 }
 
-async fn release(session: &Session, owner: u64, sequencer: &Sequencer) -> Result<u32, Error> {
-    let command = Command::Lock(LockCommand::Release {
-        session: session.id(),
-        secret: session.secret(),
-        owner,
-        request_id: session.next_request(),
-        name: sequencer.name.clone(),
-        token: sequencer.token,
-    });
-    match session.client().execute_with(command.clone(), true).await {
-        Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => Ok(remaining),
-        Ok(other) => Err(unexpected("Released", &other)),
-        Err(Error::Refused(CommandError::SessionEnded { .. })) => Err(session.lost_error()),
-        Err(e @ (Error::Unavailable { .. } | Error::UnknownOutcome(_))) => {
-            // The cluster did not answer in time. The release carries its
-            // request id, so repeating it is safe: keep trying in the
-            // background so the lock is not left held until the session ends.
-            retry_release_in_background(session.clone(), command);
-            Err(e)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-fn retry_release_in_background(session: Session, command: Command) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    handle.spawn(async move {
-        let mut pause = Duration::from_millis(200);
-        while session.is_live() {
-            tokio::time::sleep(pause).await;
-            match session.client().execute_with(command.clone(), true).await {
-                Err(Error::Unavailable { .. } | Error::UnknownOutcome(_)) => {
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                // Released, or a definite refusal (e.g. already released).
-                _ => return,
-            }
-        }
-    });
-}
-
-/// One hold of a lock. Its [`token`](LockGuard::token) is the fencing token
-/// to hand to any storage the holder writes to.
-///
-/// Dropping a guard inside a Tokio runtime releases it in the background
-/// (outside one, the lock is freed when its session ends);
-/// [`LockGuard::release`] releases it and reports the outcome.
-pub struct LockGuard {
-    session: Session,
-    owner: u64,
-    sequencer: Sequencer,
-    lease_until: Option<Instant>,
-    released: AtomicBool,
-    /// The handle's grant table, emptied of this grant once fully released.
-    grants: Arc<Mutex<BTreeMap<Token, Option<Instant>>>>,
-}
-
-fn forget_grant(grants: &Mutex<BTreeMap<Token, Option<Instant>>>, token: Token, remaining: u32) {
-    if remaining == 0 {
-        grants
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&token);
-    }
-}
-
-impl LockGuard {
-    /// The fencing token of this grant: strictly greater than every token
-    /// of every grant made before it, cluster-wide. A re-entrant acquire
-    /// (same handle, lock already held) shares the token of the grant it
-    /// re-enters.
-    pub fn token(&self) -> Token {
-        self.sequencer.token
-    }
-
-    /// The grant's sequencer (lock name, mode, token, session); its
-    /// `to_string()` is safe in an HTTP header or environment variable and
-    /// parses back with `str::parse`.
-    pub fn sequencer(&self) -> &Sequencer {
-        &self.sequencer
-    }
-
-    /// The session holding this guard.
-    pub fn session(&self) -> &Session {
-        &self.session
-    }
-
-    /// True while this client can vouch that it holds the lock: not
-    /// released, the session's lease valid, and the lock lease (if any) not
-    /// run out on the local clock. Even so, a paused process can act after
-    /// this turns false: only fencing protects storage.
-    pub fn is_held(&self) -> bool {
-        !self.released.load(Ordering::SeqCst)
-            && self.session.is_live()
-            && self.lease_until.is_none_or(|t| lease_clock::now() < t)
-    }
-
-    /// How long this client can still vouch that it holds the lock (zero
-    /// once [`LockGuard::is_held`] is false): the earlier of the session's
-    /// lease end and the lock lease's, on the lease clock. A process that
-    /// must stop work when the lock may pass on (`latchkey lock -- CMD`
-    /// hands it to a watcher process) can add it to `CLOCK_BOOTTIME` read
-    /// just before.
-    pub fn remaining(&self) -> std::time::Duration {
-        if !self.is_held() {
-            return std::time::Duration::ZERO;
-        }
-        let session = self.session.remaining();
-        match self.lease_until {
-            Some(t) => session.min(t.saturating_duration_since(lease_clock::now())),
-            None => session,
-        }
-    }
-
-    /// Resolves once the lock can no longer be relied on: the session is
-    /// lost, or the lock lease ran out on the local clock.
-    pub async fn lost(&self) {
-        match self.lease_until {
-            Some(t) => tokio::select! {
-                _ = self.session.lost() => {}
-                _ = tokio::time::sleep_until(lease_clock::timer(t)) => {}
-            },
-            None => self.session.lost().await,
-        }
-    }
-
-    /// Release this hold (for a re-entrant grant, one hold of it). If the
-    /// cluster does not answer in time the error is returned and the
-    /// release keeps being retried in the background (same request id, so
-    /// it applies at most once) while the session lives.
-    pub async fn release(self) -> Result<(), Error> {
-        if self.released.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let remaining = release(&self.session, self.owner, &self.sequencer).await?;
-        forget_grant(&self.grants, self.sequencer.token, remaining);
-        Ok(())
-    }
-
-    /// [`Client::put_fenced`] with this guard's sequencer.
-    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
-        self.session
-            .client()
-            .put_fenced(&self.sequencer, &self.session.secret(), key, value)
-            .await
-    }
-
-    /// [`Client::delete_fenced`] with this guard's sequencer.
-    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
-        self.session
-            .client()
-            .delete_fenced(&self.sequencer, &self.session.secret(), key)
-            .await
-    }
-
-    /// [`Client::batch_fenced`] with this guard's sequencer.
-    pub async fn batch(&self, batch: Batch) -> Result<Result<(), u32>, Error> {
-        self.session
-            .client()
-            .batch_fenced(&self.sequencer, &self.session.secret(), batch)
-            .await
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if self.released.swap(true, Ordering::SeqCst) || !self.session.is_live() {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let session = self.session.clone();
-        let owner = self.owner;
-        let sequencer = self.sequencer.clone();
-        let grants = self.grants.clone();
-        handle.spawn(async move {
-            match release(&session, owner, &sequencer).await {
-                Ok(remaining) => forget_grant(&grants, sequencer.token, remaining),
-                Err(e) => {
-                    tracing::warn!(lock = %sequencer.name, error = %e, "background release failed")
-                }
-            }
-        });
-    }
-}
-
-impl std::fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("sequencer", &self.sequencer.to_string())
-            .field("held", &self.is_held())
-            .finish()
+impl Session {
+    /// A handle on the lock `name` for a new owner in this session:
+    /// exclusive, no lease, no lock-delay until configured.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
     }
 }

@@ -1,44 +1,53 @@
-//! [`Endpoint`]: how one attempt of a request reaches one remote replica.
+//! [`Endpoint`]: how one attempt of a request reaches one remote replica,
+//! and [`channel`], how a client dials one.
 //!
-//! The API rooms above ([`crate::kv`], [`crate::lock`]) build an
-//! [`Operation`] and hand it to the router; the router picks a target and
-//! calls [`crate::router::Target::send`], which runs the operation on the
-//! in-process replica or gives it to the target's [`Endpoint`] here. Nothing
-//! in this module knows what an operation means: it converts it to its
-//! typed `latchkey.v1` request ([`latchkey_proto::wire`]), sends it, and
-//! converts the typed reply back.
-//!
-//! Every request goes on the replica's call stream
-//! ([`crate::call_stream::CallStream`], one long-lived `Pipeline.Calls`
-//! stream), except:
-//! - with [`crate::ClientOptions::call_stream`] off, every request is its
-//!   own unary RPC (`Kv.Put`, `Lock.Acquire`, ...);
+//! Nothing here knows what an operation means: an endpoint converts it to
+//! its typed `latchkey.v1` request ([`latchkey_proto::wire`]), sends it, and
+//! converts the typed reply back into an [`Answer`]. Every request goes on
+//! the replica's call stream ([`CallStream`], one long-lived
+//! `Pipeline.Calls` stream), except:
+//! - with [`ClientOptions::call_stream`] off, every request is its own
+//!   unary RPC (`Kv.Put`, `Lock.Acquire`, ...);
 //! - a session keep-alive never waits behind a busy stream (the replica
 //!   stops reading a stream's frames while 4,096 of its calls run, and the
 //!   lease may run out meanwhile): with
-//!   [`crate::call_stream::KEEP_ALIVE_BUSY_CALLS`] or more calls of the
-//!   stream waiting for replies, it goes as its own unary `Lock.KeepAlive`.
+//!   [`KEEP_ALIVE_BUSY_CALLS`](super::call_stream::KEEP_ALIVE_BUSY_CALLS)
+//!   or more calls of the stream waiting for replies, it goes as its own
+//!   unary `Lock.KeepAlive`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey_core::CommandResult;
 use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, kv_client::KvClient, lock_client::LockClient,
 };
 use latchkey_proto::{wire, Operation, MAX_MESSAGE_BYTES};
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
-use crate::call_stream::CallStream;
-use crate::router::{classify_status, Attempt};
+use super::attempt::{classify_status, decode, Answer, Attempt};
+use super::call_stream::CallStream;
+use super::credentials::{as_user, Credentials};
+use crate::error::Error;
+use crate::options::ClientOptions;
 
-/// What one attempt answered.
-pub(crate) type Answer = Result<CommandResult, Attempt>;
+/// Parse `host:port` (an optional `http://` or `https://` prefix is
+/// accepted) into a lazy channel with `options`' connect timeout and TLS
+/// (see [`latchkey_proto::channel`]).
+pub fn channel(addr: &str, options: &ClientOptions) -> Result<Channel, Error> {
+    latchkey_proto::channel(addr, options.connect_timeout, options.tls.as_ref()).map_err(
+        |e| match e {
+            latchkey_proto::ChannelError::BadEndpoint { endpoint, reason } => {
+                Error::BadEndpoint { endpoint, reason }
+            }
+            latchkey_proto::ChannelError::NoRuntime => Error::NoRuntime,
+            e @ latchkey_proto::ChannelError::Tls { .. } => Error::InvalidArgument(e.to_string()),
+        },
+    )
+}
 
 /// Counters of the requests a client sent over gRPC and what carried them
-/// (summed over every endpoint), see [`crate::Client::transport_stats`].
+/// (summed over every endpoint), see [`Client::transport_stats`](crate::Client::transport_stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportStats {
     /// Requests sent on call streams.
@@ -109,11 +118,6 @@ impl Endpoint {
     }
 }
 
-/// A typed reply as an attempt's answer.
-pub(crate) fn decode(reply: Rep) -> Answer {
-    wire::reply_from_wire(reply).map_err(Attempt::Refused)
-}
-
 /// `request` as its own unary RPC.
 async fn unary(
     channel: &Channel,
@@ -171,57 +175,29 @@ async fn unary(
     })
 }
 
-/// Who a client's calls say they come from, as call metadata: a user and
-/// its password ([`crate::ClientOptions::with_user`]), or else the cluster
-/// secret when the client has one (a replica treats a client call carrying
-/// its cluster secret as its own application's: root, while access control
-/// is on).
-#[derive(Clone)]
-pub(crate) struct Credentials {
-    user: Option<(MetadataValue<Ascii>, MetadataValue<Ascii>)>,
-    secret: Option<MetadataValue<Ascii>>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Credentials {
-    /// The metadata for `options`, `None` if they name nobody, or why it
-    /// cannot be sent.
-    pub(crate) fn new(options: &crate::ClientOptions) -> Result<Option<Credentials>, crate::Error> {
-        let value = |what: &str, text: &str| {
-            MetadataValue::try_from(text).map_err(|_| {
-                crate::Error::InvalidArgument(format!(
-                    "the {what} must be visible ASCII characters to travel as call metadata"
-                ))
-            })
-        };
-        let user = match &options.user {
-            Some(u) => Some((
-                value("user name", &u.name)?,
-                value("password", u.password())?,
-            )),
-            None => None,
-        };
-        // A named user is who the calls are made as: the cluster secret
-        // (which would make them root's) goes only on calls naming nobody.
-        let secret = match (&user, &options.cluster_secret) {
-            (None, Some(s)) => Some(value("cluster secret", s)?),
-            _ => None,
-        };
-        Ok((user.is_some() || secret.is_some()).then_some(Credentials { user, secret }))
+    #[test]
+    fn a_client_outside_a_runtime_is_an_error_not_a_panic() {
+        assert!(matches!(
+            channel("127.0.0.1:7101", &ClientOptions::default()),
+            Err(Error::NoRuntime)
+        ));
     }
-}
 
-/// `message` as a request with `credentials`, if any.
-pub(crate) fn as_user<T>(credentials: &Option<Credentials>, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(c) = credentials {
-        let metadata = request.metadata_mut();
-        if let Some((user, password)) = &c.user {
-            metadata.insert(latchkey_proto::USER_HEADER, user.clone());
-            metadata.insert(latchkey_proto::PASSWORD_HEADER, password.clone());
-        }
-        if let Some(secret) = &c.secret {
-            metadata.insert(latchkey_proto::CLUSTER_SECRET_HEADER, secret.clone());
-        }
+    #[tokio::test]
+    async fn endpoints_are_validated() {
+        let o = ClientOptions::default();
+        assert!(matches!(channel("", &o), Err(Error::BadEndpoint { .. })));
+        assert!(matches!(
+            channel("localhost", &o),
+            Err(Error::BadEndpoint { .. })
+        ));
+        assert!(matches!(
+            channel("localhost:99999", &o),
+            Err(Error::BadEndpoint { .. })
+        ));
     }
-    request
 }

@@ -69,7 +69,7 @@ fn base() -> Option<u64> {
 /// Time spent suspended since the first call of this function (or of
 /// [`now`]). Suspended time only grows, so this never goes back: it is the
 /// largest reading so far, which keeps [`now`] monotonic too.
-pub(crate) fn suspended() -> Duration {
+pub(super) fn suspended() -> Duration {
     static MAX: AtomicU64 = AtomicU64::new(0);
     let reading = match (base(), suspended_since_boot()) {
         (Some(base), Some(now)) => now.saturating_sub(base),
@@ -82,7 +82,7 @@ pub(crate) fn suspended() -> Duration {
 /// Now on the lease clock: `Instant::now()` plus the time spent suspended
 /// since the first call. Compare it only with other instants from this
 /// function.
-pub(crate) fn now() -> Instant {
+pub(super) fn now() -> Instant {
     // Read the suspended time first: the instant taken after it can only be
     // later, so a lease never looks longer than it is.
     let suspended = suspended();
@@ -93,7 +93,7 @@ pub(crate) fn now() -> Instant {
 /// run on the monotonic clock, so the time already spent suspended is taken
 /// off; a suspend while the timer waits makes it fire late, which is why
 /// lease checks compare [`now`] again when a timer fires.
-pub(crate) fn timer(at: Instant) -> tokio::time::Instant {
+pub(super) fn timer(at: Instant) -> tokio::time::Instant {
     let monotonic = at.checked_sub(suspended()).unwrap_or(at);
     tokio::time::Instant::from_std(monotonic)
 }

@@ -1,0 +1,36 @@
+//! The lock service's room: sessions, their leases and watchdog, lock
+//! handles and guards, fenced writes and the lock table. The files, each
+//! importing only those before it (and the layers below: `kv`'s
+//! [`Client`](crate::Client), the router through it, `error`):
+//!
+//! - `lease_clock`: the clock every lease is judged on (`Instant` moved
+//!   forward by the time the machine spent suspended); imports nothing;
+//! - `watchdog`: a session's lease state and the task renewing it with
+//!   keep-alives; imports `lease_clock`;
+//! - `session`: [`Session`], opening and closing one; imports
+//!   `lease_clock`, `watchdog`;
+//! - `guard`: [`LockGuard`], a held grant and its release; imports
+//!   `lease_clock`, `session`;
+//! - `handle`: [`Lock`], one owner's handle and acquiring it (and
+//!   [`Session::lock`], which makes one); imports `lease_clock`, `session`,
+//!   `guard`;
+//! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
+//!   other writes fenced by a sequencer; imports no sibling;
+//! - `table`: [`Client::locks`](crate::Client::locks) and
+//!   [`Client::check_sequencer`](crate::Client::check_sequencer), the lock
+//!   table read without a session; imports no sibling.
+//!
+//! Nothing outside this folder imports it but `lib.rs`, which re-exports
+//! [`Session`], [`Lock`] and [`LockGuard`] at the crate root.
+
+mod fenced;
+mod guard;
+mod handle;
+mod lease_clock;
+mod session;
+mod table;
+mod watchdog;
+
+pub use guard::LockGuard;
+pub use handle::Lock;
+pub use session::Session;
