@@ -1,6 +1,10 @@
 //! [`Rpc`]: which RPC a call travels as, its name, and whether it may
 //! write.
 
+use latchkey_core::lock::{LockCommand, LockQuery};
+use latchkey_core::{Command, Query};
+
+use super::operation::Operation;
 use crate::v1::call::Request as Req;
 
 /// Which RPC a request came by: it decides the shape of the reply.
@@ -99,5 +103,63 @@ impl Rpc {
             Req::CheckSequencer(_) => Rpc::CheckSequencer,
             Req::ListLocks(_) => Rpc::ListLocks,
         }
+    }
+
+    /// The RPC an in-process operation would travel as over gRPC, without
+    /// encoding it; `None` for what no client can send (a leader's own
+    /// expiries, access-control changes, the replica's own reads). The
+    /// in-process path labels its request metrics with it, like the gRPC
+    /// path does with [`Rpc::of`].
+    pub fn of_operation(op: &Operation) -> Option<Rpc> {
+        match op {
+            Operation::Write(command) | Operation::Acquire { command, .. } => {
+                Self::of_command(command)
+            }
+            Operation::Read { query, .. } => Self::of_query(query),
+            Operation::KeepAlive { .. } => Some(Rpc::KeepAlive),
+        }
+    }
+
+    fn of_command(command: &Command) -> Option<Rpc> {
+        Some(match command {
+            Command::Put { .. } => Rpc::Put,
+            Command::PutIfAbsent { .. } => Rpc::PutIfAbsent,
+            Command::GetAndPut { .. } => Rpc::GetAndPut,
+            Command::CompareAndPut { .. } => Rpc::CompareAndPut,
+            Command::Delete { .. } => Rpc::Delete,
+            Command::DeleteRange { .. } => Rpc::DeleteRange,
+            Command::Batch { .. } => Rpc::Batch,
+            Command::NextSequence { .. } => Rpc::NextSequence,
+            Command::Lock(lock) => match lock {
+                LockCommand::OpenSession { .. } => Rpc::OpenSession,
+                LockCommand::CloseSession { .. } => Rpc::CloseSession,
+                LockCommand::Acquire { .. } => Rpc::Acquire,
+                LockCommand::Release { .. } => Rpc::Release,
+                LockCommand::CancelWait { .. } => Rpc::CancelWait,
+                LockCommand::Fenced { .. } => Rpc::FencedWrite,
+                LockCommand::ExpireSession { .. }
+                | LockCommand::ExpireWait { .. }
+                | LockCommand::ExpireLockLease { .. }
+                | LockCommand::EndLockDelay { .. } => return None,
+            },
+            Command::Group { .. } | Command::Auth(_) | Command::As { .. } => return None,
+        })
+    }
+
+    fn of_query(query: &Query) -> Option<Rpc> {
+        Some(match query {
+            Query::Get { .. } => Rpc::Get,
+            Query::MultiGet { .. } => Rpc::MultiGet,
+            Query::Scan(_) => Rpc::Scan,
+            Query::Lock(lock) => match lock {
+                LockQuery::CheckSequencer(_) => Rpc::CheckSequencer,
+                LockQuery::Locks { .. } => Rpc::ListLocks,
+                LockQuery::Session { .. } => Rpc::GetSession,
+                LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census => {
+                    return None
+                }
+            },
+            Query::Auth(_) | Query::As { .. } => return None,
+        })
     }
 }

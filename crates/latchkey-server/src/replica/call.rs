@@ -50,9 +50,7 @@ impl LocalReplica for Replica {
             let started = std::time::Instant::now();
             // The RPC this operation travels as over gRPC, for its label;
             // none for what only the replica itself asks.
-            let rpc = latchkey_proto::wire::request_to_wire(&op)
-                .ok()
-                .map(|request| latchkey_proto::Rpc::of(&request));
+            let rpc = latchkey_proto::Rpc::of_operation(&op);
             let result = Replica::call(self, op).await;
             if let Some(rpc) = rpc {
                 self.metrics.request(

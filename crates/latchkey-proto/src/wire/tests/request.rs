@@ -204,9 +204,9 @@ fn an_acquire_without_a_hold_is_held_for_the_default() {
     );
 }
 
-#[test]
-fn leader_only_commands_have_no_wire_form() {
-    let internal = [
+/// What only the replica itself proposes or reads.
+fn internal_operations() -> Vec<Operation> {
+    vec![
         Operation::Write(Command::Lock(LockCommand::ExpireSession {
             session: SessionId(1),
         })),
@@ -229,8 +229,12 @@ fn leader_only_commands_have_no_wire_form() {
             query: Query::Lock(LockQuery::Census),
             stale: false,
         },
-    ];
-    for op in internal {
+    ]
+}
+
+#[test]
+fn leader_only_commands_have_no_wire_form() {
+    for op in internal_operations() {
         assert!(matches!(
             request_to_wire(&op),
             Err(ReplicaFailure::InvalidArgument(_))
@@ -266,5 +270,13 @@ fn missing_parts_and_unknown_enums_are_invalid_arguments() {
             Err(ReplicaFailure::InvalidArgument(msg)) => assert!(!msg.is_empty()),
             other => panic!("{shown}: {other:?}"),
         }
+    }
+}
+
+#[test]
+fn an_operation_names_the_rpc_it_travels_as_without_being_encoded() {
+    for op in operations().into_iter().chain(internal_operations()) {
+        let encoded = request_to_wire(&op).ok().map(|request| Rpc::of(&request));
+        assert_eq!(Rpc::of_operation(&op), encoded, "{op:?}");
     }
 }
