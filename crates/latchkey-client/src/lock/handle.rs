@@ -148,9 +148,9 @@ impl Drop for PendingAcquire<'_> {
     }
 }
 
-enum Wait {
-    No,
-    For(Duration),
+/// The longest wait the cluster accepts (a day).
+fn longest_wait() -> Duration {
+    Duration::from_millis(MAX_LOCK_WAIT_MS)
 }
 
 impl Lock {
@@ -183,8 +183,7 @@ impl Lock {
     /// Wait as long as it takes (queueing again each day, the longest wait).
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
         loop {
-            let wait = Wait::For(Duration::from_millis(MAX_LOCK_WAIT_MS));
-            if let Some(g) = self.acquire_inner(wait).await? {
+            if let Some(g) = self.acquire_inner(Some(longest_wait())).await? {
                 return Ok(g);
             }
             // The longest wait (a day) passed: queue again, at the tail.
@@ -194,28 +193,42 @@ impl Lock {
     /// Try once: `None` if the lock is busy (held, queued for, or in
     /// lock-delay).
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
-        self.acquire_inner(Wait::No).await
+        self.acquire_inner(None).await
     }
 
-    /// Wait in the lock's FIFO queue up to `wait`: `None` if not granted
-    /// by then. The replica wakes this call when the grant is applied; it
-    /// does not poll.
+    /// Wait in the lock's FIFO queue up to `wait` (held to 1 ms .. 1 day):
+    /// `None` if not granted by then. The replica wakes this call when the
+    /// grant is applied; it does not poll.
+    ///
+    /// # The path of `wait`
+    ///
+    /// `wait` stays a [`Duration`] everywhere but in the log: the command
+    /// carries it as `wait_ms` (whole milliseconds, the log's format), and
+    /// the leader counts it down from the entry's apply (its wait timer
+    /// proposes `ExpireWait` when it runs out). Around that, this client
+    /// gives up at `first send + wait + 2 s` (the grace lets the leader's
+    /// expiry arrive first); each attempt asks the replica to hold the call
+    /// open for the time left to that give-up, at most 30 s, and the
+    /// replica caps what it holds at 5 min. An attempt cut by a reconnect
+    /// or a leader change resends the same request id, which the session's
+    /// request memory answers without a second grant. At the give-up the
+    /// client cancels the wait; a grant that won the race is kept and
+    /// returned. docs/ARCHITECTURE.md, "The path of a lock acquire", shows
+    /// the three timers side by side.
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<Option<LockGuard>, Error> {
-        let ms = millis(wait).clamp(MIN_LOCK_WAIT_MS, MAX_LOCK_WAIT_MS);
-        self.acquire_inner(Wait::For(Duration::from_millis(ms)))
+        let shortest = Duration::from_millis(MIN_LOCK_WAIT_MS);
+        self.acquire_inner(Some(wait.clamp(shortest, longest_wait())))
             .await
     }
 
-    async fn acquire_inner(&self, wait: Wait) -> Result<Option<LockGuard>, Error> {
+    /// Acquire, waiting up to `wait` (`None`: try once).
+    async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, Error> {
         let session = &self.session;
         if !session.is_live() {
             return Err(session.lost_error());
         }
         let request_id = session.next_request();
-        let wait_ms = match wait {
-            Wait::No => None,
-            Wait::For(d) => Some(millis(d)),
-        };
+        let wait_ms = wait.map(millis);
         let command = Command::Lock(LockCommand::Acquire {
             session: session.id(),
             secret: session.secret(),
@@ -239,10 +252,10 @@ impl Lock {
         // it), else the first send.
         let mut lease_base = first_sent;
         let client = session.client();
-        let give_up = first_sent + Duration::from_millis(wait_ms.unwrap_or(0)) + CANCEL_GRACE;
+        let give_up = first_sent + wait.unwrap_or(Duration::ZERO) + CANCEL_GRACE;
         loop {
             let attempt_sent = lease_clock::now();
-            let result = if wait_ms.is_some() {
+            let result = if wait.is_some() {
                 let hold = give_up
                     .saturating_duration_since(attempt_sent)
                     .min(MAX_HOLD);
