@@ -208,7 +208,7 @@ pub enum Cmd {
     /// CMD cannot be found/run (the lock is released at once).
     Lock(LockArgs),
     /// Internal: the watcher `lock -- CMD` runs the command under
-    /// (`crate::lock_guard`).
+    /// (`cli::lock::guard`).
     #[command(name = "__lock-guard", hide = true)]
     LockGuard {
         /// The read end of the deadline pipe.
