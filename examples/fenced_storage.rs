@@ -138,7 +138,7 @@ async fn main() -> Result<()> {
                         say("worker 1", format!("latchkey's KV refused it too: {e}"));
                         Ok(())
                     }
-                    Ok(()) => Err("latchkey accepted a stale fenced write".into()),
+                    Ok(_) => Err("latchkey accepted a stale fenced write".into()),
                     Err(e) => Err(e.into()),
                 }
             })

@@ -32,6 +32,10 @@ struct Source {
     held: (u64, u64),
     /// The highest fencing token the source issued, after the backup too.
     max_token: u64,
+    /// The highest revision the source's puts made, after the backup too.
+    max_revision: u64,
+    /// The revision the backup was taken at (its census says).
+    backup_revision: u64,
     /// The end of sequence `late`, first used after the backup.
     late_end: u64,
 }
@@ -81,12 +85,15 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let max_token = Arc::new(AtomicU64::new(held_at.1));
+    let max_revision = Arc::new(AtomicU64::new(0));
     let putter = {
         let (client, stop, next, acked) = (c.client()?, stop.clone(), next.clone(), acked.clone());
+        let max_revision = max_revision.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let n = next.fetch_add(1, Ordering::Relaxed);
-                if client.put(format!("load/{n}"), n.to_string()).await.is_ok() {
+                if let Ok(revision) = client.put(format!("load/{n}"), n.to_string()).await {
+                    max_revision.fetch_max(revision, Ordering::Relaxed);
                     acked.lock().map_err(|_| anyhow!("poisoned"))?.push(n);
                 }
             }
@@ -168,6 +175,13 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
     ensure!(contents["sequences"] == 1, "{summary}");
     ensure!(contents["holders"].as_u64() >= Some(1), "{summary}");
     ensure!(summary["last_index"].as_u64() > Some(0), "{summary}");
+    let backup_revision = contents["revision"]
+        .as_u64()
+        .with_context(|| format!("the backup's census has no revision: {summary}"))?;
+    ensure!(
+        backup_revision >= KEYS + acked_before.len() as u64,
+        "the backup's revision {backup_revision} is below its puts: {summary}"
+    );
 
     // `status` checks the file whole and says what it holds.
     let out = run_cli(&["snapshot", "status", &file_arg]).await?;
@@ -201,6 +215,8 @@ async fn take_backup(c: &mut Cluster, file: &std::path::Path) -> Result<Mutex<So
         sequence_next,
         held: held_at,
         max_token: max_token.load(Ordering::Relaxed),
+        max_revision: max_revision.load(Ordering::Relaxed),
+        backup_revision,
         late_end,
     }))
 }
@@ -306,6 +322,25 @@ async fn restore_and_check(r: &mut Cluster, file: &std::path::Path, source: &Sou
             _ => break,
         }
     }
+    // Keys keep the revisions they had: none is above what the source
+    // reached. A new write's revision is above everything the source made,
+    // after the backup too (the restore moved the revision on by the bump).
+    for (k, v) in &restored_load {
+        ensure!(
+            v.mod_revision <= source.max_revision && v.create_revision <= v.mod_revision,
+            "{} restored with revisions {v:?} (source reached {})",
+            String::from_utf8_lossy(k),
+            source.max_revision
+        );
+    }
+    let revision = client.put("after-restore", "x").await?;
+    ensure!(
+        revision > source.backup_revision + DEFAULT_BUMP && revision > source.max_revision,
+        "a put after the restore made revision {revision}: not above the backup's {} + the \
+         bump, or not above the source's last {}",
+        source.backup_revision,
+        source.max_revision
+    );
     for (k, v) in &restored_load {
         let key = String::from_utf8_lossy(k);
         let n: u64 = key
@@ -313,7 +348,7 @@ async fn restore_and_check(r: &mut Cluster, file: &std::path::Path, source: &Sou
             .and_then(|n| n.parse().ok())
             .with_context(|| format!("unexpected key {key}"))?;
         ensure!(n < source.attempted, "{key} was never written");
-        ensure!(*v == n.to_string().into_bytes(), "{key} = {v:?}");
+        ensure!(v.value == n.to_string().into_bytes(), "{key} = {v:?}");
     }
 
     // The sequence moved on by the bump.

@@ -373,6 +373,28 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
         "get -w json: {json}"
     );
 
+    // Revisions: `put -w json` prints the revision it made, `get -w json`
+    // the key's create and mod revisions and its version.
+    let out = c.cli(&["-w", "json", "put", "versioned", "1"]).await?;
+    let first: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    let created = first["revision"]
+        .as_u64()
+        .context("put -w json: no revision")?;
+    let out = c.cli(&["-w", "json", "put", "versioned", "2"]).await?;
+    let second: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    let changed = second["revision"]
+        .as_u64()
+        .context("put -w json: no revision")?;
+    ensure!(changed > created, "revisions {created} then {changed}");
+    let out = c.cli(&["-w", "json", "get", "versioned"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    ensure!(
+        json["create_revision"] == created
+            && json["mod_revision"] == changed
+            && json["version"] == 2,
+        "get -w json after two puts at {created} and {changed}: {json}"
+    );
+
     // `scan` pages through every key (more than one page of 10,000), in
     // both directions; --limit stops early and says so.
     const KEYS: usize = 10_500;
@@ -432,8 +454,12 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()?;
     ensure!(
-        rows.len() == 2 && rows[0]["key"] == "bWFueS8wMDAwMA==",
-        "scan -w json: {rows:?}"
+        rows.len() == 2
+            && rows[0]["key"] == "bWFueS8wMDAwMA=="
+            && rows[0]["version"] == 1
+            && rows[0]["mod_revision"] == rows[0]["create_revision"]
+            && rows[0]["mod_revision"] == rows[1]["mod_revision"],
+        "scan -w json (keys of one batch: one revision): {rows:?}"
     );
 
     // The longest timeout parses and works (no overflow).
@@ -590,7 +616,7 @@ async fn put_load(client: latchkey::Client, task: usize, s: Shared, stop: Arc<At
         tokio::time::sleep(Duration::from_millis(1)).await;
         let (key, value) = (format!("w/{task}/{i:06}"), format!("v{task}-{i}"));
         match client.put(&key, &value).await {
-            Ok(()) => {
+            Ok(_) => {
                 seen(&s).acked.insert(key, value);
             }
             Err(e) => {

@@ -53,7 +53,7 @@ async fn writer(
         let value = format!("value-{task}-{i}");
         let after_kill = killed.load(Ordering::SeqCst);
         match client.put(&key, &value).await {
-            Ok(()) => {
+            Ok(_) => {
                 lock(&acked).insert(key, value);
                 total.fetch_add(1, Ordering::SeqCst);
                 tally.acked += 1;

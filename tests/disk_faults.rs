@@ -576,7 +576,7 @@ async fn direct_writes(
             out.after_removal += 1;
         }
         match client.put(&key, &value).await {
-            Ok(()) => {
+            Ok(_) => {
                 out.acked.insert(key, value);
             }
             Err(Error::Unavailable { .. }) => out.unavailable += 1,

@@ -260,7 +260,7 @@ fn holder_role() -> Result<()> {
         }
         println!("HELD {}", guard.is_held());
         match guard.put("storage/owner", "paused-holder").await {
-            Ok(()) => println!("WRITE accepted"),
+            Ok(_) => println!("WRITE accepted"),
             Err(e) if e.is_stale_fence() => println!("WRITE stale"),
             Err(e) => println!("WRITE error {e}"),
         }

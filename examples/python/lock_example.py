@@ -113,7 +113,7 @@ print(f"holding {sequencer.name} with fencing token {sequencer.token}")
 put = pb.BatchOp(put=pb.PutRequest(key=b"example/printer/job", value=b"page 1"))
 call("Lock", "FencedWrite",
      pb.FencedWriteRequest(sequencer=sequencer, session_secret=secret, ops=[put]))
-value = call("Kv", "Get", pb.GetRequest(key=b"example/printer/job")).value
+value = call("Kv", "Get", pb.GetRequest(key=b"example/printer/job")).kv.value
 print(f"fenced put done; example/printer/job = {value.decode()}")
 
 call("Lock", "Release", pb.ReleaseRequest(session=session, session_secret=secret, request_id=2,

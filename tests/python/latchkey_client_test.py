@@ -390,37 +390,73 @@ def section_leader(router, ns):
     )
     check(error.retryable, f"NOT_LEADER is not marked retryable: {describe(error)}")
     reply = router.call("Kv", "Get", pb.GetRequest(key=ns + b"to-follower"))
-    check(not expect_ok("get", reply).HasField("value"), "the refused put was applied")
+    check(not expect_ok("get", reply).HasField("kv"), "the refused put was applied")
     status = router.stub("Admin", leader).Status(pb.StatusRequest(), timeout=RPC_TIMEOUT)
     print(f"   leader is node {status.leader_id} at {leader} (term {status.term})")
 
 
 def section_kv(router, ns):
-    """put, get (present and absent), compare_and_put, scan with a prefix."""
+    """put, get (present and absent) with revisions, compare_and_put by value
+    and by revision, scan with a prefix."""
     key = ns + b"kv/a"
-    expect_ok("put", router.call("Kv", "Put", pb.PutRequest(key=key, value=b"1")))
+    put = expect_ok("put", router.call("Kv", "Put", pb.PutRequest(key=key, value=b"1")))
+    check(put.revision > 0, f"a put made no revision: {put}")
     reply = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
-    check(reply.HasField("value") and reply.value == b"1", f"get {key!r}: {reply}")
+    check(reply.HasField("kv") and reply.kv.value == b"1", f"get {key!r}: {reply}")
+    check(
+        reply.kv.create_revision == put.revision
+        and reply.kv.mod_revision == put.revision
+        and reply.kv.version == 1
+        and reply.revision >= put.revision,
+        f"get after the put at {put.revision}: {reply}",
+    )
     reply = expect_ok("get absent", router.call("Kv", "Get", pb.GetRequest(key=ns + b"kv/none")))
-    check(not reply.HasField("value"), f"an absent key has a value: {reply}")
+    check(not reply.HasField("kv"), f"an absent key has a value: {reply}")
 
-    def cas(expected, value):
-        request = pb.CompareAndPutRequest(key=key, value=value)
-        if expected is not None:
-            request.expected = expected  # not set: the key must be absent
+    def cas(test, value):
+        request = pb.CompareAndPutRequest(key=key, test=test, value=value)
         reply = router.call("Kv", "CompareAndPut", request, idempotent=False)
         return expect_ok("compare_and_put", reply)
 
-    reply = cas(b"1", b"2")
+    reply = cas(pb.Test(value=b"1"), b"2")
     check(reply.succeeded, f"compare_and_put 1 -> 2 failed: {reply}")
-    reply = cas(b"1", b"3")
+    check(
+        reply.revision > put.revision and reply.current.mod_revision == reply.revision,
+        f"compare_and_put 1 -> 2 made no new revision: {reply}",
+    )
+    swapped_at = reply.revision
+    reply = cas(pb.Test(value=b"1"), b"3")
     check(not reply.succeeded, f"compare_and_put with a stale expected value succeeded: {reply}")
     check(
-        reply.HasField("current") and reply.current == b"2",
+        reply.HasField("current") and reply.current.value == b"2",
         f"a failed compare_and_put shows current {reply.current!r}, expected b'2'",
     )
-    reply = cas(None, b"4")
-    check(not reply.succeeded and reply.current == b"2", f"put-if-absent on a present key: {reply}")
+    reply = cas(pb.Test(absent=pb.Absent()), b"4")
+    check(
+        not reply.succeeded and reply.current.value == b"2",
+        f"put-if-absent on a present key: {reply}",
+    )
+    stale = pb.RevisionTest(
+        field=pb.REVISION_FIELD_MOD, comparison=pb.COMPARISON_EQUAL, value=put.revision
+    )
+    reply = cas(pb.Test(revision=stale), b"5")
+    check(not reply.succeeded, f"compare_and_put by a stale mod_revision succeeded: {reply}")
+    current = pb.RevisionTest(
+        field=pb.REVISION_FIELD_MOD, comparison=pb.COMPARISON_EQUAL, value=swapped_at
+    )
+    reply = cas(pb.Test(revision=current), b"5")
+    check(
+        reply.succeeded and reply.current.version == 3,
+        f"compare_and_put by the current mod_revision: {reply}",
+    )
+    absent = pb.CompareAndPutRequest(
+        key=ns + b"kv/none", test=pb.Test(revision=current), value=b"x"
+    )
+    expect_error(
+        "a revision test on an absent key",
+        router.call("Kv", "CompareAndPut", absent, idempotent=False),
+        pb.ERROR_KIND_KEY_ABSENT,
+    )
 
     prefix = ns + b"scan/"
     names = [b"c", b"a", b"e", b"b", b"d"]
@@ -433,6 +469,10 @@ def section_kv(router, ns):
     check(
         got == [(prefix + n, n * 2) for n in (b"a", b"b", b"c")] and page.more,
         f"scan page 1: {got}, more={page.more}",
+    )
+    check(
+        all(0 < e.mod_revision <= page.revision for e in page.entries),
+        f"scan page 1's revisions: {page}",
     )
     # The next page starts just after the last key.
     start = page.entries[-1].key + b"\x00"
@@ -521,7 +561,7 @@ def section_locks(router, ns):
         expect_ok("fenced put with B's sequencer", reply)
         check(not reply.HasField("failed_condition"), f"fenced put: {reply}")
         reply = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
-        check(reply.value == b"from B", f"the fenced key reads {reply.value!r}")
+        check(reply.kv.value == b"from B", f"the fenced key reads {reply.kv.value!r}")
 
         b.release(second)
         third = wait_c.next_event("granted")
@@ -661,7 +701,7 @@ def section_bad_input(router, ns):
     # And the cluster serves on.
     expect_ok("put", router.call("Kv", "Put", pb.PutRequest(key=ns + b"after", value=b"ok")))
     reply = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=ns + b"after")))
-    check(reply.value == b"ok", f"read back {reply.value!r}")
+    check(reply.kv.value == b"ok", f"read back {reply.kv.value!r}")
 
 
 class DefaultTimeout(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):

@@ -898,7 +898,7 @@ pub async fn verify_linearizable(
         .map(|(k, v)| {
             (
                 String::from_utf8_lossy(k).into_owned(),
-                String::from_utf8_lossy(v).into_owned(),
+                String::from_utf8_lossy(&v.value).into_owned(),
             )
         })
         .collect();

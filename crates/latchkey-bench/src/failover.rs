@@ -83,7 +83,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 match client.put(format!("load/{task}/{i}"), "v").await {
-                    Ok(()) => acked.fetch_add(1, Ordering::Relaxed),
+                    Ok(_) => acked.fetch_add(1, Ordering::Relaxed),
                     Err(Error::UnknownOutcome(_)) => unknown.fetch_add(1, Ordering::Relaxed),
                     Err(_) => errors.fetch_add(1, Ordering::Relaxed),
                 };
@@ -217,7 +217,7 @@ async fn probe(client: &Client, round: usize, killed_at: Instant) -> Result<Dura
     let mut attempt = 0u64;
     loop {
         match client.put(format!("probe/{round}/{attempt}"), "p").await {
-            Ok(()) => return Ok(killed_at.elapsed()),
+            Ok(_) => return Ok(killed_at.elapsed()),
             Err(Error::UnknownOutcome(_)) if killed_at.elapsed() < PROBE_LIMIT => attempt += 1,
             Err(e) => return Err(format!("the probe write after kill {round} failed: {e}")),
         }

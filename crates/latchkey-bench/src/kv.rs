@@ -110,7 +110,7 @@ pub async fn run_puts(
                 seq += 1;
                 let t0 = Instant::now();
                 match client.put(&key, value.as_slice()).await {
-                    Ok(()) => {
+                    Ok(_) => {
                         stats.success(t0.elapsed());
                         written.push(key);
                     }

@@ -7,7 +7,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use latchkey_core::{BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange};
+use latchkey_core::{
+    BatchOp, Command, CommandResult, Condition, Outcome, Query, ScanRange, Test, Versioned,
+};
 use latchkey_proto::{LocalReplica, Operation};
 
 use crate::error::Error;
@@ -48,10 +50,35 @@ pub struct Client {
 /// Entries returned by [`Client::scan`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanPage {
-    /// Key/value pairs, in scan order.
-    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Keys with their values and revisions, in scan order.
+    pub entries: Vec<(Vec<u8>, Versioned)>,
     /// More keys matched beyond the limit.
     pub more: bool,
+    /// The cluster's revision the page was read at: every entry is as of
+    /// this revision.
+    pub revision: u64,
+}
+
+/// A key read with [`Client::get_versioned`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRead {
+    /// The key's value and revisions (`None`: absent).
+    pub value: Option<Versioned>,
+    /// The cluster's revision the read saw.
+    pub revision: u64,
+}
+
+/// What [`Client::put_if`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swap {
+    /// Whether the test held and the value was written.
+    pub succeeded: bool,
+    /// The key now: the value written if `succeeded`, else what the test
+    /// saw (`None`: absent).
+    pub current: Option<Versioned>,
+    /// The cluster's revision after the call: the one the write made if it
+    /// succeeded.
+    pub revision: u64,
 }
 
 /// An atomic multi-key write: every condition is checked, then every
@@ -93,11 +120,15 @@ impl Batch {
         self
     }
     /// Only apply if `key` currently holds `expected` (`None`: is absent).
-    pub fn when_value(mut self, key: impl AsRef<[u8]>, expected: Option<impl AsRef<[u8]>>) -> Self {
-        self.conditions.push(Condition::ValueIs {
-            key: key.as_ref().to_vec(),
-            expected: expected.map(|v| v.as_ref().to_vec()),
-        });
+    pub fn when_value(self, key: impl AsRef<[u8]>, expected: Option<impl AsRef<[u8]>>) -> Self {
+        self.when(key, Test::ValueIs(expected.map(|v| v.as_ref().to_vec())))
+    }
+    /// Only apply if `test` holds for `key`: its value, its existence or a
+    /// revision (`Test::mod_revision_is(r)`: unchanged since `r`). A
+    /// revision test on an absent key refuses the whole batch with
+    /// [`CommandError::KeyAbsent`](crate::CommandError::KeyAbsent).
+    pub fn when(mut self, key: impl AsRef<[u8]>, test: Test) -> Self {
+        self.conditions.push(Condition::new(key.as_ref(), test));
         self
     }
     /// Number of operations (conditions not counted).
@@ -233,8 +264,8 @@ impl Client {
         Ok(result?)
     }
 
-    /// Set `key` to `value`.
-    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
+    /// Set `key` to `value`. Returns the revision the put made.
+    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<u64, Error> {
         match self
             .execute(Command::Put {
                 key: bytes(key),
@@ -242,8 +273,8 @@ impl Client {
             })
             .await?
         {
-            Outcome::Done => Ok(()),
-            other => Err(unexpected("Done", &other)),
+            Outcome::Written { revision } => Ok(revision),
+            other => Err(unexpected("Written", &other)),
         }
     }
 
@@ -275,7 +306,7 @@ impl Client {
 
     async fn previous(&self, command: Command) -> Result<Option<Vec<u8>>, Error> {
         match self.execute(command).await? {
-            Outcome::Previous(v) => Ok(v),
+            Outcome::Previous { previous, .. } => Ok(previous),
             other => Err(unexpected("Previous", &other)),
         }
     }
@@ -288,15 +319,52 @@ impl Client {
         expected: Option<impl AsRef<[u8]>>,
         value: impl AsRef<[u8]>,
     ) -> Result<(bool, Option<Vec<u8>>), Error> {
+        let swap = self
+            .put_if(key, Test::ValueIs(expected.map(bytes)), value)
+            .await?;
+        Ok((swap.succeeded, swap.current.map(|v| v.value)))
+    }
+
+    /// Set `key` to `value` if `test` holds for it: compare-and-swap by
+    /// value, existence or revision.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
+    /// use latchkey_client::{Consistency, Test};
+    /// let read = client.get_versioned("config", Consistency::Linearizable).await?;
+    /// let seen = read.value.map_or(0, |v| v.mod_revision);
+    /// // Written only if nobody changed "config" since it was read.
+    /// let swap = client.put_if("config", Test::mod_revision_is(seen), "v2").await?;
+    /// # let _ = swap;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A revision test on an absent key is refused with
+    /// [`CommandError::KeyAbsent`](crate::CommandError::KeyAbsent) (as
+    /// [`Error::Refused`]); test `Test::Exists(false)` to create a key.
+    pub async fn put_if(
+        &self,
+        key: impl AsRef<[u8]>,
+        test: Test,
+        value: impl AsRef<[u8]>,
+    ) -> Result<Swap, Error> {
         match self
             .execute(Command::CompareAndPut {
                 key: bytes(key),
-                expected: expected.map(bytes),
+                test,
                 value: bytes(value),
             })
             .await?
         {
-            Outcome::Swapped { succeeded, current } => Ok((succeeded, current)),
+            Outcome::Swapped {
+                succeeded,
+                current,
+                revision,
+            } => Ok(Swap {
+                succeeded,
+                current,
+                revision,
+            }),
             other => Err(unexpected("Swapped", &other)),
         }
     }
@@ -304,7 +372,7 @@ impl Client {
     /// Remove `key`. Returns whether it existed.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
         match self.execute(Command::Delete { key: bytes(key) }).await? {
-            Outcome::Deleted(n) => Ok(n > 0),
+            Outcome::Deleted { count, .. } => Ok(count > 0),
             other => Err(unexpected("Deleted", &other)),
         }
     }
@@ -322,17 +390,22 @@ impl Client {
             })
             .await?
         {
-            Outcome::Deleted(n) => Ok(n),
+            Outcome::Deleted { count, .. } => Ok(count),
             other => Err(unexpected("Deleted", &other)),
         }
     }
 
     /// Apply a [`Batch`]. Returns `Err(index)` of the first condition that did
-    /// not hold (nothing written), or `Ok(())` when everything was applied.
-    pub async fn batch(&self, batch: Batch) -> Result<Result<(), u32>, Error> {
+    /// not hold (nothing written), or `Ok(revision)` when everything was
+    /// applied: the revision the batch made (the cluster's current one if
+    /// its ops changed nothing).
+    pub async fn batch(&self, batch: Batch) -> Result<Result<u64, u32>, Error> {
         match self.execute(batch.into_command()).await? {
-            Outcome::Batch { failed_condition } => Ok(match failed_condition {
-                None => Ok(()),
+            Outcome::Batch {
+                failed_condition,
+                revision,
+            } => Ok(match failed_condition {
+                None => Ok(revision),
                 Some(i) => Err(i),
             }),
             other => Err(unexpected("Batch", &other)),
@@ -369,11 +442,22 @@ impl Client {
         key: impl AsRef<[u8]>,
         consistency: Consistency,
     ) -> Result<Option<Vec<u8>>, Error> {
+        let read = self.get_versioned(key, consistency).await?;
+        Ok(read.value.map(|v| v.value))
+    }
+
+    /// Read of `key` with its revisions, and the cluster's revision the
+    /// read saw.
+    pub async fn get_versioned(
+        &self,
+        key: impl AsRef<[u8]>,
+        consistency: Consistency,
+    ) -> Result<KeyRead, Error> {
         match self
             .query(Query::Get { key: bytes(key) }, consistency)
             .await?
         {
-            Outcome::Value(v) => Ok(v),
+            Outcome::Value { value, revision } => Ok(KeyRead { value, revision }),
             other => Err(unexpected("Value", &other)),
         }
     }
@@ -389,7 +473,9 @@ impl Client {
             .query(Query::MultiGet { keys }, Consistency::Linearizable)
             .await?
         {
-            Outcome::Values(v) => Ok(v),
+            Outcome::Values { values, .. } => {
+                Ok(values.into_iter().map(|v| v.map(|v| v.value)).collect())
+            }
             other => Err(unexpected("Values", &other)),
         }
     }
@@ -406,7 +492,15 @@ impl Client {
         consistency: Consistency,
     ) -> Result<ScanPage, Error> {
         match self.query(Query::Scan(range), consistency).await? {
-            Outcome::Entries { entries, more } => Ok(ScanPage { entries, more }),
+            Outcome::Entries {
+                entries,
+                more,
+                revision,
+            } => Ok(ScanPage {
+                entries,
+                more,
+                revision,
+            }),
             other => Err(unexpected("Entries", &other)),
         }
     }

@@ -87,7 +87,7 @@ pub use admin::Backup;
 pub use auth::UserInfo;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
-pub use kv::{Batch, Client, Consistency, ScanPage};
+pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
 pub use lock::{Lock, LockGuard, Session};
 pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use transport::{channel, TransportStats};
@@ -97,5 +97,7 @@ pub use latchkey_core::auth::Permission;
 pub use latchkey_core::lock::{
     HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
 };
-pub use latchkey_core::{Command, CommandError, Outcome, Query, ScanRange};
+pub use latchkey_core::{
+    Command, CommandError, Compare, Outcome, Query, RevisionField, ScanRange, Test, Versioned,
+};
 pub use latchkey_proto::{Identity, MemberInfo, NodeStatus, TlsError, TlsOptions};

@@ -111,7 +111,7 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
                         cancelled: 0,
                     })
                 }
-                Command::Put { .. } => Outcome::Done,
+                Command::Put { .. } => Outcome::Written { revision: 1 },
                 _ => return Err(Status::internal("unexpected write")),
             };
             let seen = match via {
@@ -126,7 +126,15 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
         Operation::Read {
             query: Query::Get { key },
             ..
-        } => Outcome::Value(Some(key)),
+        } => Outcome::Value {
+            value: Some(latchkey_core::Versioned {
+                value: key,
+                create_revision: 1,
+                mod_revision: 1,
+                version: 1,
+            }),
+            revision: 1,
+        },
         Operation::KeepAlive { session, secret } => {
             let count = match via {
                 Via::Stream => &script.keep_alives_on_stream,
@@ -328,7 +336,7 @@ async fn racing_calls(
             let key = format!("{prefix}{t}");
             tokio::spawn(async move {
                 if is_put(t) {
-                    c.put(key, "v").await.map(|()| None)
+                    c.put(key, "v").await.map(|_| None)
                 } else {
                     c.get(key).await
                 }

@@ -156,7 +156,7 @@ impl Script {
                 })
             }
             // The warm-up.
-            Command::Put { .. } => Outcome::Done,
+            Command::Put { .. } => Outcome::Written { revision: 1 },
             _ => return Err(Status::internal("unexpected write")),
         })
     }

@@ -655,7 +655,7 @@ impl<S: Store> Checker<'_, S> {
     }
 
     fn batch(&self, conditions: &[Condition], ops: &[BatchOp]) -> Result<(), CommandError> {
-        for Condition::ValueIs { key, .. } in conditions {
+        for Condition { key, .. } in conditions {
             self.need(Permission::Read, Target::Key(key))?;
         }
         for op in ops {

@@ -9,7 +9,9 @@
 //! that counted on from the backup's values would issue them again: two
 //! grants with one token would both pass a fence gate. So a restore adds
 //! `by` (at least [`MIN_BUMP`], by default [`DEFAULT_BUMP`]) to the last
-//! fencing token, the last session id, every sequence's next start and the
+//! fencing token, the last session id, the cluster's revision (so a watcher
+//! that saw a revision of the old cluster never takes a new change for one
+//! it has seen), every sequence's next start and the
 //! start of sequences not used yet ([`crate::keyspace::META_SEQUENCE_FLOOR`]),
 //! writing those it lacks as `by` ([`missing_counters`]):
 //! tokens and sequences never go backwards as long as the old cluster issued
@@ -43,8 +45,8 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::keyspace::{
-    read_u64, AUTH, DATA, LOCK, META_LAST_SESSION, META_LAST_TOKEN, META_SEQUENCE_FLOOR, SEQUENCE,
-    SESSION,
+    read_u64, AUTH, DATA, LOCK, META_LAST_SESSION, META_LAST_TOKEN, META_REVISION,
+    META_SEQUENCE_FLOOR, SEQUENCE, SESSION,
 };
 use crate::lock::lock_table::LockRecord;
 
@@ -80,7 +82,12 @@ pub enum BumpError {
 /// The counters every restore writes (moved on by the bump), whether or not
 /// the backup holds them: a counter the backup lacks was 0 then, and the
 /// old cluster may have issued from it since.
-pub const RESTORED_COUNTERS: [&[u8]; 3] = [META_LAST_TOKEN, META_LAST_SESSION, META_SEQUENCE_FLOOR];
+pub const RESTORED_COUNTERS: [&[u8]; 4] = [
+    META_LAST_TOKEN,
+    META_LAST_SESSION,
+    META_SEQUENCE_FLOOR,
+    META_REVISION,
+];
 
 /// Which counter a row holds, if it holds one a restore moves on.
 fn counter_name(key: &[u8]) -> Option<String> {
@@ -90,6 +97,8 @@ fn counter_name(key: &[u8]) -> Option<String> {
         Some("session ids".to_string())
     } else if key == META_SEQUENCE_FLOOR {
         Some("the start of new sequences".to_string())
+    } else if key == META_REVISION {
+        Some("the cluster's revision".to_string())
     } else if key.first() == Some(&SEQUENCE) {
         Some(format!("sequence {:?}", String::from_utf8_lossy(&key[1..])))
     } else {
@@ -143,7 +152,7 @@ pub struct Census {
     pub rows: u64,
     /// User keys.
     pub keys: u64,
-    /// Bytes of user keys and values.
+    /// Bytes of user keys and values (without their revisions).
     pub data_bytes: u64,
     /// Sequences.
     pub sequences: u64,
@@ -163,6 +172,8 @@ pub struct Census {
     pub last_session: u64,
     /// Where sequences not used yet start (0 unless restored before).
     pub sequence_floor: u64,
+    /// The cluster's revision (0: no key was ever written).
+    pub revision: u64,
     /// Which of [`RESTORED_COUNTERS`] the backup holds.
     #[serde(skip)]
     pub counters: Vec<Vec<u8>>,
@@ -177,7 +188,11 @@ impl Census {
         match key.first() {
             Some(&DATA) => {
                 self.keys += 1;
-                self.data_bytes += (key.len() - 1 + value.len()) as u64;
+                match value.len().checked_sub(crate::data::HEADER_LEN) {
+                    Some(user_value) => self.data_bytes += (key.len() - 1 + user_value) as u64,
+                    // Shorter than its revisions: a damaged backup.
+                    None => self.damaged += 1,
+                }
             }
             Some(&SEQUENCE) => self.sequences += 1,
             Some(&SESSION) => self.sessions += 1,
@@ -202,6 +217,10 @@ impl Census {
             },
             _ if key == META_SEQUENCE_FLOOR => match read_u64(value) {
                 Some(v) => self.sequence_floor = v,
+                None => self.damaged += 1,
+            },
+            _ if key == META_REVISION => match read_u64(value) {
+                Some(v) => self.revision = v,
                 None => self.damaged += 1,
             },
             _ => {}
@@ -257,14 +276,20 @@ mod tests {
     #[test]
     fn census_counts_rooms() {
         let mut c = Census::default();
-        c.add(&tagged(DATA, b"ab"), b"cde");
+        let row = [[0u8; crate::data::HEADER_LEN].as_slice(), b"cde"].concat();
+        c.add(&tagged(DATA, b"ab"), &row);
         c.add(&tagged(SEQUENCE, b"s"), &3u64.to_be_bytes());
         c.add(&tagged(SESSION, &1u64.to_be_bytes()), b"x");
         c.add(&tagged(LOCK, b"l"), b"\xff\xff not a record");
         c.add(META_LAST_TOKEN, &9u64.to_be_bytes());
         c.add(META_LAST_SESSION, &4u64.to_be_bytes());
         c.add(&tagged(AUTH, b"e"), &[1]);
-        assert_eq!(c.rows, 7);
+        c.add(META_REVISION, &12u64.to_be_bytes());
+        assert_eq!(c.rows, 8);
+        assert_eq!(c.revision, 12);
+        let mut short = Census::default();
+        short.add(&tagged(DATA, b"ab"), b"cde");
+        assert_eq!((short.keys, short.damaged, short.data_bytes), (1, 1, 0));
         assert_eq!(
             (c.keys, c.data_bytes, c.sequences, c.sessions),
             (1, 5, 1, 1)
@@ -277,7 +302,7 @@ mod tests {
     #[test]
     fn counters_missing_from_a_backup_are_written() {
         let mut c = Census::default();
-        assert_eq!(missing_counters(&c, 7).len(), 3);
+        assert_eq!(missing_counters(&c, 7).len(), 4);
         c.add(META_LAST_TOKEN, &9u64.to_be_bytes());
         let missing = missing_counters(&c, 7);
         assert_eq!(
@@ -285,6 +310,7 @@ mod tests {
             vec![
                 (META_LAST_SESSION.to_vec(), 7u64.to_be_bytes().to_vec()),
                 (META_SEQUENCE_FLOOR.to_vec(), 7u64.to_be_bytes().to_vec()),
+                (META_REVISION.to_vec(), 7u64.to_be_bytes().to_vec()),
             ]
         );
     }

@@ -19,7 +19,12 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 4: the membership records each member's client address besides its peer
 /// address (`latchkey_storage::Member`), since replicas serve clients and
 /// peers on separate listeners.
-pub const FORMAT_VERSION: u8 = 4;
+///
+/// 5: keys have revisions: `CompareAndPut` carries a [`crate::Test`]
+/// instead of an expected value, a batch's [`crate::Condition`] is a key
+/// and a test, and a user-data row starts with the key's create revision,
+/// mod revision and version (see [`crate::data`]).
+pub const FORMAT_VERSION: u8 = 5;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

@@ -23,7 +23,7 @@ pub struct Request {
 /// A write. Applied atomically: either all of its effects happen or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Set `key` to `value`. Returns [`Outcome::Done`].
+    /// Set `key` to `value`. Returns [`Outcome::Written`].
     Put {
         /// The key to set.
         #[serde(with = "crate::codec::bytes")]
@@ -42,16 +42,17 @@ pub enum Command {
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
-    /// Set `key` to `value` only if its current value equals `expected`
-    /// (`None`: the key must be absent). Returns [`Outcome::Swapped`].
+    /// Set `key` to `value` only if `test` holds for the key: its value,
+    /// its existence or one of its revisions (compare-and-swap by value or
+    /// by revision). Returns [`Outcome::Swapped`]; a revision test on an
+    /// absent key is refused with [`crate::CommandError::KeyAbsent`].
     CompareAndPut {
         /// The key to compare and set.
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
-        /// The value the key must hold now; `None`: the key must be absent.
-        #[serde(with = "crate::codec::opt_bytes")]
-        expected: Option<Vec<u8>>,
-        /// The value to store if the comparison holds.
+        /// What must hold for the key now.
+        test: Test,
+        /// The value to store if the test holds.
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
@@ -80,7 +81,9 @@ pub enum Command {
         end: Vec<u8>,
     },
     /// Check every condition, then apply every op, all or nothing. Returns
-    /// [`Outcome::Batch`].
+    /// [`Outcome::Batch`]. The ops share one revision; a key written twice
+    /// in one batch gains two versions at that revision (etcd refuses such
+    /// a transaction; here the later op wins, as in any ordered batch).
     Batch {
         /// Checked first, in order; if one fails, nothing is written.
         conditions: Vec<Condition>,
@@ -132,18 +135,13 @@ impl Command {
     /// Bytes of keys and values this command carries: a cheap measure of its
     /// encoded size.
     pub fn payload_len(&self) -> usize {
-        fn opt(v: &Option<Vec<u8>>) -> usize {
-            v.as_ref().map_or(0, Vec::len)
-        }
         match self {
             Command::Put { key, value }
             | Command::PutIfAbsent { key, value }
             | Command::GetAndPut { key, value } => key.len() + value.len(),
-            Command::CompareAndPut {
-                key,
-                expected,
-                value,
-            } => key.len() + value.len() + opt(expected),
+            Command::CompareAndPut { key, test, value } => {
+                key.len() + value.len() + test.payload_len()
+            }
             Command::Delete { key } | Command::NextSequence { key, .. } => key.len(),
             Command::DeleteRange { start, end } => start.len() + end.len(),
             Command::Batch { conditions, ops } => batch_payload_len(conditions, ops),
@@ -159,9 +157,7 @@ impl Command {
 pub(crate) fn batch_payload_len(conditions: &[Condition], ops: &[BatchOp]) -> usize {
     let c: usize = conditions
         .iter()
-        .map(|Condition::ValueIs { key, expected }| {
-            key.len() + expected.as_ref().map_or(0, Vec::len)
-        })
+        .map(|c| c.key.len() + c.test.payload_len())
         .sum();
     let o: usize = ops
         .iter()
@@ -173,18 +169,138 @@ pub(crate) fn batch_payload_len(conditions: &[Condition], ops: &[BatchOp]) -> us
     c + o
 }
 
-/// A guard on a [`Command::Batch`].
+/// A guard on a [`Command::Batch`] or a fenced write: `test` must hold for
+/// `key`.
+///
+/// ```
+/// use latchkey_core::{Condition, Test};
+/// // Unchanged since revision 41 (compare-and-swap by revision):
+/// let c = Condition::new("config", Test::mod_revision_is(41));
+/// // Nobody created it yet:
+/// let d = Condition::new("leader", Test::Exists(false));
+/// # let _ = (c, d);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Condition {
-    /// The key's current value equals `expected` (`None`: the key is absent).
-    ValueIs {
-        /// The key to check.
-        #[serde(with = "crate::codec::bytes")]
-        key: Vec<u8>,
-        /// The value it must hold; `None`: it must be absent.
-        #[serde(with = "crate::codec::opt_bytes")]
-        expected: Option<Vec<u8>>,
+pub struct Condition {
+    /// The key to check.
+    #[serde(with = "crate::codec::bytes")]
+    pub key: Vec<u8>,
+    /// What must hold for it.
+    pub test: Test,
+}
+
+impl Condition {
+    /// `test` on `key`.
+    pub fn new(key: impl Into<Vec<u8>>, test: Test) -> Self {
+        Condition {
+            key: key.into(),
+            test,
+        }
+    }
+
+    /// The key's value equals `expected` (`None`: the key is absent).
+    pub fn value_is(key: impl Into<Vec<u8>>, expected: Option<Vec<u8>>) -> Self {
+        Condition::new(key, Test::ValueIs(expected))
+    }
+}
+
+/// What a [`Condition`] or a [`Command::CompareAndPut`] checks of one key.
+///
+/// A revision test (`Revision`) needs the key to exist: on an absent key
+/// the command is refused with [`crate::CommandError::KeyAbsent`] rather
+/// than comparing against a made-up 0. Test existence with `Exists`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Test {
+    /// The key's value equals this (`None`: the key is absent).
+    ValueIs(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
+    /// The key exists (`true`) or is absent (`false`).
+    Exists(bool),
+    /// One of the key's revisions compares to `value` as `compare` says:
+    /// `Revision { field: Mod, compare: Equal, value: 41 }` holds when the
+    /// key was last written at revision 41.
+    Revision {
+        /// Which revision of the key.
+        field: RevisionField,
+        /// How it must compare to `value`.
+        compare: Compare,
+        /// The number it is compared to.
+        value: u64,
     },
+}
+
+impl Test {
+    /// The key was last changed at `revision` (compare-and-swap by revision).
+    pub fn mod_revision_is(revision: u64) -> Self {
+        Test::Revision {
+            field: RevisionField::Mod,
+            compare: Compare::Equal,
+            value: revision,
+        }
+    }
+
+    /// Bytes the test carries.
+    pub(crate) fn payload_len(&self) -> usize {
+        match self {
+            Test::ValueIs(expected) => expected.as_ref().map_or(0, Vec::len),
+            Test::Exists(_) | Test::Revision { .. } => 0,
+        }
+    }
+}
+
+/// Which of a key's revisions a [`Test::Revision`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RevisionField {
+    /// The revision that created the key (since it was last absent).
+    Create,
+    /// The revision of the key's last change.
+    Mod,
+    /// How many times the key was written since it was created (1 after
+    /// the create).
+    Version,
+}
+
+/// How a key's revision must compare to a [`Test::Revision`]'s value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compare {
+    /// Equal to it.
+    Equal,
+    /// Not equal to it.
+    NotEqual,
+    /// Less than it.
+    Less,
+    /// Greater than it.
+    Greater,
+}
+
+impl Compare {
+    /// Whether `actual` compares to `value` as this says.
+    pub fn holds(self, actual: u64, value: u64) -> bool {
+        match self {
+            Compare::Equal => actual == value,
+            Compare::NotEqual => actual != value,
+            Compare::Less => actual < value,
+            Compare::Greater => actual > value,
+        }
+    }
+}
+
+/// A key's value with its revisions, as every read returns it.
+///
+/// The cluster keeps one revision counter: every applied command that
+/// changes at least one key raises it by one, and every key it changes
+/// takes that revision as its `mod_revision` (see [`crate::data`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Versioned {
+    /// The value.
+    #[serde(with = "crate::codec::bytes")]
+    pub value: Vec<u8>,
+    /// The revision of the command that created the key (since it was last
+    /// absent).
+    pub create_revision: u64,
+    /// The revision of the command that last changed it.
+    pub mod_revision: u64,
+    /// Writes since it was created: 1 after the create.
+    pub version: u64,
 }
 
 /// One mutation inside a [`Command::Batch`].
@@ -273,30 +389,52 @@ impl ScanRange {
 /// The successful result of a [`Command`] or [`Query`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// The write was applied.
+    /// An entry no client proposed was applied (a leader's blank entry, a
+    /// membership change): nothing to report.
     Done,
+    /// The put was applied, at `revision`.
+    Written {
+        /// The revision the put made.
+        revision: u64,
+    },
     /// The value the key held before the command (or the existing value, for
     /// a put-if-absent that did not write).
-    Previous(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
+    Previous {
+        /// The key's value before the command (`None`: absent).
+        #[serde(with = "crate::codec::opt_bytes")]
+        previous: Option<Vec<u8>>,
+        /// The revision after the command: the one it made if it wrote.
+        revision: u64,
+    },
     /// Result of a compare-and-put: whether it wrote, and the key's value now.
     Swapped {
-        /// Whether the comparison held and the value was written.
+        /// Whether the test held and the value was written.
         succeeded: bool,
-        /// The key's value now: the new value if written, else the value that did
-        /// not match (`None`: absent).
-        #[serde(with = "crate::codec::opt_bytes")]
-        current: Option<Vec<u8>>,
+        /// The key's value now: the new value if written, else the value
+        /// the test saw (`None`: absent).
+        current: Option<Versioned>,
+        /// The revision after the command: the one it made if it wrote.
+        revision: u64,
     },
     /// How many keys a delete removed.
-    Deleted(u64),
-    /// Result of a batch: `failed_condition` is the index of the first
-    /// condition that did not hold, in which case nothing was written.
+    Deleted {
+        /// Keys removed.
+        count: u64,
+        /// The revision after the command: the one it made if it removed any.
+        revision: u64,
+    },
+    /// Result of a batch (or fenced write): `failed_condition` is the index
+    /// of the first condition that did not hold, in which case nothing was
+    /// written.
     Batch {
         /// Index of the first condition that did not hold; `None`: every
         /// condition held and the ops were applied.
         failed_condition: Option<u32>,
+        /// The revision after the command: the one it made if it wrote.
+        revision: u64,
     },
-    /// An allocated sequence range `[start, end)`.
+    /// An allocated sequence range `[start, end)`. Sequences are not keys:
+    /// they raise no revision.
     Sequence {
         /// First value allocated.
         start: u64,
@@ -304,15 +442,28 @@ pub enum Outcome {
         end: u64,
     },
     /// The value of a key, if present.
-    Value(#[serde(with = "crate::codec::opt_bytes")] Option<Vec<u8>>),
+    Value {
+        /// The key's value and revisions (`None`: absent).
+        value: Option<Versioned>,
+        /// The revision the read saw.
+        revision: u64,
+    },
     /// Values of several keys, in request order.
-    Values(Vec<Option<Vec<u8>>>),
+    Values {
+        /// One per requested key (`None`: absent).
+        values: Vec<Option<Versioned>>,
+        /// The revision the read saw.
+        revision: u64,
+    },
     /// Key/value pairs of a scan, and whether more matched beyond the limit.
     Entries {
         /// `(key, value)` pairs in scan order.
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: Vec<(Vec<u8>, Versioned)>,
         /// Whether more keys matched beyond the limit.
         more: bool,
+        /// The revision the scan read at: a watch from the next one misses
+        /// nothing and repeats nothing.
+        revision: u64,
     },
     /// The result of a lock-service command or query.
     Lock(crate::lock::LockOutcome),

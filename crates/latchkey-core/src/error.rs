@@ -234,6 +234,20 @@ pub enum CommandError {
          metadata; --user for the CLI, ClientOptions::with_user)"
     )]
     AuthRequired,
+
+    // ------------------------------------------------------------ appended
+    // (KV errors added after the lock errors: variants are only appended)
+    /// A revision test (in a compare-and-put or a condition) named a key
+    /// that does not exist: an absent key has no revisions. Nothing was
+    /// written. Test absence with `Test::Exists(false)` or
+    /// `Test::ValueIs(None)`.
+    #[error(
+        "key {key:?} does not exist: a revision test needs the key; test its existence instead"
+    )]
+    KeyAbsent {
+        /// The key (lossily decoded as UTF-8).
+        key: String,
+    },
 }
 
 fn busy_detail(

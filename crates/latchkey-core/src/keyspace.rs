@@ -6,7 +6,7 @@
 //!
 //! | tag | room | key after the tag | value |
 //! |-----|------|-------------------|-------|
-//! | `D` | user data | user key | user value |
+//! | `D` | user data | user key | create revision, mod revision, version (u64 big-endian each), then the user value (see [`crate::data`]) |
 //! | `Q` | sequences | sequence key | next start, u64 big-endian |
 //! | `M` | core metadata | name | see the `META_*` constants |
 //! | `S` | lock sessions | session id, u64 big-endian | session record (codec) |
@@ -40,6 +40,9 @@ pub const REQUEST: u8 = b'R';
 
 /// Meta key holding the largest leader time applied so far (u64, big-endian).
 pub const META_NOW: &[u8] = b"Mnow";
+/// Meta key holding the cluster's revision: raised by one by every applied
+/// command that changes at least one key (u64, big-endian; absent = 0).
+pub const META_REVISION: &[u8] = b"Mrev";
 /// Meta key holding the last session id issued (u64, big-endian; absent = 0).
 pub const META_LAST_SESSION: &[u8] = b"Msession";
 /// Meta key holding how many sessions are live (u64, big-endian; absent =

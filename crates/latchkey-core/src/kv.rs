@@ -5,9 +5,11 @@
 use std::ops::Bound;
 
 use crate::command::{BatchOp, Command, Condition, Outcome, Query, Request, ScanRange};
+use crate::data::{self, data_key, Change};
 use crate::keyspace::{self, DATA, META_NOW, SEQUENCE};
 use crate::limits::MAX_SCAN_LIMIT;
 use crate::lock::{self, Event};
+use crate::store::read_counter;
 use crate::validate::{validate_command, validate_query};
 use crate::{CommandError, CommandResult, Store, StoreError};
 
@@ -113,54 +115,63 @@ fn execute<S: Store>(
 ) -> Result<CommandResult, StoreError> {
     match command {
         Command::Put { key, value } => {
-            store.put(&data_key(key), value)?;
-            Ok(Ok(Outcome::Done))
+            let mut change = Change::begin(store)?;
+            change.put(store, key, value)?;
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Written { revision }))
         }
         Command::PutIfAbsent { key, value } => {
-            let k = data_key(key);
-            let existing = store.get(&k)?;
+            let mut change = Change::begin(store)?;
+            let existing = data::get(store, key)?;
             if existing.is_none() {
-                store.put(&k, value)?;
+                change.put(store, key, value)?;
             }
-            Ok(Ok(Outcome::Previous(existing)))
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Previous {
+                previous: existing.map(|v| v.value),
+                revision,
+            }))
         }
-        Command::CompareAndPut {
-            key,
-            expected,
-            value,
-        } => {
-            let k = data_key(key);
-            let current = store.get(&k)?;
-            if current == *expected {
-                store.put(&k, value)?;
-                Ok(Ok(Outcome::Swapped {
-                    succeeded: true,
-                    current: Some(value.clone()),
-                }))
+        Command::CompareAndPut { key, test, value } => {
+            let mut change = Change::begin(store)?;
+            let current = data::get(store, key)?;
+            let holds = match data::test_holds(key, test, current.as_ref()) {
+                Ok(holds) => holds,
+                Err(e) => return Ok(Err(e)),
+            };
+            let current = if holds {
+                Some(change.put(store, key, value)?)
             } else {
-                Ok(Ok(Outcome::Swapped {
-                    succeeded: false,
-                    current,
-                }))
-            }
+                current
+            };
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Swapped {
+                succeeded: holds,
+                current,
+                revision,
+            }))
         }
         Command::GetAndPut { key, value } => {
-            let k = data_key(key);
-            let previous = store.get(&k)?;
-            store.put(&k, value)?;
-            Ok(Ok(Outcome::Previous(previous)))
+            let mut change = Change::begin(store)?;
+            let previous = data::get(store, key)?.map(|v| v.value);
+            change.put(store, key, value)?;
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Previous { previous, revision }))
         }
         Command::Delete { key } => {
-            let k = data_key(key);
-            let existed = store.get(&k)?.is_some();
-            if existed {
-                store.delete(&k)?;
-            }
-            Ok(Ok(Outcome::Deleted(u64::from(existed))))
+            let mut change = Change::begin(store)?;
+            let existed = change.delete(store, key)?;
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Deleted {
+                count: u64::from(existed),
+                revision,
+            }))
         }
         Command::DeleteRange { start, end } => {
-            let deleted = delete_range(store, start, end)?;
-            Ok(Ok(Outcome::Deleted(deleted)))
+            let mut change = Change::begin(store)?;
+            let count = delete_range(store, &mut change, start, end)?;
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Deleted { count, revision }))
         }
         Command::Batch { conditions, ops } => batch(store, conditions, ops),
         Command::NextSequence { key, step } => next_sequence(store, key, *step),
@@ -176,28 +187,42 @@ fn execute<S: Store>(
 }
 
 /// Check every condition, then apply every op: [`Command::Batch`], also used
-/// by fenced writes once their fence holds. A failed condition writes nothing.
+/// by fenced writes once their fence holds. A failed condition writes
+/// nothing; a revision test on an absent key refuses the command. The ops
+/// share one revision.
 pub(crate) fn batch<S: Store>(
     store: &mut S,
     conditions: &[Condition],
     ops: &[BatchOp],
 ) -> Result<CommandResult, StoreError> {
-    for (i, Condition::ValueIs { key, expected }) in conditions.iter().enumerate() {
-        if store.get(&data_key(key))? != *expected {
-            let index = u32::try_from(i).unwrap_or(u32::MAX);
-            return Ok(Ok(Outcome::Batch {
-                failed_condition: Some(index),
-            }));
+    let mut change = Change::begin(store)?;
+    for (i, condition) in conditions.iter().enumerate() {
+        let current = data::get(store, &condition.key)?;
+        match data::test_holds(&condition.key, &condition.test, current.as_ref()) {
+            Ok(true) => {}
+            Ok(false) => {
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                return Ok(Ok(Outcome::Batch {
+                    failed_condition: Some(index),
+                    revision: change.finish(store)?,
+                }));
+            }
+            Err(e) => return Ok(Err(e)),
         }
     }
     for op in ops {
         match op {
-            BatchOp::Put { key, value } => store.put(&data_key(key), value)?,
-            BatchOp::Delete { key } => store.delete(&data_key(key))?,
+            BatchOp::Put { key, value } => {
+                change.put(store, key, value)?;
+            }
+            BatchOp::Delete { key } => {
+                change.delete(store, key)?;
+            }
         }
     }
     Ok(Ok(Outcome::Batch {
         failed_condition: None,
+        revision: change.finish(store)?,
     }))
 }
 
@@ -207,13 +232,19 @@ pub fn query<S: Store>(store: &S, q: &Query) -> Result<CommandResult, StoreError
         return Ok(Err(e));
     }
     match q {
-        Query::Get { key } => Ok(Ok(Outcome::Value(store.get(&data_key(key))?))),
+        Query::Get { key } => Ok(Ok(Outcome::Value {
+            value: data::get(store, key)?,
+            revision: data::revision(store)?,
+        })),
         Query::MultiGet { keys } => {
             let mut values = Vec::with_capacity(keys.len());
             for key in keys {
-                values.push(store.get(&data_key(key))?);
+                values.push(data::get(store, key)?);
             }
-            Ok(Ok(Outcome::Values(values)))
+            Ok(Ok(Outcome::Values {
+                values,
+                revision: data::revision(store)?,
+            }))
         }
         Query::Scan(range) => scan(store, range),
         Query::Lock(q) => lock::query(store, q),
@@ -229,30 +260,11 @@ pub fn query<S: Store>(store: &S, q: &Query) -> Result<CommandResult, StoreError
     }
 }
 
-fn data_key(key: &[u8]) -> Vec<u8> {
-    keyspace::tagged(DATA, key)
-}
-
 /// The largest leader time applied so far (0 before the first). [`apply`]
 /// raises it after each successful command, so it never runs backwards
 /// across leaders.
 fn stored_clock<S: Store>(store: &S) -> Result<u64, StoreError> {
     read_counter(store, META_NOW)
-}
-
-/// A big-endian u64 cell, 0 when absent. A cell of the wrong length means
-/// the store is corrupt: stop rather than restart a counter at 0.
-pub(crate) fn read_counter<S: Store>(store: &S, key: &[u8]) -> Result<u64, StoreError> {
-    match store.get(key)? {
-        None => Ok(0),
-        Some(b) => keyspace::read_u64(&b).ok_or_else(|| {
-            StoreError(format!(
-                "corrupt counter cell {:?}: {} bytes instead of 8",
-                String::from_utf8_lossy(key),
-                b.len()
-            ))
-        }),
-    }
 }
 
 fn next_sequence<S: Store>(
@@ -278,7 +290,12 @@ fn next_sequence<S: Store>(
     Ok(Ok(Outcome::Sequence { start, end }))
 }
 
-fn delete_range<S: Store>(store: &mut S, start: &[u8], end: &[u8]) -> Result<u64, StoreError> {
+fn delete_range<S: Store>(
+    store: &mut S,
+    change: &mut Change,
+    start: &[u8],
+    end: &[u8],
+) -> Result<u64, StoreError> {
     let upper = data_key(end);
     // Each chunk starts after the last key deleted, never at `start` again:
     // a deleted key stays behind as a tombstone (in the apply overlay and in
@@ -298,7 +315,7 @@ fn delete_range<S: Store>(store: &mut S, start: &[u8], end: &[u8]) -> Result<u64
         };
         let last = last.clone();
         for (k, _) in &chunk {
-            store.delete(k)?;
+            change.remove_row(store, k)?;
             deleted += 1;
         }
         lower = last;
@@ -344,12 +361,15 @@ fn scan<S: Store>(store: &S, range: &ScanRange) -> Result<CommandResult, StoreEr
     )?;
     let more = rows.len() > limit;
     rows.truncate(limit);
-    let entries = rows
-        .into_iter()
-        .map(|(mut k, v)| {
-            k.remove(0);
-            (k, v)
-        })
-        .collect();
-    Ok(Ok(Outcome::Entries { entries, more }))
+    let mut entries = Vec::with_capacity(rows.len());
+    for (mut k, row) in rows {
+        k.remove(0);
+        let value = data::decode(&k, &row)?;
+        entries.push((k, value));
+    }
+    Ok(Ok(Outcome::Entries {
+        entries,
+        more,
+        revision: data::revision(store)?,
+    }))
 }

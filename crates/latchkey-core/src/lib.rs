@@ -17,13 +17,15 @@
 //! leader on each entry.
 //!
 //! ```
-//! use latchkey_core::{apply, query, Command, MemStore, Outcome, Query, Request};
+//! use latchkey_core::{apply, query, Command, MemStore, Outcome, Query, Request, Versioned};
 //!
 //! let mut store = MemStore::default();
 //! let put = Request { now: 1, command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() } };
-//! assert_eq!(apply(&mut store, &put).unwrap(), Ok(Outcome::Done));
+//! // The first change of a key makes revision 1.
+//! assert_eq!(apply(&mut store, &put).unwrap(), Ok(Outcome::Written { revision: 1 }));
 //! let got = query(&store, &Query::Get { key: b"k".to_vec() }).unwrap();
-//! assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
+//! let v = Versioned { value: b"v".to_vec(), create_revision: 1, mod_revision: 1, version: 1 };
+//! assert_eq!(got, Ok(Outcome::Value { value: Some(v), revision: 1 }));
 //! ```
 
 #![warn(missing_docs)]
@@ -32,6 +34,7 @@ pub mod auth;
 pub mod backup;
 pub mod codec;
 pub mod command;
+pub mod data;
 mod error;
 pub mod keyspace;
 mod kv;
@@ -43,7 +46,8 @@ pub mod store;
 mod validate;
 
 pub use command::{
-    BatchOp, Command, CommandResult, Condition, Millis, Outcome, Query, Request, ScanRange,
+    BatchOp, Command, CommandResult, Compare, Condition, Millis, Outcome, Query, Request,
+    RevisionField, ScanRange, Test, Versioned,
 };
 pub use error::{CommandError, StoreError};
 pub use kv::{apply, apply_with_events, query};

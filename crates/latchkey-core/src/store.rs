@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use crate::keyspace;
 use crate::StoreError;
 
 /// One key and its value, as a scan returns them.
@@ -85,5 +86,20 @@ pub fn bounds_empty(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
         | (Bound::Excluded(l), Bound::Included(u))
         | (Bound::Excluded(l), Bound::Excluded(u)) => l >= u,
         _ => false,
+    }
+}
+
+/// A big-endian u64 cell, 0 when absent. A cell of the wrong length means
+/// the store is corrupt: stop rather than restart a counter at 0.
+pub(crate) fn read_counter<S: Store>(store: &S, key: &[u8]) -> Result<u64, StoreError> {
+    match store.get(key)? {
+        None => Ok(0),
+        Some(b) => keyspace::read_u64(&b).ok_or_else(|| {
+            StoreError(format!(
+                "corrupt counter cell {:?}: {} bytes instead of 8",
+                String::from_utf8_lossy(key),
+                b.len()
+            ))
+        }),
     }
 }

@@ -1,6 +1,6 @@
 //! Limits checks, run before a command is proposed and again when applied.
 
-use crate::command::{BatchOp, Command, Condition, Query, ScanRange};
+use crate::command::{BatchOp, Command, Condition, Query, ScanRange, Test};
 use crate::limits::*;
 use crate::lock::{LockCommand, LockMode, LockQuery, Sequencer, TimerKind, Token};
 use crate::CommandError;
@@ -38,6 +38,14 @@ fn check_bound(what: &str, key: &[u8]) -> Result<usize, CommandError> {
     Ok(key.len())
 }
 
+/// Bytes a test carries; an expected value obeys the value limit.
+fn check_test(test: &Test) -> Result<usize, CommandError> {
+    match test {
+        Test::ValueIs(Some(expected)) => check_value(expected),
+        Test::ValueIs(None) | Test::Exists(_) | Test::Revision { .. } => Ok(0),
+    }
+}
+
 fn check_batch(conditions: &[Condition], ops: &[BatchOp]) -> Result<usize, CommandError> {
     if ops.len() > MAX_BATCH_OPS {
         return Err(CommandError::invalid(format!(
@@ -53,13 +61,7 @@ fn check_batch(conditions: &[Condition], ops: &[BatchOp]) -> Result<usize, Comma
     }
     let mut n = 0;
     for c in conditions {
-        let Condition::ValueIs { key, expected } = c;
-        n += check_key("condition key", key)?;
-        n += expected
-            .as_deref()
-            .map(check_value)
-            .transpose()?
-            .unwrap_or(0);
+        n += check_key("condition key", &c.key)? + check_test(&c.test)?;
     }
     for op in ops {
         n += match op {
@@ -219,18 +221,8 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         Command::Put { key, value }
         | Command::PutIfAbsent { key, value }
         | Command::GetAndPut { key, value } => check_key("key", key)? + check_value(value)?,
-        Command::CompareAndPut {
-            key,
-            expected,
-            value,
-        } => {
-            check_key("key", key)?
-                + check_value(value)?
-                + expected
-                    .as_deref()
-                    .map(check_value)
-                    .transpose()?
-                    .unwrap_or(0)
+        Command::CompareAndPut { key, test, value } => {
+            check_key("key", key)? + check_value(value)? + check_test(test)?
         }
         Command::Delete { key } => check_key("key", key)?,
         Command::DeleteRange { start, end } => {

@@ -4,7 +4,7 @@
 
 use latchkey_core::auth::{AuthCommand, Grant, Permission, ROOT};
 use latchkey_core::lock::{LockCommand, LockOutcome, SessionSecret};
-use latchkey_core::{apply, query, Command, CommandError, MemStore, Outcome, Query, Request};
+use latchkey_core::{apply, query, Command, CommandError, MemStore, Outcome, Query, Request, Test};
 use proptest::prelude::*;
 
 fn run(store: &mut MemStore, command: Command) -> Result<Outcome, CommandError> {
@@ -107,7 +107,7 @@ fn grants_cover_keys_and_ranges_under_their_prefix_only() {
     // Compare-and-put reads as well as writes.
     let cas = Command::CompareAndPut {
         key: "jobs/2".into(),
-        expected: None,
+        test: Test::ValueIs(None),
         value: b"v".to_vec(),
     };
     assert!(run(&mut store, as_user("app", cas)).is_ok());

@@ -11,7 +11,8 @@ use latchkey_core::lock::{
     SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
-    BatchOp, Command, CommandError, CommandResult, Condition, Outcome, Query, Request, ScanRange,
+    BatchOp, Command, CommandError, CommandResult, Compare, Condition, Outcome, Query, Request,
+    RevisionField, ScanRange, Test, Versioned,
 };
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
@@ -94,12 +95,31 @@ fn commands() -> Vec<Command> {
         },
         Command::CompareAndPut {
             key: b("k"),
-            expected: None,
+            test: Test::ValueIs(None),
             value: b("v"),
         },
         Command::CompareAndPut {
             key: b("k"),
-            expected: Some(vec![]),
+            test: Test::ValueIs(Some(vec![])),
+            value: b("v"),
+        },
+        Command::CompareAndPut {
+            key: b("k"),
+            test: Test::Exists(true),
+            value: b("v"),
+        },
+        Command::CompareAndPut {
+            key: b("k"),
+            test: Test::mod_revision_is(u64::MAX),
+            value: b("v"),
+        },
+        Command::CompareAndPut {
+            key: b("k"),
+            test: Test::Revision {
+                field: RevisionField::Version,
+                compare: Compare::Less,
+                value: 3,
+            },
             value: b("v"),
         },
         Command::GetAndPut {
@@ -117,14 +137,25 @@ fn commands() -> Vec<Command> {
         },
         Command::Batch {
             conditions: vec![
-                Condition::ValueIs {
-                    key: b("a"),
-                    expected: None,
-                },
-                Condition::ValueIs {
-                    key: b("b"),
-                    expected: Some(b("x")),
-                },
+                Condition::value_is("a", None),
+                Condition::value_is("b", Some(b("x"))),
+                Condition::new("c", Test::Exists(false)),
+                Condition::new(
+                    "d",
+                    Test::Revision {
+                        field: RevisionField::Create,
+                        compare: Compare::Greater,
+                        value: 250,
+                    },
+                ),
+                Condition::new(
+                    "e",
+                    Test::Revision {
+                        field: RevisionField::Mod,
+                        compare: Compare::NotEqual,
+                        value: 251,
+                    },
+                ),
             ],
             ops: vec![
                 BatchOp::Put {
@@ -190,16 +221,22 @@ fn commands() -> Vec<Command> {
         Command::Lock(LockCommand::Fenced {
             sequencer: sequencer(),
             secret: SessionSecret::default(),
-            conditions: vec![Condition::ValueIs {
-                key: b("a"),
-                expected: None,
-            }],
+            conditions: vec![Condition::new("a", Test::mod_revision_is(2))],
             ops: vec![BatchOp::Put {
                 key: b("a"),
                 value: b("1"),
             }],
         }),
     ]
+}
+
+fn versioned(value: &str, create_revision: u64, mod_revision: u64, version: u64) -> Versioned {
+    Versioned {
+        value: b(value),
+        create_revision,
+        mod_revision,
+        version,
+    }
 }
 
 fn sequencer() -> Sequencer {
@@ -252,39 +289,74 @@ fn queries() -> Vec<Query> {
 
 fn outcomes() -> Vec<Outcome> {
     vec![
-        Outcome::Done,
-        Outcome::Previous(None),
-        Outcome::Previous(Some(b("old"))),
+        Outcome::Written { revision: 1 },
+        Outcome::Written { revision: u64::MAX },
+        Outcome::Previous {
+            previous: None,
+            revision: 0,
+        },
+        Outcome::Previous {
+            previous: Some(b("old")),
+            revision: 7,
+        },
         Outcome::Swapped {
             succeeded: true,
-            current: Some(b("v")),
+            current: Some(versioned("v", 3, 9, 4)),
+            revision: 9,
         },
         Outcome::Swapped {
             succeeded: false,
             current: None,
+            revision: 0,
         },
-        Outcome::Deleted(0),
-        Outcome::Deleted(u64::MAX),
+        Outcome::Deleted {
+            count: 0,
+            revision: 5,
+        },
+        Outcome::Deleted {
+            count: u64::MAX,
+            revision: 6,
+        },
         Outcome::Batch {
             failed_condition: None,
+            revision: 300,
         },
         Outcome::Batch {
             failed_condition: Some(3),
+            revision: 299,
         },
         Outcome::Sequence {
             start: 5,
             end: u64::MAX,
         },
-        Outcome::Value(None),
-        Outcome::Value(Some(vec![])),
-        Outcome::Values(vec![None, Some(b("x")), Some(vec![])]),
+        Outcome::Value {
+            value: None,
+            revision: 0,
+        },
+        Outcome::Value {
+            value: Some(versioned("", 1, 1, 1)),
+            revision: 2,
+        },
+        Outcome::Values {
+            values: vec![
+                None,
+                Some(versioned("x", 1, 2, 2)),
+                Some(versioned("", 3, 3, 1)),
+            ],
+            revision: 3,
+        },
         Outcome::Entries {
             entries: vec![],
             more: false,
+            revision: 0,
         },
         Outcome::Entries {
-            entries: vec![(b("a"), b("1")), (b("b"), vec![])],
+            entries: vec![
+                (b("a"), versioned("1", 1, 4, 2)),
+                (b("b"), versioned("", 2, 2, 1)),
+            ],
             more: true,
+            revision: u64::MAX,
         },
         Outcome::Lock(LockOutcome::SessionOpened {
             session: SessionId(1),
@@ -367,6 +439,9 @@ fn results() -> Vec<CommandResult> {
     all.push(Err(CommandError::SequenceExhausted {
         key: "s\u{fffd}".to_string(),
         step: 9,
+    }));
+    all.push(Err(CommandError::KeyAbsent {
+        key: "k".to_string(),
     }));
     let name = || "l".to_string();
     all.extend(
@@ -567,8 +642,8 @@ fn large_values_round_trip() {
 }
 
 /// The log and snapshots outlive builds: a change of these bytes is a format
-/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 4
-/// since members record their client address).
+/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 5
+/// since keys have revisions).
 #[test]
 fn format_is_frozen() {
     let bytes = encode(&Request {
@@ -579,14 +654,14 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [4, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [5, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
-    // Ok, variant 5, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [4, 0, 5, 0, 0xfb, 0x2c, 0x01]);
+    // Ok, variant 6, 0, varint 300 (0xfb + u16 little-endian).
+    assert_eq!(bytes, [5, 0, 6, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
     // LockCommand variant 0 (OpenSession), ttl 3000, then the secret's 16
     // bytes as they are.
@@ -598,7 +673,7 @@ fn format_is_frozen() {
         }),
     })
     .expect("encodes");
-    let mut expected = vec![4, 1, 8, 0, 0xfb, 0xb8, 0x0b];
+    let mut expected = vec![5, 1, 8, 0, 0xfb, 0xb8, 0x0b];
     expected.extend([0xaa; 16]);
     assert_eq!(bytes, expected);
     // Lock errors come after the KV errors: CommandError variant 2 is
@@ -607,7 +682,82 @@ fn format_is_frozen() {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [4, 1, 2, 5]);
+    assert_eq!(bytes, [5, 1, 2, 5]);
+    // KeyAbsent was appended after every other error: variant 23.
+    let bytes = encode(&Err::<Outcome, _>(CommandError::KeyAbsent {
+        key: "k".to_string(),
+    }))
+    .expect("encodes");
+    assert_eq!(bytes, [5, 1, 23, 1, b'k']);
+    // A compare-and-put by revision: Command variant 2, key, then the test
+    // (Test variant 2, Revision: RevisionField variant 1 = Mod, Compare
+    // variant 0 = Equal, varint 41), then the value.
+    let bytes = encode(&Request {
+        now: 1,
+        command: Command::CompareAndPut {
+            key: b("k"),
+            test: Test::mod_revision_is(41),
+            value: b("v"),
+        },
+    })
+    .expect("encodes");
+    assert_eq!(bytes, [5, 1, 2, 1, b'k', 2, 1, 0, 41, 1, b'v']);
+    // A batch (Command variant 6) whose conditions are (key, test) structs:
+    // "a" ValueIs(None) (Test variant 0, None), "b" Exists(true) (Test
+    // variant 1, true), "c" Version Greater 300 (Test variant 2, field 2,
+    // compare 3, varint 300), then one put.
+    let bytes = encode(&Request {
+        now: 1,
+        command: Command::Batch {
+            conditions: vec![
+                Condition::value_is("a", None),
+                Condition::new("b", Test::Exists(true)),
+                Condition::new(
+                    "c",
+                    Test::Revision {
+                        field: RevisionField::Version,
+                        compare: Compare::Greater,
+                        value: 300,
+                    },
+                ),
+            ],
+            ops: vec![BatchOp::Put {
+                key: b("a"),
+                value: b("1"),
+            }],
+        },
+    })
+    .expect("encodes");
+    assert_eq!(
+        bytes,
+        [
+            5, 1, 6, // version, now, Batch
+            3, // three conditions
+            1, b'a', 0, 0, // "a": ValueIs(None)
+            1, b'b', 1, 1, // "b": Exists(true)
+            1, b'c', 2, 2, 3, 0xfb, 0x2c, 0x01, // "c": Revision { Version, Greater, 300 }
+            1, 0, 1, b'a', 1, b'1', // one op: Put "a" = "1"
+        ]
+    );
+    // Reads carry the key's revisions: Ok, Outcome variant 7 (Value),
+    // Some(Versioned { value "v", create 1, mod 2, version 3 }), revision 2.
+    let bytes = encode(&Ok::<_, CommandError>(Outcome::Value {
+        value: Some(Versioned {
+            value: b("v"),
+            create_revision: 1,
+            mod_revision: 2,
+            version: 3,
+        }),
+        revision: 2,
+    }))
+    .expect("encodes");
+    assert_eq!(bytes, [5, 0, 7, 1, 1, b'v', 1, 2, 3, 2]);
+    // A write's outcome carries the revision after it: Ok, Outcome variant 1
+    // (Written; 0 is Done, the answer to an entry no client proposed),
+    // revision 251 (0xfb + u16).
+    let bytes =
+        encode(&Ok::<_, CommandError>(Outcome::Written { revision: 251 })).expect("encodes");
+    assert_eq!(bytes, [5, 0, 1, 0xfb, 0xfb, 0x00]);
 }
 
 // ---------------------------------------------------------------- refusals
@@ -641,7 +791,7 @@ fn trailing_bytes_are_refused() {
             "{r:?}"
         );
     }
-    let mut bytes = encode(&Outcome::Done).expect("encodes");
+    let mut bytes = encode(&Outcome::Written { revision: 1 }).expect("encodes");
     bytes.extend_from_slice(b"junk");
     let err = decode::<Outcome>(&bytes).expect_err("trailing bytes");
     assert_eq!(err, CodecError::Decode("4 trailing bytes".to_string()));
@@ -675,8 +825,16 @@ fn garbage_is_refused() {
         &[FORMAT_VERSION, 0xfd],
         // An invalid varint marker (0xff is reserved).
         &[FORMAT_VERSION, 0xff, 0, 0, 1, b'k', 1, b'v'],
-        // CompareAndPut with an Option tag of 2.
-        &[FORMAT_VERSION, 0, 2, 1, b'k', 2, 1, b'v'],
+        // CompareAndPut, Test::ValueIs with an Option tag of 2.
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 0, 2, 1, b'v'],
+        // CompareAndPut with a Test variant that does not exist.
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 3, 1, b'v'],
+        // CompareAndPut, Test::Exists with a bool of 2.
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 1, 2, 1, b'v'],
+        // CompareAndPut, Test::Revision with a RevisionField that does not
+        // exist, then one with a Compare that does not exist.
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 2, 3, 0, 1, 1, b'v'],
+        &[FORMAT_VERSION, 0, 2, 1, b'k', 2, 0, 4, 1, 1, b'v'],
     ];
     for bytes in cases {
         assert!(
@@ -770,8 +928,7 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn arb_command() -> impl Strategy<Value = Command> {
-    let condition = (bytes(), prop::option::of(bytes()))
-        .prop_map(|(key, expected)| Condition::ValueIs { key, expected });
+    let condition = (bytes(), arb_test()).prop_map(|(key, test)| Condition { key, test });
     let op = prop_oneof![
         (bytes(), bytes()).prop_map(|(key, value)| BatchOp::Put { key, value }),
         bytes().prop_map(|key| BatchOp::Delete { key }),
@@ -779,12 +936,10 @@ fn arb_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         (bytes(), bytes()).prop_map(|(key, value)| Command::Put { key, value }),
         (bytes(), bytes()).prop_map(|(key, value)| Command::PutIfAbsent { key, value }),
-        (bytes(), prop::option::of(bytes()), bytes()).prop_map(|(key, expected, value)| {
-            Command::CompareAndPut {
-                key,
-                expected,
-                value,
-            }
+        (bytes(), arb_test(), bytes()).prop_map(|(key, test, value)| Command::CompareAndPut {
+            key,
+            test,
+            value
         }),
         (bytes(), bytes()).prop_map(|(key, value)| Command::GetAndPut { key, value }),
         bytes().prop_map(|key| Command::Delete { key }),
@@ -797,6 +952,40 @@ fn arb_command() -> impl Strategy<Value = Command> {
         (bytes(), any::<u64>()).prop_map(|(key, step)| Command::NextSequence { key, step }),
         arb_lock_command().prop_map(Command::Lock),
     ]
+}
+
+fn arb_test() -> impl Strategy<Value = Test> {
+    let field = prop_oneof![
+        Just(RevisionField::Create),
+        Just(RevisionField::Mod),
+        Just(RevisionField::Version),
+    ];
+    let compare = prop_oneof![
+        Just(Compare::Equal),
+        Just(Compare::NotEqual),
+        Just(Compare::Less),
+        Just(Compare::Greater),
+    ];
+    prop_oneof![
+        prop::option::of(bytes()).prop_map(Test::ValueIs),
+        any::<bool>().prop_map(Test::Exists),
+        (field, compare, any::<u64>()).prop_map(|(field, compare, value)| Test::Revision {
+            field,
+            compare,
+            value
+        }),
+    ]
+}
+
+fn arb_versioned() -> impl Strategy<Value = Versioned> {
+    (bytes(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+        |(value, create_revision, mod_revision, version)| Versioned {
+            value,
+            create_revision,
+            mod_revision,
+            version,
+        },
+    )
 }
 
 fn arb_mode() -> impl Strategy<Value = LockMode> {
@@ -925,27 +1114,52 @@ fn arb_query() -> impl Strategy<Value = Query> {
 
 fn arb_result() -> impl Strategy<Value = CommandResult> {
     let outcome = prop_oneof![
-        Just(Outcome::Done),
-        prop::option::of(bytes()).prop_map(Outcome::Previous),
-        (any::<bool>(), prop::option::of(bytes()))
-            .prop_map(|(succeeded, current)| Outcome::Swapped { succeeded, current }),
-        any::<u64>().prop_map(Outcome::Deleted),
-        prop::option::of(any::<u32>())
-            .prop_map(|failed_condition| Outcome::Batch { failed_condition }),
-        (any::<u64>(), any::<u64>()).prop_map(|(start, end)| Outcome::Sequence { start, end }),
-        prop::option::of(bytes()).prop_map(Outcome::Value),
-        prop::collection::vec(prop::option::of(bytes()), 0..4).prop_map(Outcome::Values),
+        any::<u64>().prop_map(|revision| Outcome::Written { revision }),
+        (prop::option::of(bytes()), any::<u64>())
+            .prop_map(|(previous, revision)| Outcome::Previous { previous, revision }),
         (
-            prop::collection::vec((bytes(), bytes()), 0..4),
-            any::<bool>()
+            any::<bool>(),
+            prop::option::of(arb_versioned()),
+            any::<u64>()
         )
-            .prop_map(|(entries, more)| Outcome::Entries { entries, more }),
+            .prop_map(|(succeeded, current, revision)| Outcome::Swapped {
+                succeeded,
+                current,
+                revision
+            }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(count, revision)| Outcome::Deleted { count, revision }),
+        (prop::option::of(any::<u32>()), any::<u64>()).prop_map(|(failed_condition, revision)| {
+            Outcome::Batch {
+                failed_condition,
+                revision,
+            }
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(start, end)| Outcome::Sequence { start, end }),
+        (prop::option::of(arb_versioned()), any::<u64>())
+            .prop_map(|(value, revision)| Outcome::Value { value, revision }),
+        (
+            prop::collection::vec(prop::option::of(arb_versioned()), 0..4),
+            any::<u64>()
+        )
+            .prop_map(|(values, revision)| Outcome::Values { values, revision }),
+        (
+            prop::collection::vec((bytes(), arb_versioned()), 0..4),
+            any::<bool>(),
+            any::<u64>()
+        )
+            .prop_map(|(entries, more, revision)| Outcome::Entries {
+                entries,
+                more,
+                revision
+            }),
     ];
     prop_oneof![
         4 => outcome.prop_map(Ok),
         1 => ".{0,12}".prop_map(|m| Err(CommandError::InvalidArgument(m))),
         1 => (".{0,12}", any::<u64>())
             .prop_map(|(key, step)| Err(CommandError::SequenceExhausted { key, step })),
+        1 => ".{0,12}".prop_map(|key| Err(CommandError::KeyAbsent { key })),
     ]
 }
 
@@ -1043,20 +1257,49 @@ fn byte_fields_encode_like_plain_vectors() {
         },
         CompareAndPut {
             key: Vec<u8>,
-            expected: Option<Vec<u8>>,
+            test: PlainTest,
             value: Vec<u8>,
+        },
+    }
+    /// The first variant of `Test`, with a derived byte field.
+    #[derive(Serialize)]
+    enum PlainTest {
+        ValueIs(Option<Vec<u8>>),
+    }
+    /// `Versioned`, with a derived byte field.
+    #[derive(Serialize)]
+    struct PlainVersioned {
+        value: Vec<u8>,
+        create_revision: u64,
+        mod_revision: u64,
+        version: u64,
+    }
+    /// The first variants of `Outcome` up to `Value`.
+    #[derive(Serialize)]
+    #[allow(dead_code)]
+    enum PlainOutcome {
+        Done,
+        Written {},
+        Previous {},
+        Swapped {},
+        Deleted {},
+        Batch {},
+        Sequence {},
+        Value {
+            value: Option<PlainVersioned>,
+            revision: u64,
         },
     }
     let value: Vec<u8> = (0..=255u8).cycle().take(300).collect();
     for expected in [None, Some(Vec::new()), Some(vec![7u8; 200])] {
         let fast = Command::CompareAndPut {
             key: b"k".to_vec(),
-            expected: expected.clone(),
+            test: Test::ValueIs(expected.clone()),
             value: value.clone(),
         };
         let plain = Plain::CompareAndPut {
             key: b"k".to_vec(),
-            expected,
+            test: PlainTest::ValueIs(expected),
             value: value.clone(),
         };
         let encoded = encode(&fast).expect("encodes");
@@ -1064,7 +1307,26 @@ fn byte_fields_encode_like_plain_vectors() {
         let back: Command = decode(&encoded).expect("decodes");
         assert_eq!(back, fast);
     }
-    let got = Outcome::Value(Some(value.clone()));
-    let back: Outcome = decode(&encode(&got).expect("encodes")).expect("decodes");
+    let got = Outcome::Value {
+        value: Some(Versioned {
+            value: value.clone(),
+            create_revision: 1,
+            mod_revision: 300,
+            version: 70_000,
+        }),
+        revision: 301,
+    };
+    let plain = PlainOutcome::Value {
+        value: Some(PlainVersioned {
+            value: value.clone(),
+            create_revision: 1,
+            mod_revision: 300,
+            version: 70_000,
+        }),
+        revision: 301,
+    };
+    let encoded = encode(&got).expect("encodes");
+    assert_eq!(encoded, encode(&plain).expect("encodes"));
+    let back: Outcome = decode(&encoded).expect("decodes");
     assert_eq!(back, got);
 }

@@ -16,7 +16,9 @@ use latchkey_core::lock::{
     Event, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery, Sequencer,
     SessionId, SessionSecret, SessionTimer, TimerState, Token, WaitTimer,
 };
-use latchkey_core::{apply_with_events, query, Command, MemStore, Outcome, Query, Request};
+use latchkey_core::{
+    apply_with_events, query, Command, MemStore, Outcome, Query, Request, Versioned,
+};
 
 /// Bytes from hex. Whitespace and `#` comments (to the end of the line)
 /// are ignored, so literals can be laid out and explained field by field.
@@ -78,6 +80,16 @@ fn acquire(
 /// The commands of the script, each stamped with its leader time.
 fn script() -> Vec<Request> {
     let commands = vec![
+        // "k" is created at revision 1, "j" at 2, "k" rewritten at 3: "k"
+        // holds create revision 1, mod revision 3, version 2.
+        Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        },
+        Command::Put {
+            key: b"j".to_vec(),
+            value: b"w".to_vec(),
+        },
         Command::Put {
             key: b"k".to_vec(),
             value: b"v".to_vec(),
@@ -134,8 +146,16 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
 const ROWS: &[(&str, &str)] = &[
-    // D + user key -> user value, raw.
-    ("44 6b", "76"),
+    // D + user key -> create revision, mod revision, version (u64 BE
+    // each), then the user value, raw.
+    (
+        "44 6a",
+        "0000000000000002 0000000000000002 0000000000000001 77",
+    ),
+    (
+        "44 6b",
+        "0000000000000001 0000000000000003 0000000000000002 76",
+    ),
     // H + session id (u64 BE) + lock name -> empty: session 1 holds "a",
     // session 2 waits for it.
     ("48 0000000000000001 61", ""),
@@ -143,7 +163,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "04
+        "05
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
@@ -155,14 +175,16 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "04
+        "05
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
     // M + name -> u64 BE: the live sessions, the leader time last applied,
-    // the last session id and the last fencing token issued.
+    // the cluster's revision, the last session id and the last fencing
+    // token issued.
     ("4d 6c697665", "0000000000000002"),
-    ("4d 6e6f77", "0000000000000012"),
+    ("4d 6e6f77", "0000000000000014"),
+    ("4d 726576", "0000000000000003"),
     ("4d 73657373696f6e", "0000000000000003"),
     ("4d 746f6b656e", "0000000000000002"),
     // Q + sequence key -> next start, u64 BE.
@@ -171,7 +193,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "04
+        "05
          03                 # request: LockCommand::Acquire
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -184,7 +206,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "04
+        "05
          03                 # request: LockCommand::Acquire
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -199,12 +221,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "04 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
+        "05 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "04 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "05 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -218,7 +240,8 @@ fn golden_store() -> MemStore {
     }
 }
 
-/// The rows the state machine writes: user data, a sequence, the metadata
+/// The rows the state machine writes: user data with its revisions, a
+/// sequence, the metadata
 /// counters, session records, lock records (a holder with a lease, a
 /// waiter, a lock-delay), a session's lock index and remembered requests.
 ///
@@ -226,7 +249,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 4);
+    assert_eq!(FORMAT_VERSION, 5);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -255,7 +278,15 @@ fn stored_records_read_back() {
     let mut store = golden_store();
     assert_eq!(
         query(&store, &Query::Get { key: b"k".to_vec() }).unwrap(),
-        Ok(Outcome::Value(Some(b"v".to_vec())))
+        Ok(Outcome::Value {
+            value: Some(Versioned {
+                value: b"v".to_vec(),
+                create_revision: 1,
+                mod_revision: 3,
+                version: 2,
+            }),
+            revision: 3,
+        })
     );
     assert_eq!(
         ask(&store, LockQuery::TimerState),
@@ -313,6 +344,28 @@ fn stored_records_read_back() {
         Outcome::Lock(LockOutcome::Granted {
             sequencer: first.clone(),
             hold_count: 1
+        })
+    );
+    // The revision counter and the key's revisions carry on.
+    let (outcome, _) = run(
+        &mut store,
+        100,
+        Command::Put {
+            key: b"k".to_vec(),
+            value: b"v2".to_vec(),
+        },
+    );
+    assert_eq!(outcome, Outcome::Written { revision: 4 });
+    assert_eq!(
+        query(&store, &Query::Get { key: b"k".to_vec() }).unwrap(),
+        Ok(Outcome::Value {
+            value: Some(Versioned {
+                value: b"v2".to_vec(),
+                create_revision: 1,
+                mod_revision: 4,
+                version: 3,
+            }),
+            revision: 4,
         })
     );
     // The sequence and the token counter carry on.

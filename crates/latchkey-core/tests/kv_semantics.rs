@@ -1,11 +1,11 @@
 //! Example-based tests of every KV command and query, of every limit, of the
 //! keyspace layout and of the state machine's clock.
 
-use latchkey_core::keyspace::{self, DATA, META, META_NOW, SEQUENCE};
+use latchkey_core::keyspace::{self, DATA, META, META_NOW, META_REVISION, SEQUENCE};
 use latchkey_core::limits::*;
 use latchkey_core::{
     apply, query, BatchOp, Command, CommandError, CommandResult, Condition, MemStore, Millis,
-    Outcome, Query, Request, ScanRange,
+    Outcome, Query, Request, ScanRange, Test, Versioned,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -39,7 +39,7 @@ fn put_if_absent(key: &[u8], value: &[u8]) -> Command {
 fn cas(key: &[u8], expected: Option<&[u8]>, value: &[u8]) -> Command {
     Command::CompareAndPut {
         key: key.to_vec(),
-        expected: expected.map(<[u8]>::to_vec),
+        test: Test::ValueIs(expected.map(<[u8]>::to_vec)),
         value: value.to_vec(),
     }
 }
@@ -70,10 +70,7 @@ fn next_seq(key: &[u8], step: u64) -> Command {
 }
 
 fn value_is(key: &[u8], expected: Option<&[u8]>) -> Condition {
-    Condition::ValueIs {
-        key: key.to_vec(),
-        expected: expected.map(<[u8]>::to_vec),
-    }
+    Condition::value_is(key, expected.map(<[u8]>::to_vec))
 }
 
 fn op_put(key: &[u8], value: &[u8]) -> BatchOp {
@@ -87,20 +84,60 @@ fn op_delete(key: &[u8]) -> BatchOp {
     BatchOp::Delete { key: key.to_vec() }
 }
 
-fn get(store: &MemStore, key: &[u8]) -> Option<Vec<u8>> {
+/// The cluster's revision, as the stored counter holds it (0: absent).
+fn revision(store: &MemStore) -> u64 {
+    store.map.get(META_REVISION).map_or(0, |b| {
+        keyspace::read_u64(b).expect("META_REVISION holds a u64")
+    })
+}
+
+/// `key`'s value and revisions; the read answers at the store's revision.
+fn get_versioned(store: &MemStore, key: &[u8]) -> Option<Versioned> {
     match ask(store, Query::Get { key: key.to_vec() }) {
-        Ok(Outcome::Value(v)) => v,
+        Ok(Outcome::Value { value, revision: r }) => {
+            assert_eq!(r, revision(store), "get {key:?} read another revision");
+            value
+        }
         other => panic!("get {key:?}: unexpected {other:?}"),
     }
 }
 
-type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+fn get(store: &MemStore, key: &[u8]) -> Option<Vec<u8>> {
+    get_versioned(store, key).map(|v| v.value)
+}
 
-fn scan(store: &MemStore, range: ScanRange) -> (Entries, bool) {
+fn versioned(value: &[u8], create_revision: u64, mod_revision: u64, version: u64) -> Versioned {
+    Versioned {
+        value: value.to_vec(),
+        create_revision,
+        mod_revision,
+        version,
+    }
+}
+
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+type VersionedEntries = Vec<(Vec<u8>, Versioned)>;
+
+/// A scan's entries with their revisions; the scan answers at the store's
+/// revision.
+fn scan_versioned(store: &MemStore, range: ScanRange) -> (VersionedEntries, bool) {
     match ask(store, Query::Scan(range.clone())) {
-        Ok(Outcome::Entries { entries, more }) => (entries, more),
+        Ok(Outcome::Entries {
+            entries,
+            more,
+            revision: r,
+        }) => {
+            assert_eq!(r, revision(store), "scan {range:?} read another revision");
+            (entries, more)
+        }
         other => panic!("scan {range:?}: unexpected {other:?}"),
     }
+}
+
+fn scan(store: &MemStore, range: ScanRange) -> (Entries, bool) {
+    let (entries, more) = scan_versioned(store, range);
+    let entries = entries.into_iter().map(|(k, v)| (k, v.value)).collect();
+    (entries, more)
 }
 
 /// No upper bound, for [`range`].
@@ -141,12 +178,14 @@ fn clock(store: &MemStore) -> Option<u64> {
         .map(|b| keyspace::read_u64(b).expect("META_NOW holds a u64"))
 }
 
+/// A store holding each of `keys` (value: the key), the i-th created at
+/// revision i + 1.
 fn store_with(keys: &[&str]) -> MemStore {
     let mut store = MemStore::default();
-    for k in keys {
+    for (k, revision) in keys.iter().zip(1..) {
         assert_eq!(
             run(&mut store, put(k.as_bytes(), k.as_bytes())),
-            Ok(Outcome::Done)
+            Ok(Outcome::Written { revision })
         );
     }
     store
@@ -171,7 +210,7 @@ fn assert_refused(store: &mut MemStore, command: Command) {
 }
 
 /// A store with data, a sequence and a clock, so "nothing written" is a
-/// meaningful comparison.
+/// meaningful comparison. Its revision is 3 (the sequence raises none).
 fn populated() -> MemStore {
     let mut store = store_with(&["a", "b", "c"]);
     assert!(run_at(&mut store, 10, next_seq(b"s", 5)).is_ok());
@@ -183,13 +222,22 @@ fn populated() -> MemStore {
 #[test]
 fn put_sets_and_overwrites() {
     let mut store = MemStore::default();
-    assert_eq!(run(&mut store, put(b"k", b"v1")), Ok(Outcome::Done));
-    assert_eq!(get(&store, b"k"), Some(b"v1".to_vec()));
-    assert_eq!(run(&mut store, put(b"k", b"v2")), Ok(Outcome::Done));
-    assert_eq!(get(&store, b"k"), Some(b"v2".to_vec()));
+    assert_eq!(
+        run(&mut store, put(b"k", b"v1")),
+        Ok(Outcome::Written { revision: 1 })
+    );
+    assert_eq!(get_versioned(&store, b"k"), Some(versioned(b"v1", 1, 1, 1)));
+    assert_eq!(
+        run(&mut store, put(b"k", b"v2")),
+        Ok(Outcome::Written { revision: 2 })
+    );
+    assert_eq!(get_versioned(&store, b"k"), Some(versioned(b"v2", 1, 2, 2)));
     // Empty values are values, not deletions.
-    assert_eq!(run(&mut store, put(b"k", b"")), Ok(Outcome::Done));
-    assert_eq!(get(&store, b"k"), Some(Vec::new()));
+    assert_eq!(
+        run(&mut store, put(b"k", b"")),
+        Ok(Outcome::Written { revision: 3 })
+    );
+    assert_eq!(get_versioned(&store, b"k"), Some(versioned(b"", 1, 3, 3)));
     assert_eq!(all_data(&store), vec![(b"k".to_vec(), Vec::new())]);
 }
 
@@ -198,9 +246,12 @@ fn put_if_absent_writes_when_absent() {
     let mut store = MemStore::default();
     assert_eq!(
         run(&mut store, put_if_absent(b"k", b"v")),
-        Ok(Outcome::Previous(None))
+        Ok(Outcome::Previous {
+            previous: None,
+            revision: 1
+        })
     );
-    assert_eq!(get(&store, b"k"), Some(b"v".to_vec()));
+    assert_eq!(get_versioned(&store, b"k"), Some(versioned(b"v", 1, 1, 1)));
 }
 
 #[test]
@@ -209,7 +260,10 @@ fn put_if_absent_keeps_existing_value() {
     let before = store.clone();
     assert_eq!(
         run(&mut store, put_if_absent(b"k", b"other")),
-        Ok(Outcome::Previous(Some(b"k".to_vec())))
+        Ok(Outcome::Previous {
+            previous: Some(b"k".to_vec()),
+            revision: 1
+        })
     );
     assert_eq!(get(&store, b"k"), Some(b"k".to_vec()));
     assert_eq!(store, before, "same clock, no write: store unchanged");
@@ -221,7 +275,10 @@ fn put_if_absent_counts_empty_value_as_present() {
     run(&mut store, put(b"k", b"")).unwrap();
     assert_eq!(
         run(&mut store, put_if_absent(b"k", b"v")),
-        Ok(Outcome::Previous(Some(Vec::new())))
+        Ok(Outcome::Previous {
+            previous: Some(Vec::new()),
+            revision: 1
+        })
     );
     assert_eq!(get(&store, b"k"), Some(Vec::new()));
 }
@@ -233,7 +290,8 @@ fn compare_and_put_swaps_on_match() {
         run(&mut store, cas(b"k", Some(b"k"), b"new")),
         Ok(Outcome::Swapped {
             succeeded: true,
-            current: Some(b"new".to_vec())
+            current: Some(versioned(b"new", 1, 2, 2)),
+            revision: 2
         })
     );
     assert_eq!(get(&store, b"k"), Some(b"new".to_vec()));
@@ -247,7 +305,8 @@ fn compare_and_put_refuses_on_mismatch() {
         run(&mut store, cas(b"k", Some(b"wrong"), b"new")),
         Ok(Outcome::Swapped {
             succeeded: false,
-            current: Some(b"k".to_vec())
+            current: Some(versioned(b"k", 1, 1, 1)),
+            revision: 1
         })
     );
     assert_eq!(store, before);
@@ -260,7 +319,8 @@ fn compare_and_put_expected_none_creates_absent_key() {
         run(&mut store, cas(b"k", None, b"v")),
         Ok(Outcome::Swapped {
             succeeded: true,
-            current: Some(b"v".to_vec())
+            current: Some(versioned(b"v", 1, 1, 1)),
+            revision: 1
         })
     );
     assert_eq!(get(&store, b"k"), Some(b"v".to_vec()));
@@ -274,7 +334,8 @@ fn compare_and_put_expected_none_fails_on_present_key() {
         run(&mut store, cas(b"k", None, b"v")),
         Ok(Outcome::Swapped {
             succeeded: false,
-            current: Some(b"k".to_vec())
+            current: Some(versioned(b"k", 1, 1, 1)),
+            revision: 1
         })
     );
     assert_eq!(store, before);
@@ -287,7 +348,8 @@ fn compare_and_put_expected_some_fails_on_absent_key() {
         run(&mut store, cas(b"k", Some(b""), b"v")),
         Ok(Outcome::Swapped {
             succeeded: false,
-            current: None
+            current: None,
+            revision: 0
         })
     );
     assert_eq!(get(&store, b"k"), None);
@@ -301,14 +363,16 @@ fn compare_and_put_distinguishes_empty_value_from_absent() {
         run(&mut store, cas(b"k", None, b"v")),
         Ok(Outcome::Swapped {
             succeeded: false,
-            current: Some(Vec::new())
+            current: Some(versioned(b"", 1, 1, 1)),
+            revision: 1
         })
     );
     assert_eq!(
         run(&mut store, cas(b"k", Some(b""), b"v")),
         Ok(Outcome::Swapped {
             succeeded: true,
-            current: Some(b"v".to_vec())
+            current: Some(versioned(b"v", 1, 2, 2)),
+            revision: 2
         })
     );
 }
@@ -318,13 +382,19 @@ fn get_and_put_returns_previous() {
     let mut store = MemStore::default();
     assert_eq!(
         run(&mut store, get_and_put(b"k", b"v1")),
-        Ok(Outcome::Previous(None))
+        Ok(Outcome::Previous {
+            previous: None,
+            revision: 1
+        })
     );
     assert_eq!(
         run(&mut store, get_and_put(b"k", b"v2")),
-        Ok(Outcome::Previous(Some(b"v1".to_vec())))
+        Ok(Outcome::Previous {
+            previous: Some(b"v1".to_vec()),
+            revision: 2
+        })
     );
-    assert_eq!(get(&store, b"k"), Some(b"v2".to_vec()));
+    assert_eq!(get_versioned(&store, b"k"), Some(versioned(b"v2", 1, 2, 2)));
 }
 
 // ---------------------------------------------------------------- deletes
@@ -332,7 +402,13 @@ fn get_and_put_returns_previous() {
 #[test]
 fn delete_present_key() {
     let mut store = store_with(&["a", "k", "z"]);
-    assert_eq!(run(&mut store, delete(b"k")), Ok(Outcome::Deleted(1)));
+    assert_eq!(
+        run(&mut store, delete(b"k")),
+        Ok(Outcome::Deleted {
+            count: 1,
+            revision: 4
+        })
+    );
     assert_eq!(get(&store, b"k"), None);
     assert_eq!(keys(&all_data(&store)), ["a", "z"]);
 }
@@ -341,7 +417,13 @@ fn delete_present_key() {
 fn delete_absent_key_writes_nothing() {
     let mut store = store_with(&["a", "z"]);
     let before = store.clone();
-    assert_eq!(run(&mut store, delete(b"k")), Ok(Outcome::Deleted(0)));
+    assert_eq!(
+        run(&mut store, delete(b"k")),
+        Ok(Outcome::Deleted {
+            count: 0,
+            revision: 2
+        })
+    );
     assert_eq!(store, before);
 }
 
@@ -350,13 +432,19 @@ fn delete_range_counts_and_keeps_end_exclusive() {
     let mut store = store_with(&["a", "b", "ba", "bz", "c", "ca", "d"]);
     assert_eq!(
         run(&mut store, delete_range(b"b", b"c")),
-        Ok(Outcome::Deleted(3))
+        Ok(Outcome::Deleted {
+            count: 3,
+            revision: 8
+        })
     );
     assert_eq!(keys(&all_data(&store)), ["a", "c", "ca", "d"]);
     // The start is inclusive, the end exclusive.
     assert_eq!(
         run(&mut store, delete_range(b"c", b"d")),
-        Ok(Outcome::Deleted(2))
+        Ok(Outcome::Deleted {
+            count: 2,
+            revision: 9
+        })
     );
     assert_eq!(keys(&all_data(&store)), ["a", "d"]);
 }
@@ -367,7 +455,10 @@ fn delete_range_with_nothing_inside() {
     let before = store.clone();
     assert_eq!(
         run(&mut store, delete_range(b"b", b"c")),
-        Ok(Outcome::Deleted(0))
+        Ok(Outcome::Deleted {
+            count: 0,
+            revision: 2
+        })
     );
     assert_eq!(store, before);
 }
@@ -377,7 +468,10 @@ fn delete_range_from_empty_start_covers_the_lowest_keys() {
     let mut store = store_with(&["\u{1}", "a", "b"]);
     assert_eq!(
         run(&mut store, delete_range(b"", b"b")),
-        Ok(Outcome::Deleted(2))
+        Ok(Outcome::Deleted {
+            count: 2,
+            revision: 4
+        })
     );
     assert_eq!(keys(&all_data(&store)), ["b"]);
 }
@@ -390,7 +484,10 @@ fn delete_range_up_to_all_ff_end() {
     }
     assert_eq!(
         run(&mut store, delete_range(b"", &[0xff, 0xff])),
-        Ok(Outcome::Deleted(3))
+        Ok(Outcome::Deleted {
+            count: 3,
+            revision: 5
+        })
     );
     assert_eq!(all_data(&store), vec![(vec![0xff, 0xff], b"v".to_vec())]);
 }
@@ -400,22 +497,28 @@ fn delete_range_leaves_sequences_and_meta_alone() {
     let mut store = store_with(&["a", "b"]);
     run_at(&mut store, 7, next_seq(b"a", 3)).unwrap();
     run_at(&mut store, 7, next_seq(b"b", 4)).unwrap();
-    let sequences_before: Vec<_> = store
-        .map
-        .iter()
-        .filter(|(k, _)| k[0] != DATA)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    // Sequences and the clock stay; the revision counter moves on (from 2
+    // to 3), as for any delete that removes keys.
+    let others = |store: &MemStore| -> Vec<_> {
+        store
+            .map
+            .iter()
+            .filter(|(k, _)| k[0] != DATA && k.as_slice() != META_REVISION)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let sequences_before = others(&store);
+    assert_eq!(revision(&store), 2);
     assert_eq!(
         run_at(&mut store, 7, delete_range(b"", &[0xff; 8])),
-        Ok(Outcome::Deleted(2))
+        Ok(Outcome::Deleted {
+            count: 2,
+            revision: 3
+        })
     );
-    let after: Vec<_> = store
-        .map
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    assert_eq!(after, sequences_before);
+    assert!(store.map.keys().all(|k| k[0] != DATA));
+    assert_eq!(others(&store), sequences_before);
+    assert_eq!(revision(&store), 3);
     assert_eq!(
         run(&mut store, next_seq(b"a", 0)),
         Ok(Outcome::Sequence { start: 3, end: 3 })
@@ -431,7 +534,10 @@ fn delete_range_larger_than_one_chunk() {
     run(&mut store, put(b"l", b"outside")).unwrap();
     assert_eq!(
         run(&mut store, delete_range(b"k", b"l")),
-        Ok(Outcome::Deleted(2_500))
+        Ok(Outcome::Deleted {
+            count: 2_500,
+            revision: 2_502
+        })
     );
     assert_eq!(keys(&all_data(&store)), ["l"]);
 }
@@ -448,17 +554,19 @@ fn batch_applies_every_op_when_conditions_hold() {
             ops: vec![op_put(b"x", b"1"), op_delete(b"b"), op_put(b"a", b"2")],
         },
     );
+    // One command, one revision for every key it changed.
     assert_eq!(
         result,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 3
         })
     );
     assert_eq!(
-        all_data(&store),
+        scan_versioned(&store, range(b"", NO_END, b"", 0, false)).0,
         vec![
-            (b"a".to_vec(), b"2".to_vec()),
-            (b"x".to_vec(), b"1".to_vec())
+            (b"a".to_vec(), versioned(b"2", 1, 3, 2)),
+            (b"x".to_vec(), versioned(b"1", 3, 3, 1))
         ]
     );
 }
@@ -482,10 +590,15 @@ fn batch_applies_ops_in_order() {
     assert_eq!(
         result,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 1
         })
     );
-    assert_eq!(all_data(&store), vec![(b"q".to_vec(), b"3".to_vec())]);
+    // Both puts of "q" count as writes, at the batch's one revision.
+    assert_eq!(
+        scan_versioned(&store, range(b"", NO_END, b"", 0, false)).0,
+        vec![(b"q".to_vec(), versioned(b"3", 1, 1, 2))]
+    );
 }
 
 #[test]
@@ -502,7 +615,8 @@ fn batch_checks_conditions_against_state_before_ops() {
     assert_eq!(
         result,
         Ok(Outcome::Batch {
-            failed_condition: Some(0)
+            failed_condition: Some(0),
+            revision: 0
         })
     );
     assert_eq!(get(&store, b"k"), None);
@@ -528,7 +642,8 @@ fn batch_with_failing_condition_writes_nothing() {
     assert_eq!(
         result,
         Ok(Outcome::Batch {
-            failed_condition: Some(1)
+            failed_condition: Some(1),
+            revision: 3
         })
     );
     assert_eq!(store, before, "a failed batch writes nothing");
@@ -554,7 +669,8 @@ fn batch_reports_first_failing_condition() {
     assert_eq!(
         result,
         Ok(Outcome::Batch {
-            failed_condition: Some(2)
+            failed_condition: Some(2),
+            revision: 1
         })
     );
     // A later clock may be recorded, but no data changes.
@@ -576,7 +692,8 @@ fn empty_batch_succeeds() {
             }
         ),
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 3
         })
     );
     assert_eq!(store, before);
@@ -723,16 +840,22 @@ fn multi_get_answers_in_request_order() {
     );
     assert_eq!(
         result,
-        Ok(Outcome::Values(vec![
-            Some(b"c".to_vec()),
-            None,
-            Some(b"a".to_vec()),
-            Some(b"c".to_vec())
-        ]))
+        Ok(Outcome::Values {
+            values: vec![
+                Some(versioned(b"c", 2, 2, 1)),
+                None,
+                Some(versioned(b"a", 1, 1, 1)),
+                Some(versioned(b"c", 2, 2, 1))
+            ],
+            revision: 2
+        })
     );
     assert_eq!(
         ask(&store, Query::MultiGet { keys: vec![] }),
-        Ok(Outcome::Values(vec![]))
+        Ok(Outcome::Values {
+            values: vec![],
+            revision: 2
+        })
     );
 }
 
@@ -751,6 +874,14 @@ fn scan_everything() {
     assert!(!more);
     // Values come along with their keys.
     assert!(entries.iter().all(|(k, v)| k == v));
+    // And so do their revisions: the i-th key was created at revision i + 1.
+    let (entries, _) = scan_versioned(&store, range(b"", NO_END, b"", 0, false));
+    for ((k, v), i) in entries.iter().zip(1..) {
+        assert_eq!(*v, versioned(k, i, i, 1));
+    }
+    // A reverse scan carries the same revisions.
+    let (back, _) = scan_versioned(&store, range(b"", NO_END, b"", 0, true));
+    assert_eq!(back, entries.into_iter().rev().collect::<Vec<_>>());
 }
 
 #[test]
@@ -958,6 +1089,11 @@ fn empty_key_is_refused_everywhere() {
         put(b"", b"v"),
         put_if_absent(b"", b"v"),
         cas(b"", None, b"v"),
+        Command::CompareAndPut {
+            key: vec![],
+            test: Test::mod_revision_is(1),
+            value: b"v".to_vec(),
+        },
         get_and_put(b"", b"v"),
         delete(b""),
         delete_range(b"", b""),
@@ -972,6 +1108,10 @@ fn empty_key_is_refused_everywhere() {
         },
         Command::Batch {
             conditions: vec![value_is(b"", None)],
+            ops: vec![op_put(b"ok", b"v")],
+        },
+        Command::Batch {
+            conditions: vec![Condition::new("", Test::Exists(true))],
             ops: vec![op_put(b"ok", b"v")],
         },
     ] {
@@ -1034,7 +1174,10 @@ fn key_over_max_len_is_refused_everywhere() {
 fn key_of_max_len_is_accepted() {
     let mut store = MemStore::default();
     let longest = big(MAX_KEY_LEN);
-    assert_eq!(run(&mut store, put(&longest, b"v")), Ok(Outcome::Done));
+    assert_eq!(
+        run(&mut store, put(&longest, b"v")),
+        Ok(Outcome::Written { revision: 1 })
+    );
     assert_eq!(get(&store, &longest), Some(b"v".to_vec()));
     assert_eq!(
         run(&mut store, next_seq(&longest, 1)),
@@ -1071,7 +1214,10 @@ fn value_over_max_len_is_refused() {
 fn value_of_max_len_is_accepted() {
     let mut store = MemStore::default();
     let largest = big(MAX_VALUE_LEN);
-    assert_eq!(run(&mut store, put(b"k", &largest)), Ok(Outcome::Done));
+    assert_eq!(
+        run(&mut store, put(b"k", &largest)),
+        Ok(Outcome::Written { revision: 1 })
+    );
     assert_eq!(get(&store, b"k"), Some(largest));
 }
 
@@ -1115,7 +1261,8 @@ fn batch_with_too_many_ops_is_refused() {
             }
         ),
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 4
         })
     );
 }
@@ -1140,7 +1287,8 @@ fn batch_with_too_many_conditions_is_refused() {
             }
         ),
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 4
         })
     );
 }
@@ -1187,7 +1335,10 @@ fn multi_get_with_too_many_keys_is_refused() {
             keys: keys(MAX_MULTI_GET),
         },
     ) {
-        Ok(Outcome::Values(v)) => assert_eq!(v.len(), MAX_MULTI_GET),
+        Ok(Outcome::Values {
+            values,
+            revision: 3,
+        }) => assert_eq!(values.len(), MAX_MULTI_GET),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -1387,13 +1538,24 @@ fn delete_range_spanning_many_chunks_deletes_exactly_the_range() {
                     commands: vec![command, put(b"k00050", b"w")],
                 },
             ) {
-                Ok(Outcome::Group(results)) => results.into_iter().next().expect("two results"),
+                Ok(Outcome::Group(results)) => {
+                    // The put after the delete takes the next revision.
+                    assert_eq!(results[1], Ok(Outcome::Written { revision: 3_002 }));
+                    results.into_iter().next().expect("two results")
+                }
                 other => panic!("unexpected {other:?}"),
             }
         } else {
             run(&mut store, command)
         };
-        assert_eq!(result, Ok(Outcome::Deleted(2_800)), "grouped: {grouped}");
+        assert_eq!(
+            result,
+            Ok(Outcome::Deleted {
+                count: 2_800,
+                revision: 3_001
+            }),
+            "grouped: {grouped}"
+        );
         let left = all_data(&store);
         assert_eq!(left.len(), 200, "grouped: {grouped}");
         assert_eq!(keys(&left).first().map(String::as_str), Some("k00000"));

@@ -178,6 +178,9 @@ struct Harness {
     sent: Vec<LockCommand>,
     seen_grants: Vec<Sequencer>,
     fence_value: u64,
+    /// The cluster's revision: fenced writes that committed (lock commands
+    /// raise none).
+    revision: u64,
     // The checker's models, built from events and outcomes only.
     max_token: Token,
     queues: BTreeMap<String, Vec<(SessionId, u64, u64, LockMode)>>,
@@ -707,8 +710,15 @@ impl Harness {
             match &result {
                 Ok(Outcome::Batch {
                     failed_condition: None,
+                    revision,
                 }) => {
                     check!(expected, "a stale fence committed: {shown}");
+                    self.revision += 1;
+                    check!(
+                        *revision == self.revision,
+                        "a fenced write made revision {revision}, not {}: {shown}",
+                        self.revision
+                    );
                     let BatchOp::Put { value, .. } = &ops[0] else {
                         unreachable!()
                     };
@@ -734,6 +744,14 @@ impl Harness {
                 other => check!(false, "unexpected fenced result {other:?}: {shown}"),
             }
         }
+
+        // Only a committed fenced write raises the cluster's revision.
+        let (_, revision) = self.data_at(b"fenced");
+        check!(
+            revision == self.revision,
+            "the revision is {revision}, the model says {}: {shown}",
+            self.revision
+        );
 
         // A retry of a request that succeeded does nothing new.
         if retried {
@@ -959,8 +977,13 @@ impl Harness {
     }
 
     fn data(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.data_at(key).0
+    }
+
+    /// `key`'s value and the cluster's revision.
+    fn data_at(&self, key: &[u8]) -> (Option<Vec<u8>>, u64) {
         match query(&self.store, &Query::Get { key: key.to_vec() }) {
-            Ok(Ok(Outcome::Value(v))) => v,
+            Ok(Ok(Outcome::Value { value, revision })) => (value.map(|v| v.value), revision),
             other => panic!("unexpected {other:?}"),
         }
     }

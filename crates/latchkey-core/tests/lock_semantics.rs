@@ -151,7 +151,7 @@ impl Cluster {
         )
         .expect("MemStore never fails")
         {
-            Ok(Outcome::Value(v)) => v,
+            Ok(Outcome::Value { value, .. }) => value.map(|v| v.value),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -1643,27 +1643,29 @@ fn fenced_write_applies_under_the_current_exclusive_holder() {
     let a = c.open();
     let b = c.open();
     let seq = c.grant(acquire(a, 1, 1, "l", Exclusive, TRY));
+    // Sessions and grants raise no revision: the fenced write makes the
+    // first.
     assert_eq!(
         c.run(fenced_put(&seq, "k", "v1")).0,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 1,
         })
     );
     assert_eq!(c.data("k"), Some(b"v1".to_vec()));
-    // A failed condition is still a fenced success that writes nothing.
+    // A failed condition is still a fenced success that writes nothing (and
+    // raises no revision).
     let guarded = LockCommand::Fenced {
         sequencer: seq.clone(),
         secret: secret_of(seq.session),
-        conditions: vec![Condition::ValueIs {
-            key: b"k".to_vec(),
-            expected: None,
-        }],
+        conditions: vec![Condition::value_is("k", None)],
         ops: vec![BatchOp::Delete { key: b"k".to_vec() }],
     };
     assert_eq!(
         c.run(guarded).0,
         Ok(Outcome::Batch {
-            failed_condition: Some(0)
+            failed_condition: Some(0),
+            revision: 1,
         })
     );
     assert_eq!(c.data("k"), Some(b"v1".to_vec()));
@@ -1689,7 +1691,8 @@ fn fenced_write_applies_under_the_current_exclusive_holder() {
     assert_eq!(
         c.run(fenced_put(&seq_b, "k", "v2")).0,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 2,
         })
     );
     // Right token, wrong session: stale.
@@ -1753,7 +1756,8 @@ fn fenced_write_with_the_same_sessions_older_token_is_stale() {
     assert_eq!(
         c.run(fenced_put(&first, "k", "v1")).0,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 1,
         })
     );
     c.ok(release(a, 1, 2, "l", first.token));
@@ -1789,10 +1793,7 @@ fn fenced_write_with_the_same_sessions_older_token_is_stale() {
         c.refused(LockCommand::Fenced {
             sequencer: first.clone(),
             secret: secret_of(first.session),
-            conditions: vec![Condition::ValueIs {
-                key: b"k".to_vec(),
-                expected: Some(b"v1".to_vec()),
-            }],
+            conditions: vec![Condition::value_is("k", Some(b"v1".to_vec()))],
             ops: vec![BatchOp::Put {
                 key: b"k2".to_vec(),
                 value: b"stale".to_vec(),
@@ -1817,11 +1818,12 @@ fn fenced_write_with_the_same_sessions_older_token_is_stale() {
         }
     );
 
-    // The current grant writes.
+    // The current grant writes; the stale ones raised no revision.
     assert_eq!(
         c.run(fenced_put(&second, "k", "v2")).0,
         Ok(Outcome::Batch {
-            failed_condition: None
+            failed_condition: None,
+            revision: 2,
         })
     );
     assert_eq!(c.data("k"), Some(b"v2".to_vec()));
@@ -2016,7 +2018,8 @@ fn locks_are_listed_by_prefix_in_name_order() {
         data,
         Ok(Ok(Outcome::Entries {
             entries: vec![],
-            more: false
+            more: false,
+            revision: 0,
         }))
     );
 }
@@ -2204,7 +2207,7 @@ fn kv_commands_report_no_events() {
         },
     )
     .expect("MemStore never fails");
-    assert_eq!(result, Ok(Outcome::Done));
+    assert_eq!(result, Ok(Outcome::Written { revision: 1 }));
     assert!(events.is_empty());
 }
 

@@ -5,23 +5,26 @@
 
 use std::collections::BTreeMap;
 
-use latchkey_core::keyspace::{self, DATA, META_NOW, SEQUENCE};
+use latchkey_core::keyspace::{self, DATA, META_NOW, META_REVISION, SEQUENCE};
 use latchkey_core::limits::MAX_SCAN_LIMIT;
 use latchkey_core::{
-    apply, codec, query, BatchOp, Command, CommandError, CommandResult, Condition, MemStore,
-    Millis, Outcome, Query, Request, ScanRange,
+    apply, codec, query, BatchOp, Command, CommandError, CommandResult, Compare, Condition,
+    MemStore, Millis, Outcome, Query, Request, RevisionField, ScanRange, Test, Versioned,
 };
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- reference model
 
-/// What the state machine should hold, written without looking at kv.rs:
-/// linear scans and a plain `BTreeMap` per room.
+/// What the state machine should hold, written without looking at kv.rs or
+/// data.rs: linear scans and a plain `BTreeMap` per room, and one revision
+/// counter that every command changing a key raises by one.
 #[derive(Debug, Default, Clone)]
 struct Model {
-    data: BTreeMap<Vec<u8>, Vec<u8>>,
+    data: BTreeMap<Vec<u8>, Versioned>,
     sequences: BTreeMap<Vec<u8>, u64>,
     clock: Millis,
+    /// The cluster's revision.
+    revision: u64,
 }
 
 fn invalid() -> CommandResult {
@@ -36,6 +39,83 @@ fn normalize(result: CommandResult) -> CommandResult {
             Ok(Outcome::Group(results.into_iter().map(normalize).collect()))
         }
         other => other,
+    }
+}
+
+/// The changes of one command: every key it writes is stamped with the
+/// revision after the model's current one, which the command takes if it
+/// changed anything.
+struct Edit<'a> {
+    model: &'a mut Model,
+    changed: bool,
+}
+
+impl Edit<'_> {
+    fn at(&self) -> u64 {
+        self.model.revision + 1
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Versioned {
+        let at = self.at();
+        let (create_revision, version) = match self.model.data.get(key) {
+            Some(old) => (old.create_revision, old.version + 1),
+            None => (at, 1),
+        };
+        let now = Versioned {
+            value: value.to_vec(),
+            create_revision,
+            mod_revision: at,
+            version,
+        };
+        self.model.data.insert(key.to_vec(), now.clone());
+        self.changed = true;
+        now
+    }
+
+    fn delete(&mut self, key: &[u8]) -> bool {
+        let existed = self.model.data.remove(key).is_some();
+        self.changed |= existed;
+        existed
+    }
+
+    /// The revision after the command.
+    fn finish(self) -> u64 {
+        if self.changed {
+            self.model.revision += 1;
+        }
+        self.model.revision
+    }
+}
+
+/// Whether `test` holds for `key` (None: absent); a revision test on an
+/// absent key is refused.
+fn holds(key: &[u8], test: &Test, current: Option<&Versioned>) -> Result<bool, CommandError> {
+    match (test, current) {
+        (Test::ValueIs(expected), _) => Ok(current.map(|v| &v.value) == expected.as_ref()),
+        (Test::Exists(exists), _) => Ok(current.is_some() == *exists),
+        (Test::Revision { .. }, None) => Err(CommandError::KeyAbsent {
+            key: String::from_utf8_lossy(key).into_owned(),
+        }),
+        (
+            Test::Revision {
+                field,
+                compare,
+                value,
+            },
+            Some(v),
+        ) => {
+            let actual = match field {
+                RevisionField::Create => v.create_revision,
+                RevisionField::Mod => v.mod_revision,
+                RevisionField::Version => v.version,
+            };
+            Ok(match compare {
+                Compare::Equal => actual == *value,
+                Compare::NotEqual => actual != *value,
+                Compare::Less => actual < *value,
+                Compare::Greater => actual > *value,
+            })
+        }
     }
 }
 
@@ -61,6 +141,13 @@ impl Model {
         result
     }
 
+    fn edit(&mut self) -> Edit<'_> {
+        Edit {
+            model: self,
+            changed: false,
+        }
+    }
+
     /// Only empty keys and inverted ranges are generated as invalid input:
     /// everything else stays far below the limits.
     fn execute(&mut self, command: &Command) -> CommandResult {
@@ -69,56 +156,66 @@ impl Model {
                 if key.is_empty() {
                     return invalid();
                 }
-                self.data.insert(key.clone(), value.clone());
-                Ok(Outcome::Done)
+                let mut edit = self.edit();
+                edit.put(key, value);
+                Ok(Outcome::Written {
+                    revision: edit.finish(),
+                })
             }
             Command::PutIfAbsent { key, value } => {
                 if key.is_empty() {
                     return invalid();
                 }
-                match self.data.get(key) {
-                    Some(v) => Ok(Outcome::Previous(Some(v.clone()))),
-                    None => {
-                        self.data.insert(key.clone(), value.clone());
-                        Ok(Outcome::Previous(None))
-                    }
+                let previous = self.data.get(key).map(|v| v.value.clone());
+                let mut edit = self.edit();
+                if previous.is_none() {
+                    edit.put(key, value);
                 }
+                Ok(Outcome::Previous {
+                    previous,
+                    revision: edit.finish(),
+                })
             }
-            Command::CompareAndPut {
-                key,
-                expected,
-                value,
-            } => {
+            Command::CompareAndPut { key, test, value } => {
                 if key.is_empty() {
                     return invalid();
                 }
                 let current = self.data.get(key).cloned();
-                if current == *expected {
-                    self.data.insert(key.clone(), value.clone());
-                    Ok(Outcome::Swapped {
-                        succeeded: true,
-                        current: Some(value.clone()),
-                    })
+                let succeeded = holds(key, test, current.as_ref())?;
+                let mut edit = self.edit();
+                let current = if succeeded {
+                    Some(edit.put(key, value))
                 } else {
-                    Ok(Outcome::Swapped {
-                        succeeded: false,
-                        current,
-                    })
-                }
+                    current
+                };
+                Ok(Outcome::Swapped {
+                    succeeded,
+                    current,
+                    revision: edit.finish(),
+                })
             }
             Command::GetAndPut { key, value } => {
                 if key.is_empty() {
                     return invalid();
                 }
-                Ok(Outcome::Previous(
-                    self.data.insert(key.clone(), value.clone()),
-                ))
+                let previous = self.data.get(key).map(|v| v.value.clone());
+                let mut edit = self.edit();
+                edit.put(key, value);
+                Ok(Outcome::Previous {
+                    previous,
+                    revision: edit.finish(),
+                })
             }
             Command::Delete { key } => {
                 if key.is_empty() {
                     return invalid();
                 }
-                Ok(Outcome::Deleted(u64::from(self.data.remove(key).is_some())))
+                let mut edit = self.edit();
+                let count = u64::from(edit.delete(key));
+                Ok(Outcome::Deleted {
+                    count,
+                    revision: edit.finish(),
+                })
             }
             Command::DeleteRange { start, end } => {
                 if end.is_empty() || start >= end {
@@ -130,38 +227,45 @@ impl Model {
                     .filter(|k| *k >= start && *k < end)
                     .cloned()
                     .collect();
+                let mut edit = self.edit();
                 for k in &doomed {
-                    self.data.remove(k);
+                    edit.delete(k);
                 }
-                Ok(Outcome::Deleted(doomed.len() as u64))
+                Ok(Outcome::Deleted {
+                    count: doomed.len() as u64,
+                    revision: edit.finish(),
+                })
             }
             Command::Batch { conditions, ops } => {
-                let condition_keys = conditions.iter().map(|Condition::ValueIs { key, .. }| key);
+                let condition_keys = conditions.iter().map(|c| &c.key);
                 let op_keys = ops.iter().map(|op| match op {
                     BatchOp::Put { key, .. } | BatchOp::Delete { key } => key,
                 });
                 if condition_keys.chain(op_keys).any(|k| k.is_empty()) {
                     return invalid();
                 }
-                for (i, Condition::ValueIs { key, expected }) in conditions.iter().enumerate() {
-                    if self.data.get(key) != expected.as_ref() {
+                for (i, Condition { key, test }) in conditions.iter().enumerate() {
+                    if !holds(key, test, self.data.get(key))? {
                         return Ok(Outcome::Batch {
                             failed_condition: Some(i as u32),
+                            revision: self.revision,
                         });
                     }
                 }
+                let mut edit = self.edit();
                 for op in ops {
                     match op {
                         BatchOp::Put { key, value } => {
-                            self.data.insert(key.clone(), value.clone());
+                            edit.put(key, value);
                         }
                         BatchOp::Delete { key } => {
-                            self.data.remove(key);
+                            edit.delete(key);
                         }
                     }
                 }
                 Ok(Outcome::Batch {
                     failed_condition: None,
+                    revision: edit.finish(),
                 })
             }
             Command::NextSequence { key, step } => {
@@ -195,15 +299,19 @@ impl Model {
                 if key.is_empty() {
                     return invalid();
                 }
-                Ok(Outcome::Value(self.data.get(key).cloned()))
+                Ok(Outcome::Value {
+                    value: self.data.get(key).cloned(),
+                    revision: self.revision,
+                })
             }
             Query::MultiGet { keys } => {
                 if keys.iter().any(Vec::is_empty) {
                     return invalid();
                 }
-                Ok(Outcome::Values(
-                    keys.iter().map(|k| self.data.get(k).cloned()).collect(),
-                ))
+                Ok(Outcome::Values {
+                    values: keys.iter().map(|k| self.data.get(k).cloned()).collect(),
+                    revision: self.revision,
+                })
             }
             Query::Scan(range) => {
                 if range.limit > MAX_SCAN_LIMIT {
@@ -214,7 +322,7 @@ impl Model {
                 } else {
                     range.limit
                 } as usize;
-                let mut matching: Vec<(Vec<u8>, Vec<u8>)> = self
+                let mut matching: Vec<(Vec<u8>, Versioned)> = self
                     .data
                     .iter()
                     .filter(|(k, _)| {
@@ -232,6 +340,7 @@ impl Model {
                 Ok(Outcome::Entries {
                     entries: matching,
                     more,
+                    revision: self.revision,
                 })
             }
             Query::Lock(_) | Query::Auth(_) | Query::As { .. } => {
@@ -244,7 +353,13 @@ impl Model {
     fn expected_raw(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut raw = BTreeMap::new();
         for (k, v) in &self.data {
-            raw.insert(keyspace::tagged(DATA, k), v.clone());
+            // create revision, mod revision, version (u64 BE each), value.
+            let mut row = Vec::new();
+            row.extend_from_slice(&v.create_revision.to_be_bytes());
+            row.extend_from_slice(&v.mod_revision.to_be_bytes());
+            row.extend_from_slice(&v.version.to_be_bytes());
+            row.extend_from_slice(&v.value);
+            raw.insert(keyspace::tagged(DATA, k), row);
         }
         for (k, n) in &self.sequences {
             raw.insert(keyspace::tagged(SEQUENCE, k), n.to_be_bytes().to_vec());
@@ -252,6 +367,10 @@ impl Model {
         // The clock cell exists once a successful command carried a stamp above 0.
         if self.clock > 0 {
             raw.insert(META_NOW.to_vec(), self.clock.to_be_bytes().to_vec());
+        }
+        // The revision cell exists once a command changed a key.
+        if self.revision > 0 {
+            raw.insert(META_REVISION.to_vec(), self.revision.to_be_bytes().to_vec());
         }
         raw
     }
@@ -305,9 +424,37 @@ fn step_size() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// A revision number to compare with: mostly small, where keys' versions
+/// and early revisions are, so every comparison goes both ways.
+fn revision_value() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..5, 2 => 0u64..40]
+}
+
+/// Every kind of test, on values of [`value`] and revisions near the ones
+/// a run reaches.
+fn test() -> impl Strategy<Value = Test> {
+    let field = prop_oneof![
+        Just(RevisionField::Create),
+        Just(RevisionField::Mod),
+        Just(RevisionField::Version),
+    ];
+    let compare = prop_oneof![
+        Just(Compare::Equal),
+        Just(Compare::NotEqual),
+        Just(Compare::Less),
+        Just(Compare::Greater),
+    ];
+    prop_oneof![
+        2 => prop::option::of(value()).prop_map(Test::ValueIs),
+        1 => any::<bool>().prop_map(Test::Exists),
+        2 => (field, compare, revision_value()).prop_map(|(field, compare, value)| {
+            Test::Revision { field, compare, value }
+        }),
+    ]
+}
+
 fn condition() -> impl Strategy<Value = Condition> {
-    (key_or_empty(), prop::option::of(value()))
-        .prop_map(|(key, expected)| Condition::ValueIs { key, expected })
+    (key_or_empty(), test()).prop_map(|(key, test)| Condition { key, test })
 }
 
 fn batch_op() -> impl Strategy<Value = BatchOp> {
@@ -331,8 +478,8 @@ fn single_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         3 => (key_or_empty(), value()).prop_map(|(key, value)| Command::Put { key, value }),
         2 => (key_or_empty(), value()).prop_map(|(key, value)| Command::PutIfAbsent { key, value }),
-        2 => (key_or_empty(), prop::option::of(value()), value()).prop_map(
-            |(key, expected, value)| Command::CompareAndPut { key, expected, value }
+        3 => (key_or_empty(), test(), value()).prop_map(
+            |(key, test, value)| Command::CompareAndPut { key, test, value }
         ),
         2 => (key_or_empty(), value()).prop_map(|(key, value)| Command::GetAndPut { key, value }),
         2 => key_or_empty().prop_map(|key| Command::Delete { key }),

@@ -678,7 +678,7 @@ async fn check_durability(
         for (k, v) in page.entries {
             values.push((
                 String::from_utf8_lossy(&k).into_owned(),
-                String::from_utf8_lossy(&v).into_owned(),
+                String::from_utf8_lossy(&v.value).into_owned(),
             ));
         }
         match (page.more, last) {

@@ -211,7 +211,7 @@ async fn register_task(ctx: &Ctx, process: u64, mut rng: Rng) {
                 let op = ops::write(key, &value);
                 ctx.rec.invoke(process, op.clone());
                 match ctx.client.put(key, &value).await {
-                    Ok(()) => {
+                    Ok(_) => {
                         ctx.rec.record(process, EventKind::Ok, op);
                         seen[k] = Some(value);
                     }
@@ -285,7 +285,7 @@ async fn durability_task(ctx: &Ctx, process: u64) {
         let op = ops::put(&key, &value);
         ctx.rec.invoke(process, op.clone());
         let kind = match ctx.client.put(&key, &value).await {
-            Ok(()) => EventKind::Ok,
+            Ok(_) => EventKind::Ok,
             Err(e) => write_failure(&e),
         };
         ctx.rec.record(process, kind, op);
@@ -396,7 +396,7 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
             ctx.rec
                 .invoke(process, ops::kv_write(resource, &key, &holder, token, None));
             let (kind, accepted) = match guard.put(&key, &value).await {
-                Ok(()) => (EventKind::Ok, Some(true)),
+                Ok(_) => (EventKind::Ok, Some(true)),
                 Err(e) if e.is_stale_fence() => (EventKind::Ok, Some(false)),
                 Err(e) => (write_failure(&e), None),
             };

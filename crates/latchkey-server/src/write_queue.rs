@@ -452,9 +452,18 @@ mod tests {
                 panic!("the leader's write is not queued");
             };
             assert_eq!(pending.command, put);
-            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(0))));
+            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted {
+                count: 0,
+                revision: 0,
+            })));
         });
-        assert_eq!(answered, Ok(Ok(Outcome::Deleted(0))));
+        assert_eq!(
+            answered,
+            Ok(Ok(Outcome::Deleted {
+                count: 0,
+                revision: 0
+            }))
+        );
     }
 
     #[tokio::test]
@@ -477,7 +486,10 @@ mod tests {
                 let Some(Queued::Write(pending)) = rx.recv().await else {
                     panic!("the write is not first");
                 };
-                let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(1))));
+                let _ = pending.reply.send(Ok(Ok(Outcome::Deleted {
+                    count: 1,
+                    revision: 1,
+                })));
                 let Some(Queued::Drain(done)) = rx.recv().await else {
                     panic!("the drain is not second");
                 };
@@ -485,7 +497,13 @@ mod tests {
             });
             paused
         });
-        assert_eq!(before, Ok(Ok(Outcome::Deleted(1))));
+        assert_eq!(
+            before,
+            Ok(Ok(Outcome::Deleted {
+                count: 1,
+                revision: 1
+            }))
+        );
         for origin in [Origin::Client, Origin::Leader] {
             match writes.propose(put.clone(), origin).await {
                 Err(ReplicaFailure::Unavailable(msg)) => assert!(msg.contains("removing"), "{msg}"),
@@ -498,9 +516,18 @@ mod tests {
             let Some(Queued::Write(pending)) = rx.recv().await else {
                 panic!("the write after the pause is not queued");
             };
-            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted(2))));
+            let _ = pending.reply.send(Ok(Ok(Outcome::Deleted {
+                count: 2,
+                revision: 2,
+            })));
         });
-        assert_eq!(after, Ok(Ok(Outcome::Deleted(2))));
+        assert_eq!(
+            after,
+            Ok(Ok(Outcome::Deleted {
+                count: 2,
+                revision: 2
+            }))
+        );
     }
 
     #[test]

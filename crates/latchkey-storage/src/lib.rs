@@ -63,11 +63,12 @@
 //! let put = Request { now: 1, command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() } };
 //! let entry = Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: EntryPayload::Normal(put) };
 //! let replies = tokio::runtime::Runtime::new()?.block_on(sm.apply([entry]))?;
-//! assert_eq!(replies, vec![Ok(Outcome::Done)]);
+//! assert_eq!(replies, vec![Ok(Outcome::Written { revision: 1 })]);
 //!
 //! assert_eq!(reader.last_applied_index(), Some(1));
 //! let got = reader.query(&Query::Get { key: b"k".to_vec() })?;
-//! assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
+//! let Ok(Outcome::Value { value: Some(v), revision: 1 }) = got else { panic!("{got:?}") };
+//! assert_eq!((v.value, v.create_revision, v.mod_revision, v.version), (b"v".to_vec(), 1, 1, 1));
 //! # Ok(())
 //! # }
 //! ```

@@ -7,7 +7,9 @@ mod common;
 use std::ops::Bound;
 
 use common::*;
-use latchkey_core::{BatchOp, Command, Condition, MemStore, Query, ScanRange, Store};
+use latchkey_core::{
+    BatchOp, Command, Compare, Condition, MemStore, Query, RevisionField, ScanRange, Store, Test,
+};
 use latchkey_storage::{open, StorageOptions};
 use openraft::storage::RaftStateMachine;
 use proptest::prelude::*;
@@ -23,23 +25,46 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..4)
 }
 
+/// A test of a key: its value, its existence, or a revision near the
+/// ones a short run makes.
+fn test() -> impl Strategy<Value = Test> {
+    let field = prop_oneof![
+        Just(RevisionField::Create),
+        Just(RevisionField::Mod),
+        Just(RevisionField::Version),
+    ];
+    let compare = prop_oneof![
+        Just(Compare::Equal),
+        Just(Compare::NotEqual),
+        Just(Compare::Less),
+        Just(Compare::Greater),
+    ];
+    prop_oneof![
+        prop::option::of(value()).prop_map(Test::ValueIs),
+        any::<bool>().prop_map(Test::Exists),
+        (field, compare, 0u64..8).prop_map(|(field, compare, value)| Test::Revision {
+            field,
+            compare,
+            value
+        }),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         (key(), value()).prop_map(|(key, value)| Command::Put { key, value }),
         (key(), value()).prop_map(|(key, value)| Command::PutIfAbsent { key, value }),
-        (key(), prop::option::of(value()), value()).prop_map(|(key, expected, value)| {
-            Command::CompareAndPut {
-                key,
-                expected,
-                value,
-            }
+        (key(), test(), value()).prop_map(|(key, test, value)| Command::CompareAndPut {
+            key,
+            test,
+            value
         }),
         (key(), value()).prop_map(|(key, value)| Command::GetAndPut { key, value }),
         key().prop_map(|key| Command::Delete { key }),
         (prop::collection::vec(any::<u8>(), 0..2), key())
             .prop_map(|(start, end)| Command::DeleteRange { start, end }),
         (
-            prop::collection::vec((key(), prop::option::of(value())), 0..2),
+            prop::collection::vec((key(), test()), 0..2),
             prop::collection::vec(
                 prop_oneof![
                     (key(), value()).prop_map(|(key, value)| BatchOp::Put { key, value }),
@@ -51,7 +76,7 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(conds, ops)| Command::Batch {
                 conditions: conds
                     .into_iter()
-                    .map(|(key, expected)| Condition::ValueIs { key, expected })
+                    .map(|(key, test)| Condition::new(key, test))
                     .collect(),
                 ops,
             }),

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use latchkey_core::{Outcome, Query};
+use latchkey_core::Query;
 use latchkey_storage::types::Vote;
 use latchkey_storage::{open, StorageOptions};
 use latchkey_storage::{LogStore, StateMachine};
@@ -70,7 +70,7 @@ fn a_leader_applies_its_own_entries_only_once_synced() {
                 key: b"k40".to_vec(),
             })
             .unwrap();
-        assert_eq!(got, Ok(Outcome::Value(Some(b"v".to_vec()))));
+        assert_eq!(got_value(got), Some(b"v".to_vec()));
     });
 }
 

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use common::*;
 use latchkey_core::codec::{self, FORMAT_VERSION};
-use latchkey_core::{Outcome, Query, Store};
+use latchkey_core::{Outcome, Query, Store, Versioned};
 use latchkey_storage::types::{Entry, LogId, SnapshotMeta, StoredMembership, Vote};
 use latchkey_storage::{ack_mark, open, MarkRecord, Member, StorageOptions, TypeConfig, MARK_FILE};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
@@ -119,7 +119,7 @@ const LOG_ID_3_1_7: &str = "03 01 07";
 
 /// codec(entry 7).
 const NORMAL_ENTRY: &str = "
-    04              # FORMAT_VERSION
+    05              # FORMAT_VERSION
     03 01 07        # log id: term 3, node 1, index 7
     01              # EntryPayload::Normal
     fb e803         # Request.now = 1000 (varint u16)
@@ -129,7 +129,7 @@ const NORMAL_ENTRY: &str = "
 
 /// codec(entry 8).
 const MEMBERSHIP_ENTRY: &str = "
-    04              # FORMAT_VERSION
+    05              # FORMAT_VERSION
     03 01 08        # log id: term 3, node 1, index 8
     02              # EntryPayload::Membership
     01 02 01 02     # configs: one config, voters {1, 2}
@@ -144,7 +144,7 @@ const MEMBERSHIP_ENTRY: &str = "
 
 /// codec(entry 9).
 const BLANK_ENTRY: &str = "
-    04
+    05
     03 01 09        # log id
     00              # EntryPayload::Blank
 ";
@@ -160,7 +160,7 @@ const BLANK_ENTRY: &str = "
 /// a migration or refuse old data.
 #[test]
 fn log_entries_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 4);
+    assert_eq!(FORMAT_VERSION, 5);
     let cases = [
         ("normal entry", normal_entry(), NORMAL_ENTRY),
         ("membership entry", membership_entry(), MEMBERSHIP_ENTRY),
@@ -195,23 +195,23 @@ fn raw(db: &DB, cf: &str, key: &[u8]) -> Vec<u8> {
 
 /// codec(`Vote`) of a committed vote for leader 1 in term 3.
 const VOTE: &str = "
-    04              # FORMAT_VERSION
+    05              # FORMAT_VERSION
     03 01           # leader id: term 3, node 1
     01              # committed: true
 ";
 /// codec(`Option<LogId>`): the committed log id (3, 1, 8).
 const COMMITTED: &str = "
-    04
+    05
     01 03 01 08     # Some(log id (3, 1, 8))
 ";
 /// codec(`LogId`) of the last applied entry (3, 1, 8).
 const LAST_APPLIED: &str = "
-    04
+    05
     03 01 08        # log id (3, 1, 8)
 ";
 /// codec(`StoredMembership`): entry 8's membership.
 const STORED_MEMBERSHIP: &str = "
-    04
+    05
     01 03 01 08     # log id of the entry that introduced it: Some((3, 1, 8))
     01 02 01 02     # configs
     03              # nodes, as in the membership entry
@@ -279,8 +279,9 @@ fn the_log_and_the_state_machine_are_stored_as_pinned() {
     assert_eq!(
         rows,
         vec![
-            (b"Dk".to_vec(), b"v".to_vec()),
+            (b"Dk".to_vec(), data_row_v()),
             (b"Mnow".to_vec(), 1000u64.to_be_bytes().to_vec()),
+            (b"Mrev".to_vec(), 1u64.to_be_bytes().to_vec()),
         ],
         "sm_data holds the core's keyspace as is"
     );
@@ -312,7 +313,7 @@ fn the_log_and_the_state_machine_are_stored_as_pinned() {
 const SNAPSHOT: &str = "
     4c4b534e41503031            # magic \"LKSNAP01\"
     00000073                    # header frame: 115 bytes
-      04 00                     #   version, Frame::Header
+      05 00                     #   version, Frame::Header
       01 03 01 08               #   meta.last_log_id: Some((3, 1, 8))
       01 03 01 08               #   meta.last_membership: log id Some((3, 1, 8)),
       01 02 01 02  03           #     configs, 3 nodes:
@@ -323,20 +324,22 @@ const SNAPSHOT: &str = "
       03 0d 31302e302e302e333a37323031
          0d 31302e302e302e333a37313031  fb2c01
       07 332d312d382d30         #   meta.snapshot_id: \"3-1-8-0\"
-    00000016                    # rows frame: 22 bytes
-      04 01                     #   version, Frame::Rows
-      02                        #   2 rows, keys ascending:
-      02 446b  01 76            #   \"Dk\" = \"v\"
+    0000003c                    # rows frame: 60 bytes
+      05 01                     #   version, Frame::Rows
+      03                        #   3 rows, keys ascending:
+      02 446b  19               #   \"Dk\" = 25 bytes: create revision 1, mod revision 1,
+         0000000000000001 0000000000000001 0000000000000001 76  # version 1, \"v\"
       04 4d6e6f77  08 00000000000003e8  # \"Mnow\" = 1000 (u64 big-endian)
+      04 4d726576  08 0000000000000001  # \"Mrev\" = 1 (u64 big-endian)
     00000003                    # end frame: 3 bytes
-      04 02 02                  #   version, Frame::End, rows: 2
-    853e0ff8990e6325            # FNV-1a 64 of everything above, big-endian
+      05 02 03                  #   version, Frame::End, rows: 3
+    8c630a6789b7e0ac            # FNV-1a 64 of everything above, big-endian
 ";
 
 /// codec(Frame::Header { meta }) up to the snapshot id, the meta's last
 /// field: last log id (3, 1, 8), membership of entry 8.
 const SNAPSHOT_HEADER_BEFORE_ID: &str = "
-    04 00
+    05 00
     01 03 01 08
     01 03 01 08  01 02 01 02  03
     01 0d 31302e302e302e313a37323031
@@ -346,10 +349,25 @@ const SNAPSHOT_HEADER_BEFORE_ID: &str = "
     03 0d 31302e302e302e333a37323031
        0d 31302e302e302e333a37313031  fb2c01
 ";
-/// codec(Frame::Rows([("Dk", "v"), ("Mnow", 1000 big-endian)])).
-const SNAPSHOT_ROWS: &str = "04 01 02  02 446b 01 76  04 4d6e6f77 08 00000000000003e8";
-/// codec(Frame::End { rows: 2 }).
-const SNAPSHOT_END: &str = "04 02 02";
+/// codec(Frame::Rows([("Dk", the row of "v" at revision 1), ("Mnow", 1000
+/// big-endian), ("Mrev", 1 big-endian)])).
+const SNAPSHOT_ROWS: &str = "05 01 03  02 446b 19
+    0000000000000001 0000000000000001 0000000000000001 76
+    04 4d6e6f77 08 00000000000003e8  04 4d726576 08 0000000000000001";
+/// codec(Frame::End { rows: 3 }).
+const SNAPSHOT_END: &str = "05 02 03";
+
+/// The data row of "k" = "v" put at revision 1: create revision 1, mod
+/// revision 1, version 1 (u64 big-endian each), then the value.
+fn data_row_v() -> Vec<u8> {
+    [
+        1u64.to_be_bytes().as_slice(),
+        &1u64.to_be_bytes(),
+        &1u64.to_be_bytes(),
+        b"v",
+    ]
+    .concat()
+}
 
 /// FNV-1a, 64 bit, as the blob's trailer.
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -437,15 +455,24 @@ fn a_pinned_snapshot_blob_installs() {
         let reader = sm.reader();
         assert_eq!(
             reader.query(&Query::Get { key: b"k".to_vec() }).unwrap(),
-            Ok(Outcome::Value(Some(b"v".to_vec())))
+            Ok(Outcome::Value {
+                value: Some(Versioned {
+                    value: b"v".to_vec(),
+                    create_revision: 1,
+                    mod_revision: 1,
+                    version: 1
+                }),
+                revision: 1
+            })
         );
         assert_eq!(
             reader
                 .scan(Bound::Unbounded, Bound::Unbounded, false, usize::MAX)
                 .unwrap(),
             vec![
-                (b"Dk".to_vec(), b"v".to_vec()),
+                (b"Dk".to_vec(), data_row_v()),
                 (b"Mnow".to_vec(), 1000u64.to_be_bytes().to_vec()),
+                (b"Mrev".to_vec(), 1u64.to_be_bytes().to_vec()),
             ]
         );
         let (applied, membership) = sm.applied_state().await.unwrap();
@@ -477,22 +504,22 @@ const MARK_SLOT_1: &str = "
     4c4b4d41524b3031        # magic \"LKMARK01\"
     0100000000000000        # seq 1 (u64 little-endian)
     10000000                # payload: 16 bytes (u32 little-endian)
-    04                      # codec(MarkRecord): FORMAT_VERSION
+    05                      # codec(MarkRecord): FORMAT_VERSION
     fd 8877665544332211     #   incarnation (varint u64, little-endian)
     01 03 02 01             #   vote: Some({ term 3, node 2, committed })
     0a                      #   log_index 10
     07                      #   floor 7
-    96055994                # CRC-32 (little-endian)
+    0794313a                # CRC-32 (little-endian)
 ";
 /// Slot with sequence 2: the same directory, log index 12, floor 12.
 const MARK_SLOT_2: &str = "
     4c4b4d41524b3031
     0200000000000000        # seq 2
     10000000
-    04 fd 8877665544332211 01 03 02 01
+    05 fd 8877665544332211 01 03 02 01
     0c                      # log_index 12
     0c                      # floor 12
-    bf7c0f57
+    2eed67f9
 ";
 
 fn mark_record(log_index: u64, floor: u64) -> MarkRecord {
@@ -621,14 +648,14 @@ const MARK_VOTE_3_2: &str = "01 03 02 01";
 
 /// codec(VoteRequest): candidate 2 in term 4, last log id (3, 1, 9).
 const VOTE_REQUEST: &str = "
-    04
+    05
     04 02 00        # vote: term 4, node 2, not committed
     01 03 01 09     # last_log_id: Some((3, 1, 9))
 ";
 /// codec(AppendEntriesRequest): leader 1 in term 3, after (3, 1, 6),
 /// entries 7 and 8, committed up to 6.
 const APPEND_ENTRIES: &str = "
-    04
+    05
     03 01 01        # vote: term 3, node 1, committed
     01 03 01 06     # prev_log_id: Some((3, 1, 6))
     02              # 2 entries:

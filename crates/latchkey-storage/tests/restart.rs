@@ -69,13 +69,31 @@ fn state_survives_reopen() {
                 })
                 .unwrap()
         };
-        assert_eq!(get("a"), Ok(Outcome::Value(Some(b"1".to_vec()))));
-        assert_eq!(get("b"), Ok(Outcome::Value(Some(b"2".to_vec()))));
+        assert_eq!(got_value(get("a")), Some(b"1".to_vec()));
+        assert_eq!(got_value(get("b")), Some(b"2".to_vec()));
+        // The revisions came back with the data: two puts, two revisions.
+        let Ok(Outcome::Value {
+            value: Some(b),
+            revision,
+        }) = get("b")
+        else {
+            panic!("b is gone")
+        };
+        assert_eq!((b.create_revision, b.mod_revision, revision), (2, 2, 2));
 
         // Applying the rest continues from where it stopped.
         let replies = sm.apply(entries[4..].to_vec()).await.unwrap();
-        assert_eq!(replies, vec![Ok(Outcome::Deleted(1)), Ok(Outcome::Done)]);
-        assert_eq!(get("a"), Ok(Outcome::Value(None)));
+        assert_eq!(
+            replies,
+            vec![
+                Ok(Outcome::Deleted {
+                    count: 1,
+                    revision: 3
+                }),
+                Ok(Outcome::Done)
+            ]
+        );
+        assert_eq!(got_value(get("a")), None);
         assert_eq!(reader.last_applied_index(), Some(6));
     });
 

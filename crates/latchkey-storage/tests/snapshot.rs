@@ -17,6 +17,14 @@ fn everything(reader: &StateReader) -> Vec<(Vec<u8>, Vec<u8>)> {
         .unwrap()
 }
 
+/// The cluster's revision `reader` sees.
+fn revision_of(reader: &StateReader) -> u64 {
+    match reader.query(&Query::Get { key: b"a".to_vec() }).unwrap() {
+        Ok(Outcome::Value { revision, .. }) => revision,
+        other => panic!("not a Get's answer: {other:?}"),
+    }
+}
+
 fn queries() -> Vec<Query> {
     let keys: Vec<Vec<u8>> = ["a", "b", "c", "k1", "k2", "k3", "zz"]
         .iter()
@@ -49,10 +57,7 @@ async fn populated(sm: &mut StateMachine) {
         put("k3", "z"),
         Command::Delete { key: b"b".to_vec() },
         Command::Batch {
-            conditions: vec![Condition::ValueIs {
-                key: b"a".to_vec(),
-                expected: Some(b"1".to_vec()),
-            }],
+            conditions: vec![Condition::value_is("a", Some(b"1".to_vec()))],
             ops: vec![
                 BatchOp::Put {
                     key: b"zz".to_vec(),
@@ -130,7 +135,10 @@ fn build_install_and_compare() {
                     key: b"junk".to_vec()
                 })
                 .unwrap(),
-            Ok(Outcome::Value(None))
+            Ok(Outcome::Value {
+                value: None,
+                revision: revision_of(&reader_l)
+            })
         );
         assert_eq!(reader_f.last_applied_index(), Some(20));
         assert_eq!(
@@ -435,7 +443,7 @@ fn a_large_install_is_never_seen_half_done() {
                             assert!(e.to_string().contains("installing a snapshot"), "{e}");
                             refused += 1;
                         }
-                        Ok(Ok(Outcome::Values(v))) => match (&v[0], &v[1]) {
+                        Ok(Ok(Outcome::Values { values: v, .. })) => match (&v[0], &v[1]) {
                             (Some(_), None) => {
                                 old += 1;
                                 let _ = started_tx.send(());

@@ -45,11 +45,11 @@
 // gives it (its crate root); the in-process types (`latchkey_client::local`)
 // stay behind `Node`.
 pub use latchkey_client::{
-    Admission, Backup, Batch, Client, ClientOptions, CommandError, Consistency, Error, FenceError,
-    FenceGate, FileFenceGate, HolderInfo, Identity, Lock, LockGuard, LockInfo, LockMode,
-    MemberInfo, MemoryFenceGate, NodeStatus, Permission, ScanPage, ScanRange, Sequencer, Session,
-    SessionId, SessionSecret, TlsError, TlsOptions, Token, TransportStats, UserCredentials,
-    UserInfo,
+    Admission, Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency, Error,
+    FenceError, FenceGate, FileFenceGate, HolderInfo, Identity, KeyRead, Lock, LockGuard, LockInfo,
+    LockMode, MemberInfo, MemoryFenceGate, NodeStatus, Permission, RevisionField, ScanPage,
+    ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test, TlsError, TlsOptions,
+    Token, TransportStats, UserCredentials, UserInfo, Versioned,
 };
 pub use latchkey_core as core;
 pub use latchkey_server::{

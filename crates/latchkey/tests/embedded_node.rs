@@ -645,9 +645,17 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             .await?;
         let got = replies(&mut answers, 3).await?;
         assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![10, 20, 30]);
-        assert!(matches!(result(&got[&10])?, Ok(Outcome::Done)));
-        assert!(matches!(result(&got[&30])?, Ok(Outcome::Done)));
-        assert!(matches!(result(&got[&20])?, Ok(Outcome::Value(None))));
+        // Two puts, two revisions, whichever order they were applied in.
+        let (Ok(Outcome::Written { revision: r10 }), Ok(Outcome::Written { revision: r30 })) =
+            (result(&got[&10])?, result(&got[&30])?)
+        else {
+            return Err(format!("puts answered {:?} and {:?}", got[&10], got[&30]).into());
+        };
+        assert_ne!(r10, r30);
+        assert!(matches!(
+            result(&got[&20])?,
+            Ok(Outcome::Value { value: None, .. })
+        ));
 
         // Bad calls get their own refusal; the good one in their frame runs.
         let no_body = latchkey_proto::v1::Call {
@@ -678,7 +686,7 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         assert!(invalid(&got[&2]), "{:?}", got[&2]);
         assert!(matches!(
             result(&got[&3])?,
-            Ok(Outcome::Value(Some(v))) if v == b"1"
+            Ok(Outcome::Value { value: Some(v), .. }) if v.value == b"1"
         ));
 
         // Keep-alives: of a live session with its secret, with another
@@ -755,7 +763,10 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         // The stream still serves, and nothing of that frame was applied.
         frames.send(frame(vec![get_call(5, b"over/0")?])).await?;
         let got = replies(&mut answers, 1).await?;
-        assert!(matches!(result(&got[&5])?, Ok(Outcome::Value(None))));
+        assert!(matches!(
+            result(&got[&5])?,
+            Ok(Outcome::Value { value: None, .. })
+        ));
 
         // Ending our side ends the stream once every call is answered.
         frames
@@ -763,7 +774,7 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
             .await?;
         drop(frames);
         let got = replies(&mut answers, 1).await?;
-        assert!(matches!(result(&got[&6])?, Ok(Outcome::Done)));
+        assert!(matches!(result(&got[&6])?, Ok(Outcome::Written { .. })));
         assert!(answers.message().await?.is_none());
         for node in nodes.into_values() {
             node.shutdown().await;

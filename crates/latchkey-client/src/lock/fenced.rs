@@ -15,27 +15,29 @@ impl Client {
     /// answers [`Error::is_stale_fence`]. `secret` is the secret of the
     /// sequencer's session ([`crate::Session::secret`]): only the holder
     /// writes, not whoever read its sequencer. A [`crate::LockGuard`] does
-    /// this for its own grant ([`crate::LockGuard::put`]).
+    /// this for its own grant ([`crate::LockGuard::put`]). Returns the
+    /// revision the put made.
     pub async fn put_fenced(
         &self,
         sequencer: &Sequencer,
         secret: &SessionSecret,
         key: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
+    ) -> Result<u64, Error> {
         self.batch_fenced(sequencer, secret, Batch::new().put(key, value))
             .await?
             .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
     }
 
     /// Delete `key` only while `sequencer` is the current exclusive holder
-    /// (`secret` as in [`Client::put_fenced`]).
+    /// (`secret` as in [`Client::put_fenced`]). Returns the cluster's
+    /// revision after it (the one it made if the key existed).
     pub async fn delete_fenced(
         &self,
         sequencer: &Sequencer,
         secret: &SessionSecret,
         key: impl AsRef<[u8]>,
-    ) -> Result<(), Error> {
+    ) -> Result<u64, Error> {
         self.batch_fenced(sequencer, secret, Batch::new().delete(key))
             .await?
             .map_err(|i| Error::Protocol(format!("condition {i} failed in a batch without one")))
@@ -43,14 +45,14 @@ impl Client {
 
     /// Apply `batch` only while `sequencer` is the current exclusive holder,
     /// atomically with that check. `Err(index)` of the first failed
-    /// condition, as [`Client::batch`]. `secret` as in
+    /// condition, or `Ok(revision)`, as [`Client::batch`]. `secret` as in
     /// [`Client::put_fenced`].
     pub async fn batch_fenced(
         &self,
         sequencer: &Sequencer,
         secret: &SessionSecret,
         batch: Batch,
-    ) -> Result<Result<(), u32>, Error> {
+    ) -> Result<Result<u64, u32>, Error> {
         let Command::Batch { conditions, ops } = batch.into_command() else {
             return Err(Error::Protocol("a batch is always a batch command".into()));
         };
@@ -61,8 +63,11 @@ impl Client {
             ops,
         });
         match self.execute(command).await? {
-            Outcome::Batch { failed_condition } => Ok(match failed_condition {
-                None => Ok(()),
+            Outcome::Batch {
+                failed_condition,
+                revision,
+            } => Ok(match failed_condition {
+                None => Ok(revision),
                 Some(i) => Err(i),
             }),
             other => Err(unexpected("Batch", &other)),

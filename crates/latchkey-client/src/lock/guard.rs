@@ -187,7 +187,7 @@ impl LockGuard {
     }
 
     /// [`Client::put_fenced`](crate::Client::put_fenced) with this guard's sequencer.
-    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
+    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<u64, Error> {
         self.session
             .client()
             .put_fenced(&self.sequencer, &self.session.secret(), key, value)
@@ -195,7 +195,7 @@ impl LockGuard {
     }
 
     /// [`Client::delete_fenced`](crate::Client::delete_fenced) with this guard's sequencer.
-    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
+    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<u64, Error> {
         self.session
             .client()
             .delete_fenced(&self.sequencer, &self.session.secret(), key)
@@ -203,7 +203,7 @@ impl LockGuard {
     }
 
     /// [`Client::batch_fenced`](crate::Client::batch_fenced) with this guard's sequencer.
-    pub async fn batch(&self, batch: Batch) -> Result<Result<(), u32>, Error> {
+    pub async fn batch(&self, batch: Batch) -> Result<Result<u64, u32>, Error> {
         self.session
             .client()
             .batch_fenced(&self.sequencer, &self.session.secret(), batch)

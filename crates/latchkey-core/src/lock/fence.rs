@@ -21,7 +21,7 @@ use super::lock_table;
 use super::{LockMode, Sequencer};
 use crate::command::{BatchOp, Condition};
 use crate::keyspace::META_LAST_TOKEN;
-use crate::kv::read_counter;
+use crate::store::read_counter;
 use crate::{CommandError, CommandResult, Store};
 
 /// A fencing token: identifies one grant of a lock. Never 0; a later grant

@@ -40,8 +40,8 @@ use super::apply::Applied;
 use super::event::{Event, SessionEnd};
 use super::{dedup, lock_table, record, LockOutcome};
 use crate::keyspace::{self, META_LAST_SESSION, META_LIVE_SESSIONS};
-use crate::kv::read_counter;
 use crate::limits::MAX_LIVE_SESSIONS;
+use crate::store::read_counter;
 use crate::{CommandError, Store, StoreError};
 
 /// A session, as issued by [`crate::lock::LockCommand::OpenSession`]. Never 0.

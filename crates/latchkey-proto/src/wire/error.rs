@@ -70,6 +70,10 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             value: step,
             ..base(ErrorKind::SequenceExhausted)
         },
+        E::KeyAbsent { key } => v1::Error {
+            name: key,
+            ..base(ErrorKind::KeyAbsent)
+        },
         E::UnknownSession { session } => v1::Error {
             session: session.0,
             ..base(ErrorKind::UnknownSession)
@@ -243,6 +247,7 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
             key: name,
             step: e.value,
         },
+        ErrorKind::KeyAbsent => E::KeyAbsent { key: name },
         ErrorKind::UnknownSession => E::UnknownSession {
             session: SessionId(e.session),
         },

@@ -242,7 +242,7 @@ pub(super) fn fenced_write_from_wire(
     Ok(Operation::Write(Command::Lock(LockCommand::Fenced {
         sequencer: required_sequencer(r.sequencer)?,
         secret: secret_from_wire(&r.session_secret)?,
-        conditions: conditions_from_wire(r.conditions),
+        conditions: conditions_from_wire(r.conditions)?,
         ops: ops_from_wire(r.ops)?,
     })))
 }

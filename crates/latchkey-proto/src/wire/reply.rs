@@ -5,6 +5,7 @@
 
 use latchkey_core::{CommandResult, Outcome};
 
+use super::batch::{key_value_from_wire, key_value_to_wire};
 use super::error::{command_error_to_wire, error_from_wire};
 use super::lock_reply;
 use super::rpc::Rpc;
@@ -36,42 +37,63 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
         Rep::Error(e) => return error_from_wire(e).map(Err),
         Rep::Get(r) => {
             checked!(r);
-            Outcome::Value(r.value)
+            Outcome::Value {
+                value: r.kv.map(|kv| key_value_from_wire(kv).1),
+                revision: r.revision,
+            }
         }
         Rep::MultiGet(r) => {
             checked!(r);
-            Outcome::Values(r.values.into_iter().map(|v| v.value).collect())
+            Outcome::Values {
+                values: r
+                    .values
+                    .into_iter()
+                    .map(|v| v.kv.map(|kv| key_value_from_wire(kv).1))
+                    .collect(),
+                revision: r.revision,
+            }
         }
         Rep::Scan(r) => {
             checked!(r);
             Outcome::Entries {
-                entries: r.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                entries: r.entries.into_iter().map(key_value_from_wire).collect(),
                 more: r.more,
+                revision: r.revision,
             }
         }
         Rep::Put(r) => {
             checked!(r);
-            Outcome::Done
+            Outcome::Written {
+                revision: r.revision,
+            }
         }
         Rep::PutIfAbsent(r) | Rep::GetAndPut(r) => {
             checked!(r);
-            Outcome::Previous(r.previous)
+            Outcome::Previous {
+                previous: r.previous,
+                revision: r.revision,
+            }
         }
         Rep::CompareAndPut(r) => {
             checked!(r);
             Outcome::Swapped {
                 succeeded: r.succeeded,
-                current: r.current,
+                current: r.current.map(|kv| key_value_from_wire(kv).1),
+                revision: r.revision,
             }
         }
         Rep::Delete(r) | Rep::DeleteRange(r) => {
             checked!(r);
-            Outcome::Deleted(r.deleted)
+            Outcome::Deleted {
+                count: r.deleted,
+                revision: r.revision,
+            }
         }
         Rep::Batch(r) | Rep::FencedWrite(r) => {
             checked!(r);
             Outcome::Batch {
                 failed_condition: r.failed_condition,
+                revision: r.revision,
             }
         }
         Rep::NextSequence(r) => {
@@ -121,56 +143,102 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
 /// outcomes here, lock outcomes in `lock_reply.rs`.
 fn outcome_to_wire(rpc: Rpc, outcome: Outcome) -> Rep {
     match (rpc, outcome) {
-        (Rpc::Get, Outcome::Value(value)) => Rep::Get(v1::GetReply { error: None, value }),
-        (Rpc::MultiGet, Outcome::Values(values)) => Rep::MultiGet(v1::MultiGetReply {
+        (Rpc::Get, Outcome::Value { value, revision }) => Rep::Get(v1::GetReply {
+            error: None,
+            kv: value.map(|v| key_value_to_wire(Vec::new(), v)),
+            revision,
+        }),
+        (Rpc::MultiGet, Outcome::Values { values, revision }) => Rep::MultiGet(v1::MultiGetReply {
             error: None,
             values: values
                 .into_iter()
-                .map(|value| v1::MaybeValue { value })
+                .map(|value| v1::MaybeKeyValue {
+                    kv: value.map(|v| key_value_to_wire(Vec::new(), v)),
+                })
                 .collect(),
+            revision,
         }),
-        (Rpc::Scan, Outcome::Entries { entries, more }) => Rep::Scan(v1::ScanReply {
+        (
+            Rpc::Scan,
+            Outcome::Entries {
+                entries,
+                more,
+                revision,
+            },
+        ) => Rep::Scan(v1::ScanReply {
             error: None,
             entries: entries
                 .into_iter()
-                .map(|(key, value)| v1::Entry { key, value })
+                .map(|(key, value)| key_value_to_wire(key, value))
                 .collect(),
             more,
+            revision,
         }),
-        (Rpc::Put, Outcome::Done) => Rep::Put(v1::PutReply { error: None }),
-        (Rpc::PutIfAbsent, Outcome::Previous(previous)) => Rep::PutIfAbsent(v1::PreviousReply {
+        (Rpc::Put, Outcome::Written { revision }) => Rep::Put(v1::PutReply {
             error: None,
-            previous,
+            revision,
         }),
-        (Rpc::GetAndPut, Outcome::Previous(previous)) => Rep::GetAndPut(v1::PreviousReply {
-            error: None,
-            previous,
-        }),
-        (Rpc::CompareAndPut, Outcome::Swapped { succeeded, current }) => {
-            Rep::CompareAndPut(v1::CompareAndPutReply {
+        (Rpc::PutIfAbsent, Outcome::Previous { previous, revision }) => {
+            Rep::PutIfAbsent(v1::PreviousReply {
                 error: None,
+                previous,
+                revision,
+            })
+        }
+        (Rpc::GetAndPut, Outcome::Previous { previous, revision }) => {
+            Rep::GetAndPut(v1::PreviousReply {
+                error: None,
+                previous,
+                revision,
+            })
+        }
+        (
+            Rpc::CompareAndPut,
+            Outcome::Swapped {
                 succeeded,
                 current,
+                revision,
+            },
+        ) => Rep::CompareAndPut(v1::CompareAndPutReply {
+            error: None,
+            succeeded,
+            current: current.map(|v| key_value_to_wire(Vec::new(), v)),
+            revision,
+        }),
+        (Rpc::Delete, Outcome::Deleted { count, revision }) => Rep::Delete(v1::DeletedReply {
+            error: None,
+            deleted: count,
+            revision,
+        }),
+        (Rpc::DeleteRange, Outcome::Deleted { count, revision }) => {
+            Rep::DeleteRange(v1::DeletedReply {
+                error: None,
+                deleted: count,
+                revision,
             })
         }
-        (Rpc::Delete, Outcome::Deleted(deleted)) => Rep::Delete(v1::DeletedReply {
-            error: None,
-            deleted,
-        }),
-        (Rpc::DeleteRange, Outcome::Deleted(deleted)) => Rep::DeleteRange(v1::DeletedReply {
-            error: None,
-            deleted,
-        }),
-        (Rpc::Batch, Outcome::Batch { failed_condition }) => Rep::Batch(v1::BatchReply {
+        (
+            Rpc::Batch,
+            Outcome::Batch {
+                failed_condition,
+                revision,
+            },
+        ) => Rep::Batch(v1::BatchReply {
             error: None,
             failed_condition,
+            revision,
         }),
-        (Rpc::FencedWrite, Outcome::Batch { failed_condition }) => {
-            Rep::FencedWrite(v1::BatchReply {
-                error: None,
+        (
+            Rpc::FencedWrite,
+            Outcome::Batch {
                 failed_condition,
-            })
-        }
+                revision,
+            },
+        ) => Rep::FencedWrite(v1::BatchReply {
+            error: None,
+            failed_condition,
+            revision,
+        }),
         (Rpc::NextSequence, Outcome::Sequence { start, end }) => {
             Rep::NextSequence(v1::SequenceReply {
                 error: None,
@@ -217,7 +285,10 @@ pub fn error_reply(rpc: Rpc, error: v1::Error) -> Rep {
             error,
             ..Default::default()
         }),
-        Rpc::Put => Rep::Put(v1::PutReply { error }),
+        Rpc::Put => Rep::Put(v1::PutReply {
+            error,
+            ..Default::default()
+        }),
         Rpc::PutIfAbsent => Rep::PutIfAbsent(v1::PreviousReply {
             error,
             ..Default::default()

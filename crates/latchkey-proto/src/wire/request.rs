@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use latchkey_core::{Command, Query, ScanRange};
 
-use super::batch::{conditions_from_wire, conditions_to_wire, ops_from_wire, ops_to_wire, put};
+use super::batch::{
+    conditions_from_wire, conditions_to_wire, ops_from_wire, ops_to_wire, put, test_from_wire,
+    test_to_wire,
+};
 use super::fault::invalid;
 use super::lock_request;
 use super::operation::Operation;
@@ -64,7 +67,7 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         }),
         Req::CompareAndPut(r) => write(Command::CompareAndPut {
             key: r.key,
-            expected: r.expected,
+            test: test_from_wire(r.test).map_err(invalid)?,
             value: r.value,
         }),
         Req::Delete(r) => write(Command::Delete { key: r.key }),
@@ -73,7 +76,7 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
             end: r.end,
         }),
         Req::Batch(r) => write(Command::Batch {
-            conditions: conditions_from_wire(r.conditions),
+            conditions: conditions_from_wire(r.conditions)?,
             ops: ops_from_wire(r.ops)?,
         }),
         Req::NextSequence(r) => write(Command::NextSequence {
@@ -101,15 +104,13 @@ fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailur
         Command::Put { key, value } => Req::Put(put(key, value)),
         Command::PutIfAbsent { key, value } => Req::PutIfAbsent(put(key, value)),
         Command::GetAndPut { key, value } => Req::GetAndPut(put(key, value)),
-        Command::CompareAndPut {
-            key,
-            expected,
-            value,
-        } => Req::CompareAndPut(v1::CompareAndPutRequest {
-            key: key.clone(),
-            expected: expected.clone(),
-            value: value.clone(),
-        }),
+        Command::CompareAndPut { key, test, value } => {
+            Req::CompareAndPut(v1::CompareAndPutRequest {
+                key: key.clone(),
+                test: Some(test_to_wire(test)),
+                value: value.clone(),
+            })
+        }
         Command::Delete { key } => Req::Delete(v1::DeleteRequest { key: key.clone() }),
         Command::DeleteRange { start, end } => Req::DeleteRange(v1::DeleteRangeRequest {
             start: start.clone(),

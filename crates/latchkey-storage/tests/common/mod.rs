@@ -96,3 +96,14 @@ pub async fn receive_and_install(
     data.write_all(blob).await.expect("write received bytes");
     sm.install_snapshot(meta, data).await
 }
+
+/// The value a `Get` answered (`None`: absent), dropping its revisions.
+#[allow(dead_code)]
+pub fn got_value(
+    got: Result<latchkey_core::Outcome, latchkey_core::CommandError>,
+) -> Option<Vec<u8>> {
+    match got {
+        Ok(latchkey_core::Outcome::Value { value, .. }) => value.map(|v| v.value),
+        other => panic!("not a Get's answer: {other:?}"),
+    }
+}

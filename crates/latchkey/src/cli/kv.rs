@@ -24,15 +24,25 @@ pub async fn put(
 ) -> Result<ExitCode, Failure> {
     let value = put_value(value, file)?;
     let c = client(args)?;
-    match fence {
+    let revision = match fence {
         Some(seq) => {
             let secret = parse_session_secret(session_secret)?;
             c.put_fenced(&parse_sequencer(seq)?, &secret, key, value)
                 .await?
         }
         None => c.put(key, value).await?,
+    };
+    written(args, revision)
+}
+
+/// A write's answer: `OK`, or with `-w json` the revision it made.
+fn written(args: &Args, revision: u64) -> Result<ExitCode, Failure> {
+    match args.write_out {
+        WriteOut::Json => {
+            out(&[format!("{}\n", serde_json::json!({ "revision": revision })).as_bytes()])?
+        }
+        WriteOut::Simple | WriteOut::Table | WriteOut::Hex => out(&[b"OK\n"])?,
     }
-    out(&[b"OK\n"])?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -43,11 +53,12 @@ pub async fn get(args: &Args, key: &str, stale: bool) -> Result<ExitCode, Failur
     } else {
         Consistency::Linearizable
     };
-    match client(args)?.get_with(key, consistency).await? {
+    let read = client(args)?.get_versioned(key, consistency).await?;
+    match read.value {
         Some(v) => {
             let line = match args.write_out {
-                WriteOut::Simple | WriteOut::Table => [v, b"\n".to_vec()].concat(),
-                WriteOut::Hex => format!("{}\n", hex(&v)).into_bytes(),
+                WriteOut::Simple | WriteOut::Table => [v.value.as_slice(), b"\n"].concat(),
+                WriteOut::Hex => format!("{}\n", hex(&v.value)).into_bytes(),
                 WriteOut::Json => format!("{}\n", json_entry(key.as_bytes(), &v)).into_bytes(),
             };
             out(&[&line])?;
@@ -69,9 +80,10 @@ pub async fn del(
     match fence {
         Some(seq) => {
             let secret = parse_session_secret(session_secret)?;
-            c.delete_fenced(&parse_sequencer(seq)?, &secret, key)
+            let revision = c
+                .delete_fenced(&parse_sequencer(seq)?, &secret, key)
                 .await?;
-            out(&[b"OK\n"])?;
+            return written(args, revision);
         }
         None => {
             let existed = c.delete(key).await?;
@@ -119,8 +131,8 @@ pub async fn scan(
                 return Ok(ExitCode::SUCCESS);
             }
             let line = match args.write_out {
-                WriteOut::Simple | WriteOut::Table => [&k[..], b"\t", v, b"\n"].concat(),
-                WriteOut::Hex => format!("{}\t{}\n", hex(k), hex(v)).into_bytes(),
+                WriteOut::Simple | WriteOut::Table => [&k[..], b"\t", &v.value, b"\n"].concat(),
+                WriteOut::Hex => format!("{}\t{}\n", hex(k), hex(&v.value)).into_bytes(),
                 WriteOut::Json => format!("{}\n", json_entry(k, v)).into_bytes(),
             };
             out(&[&line])?;

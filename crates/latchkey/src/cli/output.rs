@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use latchkey::Versioned;
+
 use super::failure::Failure;
 
 /// Write `bytes` to stdout, in order.
@@ -33,9 +35,16 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A key and its value as JSON, in base64 (etcdctl's convention).
-pub fn json_entry(key: &[u8], value: &[u8]) -> serde_json::Value {
+/// A key, its value and its revisions as JSON, key and value in base64
+/// (etcdctl's convention and field names).
+pub fn json_entry(key: &[u8], v: &Versioned) -> serde_json::Value {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
-    serde_json::json!({"key": b64.encode(key), "value": b64.encode(value)})
+    serde_json::json!({
+        "key": b64.encode(key),
+        "value": b64.encode(&v.value),
+        "create_revision": v.create_revision,
+        "mod_revision": v.mod_revision,
+        "version": v.version,
+    })
 }

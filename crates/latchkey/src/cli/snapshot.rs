@@ -92,7 +92,8 @@ fn print_summary(
             "last index:      {}\nchecksum:        {:016x} (ok)\nbytes:           {bytes}\n\
              taken from:      {members}\nkeys:            {} ({} bytes)\n\
              sequences:       {}\nsessions:        {}\nlocks:           {} ({} holders, {} \
-             waiters)\naccess control:  {} records\nlast token:      {}\nlast session:    {}\n",
+             waiters)\naccess control:  {} records\nlast token:      {}\nlast session:    {}\n\
+             revision:        {}\n",
             meta.last_index(),
             meta.checksum,
             census.keys,
@@ -105,6 +106,7 @@ fn print_summary(
             census.access_control_rows,
             census.last_token,
             census.last_session,
+            census.revision,
         )
     };
     out(&[text.as_bytes()])

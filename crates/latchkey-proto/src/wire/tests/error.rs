@@ -105,6 +105,9 @@ fn command_errors() -> Vec<CommandError> {
         },
         E::AuthRequired,
         E::TooManySessions { max: 100_000 },
+        E::KeyAbsent {
+            key: "config".into(),
+        },
     ]
 }
 

@@ -5,7 +5,7 @@ use latchkey_core::lock::{
     LockDelayTimer, LockInfo, LockMode, LockOutcome, SessionId, SessionInfo, SessionSecret, Token,
     WaitCancel,
 };
-use latchkey_core::{CommandResult, Outcome};
+use latchkey_core::{CommandResult, Outcome, Versioned};
 
 use super::{holder, seq};
 use crate::v1::{self, call_reply::Reply as Rep};
@@ -16,39 +16,102 @@ use crate::ReplicaFailure;
 fn results() -> Vec<(Rpc, CommandResult)> {
     use LockOutcome as L;
     let some = |v: &[u8]| Some(v.to_vec());
+    // Each revision field different, so a swap of two is caught.
+    let versioned = |v: &[u8]| {
+        Some(Versioned {
+            value: v.to_vec(),
+            create_revision: 3,
+            mod_revision: 5,
+            version: 2,
+        })
+    };
     vec![
-        (Rpc::Get, Ok(Outcome::Value(None))),
-        (Rpc::Get, Ok(Outcome::Value(some(b"")))),
-        (Rpc::MultiGet, Ok(Outcome::Values(vec![None, some(b"v")]))),
+        (
+            Rpc::Get,
+            Ok(Outcome::Value {
+                value: None,
+                revision: 0,
+            }),
+        ),
+        (
+            Rpc::Get,
+            Ok(Outcome::Value {
+                value: versioned(b""),
+                revision: 9,
+            }),
+        ),
+        (
+            Rpc::MultiGet,
+            Ok(Outcome::Values {
+                values: vec![None, versioned(b"v")],
+                revision: 9,
+            }),
+        ),
         (
             Rpc::Scan,
             Ok(Outcome::Entries {
-                entries: vec![(b"a".to_vec(), b"1".to_vec())],
+                entries: vec![(b"a".to_vec(), versioned(b"1").expect("some"))],
                 more: true,
+                revision: 12,
             }),
         ),
-        (Rpc::Put, Ok(Outcome::Done)),
-        (Rpc::PutIfAbsent, Ok(Outcome::Previous(None))),
-        (Rpc::GetAndPut, Ok(Outcome::Previous(some(b"old")))),
+        (Rpc::Put, Ok(Outcome::Written { revision: 7 })),
+        (
+            Rpc::PutIfAbsent,
+            Ok(Outcome::Previous {
+                previous: None,
+                revision: 8,
+            }),
+        ),
+        (
+            Rpc::GetAndPut,
+            Ok(Outcome::Previous {
+                previous: some(b"old"),
+                revision: 8,
+            }),
+        ),
         (
             Rpc::CompareAndPut,
             Ok(Outcome::Swapped {
                 succeeded: false,
-                current: some(b"x"),
+                current: versioned(b"x"),
+                revision: 4,
             }),
         ),
-        (Rpc::Delete, Ok(Outcome::Deleted(1))),
-        (Rpc::DeleteRange, Ok(Outcome::Deleted(17))),
+        (
+            Rpc::CompareAndPut,
+            Ok(Outcome::Swapped {
+                succeeded: false,
+                current: None,
+                revision: 4,
+            }),
+        ),
+        (
+            Rpc::Delete,
+            Ok(Outcome::Deleted {
+                count: 1,
+                revision: 2,
+            }),
+        ),
+        (
+            Rpc::DeleteRange,
+            Ok(Outcome::Deleted {
+                count: 17,
+                revision: 3,
+            }),
+        ),
         (
             Rpc::Batch,
             Ok(Outcome::Batch {
                 failed_condition: Some(1),
+                revision: 5,
             }),
         ),
         (
             Rpc::FencedWrite,
             Ok(Outcome::Batch {
                 failed_condition: None,
+                revision: 6,
             }),
         ),
         (
@@ -170,7 +233,13 @@ fn a_failure_answers_in_the_shape_of_its_call() {
 
 #[test]
 fn an_outcome_that_does_not_answer_the_call_is_not_passed_off_as_one() {
-    let reply = reply_to_wire(Rpc::Put, Ok(Ok(Outcome::Value(None))));
+    let reply = reply_to_wire(
+        Rpc::Put,
+        Ok(Ok(Outcome::Value {
+            value: None,
+            revision: 1,
+        })),
+    );
     assert!(matches!(
         reply_from_wire(reply),
         Err(ReplicaFailure::UnknownOutcome(_))

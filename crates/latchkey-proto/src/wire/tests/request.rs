@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use latchkey_core::lock::{LockCommand, LockMode, LockQuery, SessionId, SessionSecret, Token};
-use latchkey_core::{BatchOp, Command, Condition, Query, ScanRange};
+use latchkey_core::{BatchOp, Command, Compare, Condition, Query, RevisionField, ScanRange, Test};
 
 use super::seq;
 use crate::v1::{self, call::Request as Req};
@@ -29,14 +29,34 @@ fn acquire(wait_ms: Option<u64>) -> Command {
 fn operations() -> Vec<Operation> {
     let k = || b"k".to_vec();
     let conditions = vec![
-        Condition::ValueIs {
-            key: k(),
-            expected: None,
-        },
-        Condition::ValueIs {
-            key: b"c".to_vec(),
-            expected: Some(Vec::new()),
-        },
+        Condition::value_is(k(), None),
+        Condition::value_is("c", Some(Vec::new())),
+        Condition::new("e", Test::Exists(true)),
+        Condition::new("f", Test::Exists(false)),
+        Condition::new(
+            "g",
+            Test::Revision {
+                field: RevisionField::Create,
+                compare: Compare::NotEqual,
+                value: 3,
+            },
+        ),
+        Condition::new(
+            "h",
+            Test::Revision {
+                field: RevisionField::Version,
+                compare: Compare::Less,
+                value: 4,
+            },
+        ),
+        Condition::new(
+            "i",
+            Test::Revision {
+                field: RevisionField::Mod,
+                compare: Compare::Greater,
+                value: 5,
+            },
+        ),
     ];
     let ops = vec![
         BatchOp::Put {
@@ -60,12 +80,17 @@ fn operations() -> Vec<Operation> {
         },
         Command::CompareAndPut {
             key: k(),
-            expected: Some(b"old".to_vec()),
+            test: Test::ValueIs(Some(b"old".to_vec())),
             value: b"new".to_vec(),
         },
         Command::CompareAndPut {
             key: k(),
-            expected: None,
+            test: Test::ValueIs(None),
+            value: b"new".to_vec(),
+        },
+        Command::CompareAndPut {
+            key: k(),
+            test: Test::mod_revision_is(41),
             value: b"new".to_vec(),
         },
         Command::Delete { key: k() },
@@ -260,6 +285,40 @@ fn missing_parts_and_unknown_enums_are_invalid_arguments() {
             sequencer: Some(v1::Sequencer {
                 mode: -1,
                 ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        // A compare-and-put or a condition without a test, or with a
+        // revision test missing its field or comparison.
+        Req::CompareAndPut(v1::CompareAndPutRequest::default()),
+        Req::CompareAndPut(v1::CompareAndPutRequest {
+            test: Some(v1::Test { test: None }),
+            ..Default::default()
+        }),
+        Req::Batch(v1::BatchRequest {
+            conditions: vec![v1::Condition {
+                key: b"k".to_vec(),
+                test: None,
+            }],
+            ops: Vec::new(),
+        }),
+        Req::CompareAndPut(v1::CompareAndPutRequest {
+            test: Some(v1::Test {
+                test: Some(v1::test::Test::Revision(v1::RevisionTest {
+                    field: 0,
+                    comparison: v1::Comparison::Equal as i32,
+                    value: 1,
+                })),
+            }),
+            ..Default::default()
+        }),
+        Req::CompareAndPut(v1::CompareAndPutRequest {
+            test: Some(v1::Test {
+                test: Some(v1::test::Test::Revision(v1::RevisionTest {
+                    field: v1::RevisionField::Mod as i32,
+                    comparison: 99,
+                    value: 1,
+                })),
             }),
             ..Default::default()
         }),
