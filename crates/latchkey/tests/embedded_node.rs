@@ -78,12 +78,20 @@ async fn followers_apply_every_write_once_traffic_stops() -> TestResult {
             let client = client.clone();
             writes.spawn(async move { client.put(format!("k/{i}"), "v").await });
         }
+        // Concurrent puts are packed into shared log entries; each still
+        // makes a revision of its own.
+        let mut revisions = std::collections::BTreeSet::new();
         while let Some(done) = writes.join_next().await {
-            done??;
+            revisions.insert(done??);
         }
+        assert_eq!(revisions.len(), 64, "puts shared a revision: {revisions:?}");
         // One last write, alone: its commit index has no later entry to
         // ride on.
-        client.put("k/last", "v").await?;
+        let last = client.put("k/last", "v").await?;
+        assert!(
+            revisions.iter().all(|r| *r < last),
+            "{last} after {revisions:?}"
+        );
         let target = nodes[&leader].status().last_applied;
         for (id, node) in &nodes {
             wait_until(&format!("replica {id} to apply {target}"), || {
@@ -91,6 +99,22 @@ async fn followers_apply_every_write_once_traffic_stops() -> TestResult {
             })
             .await?;
         }
+        // Every replica computed the same revisions: its own state, read
+        // stale from it alone, is the leader's, revisions included.
+        let mut pages = Vec::new();
+        for node in nodes.values() {
+            let direct = Client::connect([node.advertise_addr()])?;
+            let page = direct
+                .scan_with(
+                    latchkey_core::ScanRange::prefix("k/", 0),
+                    Consistency::Stale,
+                )
+                .await?;
+            pages.push(page);
+        }
+        assert_eq!(pages[0].entries.len(), 65);
+        assert_eq!(pages[0].revision, last);
+        assert!(pages.windows(2).all(|w| w[0] == w[1]), "{pages:?}");
         for node in nodes.into_values() {
             node.shutdown().await;
         }
