@@ -4,6 +4,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fmt::Debug;
 
+mod strategies;
+
 use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
 use latchkey_core::lock::{
     Event, HoldEnd, HolderInfo, LeaseTimer, LockCommand, LockDelayTimer, LockInfo, LockMode,
@@ -955,26 +957,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
 }
 
 fn arb_test() -> impl Strategy<Value = Test> {
-    let field = prop_oneof![
-        Just(RevisionField::Create),
-        Just(RevisionField::Mod),
-        Just(RevisionField::Version),
-    ];
-    let compare = prop_oneof![
-        Just(Compare::Equal),
-        Just(Compare::NotEqual),
-        Just(Compare::Less),
-        Just(Compare::Greater),
-    ];
-    prop_oneof![
-        prop::option::of(bytes()).prop_map(Test::ValueIs),
-        any::<bool>().prop_map(Test::Exists),
-        (field, compare, any::<u64>()).prop_map(|(field, compare, value)| Test::Revision {
-            field,
-            compare,
-            value
-        }),
-    ]
+    strategies::key_test(bytes(), any::<u64>())
 }
 
 fn arb_versioned() -> impl Strategy<Value = Versioned> {

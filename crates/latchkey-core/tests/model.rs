@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+mod strategies;
+
 use latchkey_core::keyspace::{self, DATA, META_NOW, META_REVISION, SEQUENCE};
 use latchkey_core::limits::MAX_SCAN_LIMIT;
 use latchkey_core::{
@@ -433,24 +435,7 @@ fn revision_value() -> impl Strategy<Value = u64> {
 /// Every kind of test, on values of [`value`] and revisions near the ones
 /// a run reaches.
 fn test() -> impl Strategy<Value = Test> {
-    let field = prop_oneof![
-        Just(RevisionField::Create),
-        Just(RevisionField::Mod),
-        Just(RevisionField::Version),
-    ];
-    let compare = prop_oneof![
-        Just(Compare::Equal),
-        Just(Compare::NotEqual),
-        Just(Compare::Less),
-        Just(Compare::Greater),
-    ];
-    prop_oneof![
-        2 => prop::option::of(value()).prop_map(Test::ValueIs),
-        1 => any::<bool>().prop_map(Test::Exists),
-        2 => (field, compare, revision_value()).prop_map(|(field, compare, value)| {
-            Test::Revision { field, compare, value }
-        }),
-    ]
+    strategies::key_test(value(), revision_value())
 }
 
 fn condition() -> impl Strategy<Value = Condition> {

@@ -20,6 +20,8 @@
 
 use std::collections::BTreeMap;
 
+mod strategies;
+
 use latchkey_core::keyspace::{self, DATA, META_NOW, META_REVISION};
 use latchkey_core::lock::{
     LockCommand, LockMode, LockOutcome, Sequencer, SessionId, SessionSecret, Token,
@@ -1009,23 +1011,7 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn arb_test() -> impl Strategy<Value = Test> {
-    let field = prop_oneof![
-        Just(RevisionField::Create),
-        Just(RevisionField::Mod),
-        Just(RevisionField::Version),
-    ];
-    let compare = prop_oneof![
-        Just(Compare::Equal),
-        Just(Compare::NotEqual),
-        Just(Compare::Less),
-        Just(Compare::Greater),
-    ];
-    prop_oneof![
-        1 => prop::option::of(value()).prop_map(Test::ValueIs),
-        1 => any::<bool>().prop_map(Test::Exists),
-        2 => (field, compare, prop_oneof![0u64..5, 0u64..40])
-            .prop_map(|(field, compare, value)| revision_test(field, compare, value)),
-    ]
+    strategies::key_test(value(), prop_oneof![0u64..5, 0u64..40])
 }
 
 fn arb_condition() -> impl Strategy<Value = Condition> {
