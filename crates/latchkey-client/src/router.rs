@@ -147,12 +147,16 @@ impl Router {
     }
 
     /// Where a watch may go, in the order to try them: the in-process
-    /// replica first, then every endpoint in the order given (any replica
-    /// serves watches).
+    /// replica first, then every endpoint, starting at a different one each
+    /// time so that watches spread over the replicas (any replica serves
+    /// them).
     pub(crate) fn watch_targets(&self) -> Vec<Target> {
-        let st = self.lock();
+        let mut st = self.lock();
         let mut targets: Vec<Target> = self.local.iter().cloned().map(Target::Local).collect();
-        targets.extend(st.peers.iter().map(Peer::target));
+        let n = st.peers.len();
+        let first = st.cursor;
+        st.cursor = st.cursor.wrapping_add(1);
+        targets.extend((0..n).map(|i| st.peers[(first + i) % n].target()));
         targets
     }
 
