@@ -9,5 +9,4 @@
 //! here and nowhere else.
 
 pub use latchkey_core::CommandResult;
-pub use latchkey_proto::wire::{WatchError, WatchSpec};
-pub use latchkey_proto::{BoxFuture, LocalReplica, Operation, ReplicaFailure, WatchStream};
+pub use latchkey_proto::{BoxFuture, LocalReplica, Operation, ReplicaFailure};
