@@ -3,13 +3,13 @@
 //! batches.
 
 mod common;
+#[path = "../../latchkey-core/tests/strategies/mod.rs"]
+mod strategies;
 
 use std::ops::Bound;
 
 use common::*;
-use latchkey_core::{
-    BatchOp, Command, Compare, Condition, MemStore, Query, RevisionField, ScanRange, Store, Test,
-};
+use latchkey_core::{BatchOp, Command, Condition, MemStore, Query, ScanRange, Store, Test};
 use latchkey_storage::{open, StorageOptions};
 use openraft::storage::RaftStateMachine;
 use proptest::prelude::*;
@@ -26,28 +26,9 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// A test of a key: its value, its existence, or a revision near the
-/// ones a short run makes.
+/// ones a short run makes (the core's own strategy, shared).
 fn test() -> impl Strategy<Value = Test> {
-    let field = prop_oneof![
-        Just(RevisionField::Create),
-        Just(RevisionField::Mod),
-        Just(RevisionField::Version),
-    ];
-    let compare = prop_oneof![
-        Just(Compare::Equal),
-        Just(Compare::NotEqual),
-        Just(Compare::Less),
-        Just(Compare::Greater),
-    ];
-    prop_oneof![
-        prop::option::of(value()).prop_map(Test::ValueIs),
-        any::<bool>().prop_map(Test::Exists),
-        (field, compare, 0u64..8).prop_map(|(field, compare, value)| Test::Revision {
-            field,
-            compare,
-            value
-        }),
-    ]
+    strategies::key_test(value(), 0u64..8)
 }
 
 fn command() -> impl Strategy<Value = Command> {

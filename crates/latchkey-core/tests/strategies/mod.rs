@@ -1,4 +1,5 @@
-//! Proptest strategies shared by the core's test files.
+//! Proptest strategies shared by the core's test files and the storage
+//! crate's model test (`apply_model.rs`, by path).
 
 use latchkey_core::{Compare, RevisionField, Test};
 use proptest::prelude::*;
