@@ -295,6 +295,11 @@ impl Cluster {
         self.replicas[i].suspect = why;
     }
 
+    /// Why replica `i` is known to run on a damaged disk, if it is.
+    pub fn suspect(&self, i: usize) -> Option<&str> {
+        self.replicas[i].suspect.as_deref()
+    }
+
     /// The status of replica `i` if it has exited (it is then reaped and
     /// counts as down).
     pub fn try_exit(&mut self, i: usize) -> Option<ExitStatus> {

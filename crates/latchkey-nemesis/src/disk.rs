@@ -189,6 +189,13 @@ impl Observed {
 /// (until its outcome was seen) and one for the repair.
 /// `pick` chooses the flipped byte of a flip-sst (drawn from the run's
 /// seed, so that a second flip of the same file does not undo the first).
+///
+/// A replica that started on a flipped SST keeps running, so that the run
+/// sees whether it finds the damage when it reads the block. But before a
+/// disk fault strikes another replica, the damaged one is repaired first,
+/// as an operator would: two damaged disks out of three are a double
+/// fault, and a three-replica cluster promises nothing under one (the
+/// damaged replica may fail while the other's repair needs its vote).
 pub async fn carry_out(
     ctx: &mut Ctx<'_>,
     i: usize,
@@ -196,6 +203,16 @@ pub async fn carry_out(
     down: Duration,
     pick: u64,
 ) -> Result<()> {
+    for j in (0..3).filter(|&j| j != i) {
+        if ctx.cluster.suspect(j).is_some() && ctx.cluster.running(j) {
+            repair(
+                ctx,
+                j,
+                "a damaged disk, before a disk fault on another replica",
+            )
+            .await?;
+        }
+    }
     ctx.cluster.set_exempt(i, true);
     let result = damage_and_watch(ctx, i, what, down, pick).await;
     ctx.cluster.set_exempt(i, false);
