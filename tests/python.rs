@@ -1,6 +1,6 @@
-//! The gRPC API from another language: tests/python/latchkey_client_test.py
-//! and examples/python/lock_example.py, run with Python's grpcio against a
-//! real three-process cluster.
+//! The gRPC API from another language: tests/python/latchkey_client_test.py,
+//! examples/python/lock_example.py and examples/python/config_sync.py, run
+//! with Python's grpcio against a real three-process cluster.
 //!
 //! Ignored by a plain `cargo test` (it needs a Python environment):
 //! `cargo xtask test` runs it with LATCHKEY_PYTHON naming the python of a
@@ -186,6 +186,20 @@ async fn body(c: &mut Cluster, python: &OsString, stubs: &Path, work: &Path) -> 
     anyhow::ensure!(
         out.contains("released and closed"),
         "lock_example.py exited 0 without finishing:\n{out}"
+    );
+    let example = root.join("examples/python/config_sync.py");
+    let out = run_python(
+        "config_sync.py",
+        python,
+        &[example.into(), c.endpoints_arg().into()],
+        stubs,
+        EXAMPLE_LIMIT,
+        &work.join("config_sync.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("in sync at revision"),
+        "config_sync.py exited 0 without finishing:\n{out}"
     );
     c.assert_all_alive()
 }

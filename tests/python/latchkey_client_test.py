@@ -123,7 +123,7 @@ class Router:
             return self._channels[addr]
 
     def stub(self, service, addr=None):
-        """`service` is "Kv", "Lock", "Pipeline", "Admin" or "Auth"."""
+        """`service` is "Kv", "Watch", "Lock", "Pipeline", "Admin" or "Auth"."""
         return getattr(rpc, service + "Stub")(self.channel(addr or self.leader))
 
     def _next_endpoint(self, addr):
@@ -838,9 +838,82 @@ def section_auth(router, ns):
     expect_ok("anonymous put once disabled", router.call("Kv", "Put", put))
 
 
+def section_watch(router, ns):
+    """a watch of a prefix: the first reply is a progress notice, then each
+    write's changes in revision order (a batch's together), deletes included;
+    bad watches end at once with a typed error."""
+    prefix = ns + b"watch/"
+    first = expect_ok("put", router.call("Kv", "Put", pb.PutRequest(key=prefix + b"a", value=b"1")))
+    request = pb.WatchRequest(prefix=prefix, start_revision=first.revision, progress_ms=200)
+    replies = queue.Queue()
+
+    def follow():
+        try:
+            for reply in router.stub("Watch").Watch(request, timeout=60):
+                replies.put(reply)
+        except grpc.RpcError as e:
+            replies.put(e)
+
+    threading.Thread(target=follow, daemon=True).start()
+    batch = pb.BatchRequest(
+        ops=[
+            pb.BatchOp(put=pb.PutRequest(key=prefix + b"b", value=b"2")),
+            pb.BatchOp(delete=pb.DeleteRequest(key=prefix + b"a")),
+        ]
+    )
+    made = expect_ok("batch", router.call("Kv", "Batch", batch, idempotent=False))
+    expect_ok("put elsewhere", router.call("Kv", "Put", pb.PutRequest(key=ns + b"other", value=b"x")))
+    changes = []
+    while len(changes) < 2:
+        reply = replies.get(timeout=RPC_TIMEOUT)
+        check(not isinstance(reply, Exception), f"the watch failed: {reply}")
+        check(not reply.HasField("error"), f"the watch ended: {describe(reply.error)}")
+        if reply.events:
+            changes.append(reply)
+    check(
+        changes[0].revision == first.revision
+        and [e.type for e in changes[0].events] == [pb.EVENT_TYPE_PUT]
+        and changes[0].events[0].kv.value == b"1",
+        f"the first change is not the put at {first.revision}: {changes[0]}",
+    )
+    check(
+        changes[1].revision == made.revision
+        and [(e.type, e.key) for e in changes[1].events]
+        == [(pb.EVENT_TYPE_PUT, prefix + b"b"), (pb.EVENT_TYPE_DELETE, prefix + b"a")],
+        f"the batch at {made.revision} did not arrive as one message: {changes[1]}",
+    )
+    # Idle: progress notices say how far everything was sent.
+    while True:
+        reply = replies.get(timeout=RPC_TIMEOUT)
+        check(not isinstance(reply, Exception), f"the watch failed: {reply}")
+        if not reply.events:
+            check(reply.revision >= made.revision, f"progress behind the batch: {reply}")
+            break
+
+    def ends_with(what, request, kind):
+        reply = next(iter(router.stub("Watch").Watch(request, timeout=RPC_TIMEOUT)))
+        check(
+            reply.HasField("error") and reply.error.kind == kind,
+            f"{what}: expected {kind_name(kind)}, got {reply}",
+        )
+
+    ends_with("an empty prefix", pb.WatchRequest(prefix=b""), pb.ERROR_KIND_INVALID_ARGUMENT)
+    ends_with(
+        "a range ending before its start",
+        pb.WatchRequest(range=pb.KeyRange(start=b"b", end=b"a")),
+        pb.ERROR_KIND_INVALID_ARGUMENT,
+    )
+    ends_with(
+        "a start revision far in the future",
+        pb.WatchRequest(key=prefix + b"b", start_revision=made.revision + 1_000_000),
+        pb.ERROR_KIND_FUTURE_REVISION,
+    )
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
+    ("watch", section_watch),
     ("locks", section_locks),
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),

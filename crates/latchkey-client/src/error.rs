@@ -59,6 +59,28 @@ pub enum Error {
     /// and server versions probably differ.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A watch's start revision is older than the history the cluster
+    /// keeps: changes since then are gone. Read the keys again (a scan
+    /// answers the revision it read at) and watch from that revision plus
+    /// one.
+    #[error(
+        "revision {requested} is compacted: the history starts at {oldest_revision}; read again \
+         and watch from the revision the read saw plus one"
+    )]
+    Compacted {
+        /// The start revision asked for.
+        requested: u64,
+        /// The oldest revision the history keeps.
+        oldest_revision: u64,
+    },
+    /// A watch's start revision has not happened yet.
+    #[error("revision {requested} is in the future: the next revision is {next}")]
+    FutureRevision {
+        /// The start revision asked for.
+        requested: u64,
+        /// The cluster's next revision, as the replica knew it.
+        next: u64,
+    },
 }
 
 impl Error {

@@ -199,6 +199,11 @@ impl Client {
         &self.router
     }
 
+    /// The router, for what outlives a call (a watch's stream).
+    pub(crate) fn shared_router(&self) -> Arc<Router> {
+        Arc::clone(&self.router)
+    }
+
     /// Requests this client sent over gRPC and what carried them: requests
     /// go on each replica's call stream, those at hand together in one frame
     /// ([`ClientOptions::call_stream`]), so under load `stream_frames` is

@@ -58,7 +58,8 @@
 //!    itself and its key-value calls; every other room that needs a
 //!    `Client` imports it), `lock/` (sessions with their lease clock and
 //!    watchdog, lock handles and guards, fenced writes, the lock table),
-//!    `admin` (status, membership, backups) and `auth` (access control);
+//!    `admin` (status, membership, backups), `auth` (access control) and
+//!    `watch` (watches that resume by themselves);
 //!    and `fence`, the storage side's [`FenceGate`], which needs no cluster
 //!    and imports nothing of the client.
 //! 5. `lib.rs` and `local`, which only re-export.
@@ -82,6 +83,7 @@ mod lock;
 mod options;
 mod router;
 mod transport;
+mod watch;
 
 pub use admin::Backup;
 pub use auth::UserInfo;
@@ -91,13 +93,17 @@ pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
 pub use lock::{Lock, LockGuard, Session};
 pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use transport::{channel, TransportStats};
+pub use watch::Watch;
 // The core's and the contract crate's types that the API above takes or
 // answers; the in-process ones are in `local`.
 pub use latchkey_core::auth::Permission;
+pub use latchkey_core::history::KeyChange;
 pub use latchkey_core::lock::{
     HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
 };
+pub use latchkey_core::watch::Selection;
 pub use latchkey_core::{
     Command, CommandError, Compare, Outcome, Query, RevisionField, ScanRange, Test, Versioned,
 };
+pub use latchkey_proto::wire::WatchMessage;
 pub use latchkey_proto::{Identity, MemberInfo, NodeStatus, TlsError, TlsOptions};

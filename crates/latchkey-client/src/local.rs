@@ -9,4 +9,5 @@
 //! here and nowhere else.
 
 pub use latchkey_core::CommandResult;
-pub use latchkey_proto::{BoxFuture, LocalReplica, Operation, ReplicaFailure};
+pub use latchkey_proto::wire::{WatchError, WatchSpec};
+pub use latchkey_proto::{BoxFuture, LocalReplica, Operation, ReplicaFailure, WatchStream};

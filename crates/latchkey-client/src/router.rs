@@ -14,7 +14,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use latchkey_proto::{LocalReplica, Operation, ReplicaFailure};
+use latchkey_proto::wire::{WatchError, WatchSpec};
+use latchkey_proto::{LocalReplica, Operation, ReplicaFailure, WatchStream};
 use tonic::transport::Channel;
 
 use crate::error::Error;
@@ -36,6 +37,14 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// Open a watch at this target.
+    pub(crate) async fn watch(&self, spec: &WatchSpec) -> Result<WatchStream, WatchError> {
+        match self {
+            Target::Local(local) => local.watch(spec.clone()).await,
+            Target::Remote { endpoint, .. } => endpoint.watch(spec).await,
+        }
+    }
+
     /// One attempt of `op` at this target. `budget` bounds the attempt.
     pub(crate) async fn send(&self, op: Operation, budget: Duration) -> Answer {
         match self {
@@ -135,6 +144,20 @@ impl Router {
     /// Addresses of every endpoint known, including ones learnt from leader hints.
     pub fn endpoints(&self) -> Vec<String> {
         self.lock().peers.iter().map(|p| p.addr.clone()).collect()
+    }
+
+    /// Where a watch may go, in the order to try them: the in-process
+    /// replica first, then every endpoint, starting at a different one each
+    /// time so that watches spread over the replicas (any replica serves
+    /// them).
+    pub(crate) fn watch_targets(&self) -> Vec<Target> {
+        let mut st = self.lock();
+        let mut targets: Vec<Target> = self.local.iter().cloned().map(Target::Local).collect();
+        let n = st.peers.len();
+        let first = st.cursor;
+        st.cursor = st.cursor.wrapping_add(1);
+        targets.extend((0..n).map(|i| st.peers[(first + i) % n].target()));
+        targets
     }
 
     /// A target for one specific endpoint (for per-node admin calls).

@@ -45,8 +45,8 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::keyspace::{
-    read_u64, AUTH, DATA, LOCK, META_LAST_SESSION, META_LAST_TOKEN, META_REVISION,
-    META_SEQUENCE_FLOOR, SEQUENCE, SESSION,
+    read_u64, AUTH, DATA, HISTORY, LOCK, META_HISTORY, META_LAST_SESSION, META_LAST_TOKEN,
+    META_REVISION, META_SEQUENCE_FLOOR, SEQUENCE, SESSION,
 };
 use crate::lock::lock_table::LockRecord;
 
@@ -133,6 +133,19 @@ pub fn bump_row(key: &[u8], value: &[u8], by: u64) -> Result<Vec<u8>, BumpError>
         }
     };
     Ok(next.to_be_bytes().to_vec())
+}
+
+/// What a restore writes for the row `key` = `value` of a backup: `None`
+/// for the watch history (its records and `Mhist`, see [`crate::history`]),
+/// which a restore leaves out: the revisions it bumps past were never
+/// recorded, so a watcher must not resume across it (its start revision is
+/// then before the new history and refused as compacted); every other row
+/// as [`bump_row`] moves it on.
+pub fn restore_row(key: &[u8], value: &[u8], by: u64) -> Result<Option<Vec<u8>>, BumpError> {
+    if key.first() == Some(&HISTORY) || key == META_HISTORY {
+        return Ok(None);
+    }
+    bump_row(key, value, by).map(Some)
 }
 
 /// The rows a restore writes for the [`RESTORED_COUNTERS`] the backup does
@@ -256,6 +269,19 @@ mod tests {
         ] {
             assert_eq!(bump_row(&key, b"12345678", 10).unwrap(), b"12345678");
         }
+    }
+
+    #[test]
+    fn a_restore_leaves_the_watch_history_out() {
+        let record = tagged(HISTORY, &3u64.to_be_bytes());
+        assert_eq!(restore_row(&record, b"r", 10).unwrap(), None);
+        assert_eq!(restore_row(META_HISTORY, &[0; 16], 10).unwrap(), None);
+        assert_eq!(
+            restore_row(META_REVISION, &3u64.to_be_bytes(), 10).unwrap(),
+            Some(13u64.to_be_bytes().to_vec())
+        );
+        let key = tagged(DATA, b"k");
+        assert_eq!(restore_row(&key, b"v", 10).unwrap(), Some(b"v".to_vec()));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! ```
 
 use crate::command::{RevisionField, Test, Versioned};
+use crate::history::Recorder;
 use crate::keyspace::{self, DATA, META_REVISION};
 use crate::{CommandError, Store, StoreError};
 
@@ -112,13 +113,16 @@ pub fn test_holds(
     }
 }
 
-/// The changes of one command to user data, all at one revision.
+/// The changes of one command to user data, all at one revision, and
+/// their record in the watch history ([`crate::history`]).
 #[derive(Debug)]
 pub struct Change {
     /// The revision before the command.
     before: u64,
     /// Whether a key changed: the command then takes `before + 1`.
     changed: bool,
+    /// What changed, for the history.
+    record: Recorder,
 }
 
 impl Change {
@@ -127,6 +131,7 @@ impl Change {
         Ok(Change {
             before: revision(store)?,
             changed: false,
+            record: Recorder::default(),
         })
     }
 
@@ -144,7 +149,8 @@ impl Change {
         value: &[u8],
     ) -> Result<Versioned, StoreError> {
         let at = self.at();
-        let now = match get(store, key)? {
+        let old = get(store, key)?;
+        let now = match &old {
             Some(old) => Versioned {
                 value: value.to_vec(),
                 create_revision: old.create_revision,
@@ -160,39 +166,46 @@ impl Change {
         };
         store.put(&data_key(key), &encode(&now))?;
         self.changed = true;
+        self.record.note(key, Some(now.clone()), old);
         Ok(now)
     }
 
-    /// Remove `key`'s row, already read as present: the caller decides
-    /// (`delete_if_present`, a range's scan).
+    /// Remove the `D` row `row_key` = `row`, already read as present: the
+    /// caller decides ([`Change::delete`], a range's scan).
     pub fn remove_row<S: Store>(
         &mut self,
         store: &mut S,
         row_key: &[u8],
+        row: &[u8],
     ) -> Result<(), StoreError> {
+        let key = row_key.get(1..).unwrap_or_default();
+        let previous = decode(key, row)?;
         store.delete(row_key)?;
         self.changed = true;
+        self.record.note(key, None, Some(previous));
         Ok(())
     }
 
     /// Remove `key` if present; whether it was.
     pub fn delete<S: Store>(&mut self, store: &mut S, key: &[u8]) -> Result<bool, StoreError> {
         let k = data_key(key);
-        if store.get(&k)?.is_none() {
+        let Some(row) = store.get(&k)? else {
             return Ok(false);
-        }
-        self.remove_row(store, &k)?;
+        };
+        self.remove_row(store, &k, &row)?;
         Ok(true)
     }
 
-    /// End the command: store the raised revision if a key changed. Returns
-    /// the revision after the command.
+    /// End the command: if a key changed, store the raised revision and the
+    /// command's record in the history. Returns the revision after the
+    /// command.
     pub fn finish<S: Store>(self, store: &mut S) -> Result<u64, StoreError> {
         if !self.changed {
             return Ok(self.before);
         }
         let at = self.at();
         store.put(META_REVISION, &at.to_be_bytes())?;
+        self.record.write(store, at)?;
         Ok(at)
     }
 }

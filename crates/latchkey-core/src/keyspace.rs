@@ -7,6 +7,7 @@
 //! | tag | room | key after the tag | value |
 //! |-----|------|-------------------|-------|
 //! | `D` | user data | user key | create revision, mod revision, version (u64 big-endian each), then the user value (see [`crate::data`]) |
+//! | `W` | watch history | revision, u64 big-endian | what that revision changed (codec, see [`crate::history`]) |
 //! | `Q` | sequences | sequence key | next start, u64 big-endian |
 //! | `M` | core metadata | name | see the `META_*` constants |
 //! | `S` | lock sessions | session id, u64 big-endian | session record (codec) |
@@ -23,6 +24,9 @@
 pub const AUTH: u8 = b'A';
 /// User key/value data: `D` + user key.
 pub const DATA: u8 = b'D';
+/// The watch history: `W` + revision (u64, big-endian) -> the record of
+/// what that revision changed ([`crate::history`]).
+pub const HISTORY: u8 = b'W';
 /// Sequences: `Q` + sequence key -> next start (u64, big-endian).
 pub const SEQUENCE: u8 = b'Q';
 /// Core metadata: `M` + name.
@@ -43,6 +47,10 @@ pub const META_NOW: &[u8] = b"Mnow";
 /// Meta key holding the cluster's revision: raised by one by every applied
 /// command that changes at least one key (u64, big-endian; absent = 0).
 pub const META_REVISION: &[u8] = b"Mrev";
+/// Meta key holding the oldest revision the watch history keeps and the
+/// bytes of records it keeps (u64 big-endian each; absent: the history is
+/// empty and starts at the next revision). See [`crate::history`].
+pub const META_HISTORY: &[u8] = b"Mhist";
 /// Meta key holding the last session id issued (u64, big-endian; absent = 0).
 pub const META_LAST_SESSION: &[u8] = b"Msession";
 /// Meta key holding how many sessions are live (u64, big-endian; absent =

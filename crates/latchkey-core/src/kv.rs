@@ -314,8 +314,8 @@ fn delete_range<S: Store>(
             return Ok(deleted);
         };
         let last = last.clone();
-        for (k, _) in &chunk {
-            change.remove_row(store, k)?;
+        for (k, row) in &chunk {
+            change.remove_row(store, k, row)?;
             deleted += 1;
         }
         lower = last;

@@ -5,7 +5,9 @@
 //! result and the same writes.
 //!
 //! What lives here: command, query and outcome types ([`command`]), their
-//! limits ([`limits`]), the keyspace layout ([`keyspace`]), the one codec
+//! limits ([`limits`]), the keyspace layout ([`keyspace`]), the watch
+//! history of every change ([`history`]) and which keys a watch names
+//! ([`watch`]), the one codec
 //! ([`codec`]), the lock service's semantics ([`lock`]: sessions, fencing
 //! tokens, sequencers, FIFO waiting, lock-delay, fenced writes), access
 //! control ([`auth`]: users, roles, permissions on prefixes), what a backup
@@ -36,6 +38,7 @@ pub mod codec;
 pub mod command;
 pub mod data;
 mod error;
+pub mod history;
 pub mod keyspace;
 mod kv;
 pub mod limits;
@@ -44,6 +47,7 @@ pub mod overlay;
 mod staged;
 pub mod store;
 mod validate;
+pub mod watch;
 
 pub use command::{
     BatchOp, Command, CommandResult, Compare, Condition, Millis, Outcome, Query, Request,

@@ -19,6 +19,20 @@ pub const MAX_COMMAND_BYTES: usize = 4 * 1024 * 1024;
 /// bounded by [`MAX_COMMAND_BYTES`] like any command's.
 pub const MAX_GROUP_COMMANDS: usize = 1024;
 
+// ---------------------------------------------------------------- watch history
+
+/// Most revisions the watch history keeps ([`crate::history`]): a watch
+/// may start or resume at most this many revisions back.
+pub const HISTORY_MAX_REVISIONS: u64 = 100_000;
+/// Most bytes of encoded records the watch history keeps (the newest
+/// record is kept whatever its size). A record holds each changed key's
+/// new value and previous value, so 1 MiB values over 1 MiB values keep
+/// about 32 revisions.
+pub const HISTORY_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// Most bytes of previous values one history record keeps; past it the
+/// record keeps none ([`crate::history::Record::previous_dropped`]).
+pub const HISTORY_MAX_PREVIOUS_BYTES: usize = 8 * 1024 * 1024;
+
 // ---------------------------------------------------------------- locks
 
 /// Shortest session TTL, in milliseconds: a few election timeouts, so a

@@ -156,6 +156,30 @@ const ROWS: &[(&str, &str)] = &[
         "44 6b",
         "0000000000000001 0000000000000003 0000000000000002 76",
     ),
+    // W + revision (u64 BE) -> codec(Record { revision, changes, previous_dropped }),
+    // each change { key, current: Option<Versioned>, previous: Option<Versioned> }
+    // with Versioned { value, create, mod, version }.
+    (
+        "57 0000000000000001",
+        "05 01 01           # revision 1, 1 change:
+         01 6b              #   key \"k\",
+         01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
+         00                 #   previous None
+         00                 # previous_dropped false",
+    ),
+    (
+        "57 0000000000000002",
+        "05 02 01  01 6a  01 01 77 02 02 01  00  00",
+    ),
+    (
+        "57 0000000000000003",
+        "05 03 01  01 6b
+         01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
+         01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
+         00",
+    ),
+    // Mhist -> oldest revision kept, bytes of records kept (u64 BE each).
+    ("4d686973 74", "0000000000000001 000000000000002c"),
     // H + session id (u64 BE) + lock name -> empty: session 1 holds "a",
     // session 2 waits for it.
     ("48 0000000000000001 61", ""),

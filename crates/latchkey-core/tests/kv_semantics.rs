@@ -498,12 +498,18 @@ fn delete_range_leaves_sequences_and_meta_alone() {
     run_at(&mut store, 7, next_seq(b"a", 3)).unwrap();
     run_at(&mut store, 7, next_seq(b"b", 4)).unwrap();
     // Sequences and the clock stay; the revision counter moves on (from 2
-    // to 3), as for any delete that removes keys.
+    // to 3) and the watch history records it, as for any delete that
+    // removes keys.
     let others = |store: &MemStore| -> Vec<_> {
         store
             .map
             .iter()
-            .filter(|(k, _)| k[0] != DATA && k.as_slice() != META_REVISION)
+            .filter(|(k, _)| {
+                k[0] != DATA
+                    && k[0] != keyspace::HISTORY
+                    && k.as_slice() != META_REVISION
+                    && k.as_slice() != keyspace::META_HISTORY
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
@@ -1418,7 +1424,10 @@ fn user_keys_that_look_like_internal_keys_stay_user_keys() {
     );
     // Every raw key is in its own room.
     for k in store.map.keys() {
-        assert!(matches!(k[0], DATA | SEQUENCE | META), "stray key {k:?}");
+        assert!(
+            matches!(k[0], DATA | SEQUENCE | META | keyspace::HISTORY),
+            "stray key {k:?}"
+        );
     }
     assert!(store.map.contains_key(&keyspace::tagged(SEQUENCE, b"s")));
     let mut expected: Vec<Vec<u8>> = lookalikes.iter().map(|k| k.to_vec()).collect();

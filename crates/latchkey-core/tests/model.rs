@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 mod strategies;
 
+use latchkey_core::history::{self, KeyChange, Record};
 use latchkey_core::keyspace::{self, DATA, META_NOW, META_REVISION, SEQUENCE};
 use latchkey_core::limits::MAX_SCAN_LIMIT;
 use latchkey_core::{
@@ -27,6 +28,8 @@ struct Model {
     clock: Millis,
     /// The cluster's revision.
     revision: u64,
+    /// The watch history: one record for each revision, in order.
+    history: Vec<Record>,
 }
 
 fn invalid() -> CommandResult {
@@ -50,6 +53,8 @@ fn normalize(result: CommandResult) -> CommandResult {
 struct Edit<'a> {
     model: &'a mut Model,
     changed: bool,
+    /// Every key changed, in order, for the history.
+    changes: Vec<KeyChange>,
 }
 
 impl Edit<'_> {
@@ -69,13 +74,26 @@ impl Edit<'_> {
             mod_revision: at,
             version,
         };
-        self.model.data.insert(key.to_vec(), now.clone());
+        let previous = self.model.data.insert(key.to_vec(), now.clone());
         self.changed = true;
+        self.changes.push(KeyChange {
+            key: key.to_vec(),
+            current: Some(now.clone()),
+            previous,
+        });
         now
     }
 
     fn delete(&mut self, key: &[u8]) -> bool {
-        let existed = self.model.data.remove(key).is_some();
+        let removed = self.model.data.remove(key);
+        let existed = removed.is_some();
+        if let Some(previous) = removed {
+            self.changes.push(KeyChange {
+                key: key.to_vec(),
+                current: None,
+                previous: Some(previous),
+            });
+        }
         self.changed |= existed;
         existed
     }
@@ -84,6 +102,11 @@ impl Edit<'_> {
     fn finish(self) -> u64 {
         if self.changed {
             self.model.revision += 1;
+            self.model.history.push(Record {
+                revision: self.model.revision,
+                changes: self.changes,
+                previous_dropped: false,
+            });
         }
         self.model.revision
     }
@@ -147,6 +170,7 @@ impl Model {
         Edit {
             model: self,
             changed: false,
+            changes: Vec::new(),
         }
     }
 
@@ -373,6 +397,20 @@ impl Model {
         // The revision cell exists once a command changed a key.
         if self.revision > 0 {
             raw.insert(META_REVISION.to_vec(), self.revision.to_be_bytes().to_vec());
+        }
+        // Every revision's record (these tests stay far inside the
+        // window), and the window: the oldest revision kept and the bytes
+        // kept.
+        let mut bytes = 0u64;
+        for record in &self.history {
+            let row = codec::encode(record).expect("encodes");
+            bytes += row.len() as u64;
+            raw.insert(history::record_key(record.revision), row);
+        }
+        if let Some(first) = self.history.first() {
+            let mut cell = first.revision.to_be_bytes().to_vec();
+            cell.extend_from_slice(&bytes.to_be_bytes());
+            raw.insert(keyspace::META_HISTORY.to_vec(), cell);
         }
         raw
     }

@@ -32,7 +32,7 @@ pub use limits::{
     CLUSTER_SECRET_HEADER, MAX_FRAME_CALLS, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES, PASSWORD_HEADER,
     STOPPED_AFTER_ANSWERING, USER_HEADER,
 };
-pub use local::{BoxFuture, LocalReplica};
+pub use local::{BoxFuture, LocalReplica, WatchStream};
 pub use status::{MemberInfo, NodeStatus};
 pub use tls::{Identity, TlsError, TlsOptions};
 pub use wire::{Operation, Rpc};

@@ -6,10 +6,15 @@ use std::pin::Pin;
 
 use latchkey_core::CommandResult;
 
+use crate::wire::{WatchError, WatchMessage, WatchSpec};
 use crate::{NodeStatus, Operation, ReplicaFailure};
 
 /// A boxed future, for the object-safe [`LocalReplica`] trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A watch's messages, then, if it ended with one, why it ended.
+pub type WatchStream =
+    Pin<Box<dyn futures::Stream<Item = Result<WatchMessage, WatchError>> + Send + 'static>>;
 
 /// A replica in this process, called directly instead of over gRPC.
 ///
@@ -22,6 +27,11 @@ pub trait LocalReplica: Send + Sync + 'static {
     /// Run `op`: writes, linearizable reads, acquires and keep-alives answer
     /// `NotLeader` without running on a replica that is not the leader.
     fn call(&self, op: Operation) -> BoxFuture<'_, Result<CommandResult, ReplicaFailure>>;
+
+    /// Open a watch on this replica, as the `Watch` RPC opens one: its
+    /// messages, ended by an error (the replica stopping ends it with
+    /// `Unavailable`).
+    fn watch(&self, spec: WatchSpec) -> BoxFuture<'_, Result<WatchStream, WatchError>>;
 
     /// This replica's view of itself and the cluster, as `Admin.Status`
     /// answers it.

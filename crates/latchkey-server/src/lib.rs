@@ -53,9 +53,16 @@ mod settings;
 mod snapshot_pace;
 pub mod status_page;
 mod tls_accept;
+mod watch;
+mod watch_service;
 mod write_queue;
 
 pub use bootstrap::ClusterState;
+
+/// Watches a replica serves at once by default.
+pub const DEFAULT_MAX_WATCHES: usize = 10_000;
+/// Watches one client connection may hold open at once by default.
+pub const DEFAULT_MAX_WATCHES_PER_CONNECTION: usize = 1_000;
 pub use conn_limit::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     MAX_STREAMS_PER_CONNECTION,

@@ -186,8 +186,8 @@ fn seed_of(blob: &[u8], plan: &[u8]) -> u64 {
 }
 
 /// Seed the new data directory `dir` with the rows of `blob`, each value
-/// passed through `transform(key, value)` (which may refuse a row: nothing
-/// is written then), then the rows of `extra` (rows the backup lacks), and
+/// passed through `transform(key, value)` (which may leave a row out with
+/// `None`, or refuse it: nothing is written then), then the rows of `extra` (rows the backup lacks), and
 /// record the restore's seed: a digest of the backup's checksum and `plan`,
 /// the caller's description of everything else that makes the restored
 /// state what it is (the transform's parameters, the members), so members
@@ -201,7 +201,7 @@ pub fn restore(
     dir: &Path,
     blob: &[u8],
     plan: &[u8],
-    mut transform: impl FnMut(&[u8], &[u8]) -> Result<Vec<u8>, String>,
+    mut transform: impl FnMut(&[u8], &[u8]) -> Result<Option<Vec<u8>>, String>,
     extra: &[(Vec<u8>, Vec<u8>)],
 ) -> Result<BackupMeta, BackupError> {
     let seed = seed_of(blob, plan);
@@ -249,7 +249,8 @@ pub fn restore(
                 return;
             }
             match transform(&key, &value) {
-                Ok(value) => batch.put_cf(cfs.sm_data, &key, &value),
+                Ok(Some(value)) => batch.put_cf(cfs.sm_data, &key, &value),
+                Ok(None) => {}
                 Err(why) => failed = Some(BackupError::Refused(why)),
             }
             if batch.size_in_bytes() >= BATCH_BYTES {

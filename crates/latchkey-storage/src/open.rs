@@ -204,6 +204,10 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         log.durable(),
         observed,
     );
+    sm.publish_revision().map_err(|e| StorageError::Corrupt {
+        what: "cluster revision",
+        detail: e.to_string(),
+    })?;
     Ok((log, sm))
 }
 

@@ -52,6 +52,9 @@ pub struct StateMachine {
     applied: Arc<AppliedIndex>,
     sync_apply: bool,
     changes: Option<UnboundedSender<StateChange>>,
+    /// The cluster's revision in the applied state, published once the
+    /// batch that raised it is committed (see [`StateMachine::revisions`]).
+    revision: tokio::sync::watch::Sender<u64>,
     /// The apply gate: entries the leader acknowledged before syncing them
     /// are applied only once synced (see [`crate::durable`]).
     durable: DurableLog,
@@ -74,7 +77,9 @@ impl StateMachine {
     ) -> Self {
         let applied = Arc::clone(&covered.applied);
         applied.set(state.last_index());
+        let revision = tokio::sync::watch::Sender::new(0);
         StateMachine {
+            revision,
             db,
             file: Arc::clone(&covered.file),
             state,
@@ -99,6 +104,31 @@ impl StateMachine {
         let (tx, rx) = mpsc::unbounded_channel();
         self.changes = Some(tx);
         rx
+    }
+
+    /// The cluster's revision in the applied state: changes (to a higher
+    /// value) once a committed batch raised it, or a snapshot install
+    /// replaced the state; a reader then sees that revision's record in
+    /// the watch history. Starts at the revision of the state opened
+    /// ([`StateMachine::publish_revision`]). Ends (the sender is dropped)
+    /// when the state machine is.
+    pub fn revisions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+
+    /// Read the revision of the committed state and publish it.
+    pub(crate) fn publish_revision(&self) -> Result<(), latchkey_core::StoreError> {
+        let view = DataView::live(&self.db)?;
+        self.set_revision(latchkey_core::data::revision(&view)?);
+        Ok(())
+    }
+
+    fn set_revision(&self, revision: u64) {
+        self.revision.send_if_modified(|r| {
+            let raised = revision != *r;
+            *r = revision;
+            raised
+        });
     }
 
     /// Hand committed changes to the subscriber, if there is one.
@@ -209,8 +239,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 next.last_applied = Some(log_id);
                 replies.push(reply);
             }
-            overlay.into_writes()
+            let revision = latchkey_core::data::revision(&overlay)
+                .map_err(|e| StorageIOError::read_state_machine(&e))?;
+            (overlay.into_writes(), revision)
         };
+        let (writes, revision) = writes;
         if replies.is_empty() {
             return Ok(replies);
         }
@@ -227,6 +260,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.state = next;
         self.applied.set(self.state.last_index());
         self.publish(changes);
+        self.set_revision(revision);
         Ok(replies)
     }
 
@@ -290,6 +324,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.publish(vec![StateChange::SnapshotInstalled {
             last_log_id: self.state.last_applied,
         }]);
+        self.publish_revision()
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
         Ok(())
     }
 

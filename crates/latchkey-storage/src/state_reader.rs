@@ -5,6 +5,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use latchkey_core::history::{self, Record, Window};
 use latchkey_core::{CommandResult, Query, Store, StoreError};
 use rocksdb::DB;
 
@@ -120,6 +121,29 @@ impl StateReader {
             let snapshot = self.db.snapshot();
             let view = DataView::at(&self.db, &snapshot)?;
             latchkey_core::query(&view, q)
+        })
+    }
+
+    /// The watch history's window and up to `max_records` of its records
+    /// from revision `from` on (stopping once they reach `max_bytes`), read
+    /// through one snapshot, so the window and the records agree. See
+    /// [`latchkey_core::history`].
+    pub fn history(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<(Window, Vec<Record>), StoreError> {
+        self.applied.gated(|| {
+            let snapshot = self.db.snapshot();
+            let view = DataView::at(&self.db, &snapshot)?;
+            let window = history::window(&view)?;
+            let records = if from > window.current {
+                Vec::new()
+            } else {
+                history::read(&view, from.max(window.oldest), max_records, max_bytes)?
+            };
+            Ok((window, records))
         })
     }
 

@@ -280,8 +280,10 @@ fn the_log_and_the_state_machine_are_stored_as_pinned() {
         rows,
         vec![
             (b"Dk".to_vec(), data_row_v()),
+            (b"Mhist".to_vec(), history_cell()),
             (b"Mnow".to_vec(), 1000u64.to_be_bytes().to_vec()),
             (b"Mrev".to_vec(), 1u64.to_be_bytes().to_vec()),
+            (history_key(), history_record()),
         ],
         "sm_data holds the core's keyspace as is"
     );
@@ -324,16 +326,22 @@ const SNAPSHOT: &str = "
       03 0d 31302e302e302e333a37323031
          0d 31302e302e302e333a37313031  fb2c01
       07 332d312d382d30         #   meta.snapshot_id: \"3-1-8-0\"
-    0000003c                    # rows frame: 60 bytes
+    0000006b                    # rows frame: 107 bytes
       05 01                     #   version, Frame::Rows
-      03                        #   3 rows, keys ascending:
+      05                        #   5 rows, keys ascending:
       02 446b  19               #   \"Dk\" = 25 bytes: create revision 1, mod revision 1,
          0000000000000001 0000000000000001 0000000000000001 76  # version 1, \"v\"
+      05 4d68697374  10         #   \"Mhist\" = 16 bytes: the history keeps revision 1 on,
+         0000000000000001 000000000000000d  # 13 bytes of records
       04 4d6e6f77  08 00000000000003e8  # \"Mnow\" = 1000 (u64 big-endian)
       04 4d726576  08 0000000000000001  # \"Mrev\" = 1 (u64 big-endian)
+      09 570000000000000001  0d #   \"W\" + revision 1 = 13 bytes: codec(Record {
+         05 01 01 01 6b         #     revision 1, 1 change: key \"k\",
+         01 01 76 01 01 01 00   #     current Some(\"v\", 1, 1, 1), previous None,
+         00                     #     previous_dropped false })
     00000003                    # end frame: 3 bytes
-      05 02 03                  #   version, Frame::End, rows: 3
-    8c630a6789b7e0ac            # FNV-1a 64 of everything above, big-endian
+      05 02 05                  #   version, Frame::End, rows: 5
+    ea223aa84b6cf61d            # FNV-1a 64 of everything above, big-endian
 ";
 
 /// codec(Frame::Header { meta }) up to the snapshot id, the meta's last
@@ -349,13 +357,16 @@ const SNAPSHOT_HEADER_BEFORE_ID: &str = "
     03 0d 31302e302e302e333a37323031
        0d 31302e302e302e333a37313031  fb2c01
 ";
-/// codec(Frame::Rows([("Dk", the row of "v" at revision 1), ("Mnow", 1000
-/// big-endian), ("Mrev", 1 big-endian)])).
-const SNAPSHOT_ROWS: &str = "05 01 03  02 446b 19
+/// codec(Frame::Rows([("Dk", the row of "v" at revision 1), ("Mhist",
+/// oldest 1 and 13 bytes), ("Mnow", 1000 big-endian), ("Mrev", 1
+/// big-endian), ("W" + revision 1, the record of the put)])).
+const SNAPSHOT_ROWS: &str = "05 01 05  02 446b 19
     0000000000000001 0000000000000001 0000000000000001 76
-    04 4d6e6f77 08 00000000000003e8  04 4d726576 08 0000000000000001";
-/// codec(Frame::End { rows: 3 }).
-const SNAPSHOT_END: &str = "05 02 03";
+    05 4d68697374 10 0000000000000001 000000000000000d
+    04 4d6e6f77 08 00000000000003e8  04 4d726576 08 0000000000000001
+    09 570000000000000001 0d 05 01 01 01 6b 01 01 76 01 01 01 00 00";
+/// codec(Frame::End { rows: 5 }).
+const SNAPSHOT_END: &str = "05 02 05";
 
 /// The data row of "k" = "v" put at revision 1: create revision 1, mod
 /// revision 1, version 1 (u64 big-endian each), then the value.
@@ -367,6 +378,22 @@ fn data_row_v() -> Vec<u8> {
         b"v",
     ]
     .concat()
+}
+
+/// The watch history's cell after the put: it keeps revision 1 on, and 13
+/// bytes of records.
+fn history_cell() -> Vec<u8> {
+    [1u64.to_be_bytes(), 13u64.to_be_bytes()].concat()
+}
+
+/// `W` + revision 1.
+fn history_key() -> Vec<u8> {
+    [b"W".as_slice(), &1u64.to_be_bytes()].concat()
+}
+
+/// codec(Record { revision 1, [k: None -> Some("v", 1, 1, 1)], false }).
+fn history_record() -> Vec<u8> {
+    unhex("05 01 01 01 6b 01 01 76 01 01 01 00 00")
 }
 
 /// FNV-1a, 64 bit, as the blob's trailer.
@@ -471,8 +498,10 @@ fn a_pinned_snapshot_blob_installs() {
                 .unwrap(),
             vec![
                 (b"Dk".to_vec(), data_row_v()),
+                (b"Mhist".to_vec(), history_cell()),
                 (b"Mnow".to_vec(), 1000u64.to_be_bytes().to_vec()),
                 (b"Mrev".to_vec(), 1u64.to_be_bytes().to_vec()),
+                (history_key(), history_record()),
             ]
         );
         let (applied, membership) = sm.applied_state().await.unwrap();

@@ -298,7 +298,7 @@ fn backups_restore_into_new_directories_only() {
         let middle = bad.len() / 2;
         bad[middle] ^= 1;
         let fresh = target.path().join("a");
-        let err = restore(&fresh, &bad, b"plan", |_, v| Ok(v.to_vec()), &[]).unwrap_err();
+        let err = restore(&fresh, &bad, b"plan", |_, v| Ok(Some(v.to_vec())), &[]).unwrap_err();
         assert!(matches!(err, BackupError::Damaged(_)), "{err}");
         assert!(!fresh.exists());
         // A row the transform refuses: nothing created either.
@@ -310,7 +310,7 @@ fn backups_restore_into_new_directories_only() {
                 if k == b"Dzz" {
                     Err("no".into())
                 } else {
-                    Ok(v.to_vec())
+                    Ok(Some(v.to_vec()))
                 }
             },
             &[],
@@ -325,11 +325,11 @@ fn backups_restore_into_new_directories_only() {
             &blob,
             b"plan",
             |k, v| {
-                Ok(if k == b"Da" {
+                Ok(Some(if k == b"Da" {
                     b"changed".to_vec()
                 } else {
                     v.to_vec()
-                })
+                }))
             },
             &[(b"Mextra".to_vec(), b"x".to_vec())],
         )
@@ -338,10 +338,17 @@ fn backups_restore_into_new_directories_only() {
         let other = target.path().join("b");
         // A restore cut short left its building directory: it is replaced.
         std::fs::create_dir_all(target.path().join("b.restoring/junk")).unwrap();
-        restore(&other, &blob, b"other plan", |_, v| Ok(v.to_vec()), &[]).unwrap();
+        restore(
+            &other,
+            &blob,
+            b"other plan",
+            |_, v| Ok(Some(v.to_vec())),
+            &[],
+        )
+        .unwrap();
         assert!(!target.path().join("b.restoring").exists());
         // A used directory is refused.
-        let err = restore(&fresh, &blob, b"plan", |_, v| Ok(v.to_vec()), &[]).unwrap_err();
+        let err = restore(&fresh, &blob, b"plan", |_, v| Ok(Some(v.to_vec())), &[]).unwrap_err();
         assert!(matches!(err, BackupError::NotEmpty(_)), "{err}");
 
         let (_log_a, sm_a) = open(&fresh, StorageOptions::default()).unwrap();

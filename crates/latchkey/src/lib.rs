@@ -51,11 +51,12 @@ pub use latchkey_client::{
     ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test, TlsError, TlsOptions,
     Token, TransportStats, UserCredentials, UserInfo, Versioned,
 };
+pub use latchkey_client::{KeyChange, Selection, Watch, WatchMessage};
 pub use latchkey_core as core;
 pub use latchkey_server::{
     initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError,
     RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_WATCHES, DEFAULT_MAX_WATCHES_PER_CONNECTION,
 };
 pub use node::{Node, NodeBuilder};
 

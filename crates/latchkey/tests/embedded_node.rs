@@ -224,8 +224,9 @@ async fn a_large_state_is_snapshotted_only_after_as_much_log() -> TestResult {
             after_small, first,
             "a replica rebuilt its snapshot of a large state after a little log"
         );
-        // As much log as the snapshot: every replica builds the next one.
-        for i in 0..44u64 {
+        // As much log as the snapshot, which holds the keys and their watch
+        // history (each value once more): every replica builds the next one.
+        for i in 0..100u64 {
             kv.put(format!("big/{i:02}"), incompressible(100 + i, 256 * 1024))
                 .await?;
         }

@@ -76,6 +76,8 @@ DEMOS:
                     passes its path as the demo's first argument)
     fenced          (fenced_storage) a paused lock holder's stale fencing token
                     is refused by the storage it guards
+    config          (config_sync) a local copy of `config/` kept in sync by
+                    list-then-watch while the replica it watches is killed
 ";
 
 const TEST_HELP: &str = "\
@@ -240,6 +242,7 @@ Example: cargo xtask imports --check crates/latchkey-core
 const DEMOS: &[(&str, &[&str], &str)] = &[
     ("three_replicas", &["three"], "three_replicas"),
     ("fenced", &["fenced_storage"], "fenced_storage"),
+    ("config", &["config_sync"], "config_sync"),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover"];
@@ -400,9 +403,9 @@ fn cmd_demo(rest: &[OsString]) -> Result {
     }
     setup::ensure(setup::Mode::Quiet)?;
     let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
-    // The process demo runs `latchkey serve` processes: build the binary
+    // The process demos run `latchkey serve` processes: build the binary
     // and hand it over.
-    let server = if example == "three_replicas" {
+    let server = if example == "three_replicas" || example == "config_sync" {
         Some(build_server()?)
     } else {
         None

@@ -19,10 +19,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use latchkey_proto::v1::watch_client::WatchClient;
 use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, kv_client::KvClient, lock_client::LockClient,
 };
-use latchkey_proto::{wire, Operation, MAX_MESSAGE_BYTES};
+use latchkey_proto::wire::{WatchError, WatchSpec};
+use latchkey_proto::{wire, Operation, ReplicaFailure, WatchStream, MAX_MESSAGE_BYTES};
 use tonic::transport::Channel;
 
 use super::attempt::{classify_status, decode, Answer, Attempt};
@@ -91,6 +94,25 @@ impl Endpoint {
         }
     }
 
+    /// Open a watch at this replica: its messages, ended by an error. A
+    /// transport failure (the replica unreachable or gone mid-stream) ends
+    /// it as `Unavailable`.
+    pub(crate) async fn watch(&self, spec: &WatchSpec) -> Result<WatchStream, WatchError> {
+        let mut client = WatchClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let request = as_user(&self.user, wire::watch_request_to_wire(spec));
+        let replies = client
+            .watch(request)
+            .await
+            .map_err(|status| transport_failure(&status))?
+            .into_inner();
+        Ok(Box::pin(replies.map(|reply| match reply {
+            Ok(reply) => wire::watch_reply_from_wire(reply),
+            Err(status) => Err(transport_failure(&status)),
+        })))
+    }
+
     pub(crate) fn stats(&self) -> TransportStats {
         TransportStats {
             stream_calls: self.stream_calls.load(Ordering::Relaxed),
@@ -116,6 +138,14 @@ impl Endpoint {
             Err(status) => Err(classify_status(&status)),
         }
     }
+}
+
+/// A watch cut by its transport: resumable elsewhere.
+fn transport_failure(status: &tonic::Status) -> WatchError {
+    WatchError::Replica(ReplicaFailure::Unavailable(format!(
+        "the watch's connection failed: {}",
+        latchkey_proto::error_chain(status)
+    )))
 }
 
 /// `request` as its own unary RPC.

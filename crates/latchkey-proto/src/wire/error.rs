@@ -243,6 +243,17 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
                 e.kind, e.message
             )))
         }
+        // A watch's own ends (read by `watch_reply_from_wire`): never the
+        // answer to a call.
+        ErrorKind::Compacted
+        | ErrorKind::FutureRevision
+        | ErrorKind::WatchTooSlow
+        | ErrorKind::TooManyWatches => {
+            return Err(ReplicaFailure::UnknownOutcome(format!(
+                "a watch's error answered a call: {}",
+                e.message
+            )))
+        }
         ErrorKind::SequenceExhausted => E::SequenceExhausted {
             key: name,
             step: e.value,

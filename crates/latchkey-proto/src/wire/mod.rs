@@ -41,6 +41,8 @@
 //! - `grant.rs`: access-control grants;
 //! - `status.rs`: a replica's [`NodeStatus`](crate::NodeStatus) and the
 //!   typed `StatusReply` of `Admin.Status`;
+//! - `watch.rs`: a watch's request, its messages and why it ends (a
+//!   stream of its own, not an [`Operation`]);
 //! - `fault.rs`: how a conversion refuses its input.
 //!
 //! Imports run one way, from the entry points down, never back up:
@@ -48,7 +50,8 @@
 //! `reply` imports `lock_reply`, `error` and `rpc`; `lock_request` imports
 //! `batch`, `lock_parts` and `operation`; `lock_reply` imports `lock_parts`
 //! and `rpc`; `error` imports `lock_parts`; `lock_parts` and `batch` import
-//! only `fault`. `operation`, `rpc`, `fault`, `grant` and `status` import
+//! only `fault`. `watch` imports `batch`, `error` and `fault`.
+//! `operation`, `rpc`, `fault`, `grant` and `status` import
 //! no other room, and no room imports this module: it only declares the
 //! rooms and re-exports their public items.
 //!
@@ -72,6 +75,7 @@ mod rpc;
 mod status;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub use error::{command_error_to_wire, error_from_wire};
 pub use grant::{grant_from_wire, grant_to_wire};
@@ -80,3 +84,8 @@ pub use operation::Operation;
 pub use reply::{error_reply, reply_from_wire, reply_to_wire};
 pub use request::{request_from_wire, request_to_wire};
 pub use rpc::Rpc;
+pub use watch::{
+    watch_error_to_wire, watch_message_to_wire, watch_reply_from_wire, watch_request_from_wire,
+    watch_request_to_wire, WatchError, WatchMessage, WatchSpec, DEFAULT_PROGRESS, MAX_PROGRESS,
+    MIN_PROGRESS,
+};

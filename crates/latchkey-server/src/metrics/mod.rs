@@ -48,6 +48,7 @@
 //! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync (RocksDB `FlushWAL` with sync) of the group-commit flusher, failed ones included: the fsync latency |
 //! | `latchkey_storage_group_commit_batch` | histogram | | appends each of those syncs made durable (the group-commit batch size) |
 //! | `latchkey_storage_sst_bytes` | gauge | | bytes of RocksDB's live SST files (log and state; not the WAL or memtables) |
+//! | `latchkey_watches_open` | gauge | | watches open on this replica (see `Server` builder's `max_watches`) |
 //! | `latchkey_storage_lock_rooms_bytes` | gauge | | bytes of keys and values the state machine keeps in memory for the lock rooms (sessions, locks, request memory, access control) |
 //! | `latchkey_storage_background_jobs` | gauge | | RocksDB flushes and compactions running, plus column families with one pending (0: settled) |
 //! | `latchkey_raft_snapshot_seconds` | histogram | `op` | snapshots built (`build`) or installed from the leader (`install`), by time taken |

@@ -161,6 +161,7 @@ pub struct Metrics {
     sst_bytes: Gauge,
     background_jobs: Gauge,
     rooms_bytes: Gauge,
+    watches_open: Gauge,
     /// What the process-wide counters were at the last scrape (so each
     /// scrape adds only what is new).
     seen: Mutex<Seen>,
@@ -221,6 +222,7 @@ impl Metrics {
             sst_bytes: Gauge::default(),
             background_jobs: Gauge::default(),
             rooms_bytes: Gauge::default(),
+            watches_open: Gauge::default(),
             // Counted from this replica's start on, not the process's.
             seen: Mutex::new(Seen {
                 tls_failures: process.tls_failures,
@@ -339,6 +341,11 @@ impl Metrics {
             "latchkey_storage_lock_rooms_bytes",
             "Bytes of keys and values the state machine keeps in memory for the lock rooms",
             m.rooms_bytes.clone(),
+        );
+        r.register(
+            "latchkey_watches_open",
+            "Watches open on this replica",
+            m.watches_open.clone(),
         );
         r.register(
             "latchkey_storage_background_jobs",
@@ -504,6 +511,7 @@ impl Metrics {
         gauge(&self.sst_bytes, f.sst_bytes);
         gauge(&self.background_jobs, f.background_jobs);
         gauge(&self.rooms_bytes, f.rooms_bytes);
+        gauge(&self.watches_open, f.watches_open);
         let process = f.process;
         self.tls_failures
             .inc_by(process.tls_failures.saturating_sub(seen.tls_failures));
@@ -549,6 +557,8 @@ pub(crate) struct Figures {
     pub(crate) sst_bytes: u64,
     pub(crate) background_jobs: u64,
     pub(crate) rooms_bytes: u64,
+    /// Watches open on the replica.
+    pub(crate) watches_open: u64,
     /// The process-wide counters so far.
     pub(crate) process: ProcessCounts,
 }

@@ -72,6 +72,7 @@ fn figures(replica: &Replica) -> Figures {
         sst_bytes: replica.disk_bytes(),
         background_jobs: replica.storage_background_jobs(),
         rooms_bytes: replica.lock_rooms_bytes(),
+        watches_open: replica.watches().open_watches() as u64,
         process: process_counts(),
     }
 }

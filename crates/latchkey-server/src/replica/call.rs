@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use latchkey_core::CommandResult;
-use latchkey_proto::{BoxFuture, LocalReplica, NodeStatus, Operation, ReplicaFailure};
+use latchkey_proto::wire::{WatchError, WatchSpec};
+use latchkey_proto::{BoxFuture, LocalReplica, NodeStatus, Operation, ReplicaFailure, WatchStream};
 
 use crate::auth::Caller;
 
@@ -61,6 +62,11 @@ impl LocalReplica for Replica {
             }
             result
         })
+    }
+
+    /// As the internal caller: the application embedding the replica.
+    fn watch(&self, spec: WatchSpec) -> BoxFuture<'_, Result<WatchStream, WatchError>> {
+        Box::pin(async move { self.open_watch(spec, &Caller::Internal, None, None).await })
     }
 
     fn status(&self) -> NodeStatus {

@@ -3,7 +3,7 @@
 //! Both the gRPC services and the in-process client path call [`Replica`],
 //! so a request behaves the same whichever way it arrives. Its rooms:
 //! `call` (the one entry point, [`Replica::call`]), `write`, `read`,
-//! `authenticate`, `backup`, `status`, and `lock_host` (what the lock task
+//! `authenticate`, `backup`, `status`, `watch` (opening a watch), and `lock_host` (what the lock task
 //! may ask of it, [`crate::locks::LockHost`]). Everything it builds on lies
 //! below it (the write queue, the read gate, the lock tables, the metric
 //! registry, health, [`RaftView`]); nothing below imports it.
@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::network::PeerNetwork;
 use crate::raft_view::RaftView;
 use crate::read_gate::ReadGate;
+use crate::watch::{SharedReader, WatchHub, WatchLimits};
 use crate::write_queue::WriteQueue;
 
 mod authenticate;
@@ -31,6 +32,7 @@ mod lock_host;
 mod membership_host;
 mod read;
 mod status;
+mod watch;
 mod write;
 
 /// A running replica's request path.
@@ -60,8 +62,10 @@ pub struct Replica {
     /// The Raft transport, for the peer problems it reports.
     peers: PeerNetwork,
     /// Taken away at shutdown so the RocksDB instance closes even while
-    /// clients of this replica are still alive.
-    reader: RwLock<Option<StateReader>>,
+    /// clients of this replica are still alive. Shared with its watches.
+    reader: SharedReader,
+    /// Its open watches (see `crate::watch`).
+    watches: Arc<WatchHub>,
     write_timeout: Duration,
     read_timeout: Duration,
     locks: LockShared,
@@ -81,6 +85,7 @@ pub(crate) struct Parts {
     pub(crate) certificate_users: bool,
     pub(crate) restore_seed: u64,
     pub(crate) metrics: Metrics,
+    pub(crate) watch_limits: WatchLimits,
 }
 
 impl Replica {
@@ -98,7 +103,10 @@ impl Replica {
             certificate_users,
             restore_seed,
             metrics,
+            watch_limits,
         } = parts;
+        let reader: SharedReader = Arc::new(RwLock::new(Some(reader)));
+        let watches = WatchHub::new(Arc::clone(&reader), view.clone(), watch_limits);
         let writes = WriteQueue::start(view.raft().clone(), write_timeout);
         let reads = ReadGate::start(view.raft().clone());
         Replica {
@@ -115,7 +123,8 @@ impl Replica {
             peers,
             writes,
             reads,
-            reader: RwLock::new(Some(reader)),
+            reader,
+            watches,
             write_timeout,
             read_timeout,
             locks,
@@ -126,6 +135,11 @@ impl Replica {
     /// more of the replica).
     pub(crate) fn view(&self) -> &RaftView {
         &self.view
+    }
+
+    /// Its open watches.
+    pub(crate) fn watches(&self) -> &Arc<WatchHub> {
+        &self.watches
     }
 
     /// What its request handlers share with its lock task.

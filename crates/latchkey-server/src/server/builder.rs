@@ -47,6 +47,8 @@ pub struct ServerBuilder {
     pub(super) max_connections: usize,
     pub(super) max_connections_per_address: usize,
     pub(super) handshake_timeout: Duration,
+    pub(super) max_watches: usize,
+    pub(super) max_watches_per_connection: usize,
 }
 
 /// The initial members `(id, "host:port")` as a map, or why they cannot
@@ -104,7 +106,25 @@ impl ServerBuilder {
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: crate::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             handshake_timeout: crate::DEFAULT_HANDSHAKE_TIMEOUT,
+            max_watches: crate::DEFAULT_MAX_WATCHES,
+            max_watches_per_connection: crate::DEFAULT_MAX_WATCHES_PER_CONNECTION,
         }
+    }
+
+    /// Most watches open at once on this replica; more are refused with
+    /// `TOO_MANY_WATCHES` (default [`crate::DEFAULT_MAX_WATCHES`]). Each
+    /// costs a task and at most 64 queued messages.
+    pub fn max_watches(mut self, max: usize) -> Self {
+        self.max_watches = max;
+        self
+    }
+
+    /// Most watches open at once on one client connection (default
+    /// [`crate::DEFAULT_MAX_WATCHES_PER_CONNECTION`], below the connection's
+    /// 1,024 concurrent HTTP/2 streams so that calls still get through).
+    pub fn max_watches_per_connection(mut self, max: usize) -> Self {
+        self.max_watches_per_connection = max;
+        self
     }
 
     /// The secret every replica of the cluster shares: peer calls carry it,

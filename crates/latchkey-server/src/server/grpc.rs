@@ -8,7 +8,7 @@ use std::time::Duration;
 use latchkey_proto::v1::{
     admin_server::AdminServer, auth_server::AuthServer, kv_server::KvServer,
     lock_server::LockServer, membership_server::MembershipServer, pipeline_server::PipelineServer,
-    raft_server::RaftServer,
+    raft_server::RaftServer, watch_server::WatchServer,
 };
 use latchkey_proto::MAX_REQUEST_BYTES;
 use tokio::sync::{oneshot, watch};
@@ -77,6 +77,10 @@ pub(super) async fn client_router(
             .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
+        .add_service(WatchServer::new(crate::watch_service::WatchService {
+            replica: replica.clone(),
+            stopping: streams_stopped.clone(),
+        }))
         .add_service(
             LockServer::new(LockService {
                 replica: replica.clone(),

@@ -246,6 +246,7 @@ impl ServerBuilder {
             .map_err(|e| NodeError::Storage(e.to_string()))?
             .unwrap_or(0);
         let changes = state_machine.subscribe();
+        let revisions = state_machine.revisions();
         let db_closed = state_machine.closed_signal();
         let pace = log_store.snapshot_pace();
         let (locks, keep_alives) = LockShared::new();
@@ -267,7 +268,15 @@ impl ServerBuilder {
                 .is_some_and(ServerTls::names_certificate_users),
             restore_seed,
             metrics,
+            watch_limits: crate::watch::WatchLimits {
+                per_replica: self.max_watches,
+                per_connection: self.max_watches_per_connection,
+            },
         }));
+        tokio::spawn(crate::watch::run_feed(
+            Arc::clone(replica.watches()),
+            revisions,
+        ));
         Ok(Opened {
             replica,
             sentinel,

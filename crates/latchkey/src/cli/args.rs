@@ -179,6 +179,26 @@ pub enum Cmd {
         #[arg(long)]
         reverse: bool,
     },
+    /// Print every change of KEY (or of the keys under --prefix), one a
+    /// line, as they happen, until Ctrl-C: `PUT<TAB>key<TAB>value` or
+    /// `DELETE<TAB>key`; `-w json` adds each change's revisions. Resumes by
+    /// itself at another replica when one goes away. Exit 2 if the start
+    /// revision is compacted or in the future.
+    Watch {
+        /// The key to watch (or use --prefix).
+        #[arg(required_unless_present = "prefix", conflicts_with = "prefix")]
+        key: Option<String>,
+        /// Watch every key starting with this prefix.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Start at this revision (its changes are printed first) instead of
+        /// the next one.
+        #[arg(long = "rev", value_name = "N")]
+        rev: Option<u64>,
+        /// Print each change's previous value too.
+        #[arg(long)]
+        prev: bool,
+    },
     /// Allocate STEP numbers from the sequence KEY; prints the first.
     Seq {
         key: String,

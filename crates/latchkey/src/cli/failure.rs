@@ -75,9 +75,11 @@ impl From<Error> for Failure {
             Error::Refused(latchkey_client::CommandError::TooManySessions { .. }) => {
                 Failure::Unavailable(e.to_string())
             }
-            Error::InvalidArgument(_) | Error::BadEndpoint { .. } | Error::Refused(_) => {
-                Failure::Usage(e.to_string())
-            }
+            Error::InvalidArgument(_)
+            | Error::BadEndpoint { .. }
+            | Error::Refused(_)
+            | Error::Compacted { .. }
+            | Error::FutureRevision { .. } => Failure::Usage(e.to_string()),
             Error::Unavailable { .. } => Failure::Unavailable(e.to_string()),
             Error::UnknownOutcome(_) => Failure::Unknown(e.to_string()),
             // `Error` is non-exhaustive: a kind this CLI does not know yet

@@ -23,6 +23,7 @@ mod output;
 mod serve;
 mod snapshot;
 mod status;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -72,6 +73,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             limit,
             reverse,
         } => kv::scan(&args, prefix, start, end.as_deref(), *limit, *reverse).await,
+        Cmd::Watch {
+            key,
+            prefix,
+            rev,
+            prev,
+        } => watch::run(&args, key.as_deref(), prefix.as_deref(), *rev, *prev).await,
         Cmd::Seq { key, step } => kv::seq(&args, key, *step).await,
         Cmd::Status => status::run(&args, json).await,
         Cmd::Members(m) => members::run(&args, m, json).await,

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use latchkey::core::backup::{bump_row, missing_counters, Census, MIN_BUMP};
+use latchkey::core::backup::{missing_counters, restore_row, Census, MIN_BUMP};
 use latchkey::Client;
 use latchkey_storage::backup::{self, BackupMeta};
 
@@ -197,7 +197,7 @@ fn restore(
         data_dir,
         &blob,
         plan.as_bytes(),
-        |k, v| bump_row(k, v, bump).map_err(|e| e.to_string()),
+        |k, v| restore_row(k, v, bump).map_err(|e| e.to_string()),
         &extra,
     )
     .map_err(|e| match e {

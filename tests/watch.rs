@@ -1,0 +1,394 @@
+//! Multi-process tests of watches: three real `latchkey serve` processes,
+//! SIGKILLed and restarted while watchers follow a prefix.
+//!
+//! - A watch survives a SIGKILL of the replica it reads from and of the
+//!   leader: every acknowledged write reaches the watcher once, in revision
+//!   order, with no gap or repeat across the reconnects.
+//! - A watch from a revision the history no longer holds ends with
+//!   `Compacted`, and list-then-watch from the list's revision misses
+//!   nothing.
+//! - A watcher that never reads is ended (`WATCH_TOO_SLOW`, naming the
+//!   revision to resume from) while writes go on, and resuming there misses
+//!   nothing.
+//! - `latchkey watch` prints each change as it happens and ends on SIGINT.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use futures::StreamExt;
+use latchkey::{Client, Error, ScanRange, Selection, WatchMessage};
+use support::{bin, eventually, retrying, Cluster, LEADER_WAIT, TEST_LIMIT};
+use tokio::io::AsyncBufReadExt;
+
+/// What a watcher saw: revision -> the (key, value or None for a delete)
+/// changes of that revision, and the revisions in the order they came.
+#[derive(Debug, Default)]
+struct Seen {
+    order: Vec<u64>,
+    changes: BTreeMap<u64, Vec<(String, Option<String>)>>,
+    progress: u64,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Follow `keys` from revision `from` into `seen` until the stream ends.
+async fn follow(client: Client, keys: Selection, from: u64, seen: Arc<Mutex<Seen>>) -> Result<()> {
+    let mut watch = client.watch(keys).from_revision(from);
+    while let Some(message) = watch.next().await {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        match message {
+            Ok(WatchMessage::Changes {
+                revision, changes, ..
+            }) => {
+                seen.order.push(revision);
+                seen.changes.insert(
+                    revision,
+                    changes
+                        .iter()
+                        .map(|c| (text(&c.key), c.current.as_ref().map(|v| text(&v.value))))
+                        .collect(),
+                );
+            }
+            Ok(WatchMessage::Progress { revision, .. }) => seen.progress = revision,
+            // The cluster was unreachable for a while: the watch goes on.
+            Err(Error::Unavailable { .. }) => {}
+            Err(e) => bail!("the watch ended: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// The revisions came in increasing order, each once.
+fn check_order(seen: &Seen) -> Result<()> {
+    for pair in seen.order.windows(2) {
+        ensure!(
+            pair[0] < pair[1],
+            "revision {} came after {}: out of order or repeated",
+            pair[1],
+            pair[0]
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_survives_killing_its_replica_and_the_leader() {
+    let mut c = Cluster::start("watch-kills", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, watch_across_kills(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn watch_across_kills(c: &mut Cluster) -> Result<()> {
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let follower = c.follower_of(leader)?;
+    let third = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader && *id != follower)
+        .context("a third node")?;
+    let writer = c.client()?;
+    let start = retrying("write", async || writer.put("other", "x").await).await? + 1;
+    // The watcher tries the follower first: that is the replica it reads
+    // from until it is killed.
+    let watcher = c.client_for(&[follower, third, leader])?;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let task = tokio::spawn(follow(
+        watcher,
+        Selection::prefix("w/"),
+        start,
+        seen.clone(),
+    ));
+
+    let mut acked: BTreeMap<u64, (String, String)> = BTreeMap::new();
+    let write = async |acked: &mut BTreeMap<u64, (String, String)>, i: usize| -> Result<()> {
+        let (key, value) = (format!("w/{:03}", i % 40), format!("v{i}"));
+        match writer.put(&key, &value).await {
+            Ok(revision) => {
+                acked.insert(revision, (key, value));
+                Ok(())
+            }
+            Err(Error::UnknownOutcome(_)) | Err(Error::Unavailable { .. }) => Ok(()),
+            Err(e) => bail!("put {key}: {e}"),
+        }
+    };
+    for i in 0..60 {
+        write(&mut acked, i).await?;
+    }
+    c.kill(follower)?;
+    for i in 60..120 {
+        write(&mut acked, i).await?;
+    }
+    c.restart(follower)?;
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    c.kill(leader)?;
+    for i in 120..180 {
+        write(&mut acked, i).await?;
+    }
+    c.restart(leader)?;
+    let last = retrying("write", async || writer.put("w/last", "end").await).await?;
+    acked.insert(last, ("w/last".into(), "end".into()));
+
+    eventually(
+        Duration::from_secs(60),
+        "the watcher saw the last write",
+        async || {
+            let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+            ensure!(
+                seen.changes.contains_key(&last),
+                "up to {:?}",
+                seen.order.last()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    task.abort();
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    check_order(&seen)?;
+    for (revision, (key, value)) in &acked {
+        let got = seen.changes.get(revision);
+        ensure!(
+            got == Some(&vec![(key.clone(), Some(value.clone()))]),
+            "acknowledged put {key}={value} at revision {revision}: the watcher saw {got:?}"
+        );
+    }
+    // Every revision from the start to the last write changed w/ (the only
+    // other write came before the start): none may be missing.
+    let missing: Vec<u64> = (start..=last)
+        .filter(|r| !seen.changes.contains_key(r))
+        .collect();
+    ensure!(missing.is_empty(), "revisions never delivered: {missing:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_compacted_revision_is_refused_and_list_then_watch_misses_nothing() {
+    let mut c = Cluster::start("watch-compacted", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, compacted(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn compacted(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    // 1 MiB values over 1 MiB values: each revision keeps ~2 MiB of
+    // history, so 40 of them pass the 64 MiB window.
+    let big = vec![b'x'; latchkey::core::limits::MAX_VALUE_LEN];
+    for _ in 0..40 {
+        retrying("write", async || client.put("big", &big).await).await?;
+    }
+    let mut watch = client.watch(Selection::key("big")).from_revision(1);
+    match watch.next().await {
+        Some(Err(Error::Compacted {
+            requested: 1,
+            oldest_revision,
+        })) if oldest_revision > 1 => {}
+        other => bail!("a watch from revision 1 answered {other:?}"),
+    }
+    ensure!(
+        watch.next().await.is_none(),
+        "the watch went on after Compacted"
+    );
+    let cli = support::run_cli(&[
+        "watch",
+        "big",
+        "--rev",
+        "1",
+        "--endpoints",
+        &c.endpoints_arg(),
+    ])
+    .await?;
+    cli.refused_with(2)?;
+    ensure!(cli.stderr.contains("compacted"), "stderr: {}", cli.stderr);
+
+    // List, then watch from the list's revision plus one.
+    for i in 0..5 {
+        retrying("write", async || client.put(format!("cfg/{i}"), "a").await).await?;
+    }
+    let page = client.scan(ScanRange::prefix("cfg/", 0)).await?;
+    ensure!(page.entries.len() == 5, "listed {:?}", page.entries.len());
+    let after = retrying("write", async || client.put("cfg/9", "b").await).await?;
+    let mut watch = client
+        .watch(Selection::prefix("cfg/"))
+        .from_revision(page.revision + 1);
+    loop {
+        match watch.next().await {
+            Some(Ok(WatchMessage::Progress { .. })) => continue,
+            Some(Ok(WatchMessage::Changes {
+                revision, changes, ..
+            })) => {
+                ensure!(
+                    revision == after && changes.len() == 1 && changes[0].key == b"cfg/9",
+                    "the first change after the list is {revision} {changes:?}, not the put at {after}"
+                );
+                break;
+            }
+            other => bail!("the watch after the list answered {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_never_reads_is_ended_and_resumes_without_a_gap() {
+    let mut c = Cluster::start("watch-slow", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, never_reads(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn never_reads(c: &mut Cluster) -> Result<()> {
+    use latchkey_proto::v1::{watch_client::WatchClient, watch_request::Keys, ErrorKind};
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    let start = retrying("write", async || client.put("s/first", "0").await).await?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", c.addr(leader)))?
+        .connect()
+        .await?;
+    let mut raw = WatchClient::new(channel);
+    let request = latchkey_proto::v1::WatchRequest {
+        keys: Some(Keys::Prefix(b"s/".to_vec())),
+        start_revision: start,
+        ..Default::default()
+    };
+    let mut replies = raw.watch(request).await?.into_inner();
+    // Never read while 2,000 writes of 8 KiB go on: far more than the
+    // watch's queue and the connection's flow-control window hold.
+    let value = vec![b'v'; 8 * 1024];
+    let mut last = start;
+    for i in 0..2_000 {
+        last = retrying("write", async || {
+            client.put(format!("s/{}", i % 100), &value).await
+        })
+        .await?;
+    }
+    // Give the replica time to notice (its wait for room is 5 s).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mut delivered = Vec::new();
+    let resume_from = loop {
+        let reply = tokio::time::timeout(Duration::from_secs(30), replies.message())
+            .await
+            .context("the watch neither sent nor ended")??
+            .context("the watch ended without an error")?;
+        if let Some(e) = reply.error {
+            ensure!(
+                e.kind == ErrorKind::WatchTooSlow as i32,
+                "the watch ended with {e:?}"
+            );
+            break e.value;
+        }
+        if !reply.events.is_empty() {
+            delivered.push(reply.revision);
+        }
+    };
+    ensure!(
+        resume_from < last,
+        "the slow watch delivered everything (resume from {resume_from}, last {last})"
+    );
+    ensure!(
+        delivered.last().is_none_or(|r| *r + 1 == resume_from),
+        "delivered up to {:?} but resumes from {resume_from}",
+        delivered.last()
+    );
+    // Resuming where it said: the very next revision comes first.
+    let mut watch = client
+        .watch(Selection::prefix("s/"))
+        .from_revision(resume_from);
+    loop {
+        match watch.next().await {
+            Some(Ok(WatchMessage::Progress { .. })) => continue,
+            Some(Ok(WatchMessage::Changes { revision, .. })) => {
+                ensure!(
+                    revision == resume_from,
+                    "resumed at {revision}, not {resume_from}"
+                );
+                break;
+            }
+            other => bail!("the resumed watch answered {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_each_change_and_stops_on_sigint() {
+    let mut c = Cluster::start("watch-cli", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, cli_watch(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+async fn cli_watch(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    let first = retrying("write", async || client.put("p/a", "1").await).await?;
+    let mut child = tokio::process::Command::new(bin())
+        .args([
+            "watch",
+            "--prefix",
+            "p/",
+            "--rev",
+            &first.to_string(),
+            "-w",
+            "json",
+            "--endpoints",
+            &c.endpoints_arg(),
+        ])
+        .env_remove("LATCHKEY_ENDPOINTS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start `latchkey watch`")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    retrying("write", async || client.delete("p/a").await).await?;
+    retrying("write", async || client.put("other", "x").await).await?;
+    let put = retrying("write", async || client.put("p/b", "2").await).await?;
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .context("no line from `latchkey watch`")??
+            .context("`latchkey watch` ended early")?;
+        let event: serde_json::Value = serde_json::from_str(&line)?;
+        events.push(event);
+    }
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    ensure!(kinds == ["PUT", "DELETE", "PUT"], "events {events:?}");
+    ensure!(events[0]["revision"] == first, "first event {}", events[0]);
+    ensure!(events[2]["revision"] == put, "last event {}", events[2]);
+    ensure!(events[2]["kv"]["version"] == 1, "p/b: {}", events[2]);
+    let pid = child.id().context("the watch's pid")?;
+    // SAFETY: a plain signal to a child this test started and still holds.
+    let sent = unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    ensure!(sent == 0, "SIGINT failed");
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .context("`latchkey watch` did not stop on SIGINT")??;
+    ensure!(status.success(), "`latchkey watch` exited {status}");
+    Ok(())
+}
