@@ -147,16 +147,12 @@ impl Router {
     }
 
     /// Where a watch may go, in the order to try them: the in-process
-    /// replica first, then every endpoint, starting at a different one each
-    /// time so that watches spread over the replicas (any replica serves
-    /// them).
+    /// replica first, then every endpoint in the order given (any replica
+    /// serves watches).
     pub(crate) fn watch_targets(&self) -> Vec<Target> {
-        let mut st = self.lock();
+        let st = self.lock();
         let mut targets: Vec<Target> = self.local.iter().cloned().map(Target::Local).collect();
-        let n = st.peers.len();
-        let first = st.cursor;
-        st.cursor = st.cursor.wrapping_add(1);
-        targets.extend((0..n).map(|i| st.peers[(first + i) % n].target()));
+        targets.extend(st.peers.iter().map(Peer::target));
         targets
     }
 

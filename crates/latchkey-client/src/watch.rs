@@ -141,15 +141,21 @@ enum Next {
     End(Error),
 }
 
-fn classify(e: WatchError, resumed: bool) -> Next {
+/// What to do after `e`: `resumed` once a message came; `tries` openings
+/// failed in a row so far, of `targets` places to try.
+fn classify(e: WatchError, resumed: bool, tries: u32, targets: usize) -> Next {
+    let tries = tries as usize;
     match e {
         WatchError::Compacted { requested, oldest } => Next::End(Error::Compacted {
             requested,
             oldest_revision: oldest,
         }),
-        // A replica behind the one that sent the last change: another one
-        // will have it.
-        WatchError::FutureRevision { .. } if resumed => Next::Retry(e.to_string()),
+        // A replica behind the one that sent the last change (or the one a
+        // list read at): another one will have it. Only when every replica
+        // has said so is it the caller's mistake.
+        WatchError::FutureRevision { .. } if resumed || tries < targets => {
+            Next::Retry(e.to_string())
+        }
         WatchError::FutureRevision { requested, next } => {
             Next::End(Error::FutureRevision { requested, next })
         }
@@ -225,7 +231,7 @@ async fn step(mut f: Follow) -> Option<(Result<WatchMessage, Error>, Follow)> {
                     f.current = Some(stream);
                     continue;
                 }
-                Err(e) => classify(e, f.resumed),
+                Err(e) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
             },
             Some(stream) => match stream.next().await {
                 Some(Ok(message)) => {
@@ -233,13 +239,20 @@ async fn step(mut f: Follow) -> Option<(Result<WatchMessage, Error>, Follow)> {
                         WatchMessage::Changes { revision, .. }
                         | WatchMessage::Progress { revision, .. } => *revision,
                     };
-                    f.spec.start_revision = Some(revision + 1);
+                    // Never backwards, and a revision at the end of the
+                    // range cannot be resumed after.
+                    let Some(after) = revision.checked_add(1) else {
+                        f.done = true;
+                        let e = Error::Protocol(format!("a watch sent revision {revision}"));
+                        return Some((Err(e), f));
+                    };
+                    f.spec.start_revision = Some(after.max(f.spec.start_revision.unwrap_or(0)));
                     f.resumed = true;
                     f.failures = 0;
                     f.failing_since = None;
                     return Some((Ok(message), f));
                 }
-                Some(Err(e)) => classify(e, f.resumed),
+                Some(Err(e)) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
                 None => Next::Retry("the replica ended the watch".into()),
             },
         };

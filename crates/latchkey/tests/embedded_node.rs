@@ -1017,3 +1017,47 @@ async fn health_and_reflection_are_served() -> TestResult {
     })
     .await?
 }
+
+/// An embedded node's own client watches its own replica in process: the
+/// changes come in order, and a watch the wire would refuse (an empty
+/// prefix, a progress interval out of range) is refused in process too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_watch_sees_changes_and_is_checked_like_a_remote_one() -> TestResult {
+    use futures::StreamExt;
+    use latchkey::{Selection, WatchMessage};
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&2].client();
+        let first = kv.put("cfg/a", "1").await?;
+        let mut watch = kv.watch(Selection::prefix("cfg/")).from_revision(first);
+        let second = kv.put("cfg/b", "2").await?;
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            match watch.next().await {
+                Some(Ok(WatchMessage::Changes { revision, .. })) => seen.push(revision),
+                Some(Ok(WatchMessage::Progress { .. })) => {}
+                other => return Err(format!("the watch answered {other:?}").into()),
+            }
+        }
+        assert_eq!(seen, [first, second]);
+        let mut empty = kv.watch(Selection::prefix(""));
+        assert!(
+            matches!(empty.next().await, Some(Err(Error::InvalidArgument(_)))),
+            "an empty prefix was not refused"
+        );
+        let mut forever = kv
+            .watch(Selection::key("cfg/a"))
+            .progress_every(Duration::MAX);
+        assert!(
+            matches!(forever.next().await, Some(Err(Error::InvalidArgument(_)))),
+            "a progress interval of Duration::MAX was not refused"
+        );
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}

@@ -140,12 +140,22 @@ impl Endpoint {
     }
 }
 
-/// A watch cut by its transport: resumable elsewhere.
+/// A watch that failed in transport: resumable elsewhere, unless the
+/// replica refused the call itself (its credentials, or a replica without
+/// the `Watch` service), which no other replica will answer differently.
 fn transport_failure(status: &tonic::Status) -> WatchError {
-    WatchError::Replica(ReplicaFailure::Unavailable(format!(
-        "the watch's connection failed: {}",
-        latchkey_proto::error_chain(status)
-    )))
+    use tonic::Code;
+    let why = latchkey_proto::error_chain(status);
+    match status.code() {
+        Code::Unauthenticated | Code::PermissionDenied | Code::Unimplemented => {
+            WatchError::Replica(ReplicaFailure::InvalidArgument(format!(
+                "the replica refused the watch: {why}"
+            )))
+        }
+        _ => WatchError::Replica(ReplicaFailure::Unavailable(format!(
+            "the watch's connection failed: {why}"
+        ))),
+    }
 }
 
 /// `request` as its own unary RPC.

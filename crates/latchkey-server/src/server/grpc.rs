@@ -41,6 +41,7 @@ pub(super) async fn client_router(
     let reflection_builder = || {
         [
             "latchkey.v1.Kv",
+            "latchkey.v1.Watch",
             "latchkey.v1.Lock",
             "latchkey.v1.Pipeline",
             "latchkey.v1.Admin",
@@ -77,10 +78,14 @@ pub(super) async fn client_router(
             .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .add_service(WatchServer::new(crate::watch_service::WatchService {
-            replica: replica.clone(),
-            stopping: streams_stopped.clone(),
-        }))
+        .add_service(
+            WatchServer::new(crate::watch_service::WatchService {
+                replica: replica.clone(),
+                stopping: streams_stopped.clone(),
+            })
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .add_service(
             LockServer::new(LockService {
                 replica: replica.clone(),

@@ -273,6 +273,7 @@ impl ServerBuilder {
                 per_connection: self.max_watches_per_connection,
             },
         }));
+        replica.watches().start_at(*revisions.borrow());
         tokio::spawn(crate::watch::run_feed(
             Arc::clone(replica.watches()),
             revisions,

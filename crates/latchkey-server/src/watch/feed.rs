@@ -15,10 +15,10 @@ const CHUNK_BYTES: usize = 8 * 1024 * 1024;
 /// How long to wait before reading again after a failed read.
 const RETRY: Duration = Duration::from_millis(100);
 
-/// Follow `revisions` (the state machine's committed revision) until it
-/// ends or the replica's reader is gone, then end every watch.
+/// Follow `revisions` (the state machine's committed revision) from where
+/// [`WatchHub::start_at`] put the hub until it ends or the replica's reader
+/// is gone, then end every watch.
 pub(crate) async fn run(hub: Arc<WatchHub>, mut revisions: watch::Receiver<u64>) {
-    hub.start_at(*revisions.borrow_and_update());
     let mut published = *hub.published().borrow();
     loop {
         let target = *revisions.borrow_and_update();
@@ -41,11 +41,22 @@ pub(crate) async fn run(hub: Arc<WatchHub>, mut revisions: watch::Receiver<u64>)
                 // Not readable yet: wait for the next change.
                 break;
             }
+            if window.oldest <= from && records.first().map(|r| r.revision) != Some(from) {
+                // A record missing inside the window: the store is damaged.
+                tracing::error!(
+                    from,
+                    ?window,
+                    "the watch history lacks a record it should hold"
+                );
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
             if records.first().map(|r| r.revision) != Some(from) {
-                // The state was replaced (a snapshot) and its history
-                // starts later: those revisions will never come.
+                // The history starts later than the feed got to (a snapshot
+                // replaced the state, or a burst of writes compacted past
+                // the feed): those revisions will never come.
                 let oldest = window.oldest.max(from);
-                tracing::info!(from, oldest, "watch history replaced by a snapshot");
+                tracing::info!(from, oldest, "the watch history starts after the feed");
                 hub.publish(Feed::Gap { oldest }, oldest - 1);
                 published = oldest - 1;
                 continue;

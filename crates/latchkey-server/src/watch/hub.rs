@@ -113,7 +113,9 @@ impl WatchHub {
     }
 
     /// Start the feed at `revision`: nothing before it is handed out.
+    /// Called before any watch can subscribe.
     pub(crate) fn start_at(&self, revision: u64) {
+        let _ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         self.published.send_replace(revision);
     }
 
