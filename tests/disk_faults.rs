@@ -10,7 +10,10 @@
 //! - a follower restored from an older copy of its directory is refused by
 //!   the leader that saw it acknowledge more (no panic, `peer_problems`);
 //! - a data directory deleted under a running follower makes it exit (8);
-//! - `--initial-cluster-state existing` never forms a cluster and waits.
+//! - `--initial-cluster-state existing` never forms a cluster and waits;
+//! - a leader whose own disk was replaced adds back another replaced member
+//!   from the snapshot it caught up from (whose membership lists the
+//!   leader's former incarnation): the member takes the leader's entries.
 //!
 //! Every repair is the documented one: stop the replica, move its data
 //! directory away, start it again with the same command line (it waits),
@@ -744,4 +747,99 @@ async fn existing_state(c: &mut Cluster) -> Result<()> {
     verify_linearizable(&client, "e/", &acked).await?;
     wait_node_has(c, replaced, &acked).await?;
     c.assert_all_alive()
+}
+
+// ---------------------------------------------------------------------------
+
+/// Snapshots after 100 entries, so that the leader purges its log and a
+/// replaced member catches up from a snapshot.
+const SMALL_SNAPSHOTS: [&str; 4] = ["--snapshot-every", "100", "--keep-after-snapshot", "10"];
+
+/// Node `a`, whose disk was replaced, comes to lead; it still holds the
+/// snapshot it caught up from, built before its replacement, so that
+/// snapshot's membership lists `a`'s former incarnation. Then node `b`'s
+/// disk is replaced and `a` adds it back: `b` installs that snapshot and
+/// must take `a`'s entries after it (which record `a`'s new incarnation)
+/// rather than refuse `a` as a stranger, which stalled `b` for good and
+/// made `members add` time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_leader_adds_back_a_member_from_its_older_snapshot() {
+    let mut c = Cluster::start("replaced-leader", 3, &SMALL_SNAPSHOTS)
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(LIMIT, replaced_leader(&mut c)).await;
+    c.finish(outcome, LIMIT);
+}
+
+async fn replaced_leader(c: &mut Cluster) -> Result<()> {
+    let first = c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    let mut acked = write_all(&client, "s/", 300).await?;
+    eventually(CONVERGE_WAIT, "the leader has a snapshot", async || {
+        let s = c.status(first).await?;
+        ensure!(s.snapshot_index > 0, "leader {first}: no snapshot yet");
+        Ok(())
+    })
+    .await?;
+
+    let a = c.follower_of(first)?;
+    let old_a = member_incarnation(c, a).await?;
+    c.kill(a)?;
+    repair(c, a, old_a, &acked).await?;
+    let own = c.status(a).await?;
+    ensure!(
+        own.snapshot_index > 0,
+        "node {a} caught up without a snapshot: {own:?}"
+    );
+    let snapshot_of_a = own.snapshot_index;
+
+    let b = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != first && *id != a)
+        .context("a third node")?;
+    make_lead(c, a).await?;
+    let own = c.status(a).await?;
+    ensure!(
+        own.snapshot_index == snapshot_of_a,
+        "node {a} built a snapshot of its own ({} after {snapshot_of_a}): the scenario needs \
+         the older one",
+        own.snapshot_index
+    );
+
+    let old_b = member_incarnation(c, b).await?;
+    c.kill(b)?;
+    repair(c, b, old_b, &acked).await?;
+    acked.extend(write_all(&client, "s/after/", 10).await?);
+    verify_linearizable(&client, "s/", &acked).await?;
+    for id in c.ids() {
+        wait_node_has(c, id, &acked).await?;
+    }
+    c.assert_all_alive()
+}
+
+/// Have node `want` lead: while another node leads, freeze it (SIGSTOP)
+/// until the other two elect a leader, then resume it; repeat until `want`
+/// wins (each round it does with even odds).
+async fn make_lead(c: &mut Cluster, want: u64) -> Result<()> {
+    for _ in 0..12 {
+        let leader = c.wait_for_leader(LEADER_WAIT).await?;
+        if leader == want {
+            return Ok(());
+        }
+        let term = c.status(want).await?.term;
+        c.stop(leader)?;
+        let elected = eventually(CONVERGE_WAIT, "a new leader", async || {
+            let s = c.status(want).await?;
+            ensure!(
+                s.leader_id.is_some_and(|l| l != leader) && s.term > term,
+                "node {want} knows no new leader after term {term} yet"
+            );
+            Ok(())
+        })
+        .await;
+        c.cont(leader)?;
+        elected?;
+    }
+    bail!("node {want} did not come to lead in twelve elections")
 }

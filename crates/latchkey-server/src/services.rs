@@ -83,16 +83,13 @@ fn check_addressee(replica: &Replica, message: &RaftMessage) -> Result<(), Statu
     Ok(())
 }
 
-/// Refuse a Raft message whose sender is not a member (voter or learner) of
-/// this replica's membership with the incarnation the membership records: a
-/// forged message from a made-up node, or from a wiped replica that is not
-/// the member it was. A replica that holds no membership yet (new, waiting
-/// to be added) accepts any sender; the cluster secret still applies.
-///
-/// A leader that removed itself from the membership is refused by the
-/// followers that hold the removal; they elect a new leader among the
-/// members, which is what the removal asked for.
-fn check_sender(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
+/// Refuse a vote request whose candidate is not a member (voter or
+/// learner) of this replica's membership with the incarnation the
+/// membership records: a forged message from a made-up node, or a wiped
+/// replica that is not the member it was and must not gather votes. A
+/// replica that holds no membership yet (new, waiting to be added) accepts
+/// any sender; the cluster secret still applies.
+fn check_candidate(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
     if !replica.has_membership() {
         return Ok(());
     }
@@ -106,11 +103,44 @@ fn check_sender(replica: &Replica, message: &RaftMessage) -> Result<(), Status> 
              (its data directory was wiped or replaced)",
             message.from_id, message.from_incarnation
         ))),
-        None => Err(Status::permission_denied(format!(
-            "node {} is not a member of this replica's cluster",
-            message.from_id
-        ))),
+        None => Err(not_a_member(message)),
     }
+}
+
+/// Refuse an AppendEntries or InstallSnapshot message from a node id this
+/// replica's membership does not list: a forged message from a made-up
+/// node, or a leader that removed itself (the followers that hold the
+/// removal refuse it and elect a new leader among the members, which is
+/// what the removal asked for). A replica that holds no membership yet
+/// accepts any sender; the cluster secret still applies.
+///
+/// A known id with another incarnation than the membership records is let
+/// through: only a leader sends these messages, a leader was elected by
+/// voters that checked its incarnation ([`check_candidate`]), so this
+/// replica's membership is the older one. That is the case of a replica
+/// catching up from a snapshot built before the leader's own disk was
+/// replaced: the snapshot's membership lists the leader's former
+/// incarnation, and the entries that follow it (which record the new one)
+/// can only come from that leader. Refusing it would stall the replica for
+/// good.
+fn check_leader(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
+    if !replica.has_membership() {
+        return Ok(());
+    }
+    match replica
+        .view()
+        .knows(message.from_id, message.from_incarnation)
+    {
+        Some(_) => Ok(()),
+        None => Err(not_a_member(message)),
+    }
+}
+
+fn not_a_member(message: &RaftMessage) -> Status {
+    Status::permission_denied(format!(
+        "node {} is not a member of this replica's cluster",
+        message.from_id
+    ))
 }
 
 /// A reply message carrying `payload`.
@@ -124,7 +154,7 @@ fn raft_reply(payload: Vec<u8>) -> RaftMessage {
 /// Answer one AppendEntries message of a stream.
 async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
     check_addressee(replica, message)?;
-    check_sender(replica, message)?;
+    check_leader(replica, message)?;
     let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
     let result = replica.raft().append_entries(rpc).await;
     Ok(raft_reply(encode_or_status(&result)?))
@@ -197,7 +227,7 @@ impl RaftRpc for RaftService {
         self.check_certificate(&request, request.get_ref().from_id)?;
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
-        check_sender(&self.replica, &message)?;
+        check_candidate(&self.replica, &message)?;
         let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().vote(rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
@@ -210,7 +240,7 @@ impl RaftRpc for RaftService {
         self.check_certificate(&request, request.get_ref().from_id)?;
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
-        check_sender(&self.replica, &message)?;
+        check_leader(&self.replica, &message)?;
         let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
         let result = self.replica.raft().install_snapshot(rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
