@@ -389,28 +389,26 @@ pub(crate) fn check(
 }
 
 /// Whether `found` (read from the disk) still holds the promise of `acked`:
-/// a later term, or the same term with the same candidate. The `committed`
-/// flag is not compared: a replica lowers its own committed vote on purpose
-/// at start (see `LogStore::overlap_leader_fsync`), and losing the flag
-/// only makes it stand for election again.
+/// its ballot is the same or later. openraft 0.9 (built without
+/// `single-term-leader`) orders ballots by (term, candidate id), a total
+/// order: in one term a higher candidate id is a later ballot, and a
+/// replica moves to it legitimately (a leader answered with a higher ballot
+/// steps down and saves it, without granting anything). So a vote of the
+/// same term for a higher candidate keeps the promise; a lower term, or a
+/// lower candidate in the same term, means the acknowledged vote was lost.
+/// The `committed` flag is not compared: a replica lowers its own committed
+/// vote on purpose at start (see `LogStore::overlap_leader_fsync`), and
+/// losing the flag only makes it stand for election again.
 ///
-/// Written out rather than through `Vote`'s `PartialOrd`, which panics on
-/// two committed votes of different leaders in one term: bytes read from a
-/// disk must never panic the replica.
+/// Written out rather than through `Vote`'s `PartialOrd`, so that the
+/// meaning stays the same whatever openraft features are on, and so that
+/// bytes read from a disk can never reach a panicking comparison.
 fn vote_kept(found: Option<&Vote>, acked: &Vote) -> bool {
     let Some(found) = found else {
         return false;
     };
-    let (f, a) = (found.leader_id(), acked.leader_id());
-    match f.term.cmp(&a.term) {
-        std::cmp::Ordering::Greater => true,
-        std::cmp::Ordering::Less => false,
-        std::cmp::Ordering::Equal => match (f.voted_for(), a.voted_for()) {
-            (_, None) => true,
-            (Some(x), Some(y)) => x == y,
-            (None, Some(_)) => false,
-        },
-    }
+    let ballot = |v: &Vote| (v.leader_id().term, v.leader_id().voted_for());
+    ballot(found) >= ballot(acked)
 }
 
 /// Read as much of `buf` as the file holds from `offset`.
@@ -501,14 +499,21 @@ mod tests {
         assert!(check(&mark, Some(&Vote::new(4, 2)), None).is_err());
         assert!(check(&mark, Some(&Vote::new(3, 2)), Some(10)).is_err());
         assert!(check(&mark, None, Some(10)).is_err());
-        // Same term, another candidate: the acknowledged vote was lost.
-        assert!(check(&mark, Some(&Vote::new(4, 3)), Some(10)).is_err());
-        // Committed votes of two leaders in one term: refused, no panic.
+        // Same term, a lower candidate: the acknowledged vote was lost.
+        assert!(check(&mark, Some(&Vote::new(4, 1)), Some(10)).is_err());
+        // Same term, a higher candidate: a later ballot, kept.
+        assert!(check(&mark, Some(&Vote::new(4, 3)), Some(10)).is_ok());
+        // Committed votes of two leaders in one term: compared, no panic.
         let committed = MarkRecord {
             vote: Some(Vote::new_committed(4, 2)),
             ..mark.clone()
         };
-        assert!(check(&committed, Some(&Vote::new_committed(4, 3)), Some(10)).is_err());
+        assert!(check(&committed, Some(&Vote::new_committed(4, 1)), Some(10)).is_err());
+        assert!(check(&committed, Some(&Vote::new_committed(4, 3)), Some(10)).is_ok());
+        // A leader that saw a higher ballot of its own term stepped down and
+        // saved it (a follower woke from a pause and stood for election):
+        // it must start again.
+        assert!(check(&committed, Some(&Vote::new(4, 3)), Some(10)).is_ok());
         // Only the committed flag lost (a leader's vote lowered at start).
         assert!(check(&committed, Some(&Vote::new(4, 2)), Some(10)).is_ok());
         let fresh = MarkRecord {

@@ -95,6 +95,32 @@ fn a_vote_that_went_back_is_refused() {
     assert!(message.contains("saved vote"), "{message}");
 }
 
+/// A leader answered with a higher ballot of its own term (a follower woke
+/// from a pause and stood for election) steps down and saves that ballot;
+/// a kill between that save and the mark's catching up leaves a saved vote
+/// for another candidate of the acknowledged term. That is a later ballot,
+/// not a loss: the replica starts. A lower candidate is still refused.
+#[test]
+fn a_later_ballot_of_the_same_term_is_kept_and_a_lower_one_refused() {
+    for (candidate, starts) in [(3, true), (1, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        acknowledge_ten(dir.path());
+        edit_db(dir.path(), |db| {
+            let meta = db.cf_handle("log_meta").unwrap();
+            let vote = latchkey_core::codec::encode(&Vote::new(3, candidate)).unwrap();
+            db.put_cf(meta, b"vote", vote).unwrap();
+        });
+        let opened = open(dir.path(), StorageOptions::default());
+        if starts {
+            let (log, _sm) = opened.unwrap();
+            assert_eq!(log.mark().log_index, 10);
+        } else {
+            let message = lost(opened);
+            assert!(message.contains("saved vote is T3-N1"), "{message}");
+        }
+    }
+}
+
 #[test]
 fn raft_state_without_a_mark_is_refused() {
     let dir = tempfile::tempdir().unwrap();
