@@ -12,9 +12,11 @@
 //!   is linearizable, key by key, with indeterminate operations handled;
 //! - [`sequences`]: `next_sequence` never hands out a number twice and
 //!   never goes back;
-//! - [`durability`]: no acknowledged put is missing after a full restart.
+//! - [`durability`]: no acknowledged put is missing after a full restart;
+//! - [`watch`]: every watcher receives exactly the committed changes of its
+//!   prefix, in revision order, with no gap or duplicate across reconnects.
 //!
-//! [`check_all`] runs the four. A history may hold several workloads at
+//! [`check_all`] runs the five. A history may hold several workloads at
 //! once: each checker reads only its own operations.
 //!
 //! What must never live here: I/O, clocks, randomness, threads. Time comes
@@ -55,6 +57,7 @@ pub mod lock_safety;
 mod order;
 pub mod sequences;
 mod verdict;
+pub mod watch;
 
 pub use history::{
     Event, EventKind, History, HistoryBuilder, HistoryError, Op, Operation, Outcome,
@@ -62,12 +65,13 @@ pub use history::{
 pub use verdict::{Status, Verdict};
 
 /// Runs every checker with its defaults: lock safety, linearizability,
-/// sequences, durability, in that order.
+/// sequences, durability, watch, in that order.
 pub fn check_all(history: &History) -> Vec<Verdict> {
     vec![
         lock_safety::check(history),
         linearizable::check(history),
         sequences::check(history),
         durability::check(history),
+        watch::check(history),
     ]
 }

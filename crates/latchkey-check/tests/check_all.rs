@@ -36,6 +36,13 @@ fn correct_run() -> HistoryBuilder {
     h.ok(5, at(), ops::put("d", "d1"));
     h.invoke(6, at(), ops::read_all(None));
     h.ok(6, at(), ops::read_all(Some(&[("d", "d1")])));
+    // Watch workload: a watcher lists, watches, and receives a write.
+    h.invoke(8, at(), ops::watch_list(None));
+    h.ok(8, at(), ops::watch_list(Some((30, &[]))));
+    h.ok(8, at(), ops::watch_open(31));
+    h.invoke(9, at(), ops::watch_write(&[("w/a", Some("1"))], None));
+    h.ok(9, at(), ops::watch_write(&[("w/a", Some("1"))], Some(31)));
+    h.ok(8, at(), ops::watch_changes(31, &[("w/a", Some("1"))]));
     h
 }
 
@@ -60,6 +67,7 @@ fn a_correct_run_passes_every_checker() {
             ("linearizability", Status::Pass),
             ("sequences", Status::Pass),
             ("durability", Status::Pass),
+            ("watch", Status::Pass),
         ],
         "{verdicts:?}"
     );
@@ -82,6 +90,7 @@ fn each_checker_reads_only_its_own_workload() {
             ("linearizability", Status::Fail),
             ("sequences", Status::Pass),
             ("durability", Status::Pass),
+            ("watch", Status::Pass),
         ],
         "{verdicts:?}"
     );

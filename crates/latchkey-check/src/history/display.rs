@@ -4,6 +4,7 @@ use std::fmt;
 
 use super::{
     DurabilityOp, Event, EventKind, FenceTarget, LockOp, Op, RegisterOp, SequenceOp, Value,
+    WatchChange, WatchOp,
 };
 
 fn opt(v: &Option<Value>) -> &str {
@@ -48,6 +49,11 @@ impl Op {
                     write!(f, "next_sequence {key:?} step {step}")
                 }
                 Op::Durability(DurabilityOp::ReadAll { .. }) => write!(f, "read-all"),
+                Op::Watch(WatchOp::Write { changes, .. }) => {
+                    write!(f, "write")?;
+                    changes_text(f, changes)
+                }
+                Op::Watch(WatchOp::List { .. }) => write!(f, "list"),
                 other => other.render(f, true),
             };
         }
@@ -122,6 +128,40 @@ impl Op {
                 Some(v) => write!(f, "read-all -> {v:?}"),
                 None => write!(f, "read-all"),
             },
+            Op::Watch(op) => op.render(f),
+        }
+    }
+}
+
+/// ` "k" = v` per change; a delete shows as `<absent>`.
+fn changes_text(f: &mut fmt::Formatter<'_>, changes: &[WatchChange]) -> fmt::Result {
+    for WatchChange { key, value } in changes {
+        write!(f, " {key:?} = {}", opt(value))?;
+    }
+    Ok(())
+}
+
+impl WatchOp {
+    fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchOp::Write { changes, revision } => {
+                write!(f, "write")?;
+                changes_text(f, changes)?;
+                match revision {
+                    Some(r) => write!(f, " at revision {r}"),
+                    None => Ok(()),
+                }
+            }
+            WatchOp::List { revision, values } => match (revision, values) {
+                (Some(r), Some(v)) => write!(f, "list at revision {r} -> {v:?}"),
+                _ => write!(f, "list"),
+            },
+            WatchOp::Open { from } => write!(f, "watch from revision {from}"),
+            WatchOp::Changes { revision, changes } => {
+                write!(f, "changes at revision {revision}:")?;
+                changes_text(f, changes)
+            }
+            WatchOp::Progress { revision } => write!(f, "progress at revision {revision}"),
         }
     }
 }

@@ -85,6 +85,8 @@ pub enum Op {
     Sequence(SequenceOp),
     /// Durability workload (acknowledged puts survive a full restart).
     Durability(DurabilityOp),
+    /// Watch workload (every watcher sees exactly the committed changes).
+    Watch(WatchOp),
 }
 
 /// Register operations on independent keys. A key that was never written
@@ -240,6 +242,64 @@ pub enum DurabilityOp {
     },
 }
 
+/// One key's change in a watch message: its value after the change, or
+/// `None` when the change deleted it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WatchChange {
+    /// The key.
+    pub key: Key,
+    /// The value after the change; `None`: deleted.
+    #[serde(default)]
+    pub value: Option<Value>,
+}
+
+/// Watch workload operations: writers put and delete keys under one
+/// prefix; watchers list the prefix, then watch it, recording what they
+/// receive as instants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WatchOp {
+    /// A write of watched keys in one command (a batch): puts (`Some`
+    /// value, unique per put) and deletes (`None`). `revision` is the
+    /// revision it was applied at (`None` on the invocation, required on
+    /// ok).
+    Write {
+        /// The keys written, in order.
+        changes: Vec<WatchChange>,
+        /// The revision of the write.
+        #[serde(default)]
+        revision: Option<u64>,
+    },
+    /// A linearizable scan of the prefix that starts a watcher's run: the
+    /// keys and values at `revision` (both `None` on the invocation,
+    /// required on ok).
+    List {
+        /// The revision the scan read at.
+        #[serde(default)]
+        revision: Option<u64>,
+        /// Every key under the prefix and its value.
+        #[serde(default)]
+        values: Option<BTreeMap<Key, Value>>,
+    },
+    /// Instant: the watcher opens a watch whose first revision is `from`.
+    Open {
+        /// The first revision the watch may deliver.
+        from: u64,
+    },
+    /// Instant: one message of changes, every one at `revision`.
+    Changes {
+        /// The revision.
+        revision: u64,
+        /// The changes, in the order the message held them.
+        changes: Vec<WatchChange>,
+    },
+    /// Instant: a progress notice: every change up to `revision` was sent.
+    Progress {
+        /// The revision.
+        revision: u64,
+    },
+}
+
 impl Op {
     /// True for operations recorded as a single event, not an
     /// invocation-completion pair.
@@ -247,6 +307,9 @@ impl Op {
         matches!(
             self,
             Op::Lock(LockOp::HoldStart { .. } | LockOp::HoldEnd { .. })
+                | Op::Watch(
+                    WatchOp::Open { .. } | WatchOp::Changes { .. } | WatchOp::Progress { .. }
+                )
         )
     }
 
@@ -313,6 +376,11 @@ impl Op {
             ) => k1 == k2 && s1 == s2,
             (Op::Durability(a @ D::Put { .. }), Op::Durability(b @ D::Put { .. })) => a == b,
             (Op::Durability(D::ReadAll { .. }), Op::Durability(D::ReadAll { .. })) => true,
+            (
+                Op::Watch(WatchOp::Write { changes: c1, .. }),
+                Op::Watch(WatchOp::Write { changes: c2, .. }),
+            ) => c1 == c2,
+            (Op::Watch(WatchOp::List { .. }), Op::Watch(WatchOp::List { .. })) => true,
             (a, b) if a.is_instant() && b.is_instant() => a == b,
             _ => false,
         }
@@ -327,6 +395,8 @@ impl Op {
             Op::Lock(LockOp::FencedWrite { accepted, .. }) => accepted.is_some(),
             Op::Sequence(SequenceOp::Alloc { range, .. }) => range.is_some(),
             Op::Durability(DurabilityOp::ReadAll { values }) => values.is_some(),
+            Op::Watch(WatchOp::Write { revision, .. }) => revision.is_some(),
+            Op::Watch(WatchOp::List { revision, values }) => revision.is_some() && values.is_some(),
             _ => true,
         }
     }
@@ -593,7 +663,8 @@ impl History {
         &self.operations
     }
 
-    /// The instants (hold-start, hold-end), in index order.
+    /// The instants (hold-start, hold-end, a watcher's opens, changes and
+    /// progress notices), in index order.
     pub fn instants(&self) -> &[Event] {
         &self.instants
     }

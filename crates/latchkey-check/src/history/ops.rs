@@ -1,5 +1,7 @@
 //! Convenience constructors for ops, so recorders and tests read naturally.
-use super::{DurabilityOp, FenceTarget, LockOp, Op, RegisterOp, SeqRange, SequenceOp};
+use super::{
+    DurabilityOp, FenceTarget, LockOp, Op, RegisterOp, SeqRange, SequenceOp, WatchChange, WatchOp,
+};
 
 /// A register read; `value` is the result (ignored on the invocation).
 pub fn read(key: &str, value: Option<&str>) -> Op {
@@ -102,4 +104,55 @@ pub fn read_all(values: Option<&[(&str, &str)]>) -> Op {
                 .collect()
         }),
     })
+}
+
+/// A write of watched keys in one command: `(key, Some(value))` puts,
+/// `(key, None)` deletes; `revision` is the result (`None` on invocation).
+pub fn watch_write(changes: &[(&str, Option<&str>)], revision: Option<u64>) -> Op {
+    Op::Watch(WatchOp::Write {
+        changes: watch_change_list(changes),
+        revision,
+    })
+}
+
+/// A watcher's list of the prefix; `read` is the result: the revision and
+/// the keys with their values (`None` on invocation).
+pub fn watch_list(read: Option<(u64, &[(&str, &str)])>) -> Op {
+    Op::Watch(WatchOp::List {
+        revision: read.map(|(r, _)| r),
+        values: read.map(|(_, vs)| {
+            vs.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        }),
+    })
+}
+
+/// A watcher opens a watch from revision `from` (an instant).
+pub fn watch_open(from: u64) -> Op {
+    Op::Watch(WatchOp::Open { from })
+}
+
+/// A watch message of changes at `revision` (an instant); a `None` value
+/// is a delete.
+pub fn watch_changes(revision: u64, changes: &[(&str, Option<&str>)]) -> Op {
+    Op::Watch(WatchOp::Changes {
+        revision,
+        changes: watch_change_list(changes),
+    })
+}
+
+fn watch_change_list(changes: &[(&str, Option<&str>)]) -> Vec<WatchChange> {
+    changes
+        .iter()
+        .map(|(k, v)| WatchChange {
+            key: (*k).to_owned(),
+            value: v.map(str::to_owned),
+        })
+        .collect()
+}
+
+/// A watch's progress notice at `revision` (an instant).
+pub fn watch_progress(revision: u64) -> Op {
+    Op::Watch(WatchOp::Progress { revision })
 }

@@ -1,0 +1,270 @@
+use crate::history::ops::{
+    watch_changes as changes, watch_list as list, watch_open as open, watch_progress as progress,
+    watch_write as write,
+};
+use crate::history::HistoryBuilder;
+use crate::Status;
+
+use super::check;
+
+/// Writer process 1; watchers 2 and 3.
+const WRITER: u64 = 1;
+
+/// A writer's acknowledged put of `key = value` at `revision`, at `t`.
+fn put(h: &mut HistoryBuilder, t: u64, key: &str, value: &str, revision: u64) {
+    h.invoke(WRITER, t, write(&[(key, Some(value))], None));
+    h.ok(WRITER, t + 1, write(&[(key, Some(value))], Some(revision)));
+}
+
+/// Watcher `p` lists `values` at `revision` and opens from the next one.
+fn list_and_open(h: &mut HistoryBuilder, p: u64, t: u64, revision: u64, values: &[(&str, &str)]) {
+    h.invoke(p, t, list(None));
+    h.ok(p, t + 1, list(Some((revision, values))));
+    h.ok(p, t + 2, open(revision + 1));
+}
+
+/// Two watchers from revision 10; puts at 11 and 12.
+fn healthy() -> HistoryBuilder {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    list_and_open(&mut h, 3, 3, 10, &[]);
+    put(&mut h, 10, "a", "1", 11);
+    h.ok(2, 12, changes(11, &[("a", Some("1"))]));
+    h.ok(3, 13, changes(11, &[("a", Some("1"))]));
+    put(&mut h, 20, "b", "2", 12);
+    h.ok(2, 22, changes(12, &[("b", Some("2"))]));
+    h.ok(3, 23, changes(12, &[("b", Some("2"))]));
+    h
+}
+
+fn status(h: HistoryBuilder) -> (Status, String) {
+    let v = check(&h.build().unwrap());
+    (v.status, v.message)
+}
+
+#[test]
+fn a_healthy_history_passes() {
+    let mut h = healthy();
+    // Watcher 3 restarts from the revision after its last, then lists again.
+    h.ok(3, 30, progress(14));
+    h.ok(3, 31, open(13));
+    h.invoke(2, 32, list(None));
+    h.ok(2, 33, list(Some((14, &[("a", "1"), ("b", "2")]))));
+    h.ok(2, 34, open(15));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Pass, "{m}");
+    assert!(m.contains("2 watcher(s)"), "{m}");
+}
+
+#[test]
+fn no_workload_passes() {
+    let (s, _) = status(HistoryBuilder::new());
+    assert_eq!(s, Status::Pass);
+}
+
+#[test]
+fn a_revision_one_watcher_missed_fails() {
+    let mut h = healthy();
+    put(&mut h, 30, "c", "3", 13);
+    h.ok(2, 32, changes(13, &[("c", Some("3"))]));
+    put(&mut h, 40, "d", "4", 14);
+    h.ok(2, 42, changes(14, &[("d", Some("4"))]));
+    // Watcher 3 skips 13.
+    h.ok(3, 43, changes(14, &[("d", Some("4"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("revision 13"), "{m}");
+}
+
+#[test]
+fn a_progress_notice_past_a_missed_revision_fails() {
+    let mut h = healthy();
+    put(&mut h, 30, "c", "3", 13);
+    h.ok(2, 32, changes(13, &[("c", Some("3"))]));
+    // Watcher 3 says it has everything up to 13, without 13.
+    h.ok(3, 33, progress(13));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("p3") && m.contains("revision 13"), "{m}");
+}
+
+#[test]
+fn a_duplicate_after_resuming_fails() {
+    let mut h = healthy();
+    h.ok(2, 30, open(12));
+    h.ok(2, 31, changes(12, &[("b", Some("2"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("duplicate or out of order"), "{m}");
+}
+
+#[test]
+fn out_of_order_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    put(&mut h, 10, "a", "1", 11);
+    put(&mut h, 20, "b", "2", 12);
+    h.ok(2, 30, changes(12, &[("b", Some("2"))]));
+    h.ok(2, 31, changes(11, &[("a", Some("1"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("out of order"), "{m}");
+}
+
+#[test]
+fn an_acknowledged_write_a_lone_watcher_missed_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    put(&mut h, 10, "a", "1", 11);
+    h.ok(2, 20, progress(11));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("acknowledged at revision 11"), "{m}");
+}
+
+#[test]
+fn a_batch_split_or_partly_delivered_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    let both = [("a", Some("1")), ("b", Some("2"))];
+    h.invoke(WRITER, 10, write(&both, None));
+    h.ok(WRITER, 11, write(&both, Some(11)));
+    h.ok(2, 20, changes(11, &[("a", Some("1"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("\"b\" = 2"), "{m}");
+}
+
+#[test]
+fn a_value_nobody_wrote_fails() {
+    let mut h = healthy();
+    h.ok(2, 30, changes(13, &[("a", Some("9"))]));
+    h.ok(3, 31, changes(13, &[("a", Some("9"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("nobody wrote"), "{m}");
+}
+
+#[test]
+fn a_value_at_another_revision_than_acknowledged_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    put(&mut h, 10, "a", "1", 12);
+    h.ok(2, 20, changes(11, &[("a", Some("1"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("another revision"), "{m}");
+}
+
+#[test]
+fn a_failed_write_seen_fails_and_an_unknown_one_passes() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    h.invoke(WRITER, 10, write(&[("a", Some("1"))], None));
+    h.unknown(WRITER, 11, write(&[("a", Some("1"))], None));
+    h.ok(2, 20, changes(11, &[("a", Some("1"))]));
+    let (s, m) = status(h.clone());
+    assert_eq!(s, Status::Pass, "{m}");
+
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    h.invoke(WRITER, 10, write(&[("a", Some("1"))], None));
+    h.fail(WRITER, 11, write(&[("a", Some("1"))], None));
+    h.ok(2, 20, changes(11, &[("a", Some("1"))]));
+    let (s, _) = status(h);
+    assert_eq!(s, Status::Fail);
+}
+
+#[test]
+fn a_change_before_its_write_began_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    h.ok(2, 5, changes(11, &[("a", Some("1"))]));
+    put(&mut h, 10, "a", "1", 11);
+    let (s, _) = status(h);
+    assert_eq!(s, Status::Fail);
+}
+
+#[test]
+fn a_value_applied_twice_fails() {
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    h.invoke(WRITER, 10, write(&[("a", Some("1"))], None));
+    h.unknown(WRITER, 11, write(&[("a", Some("1"))], None));
+    h.ok(2, 20, changes(11, &[("a", Some("1"))]));
+    h.ok(2, 21, changes(12, &[("a", Some("1"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("applied twice"), "{m}");
+}
+
+#[test]
+fn a_delete_needs_a_write_that_deletes() {
+    let mut h = healthy();
+    h.ok(2, 30, changes(13, &[("a", None)]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("nobody wrote"), "{m}");
+
+    let mut h = healthy();
+    h.invoke(WRITER, 30, write(&[("c", Some("3")), ("a", None)], None));
+    h.ok(
+        WRITER,
+        31,
+        write(&[("c", Some("3")), ("a", None)], Some(13)),
+    );
+    h.ok(2, 32, changes(13, &[("c", Some("3")), ("a", None)]));
+    h.ok(3, 33, changes(13, &[("c", Some("3")), ("a", None)]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Pass, "{m}");
+}
+
+#[test]
+fn revisions_against_real_time_fail() {
+    let mut h = HistoryBuilder::new();
+    put(&mut h, 10, "a", "1", 12);
+    put(&mut h, 20, "b", "2", 11);
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("lower revision 11"), "{m}");
+
+    let mut h = HistoryBuilder::new();
+    put(&mut h, 10, "a", "1", 11);
+    put(&mut h, 20, "b", "2", 11);
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("share revision 11"), "{m}");
+}
+
+#[test]
+fn a_list_that_disagrees_with_a_watcher_fails() {
+    let mut h = healthy();
+    h.invoke(2, 30, list(None));
+    h.ok(2, 31, list(Some((12, &[("a", "1")]))));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("a list at revision 12"), "{m}");
+}
+
+#[test]
+fn a_watcher_that_skipped_ahead_is_not_blamed_for_the_gap() {
+    let mut h = healthy();
+    put(&mut h, 30, "c", "3", 13);
+    h.ok(2, 32, changes(13, &[("c", Some("3"))]));
+    put(&mut h, 40, "d", "4", 14);
+    h.ok(2, 42, changes(14, &[("d", Some("4"))]));
+    // Watcher 3 opens again past 13 itself: it does not cover 13.
+    h.ok(3, 43, open(14));
+    h.ok(3, 44, changes(14, &[("d", Some("4"))]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Pass, "{m}");
+}
+
+#[test]
+fn the_history_round_trips_through_json() {
+    let h = healthy().build().unwrap();
+    let text = h.to_json_lines();
+    let back = crate::History::from_json_lines(&text).unwrap();
+    assert_eq!(back, h);
+    assert!(text.contains("\"workload\":\"watch\""), "{text}");
+}
