@@ -489,7 +489,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// The index of the replica that says it leads (the highest term wins
+    /// The index of the replica that says it leads (the latest ballot, term then id, wins
     /// when two do), asking all three at once.
     pub async fn leader(&self) -> Option<(usize, u64)> {
         leader_of(&self.status, &self.endpoints()).await
@@ -599,7 +599,7 @@ impl Drop for Cluster {
 }
 
 /// The index and term of the replica that says it leads, asking every
-/// endpoint at once.
+/// endpoint at once (the latest ballot when two say so).
 pub async fn leader_of(status: &Client, endpoints: &[String]) -> Option<(usize, u64)> {
     let mut set = tokio::task::JoinSet::new();
     for (i, addr) in endpoints.iter().enumerate() {
@@ -607,15 +607,17 @@ pub async fn leader_of(status: &Client, endpoints: &[String]) -> Option<(usize, 
         let addr = addr.clone();
         set.spawn(async move { (i, c.status_of(&addr).await) });
     }
-    let mut best: Option<(usize, u64)> = None;
+    // Ballots are (term, node id): two replicas may say they lead in one
+    // term, and the higher id's ballot is the later one.
+    let mut best: Option<(usize, u64, u64)> = None;
     while let Some(joined) = set.join_next().await {
         if let Ok((i, Ok(s))) = joined {
-            if s.state == "Leader" && best.is_none_or(|(_, t)| s.term > t) {
-                best = Some((i, s.term));
+            if s.state == "Leader" && best.is_none_or(|(_, t, id)| (s.term, s.id) > (t, id)) {
+                best = Some((i, s.term, s.id));
             }
         }
     }
-    best
+    best.map(|(i, term, _)| (i, term))
 }
 
 /// `s`, cut to at most `max` characters.

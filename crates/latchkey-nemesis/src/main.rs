@@ -19,7 +19,8 @@
 //! through a fence gate and to a fenced KV key, and release; a register
 //! workload (read, write, compare-and-put) for linearizability;
 //! `next_sequence` allocations; puts read back after every replica was
-//! killed and restarted at once.
+//! killed and restarted at once; watchers of a prefix, with writers
+//! changing its keys.
 //!
 //! What this crate must not do: touch any namespace, link or process it did
 //! not create (every name carries the harness's pid; processes are signalled
@@ -32,6 +33,7 @@ mod error;
 mod gate;
 mod nemesis;
 mod net;
+mod outcome;
 mod record;
 mod report;
 mod rng;

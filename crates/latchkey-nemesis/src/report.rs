@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use latchkey_check::history::{DurabilityOp, LockOp, RegisterOp, SequenceOp};
+use latchkey_check::history::{DurabilityOp, LockOp, RegisterOp, SequenceOp, WatchOp};
 use latchkey_check::{History, Op, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -164,6 +164,9 @@ pub fn count(history: &History) -> Counts {
             Op::Sequence(SequenceOp::Alloc { .. }) => "sequence/alloc",
             Op::Durability(DurabilityOp::Put { .. }) => "durability/put",
             Op::Durability(DurabilityOp::ReadAll { .. }) => "durability/read-all",
+            Op::Watch(WatchOp::Write { .. }) => "watch/write",
+            Op::Watch(WatchOp::List { .. }) => "watch/list",
+            Op::Watch(_) => continue,
         };
         *c.ops
             .entry(name.to_owned())
@@ -286,11 +289,12 @@ type Checker = fn(&History) -> Verdict;
 
 /// Runs every checker, printing how long each took.
 fn timed_checks(history: &History) -> Vec<Verdict> {
-    let checkers: [(&str, Checker); 4] = [
+    let checkers: [(&str, Checker); 5] = [
         ("lock safety", latchkey_check::lock_safety::check),
         ("linearizability", latchkey_check::linearizable::check),
         ("sequences", latchkey_check::sequences::check),
         ("durability", latchkey_check::durability::check),
+        ("watch", latchkey_check::watch::check),
     ];
     checkers
         .iter()

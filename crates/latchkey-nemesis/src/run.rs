@@ -313,7 +313,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
 }
 
 /// Starts the workload processes: the lock clients first (w0..), then one
-/// register, one sequence and one durability worker.
+/// register, one sequence, one durability and one watch worker.
 /// With `certs`, they talk TLS, trusting its CA.
 fn start_workers(
     cfg: &RunConfig,
@@ -328,6 +328,7 @@ fn start_workers(
     roles.push((Role::Register, 4, 20));
     roles.push((Role::Sequence, 2, 20));
     roles.push((Role::Durability, 2, 20));
+    roles.push((Role::Watch, 5, 20));
     let mut workers = Vec::new();
     for (index, (role, tasks, pace)) in roles.into_iter().enumerate() {
         let history = cfg.out.join(format!("workers/w{index}.jsonl"));

@@ -17,6 +17,8 @@
 //! it at the end of the run, or dies): the tasks finish the operation in
 //! flight and return.
 
+mod watch_load;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use latchkey_check::EventKind;
 use tokio::sync::watch;
 
 use crate::gate::{GateClient, Verdict};
+use crate::outcome::write_failure;
 use crate::record::Recorder;
 use crate::rng::Rng;
 
@@ -42,6 +45,9 @@ pub enum Role {
     Sequence,
     /// Puts of unique keys, read back after a full restart.
     Durability,
+    /// Writers change keys under one prefix; watchers list and watch it
+    /// (the first two tasks write, the others watch).
+    Watch,
 }
 
 /// The lock resources the lock workers share.
@@ -99,6 +105,8 @@ pub struct WorkerArgs {
 /// Shared by a worker's tasks.
 struct Ctx {
     args: WorkerArgs,
+    /// How `client` was built: the watchers build their own from it.
+    options: ClientOptions,
     client: Client,
     rec: Recorder,
     stop: watch::Receiver<bool>,
@@ -130,7 +138,7 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
             .map_err(|e| crate::error::Error::Worker(format!("TLS: {e}")))?;
         options = options.with_tls(tls);
     }
-    let client = Client::with_options(&args.endpoints, options)
+    let client = Client::with_options(&args.endpoints, options.clone())
         .map_err(|e| crate::error::Error::Worker(format!("cannot build a client: {e}")))?;
     let rec = Recorder::create(&args.out)?;
     let (stop_tx, stop) = watch::channel(false);
@@ -141,6 +149,7 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
     });
     let ctx = Arc::new(Ctx {
         args: args.clone(),
+        options,
         client,
         rec,
         stop,
@@ -157,6 +166,7 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
                 Role::Register => register_task(&ctx, process, rng).await,
                 Role::Sequence => sequence_task(&ctx, process, rng).await,
                 Role::Durability => durability_task(&ctx, process).await,
+                Role::Watch => watch_task(&ctx, process, t, rng).await,
             }
         });
     }
@@ -164,13 +174,25 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// The completion kind of a write that failed with `e`.
-fn write_failure(e: &ClientError) -> EventKind {
-    match e {
-        ClientError::Refused(_)
-        | ClientError::InvalidArgument(_)
-        | ClientError::BadEndpoint { .. } => EventKind::Fail,
-        _ => EventKind::Unknown,
+/// Tasks 0 and 1 of a watch worker write; the others watch, each with a
+/// client of its own that tries the replicas in a different order, so that
+/// followers and the leader both serve watches.
+async fn watch_task(ctx: &Ctx, process: u64, task: u64, rng: Rng) {
+    let load = |client| watch_load::Load {
+        client,
+        rec: &ctx.rec,
+        stop: ctx.stop.clone(),
+        pace: Duration::from_millis(ctx.args.pace_ms),
+    };
+    if task < 2 {
+        return watch_load::writer(load(&ctx.client), process, rng).await;
+    }
+    let mut endpoints = ctx.args.endpoints.clone();
+    let turn = usize::try_from(task).unwrap_or(0) % endpoints.len().max(1);
+    endpoints.rotate_left(turn);
+    match Client::with_options(&endpoints, ctx.options.clone()) {
+        Ok(client) => watch_load::watcher(load(&client), process, rng).await,
+        Err(e) => tracing::error!(%e, "cannot build a watcher's client"),
     }
 }
 
