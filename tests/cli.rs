@@ -127,6 +127,7 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
         let put = |key: &[u8], value: &[u8]| v1::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
+            ..Default::default()
         };
         let put_error: fn(&v1::PutReply) -> Option<&v1::Error> = |r| r.error.as_ref();
         expect_invalid_reply(

@@ -679,6 +679,13 @@ impl<S: Store> Checker<'_, S> {
             Command::DeleteRange { start, end } => {
                 self.need(Write, Target::Range(start, Some(end)))
             }
+            // A key bound to a session: the user's own session, and a write.
+            Command::PutBound { key, session, .. } => {
+                if let Err(e) = self.owns(*session)? {
+                    return Ok(Err(e));
+                }
+                self.need(Write, Target::Key(key))
+            }
             Command::Batch { conditions, ops } => self.batch(conditions, ops),
             // Admins administer; only root makes more roots.
             Command::Auth(AuthCommand::GrantRole { role, .. })

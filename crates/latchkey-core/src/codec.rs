@@ -24,7 +24,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// instead of an expected value, a batch's [`crate::Condition`] is a key
 /// and a test, and a user-data row starts with the key's create revision,
 /// mod revision and version (see [`crate::data`]).
-pub const FORMAT_VERSION: u8 = 5;
+///
+/// 6: keys can be bound to a session ([`crate::Command::PutBound`]): a
+/// user-data row's header also holds the session it is bound to, and a
+/// session's keys are indexed under `E` (see [`crate::keyspace`]).
+pub const FORMAT_VERSION: u8 = 6;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

@@ -129,6 +129,28 @@ pub enum Command {
         /// What it asked for.
         command: Box<Command>,
     },
+    /// Set `key` to `value`, bound to `session`: the key is deleted in the
+    /// command that ends the session (close or expiry), at that command's
+    /// revision. Refused, writing nothing, when the session is not live
+    /// ([`crate::CommandError::UnknownSession`],
+    /// [`crate::CommandError::SessionEnded`]), when `secret` is not its
+    /// secret ([`crate::CommandError::WrongSessionSecret`]), or when the
+    /// session has [`crate::limits::MAX_KEYS_PER_SESSION`] keys already
+    /// ([`crate::CommandError::TooManySessionKeys`]). A later put of the
+    /// key, bound or not, sets its binding anew (see [`crate::data`]).
+    /// Returns [`Outcome::Written`].
+    PutBound {
+        /// The key to set.
+        #[serde(with = "crate::codec::bytes")]
+        key: Vec<u8>,
+        /// The value to store.
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
+        /// The session the key lives and dies with.
+        session: crate::lock::SessionId,
+        /// The session's secret.
+        secret: crate::lock::SessionSecret,
+    },
 }
 
 impl Command {
@@ -138,7 +160,8 @@ impl Command {
         match self {
             Command::Put { key, value }
             | Command::PutIfAbsent { key, value }
-            | Command::GetAndPut { key, value } => key.len() + value.len(),
+            | Command::GetAndPut { key, value }
+            | Command::PutBound { key, value, .. } => key.len() + value.len(),
             Command::CompareAndPut { key, test, value } => {
                 key.len() + value.len() + test.payload_len()
             }

@@ -248,6 +248,20 @@ pub enum CommandError {
         /// The key (lossily decoded as UTF-8).
         key: String,
     },
+    /// A put bound to `session` would bind more than
+    /// [`MAX_KEYS_PER_SESSION`](crate::limits::MAX_KEYS_PER_SESSION) keys to
+    /// it. Nothing was written. Delete keys the session no longer needs,
+    /// or spread them over more sessions.
+    #[error(
+        "session {session} already has {max} keys bound to it, the limit: delete keys it no \
+         longer needs or bind them to another session"
+    )]
+    TooManySessionKeys {
+        /// The session.
+        session: SessionId,
+        /// [`MAX_KEYS_PER_SESSION`](crate::limits::MAX_KEYS_PER_SESSION).
+        max: u64,
+    },
 }
 
 fn busy_detail(

@@ -6,7 +6,8 @@
 //!
 //! | tag | room | key after the tag | value |
 //! |-----|------|-------------------|-------|
-//! | `D` | user data | user key | create revision, mod revision, version (u64 big-endian each), then the user value (see [`crate::data`]) |
+//! | `D` | user data | user key | create revision, mod revision, version, bound session or 0 (u64 big-endian each), then the user value (see [`crate::data`]) |
+//! | `E` | a session's keys | session id (8 bytes) + user key | empty |
 //! | `W` | watch history | revision, u64 big-endian | what that revision changed (codec, see [`crate::history`]) |
 //! | `Q` | sequences | sequence key | next start, u64 big-endian |
 //! | `M` | core metadata | name | see the `META_*` constants |
@@ -17,8 +18,9 @@
 //! | `A` | access control | `e` (enabled), `u` + user, `r` + role, `o` + session id (8 bytes) | `[1]`; user record; role record (codec); owner's name |
 //!
 //! Fixed-width big-endian ids make every room scan in numeric order. An `H`
-//! row exists exactly while the session holds or waits for that lock, so
-//! closing a session visits only its own locks.
+//! row exists exactly while the session holds or waits for that lock, and
+//! an `E` row exactly while the key is bound to the session, so ending a
+//! session visits only its own locks and keys.
 
 /// Access control ([`crate::auth`]): `A` + kind + name.
 pub const AUTH: u8 = b'A';
@@ -38,6 +40,9 @@ pub const SESSION: u8 = b'S';
 pub const LOCK: u8 = b'L';
 /// Index of each session's locks: `H` + session id + lock name -> empty.
 pub const SESSION_LOCKS: u8 = b'H';
+/// Index of the keys bound to each session: `E` + session id + user key
+/// -> empty.
+pub const SESSION_KEYS: u8 = b'E';
 /// Per-session memory of acquire/release outcomes: `R` + session id +
 /// request id (both u64, big-endian) -> request record.
 pub const REQUEST: u8 = b'R';
@@ -65,6 +70,19 @@ pub const META_LAST_TOKEN: &[u8] = b"Mtoken";
 /// big-endian; absent = 0). Only a restore sets it (`crate::backup`), so
 /// that a sequence first used after the backup does not restart at 0.
 pub const META_SEQUENCE_FLOOR: &[u8] = b"Mseqfloor";
+
+/// `E` + session id: the prefix of every [`session_key_row`] of a session.
+pub fn session_keys_prefix(session: u64) -> Vec<u8> {
+    tagged(SESSION_KEYS, &session.to_be_bytes())
+}
+
+/// `E` + session id + user key: `key` is bound to `session` (see
+/// [`crate::data`]).
+pub fn session_key_row(session: u64, key: &[u8]) -> Vec<u8> {
+    let mut k = session_keys_prefix(session);
+    k.extend_from_slice(key);
+    k
+}
 
 /// `tag` followed by `key`.
 pub fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {

@@ -107,6 +107,28 @@ fn run_one<S: Store>(
     Ok(result)
 }
 
+/// Whether `key` may be bound to `session` with `secret`: the session is
+/// live, the secret is its own, and it has room for the key (a key bound
+/// to it already takes no more room).
+fn check_binding<S: Store>(
+    store: &S,
+    key: &[u8],
+    session: crate::lock::SessionId,
+    secret: &crate::lock::SessionSecret,
+) -> Result<Result<(), CommandError>, StoreError> {
+    if let Err(refused) = lock::check_live(store, session, secret)? {
+        return Ok(Err(refused));
+    }
+    let max = crate::limits::MAX_KEYS_PER_SESSION;
+    let room = usize::try_from(max).unwrap_or(usize::MAX);
+    if !data::is_bound_to(store, key, session.0)?
+        && data::session_key_count(store, session.0, room)? >= room
+    {
+        return Ok(Err(CommandError::TooManySessionKeys { session, max }));
+    }
+    Ok(Ok(()))
+}
+
 /// The effects of one validated command.
 fn execute<S: Store>(
     store: &mut S,
@@ -117,6 +139,20 @@ fn execute<S: Store>(
         Command::Put { key, value } => {
             let mut change = Change::begin(store)?;
             change.put(store, key, value)?;
+            let revision = change.finish(store)?;
+            Ok(Ok(Outcome::Written { revision }))
+        }
+        Command::PutBound {
+            key,
+            value,
+            session,
+            secret,
+        } => {
+            if let Err(refused) = check_binding(store, key, *session, secret)? {
+                return Ok(Err(refused));
+            }
+            let mut change = Change::begin(store)?;
+            change.put_bound(store, key, value, session.0)?;
             let revision = change.finish(store)?;
             Ok(Ok(Outcome::Written { revision }))
         }

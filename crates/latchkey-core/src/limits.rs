@@ -76,6 +76,12 @@ pub const MAX_LOCK_WAITERS: usize = 1_024;
 /// ([`MAX_SESSION_TTL_MS`]) unless kept alive, so a client that leaks
 /// sessions frees its places by itself.
 pub const MAX_LIVE_SESSIONS: u64 = 100_000;
+/// How many keys one session may have bound to it
+/// ([`crate::Command::PutBound`]). Ending the session deletes them all in
+/// one command (one revision, one watch message), so this bounds that
+/// command's work and its history record. A member registering itself for
+/// discovery needs one or a few.
+pub const MAX_KEYS_PER_SESSION: u64 = 1_000;
 /// How many acquire/release outcomes each session remembers for retries.
 /// When a session goes past it, the outcome with the lowest request id is
 /// forgotten, and from then on a request whose id is at or below a forgotten

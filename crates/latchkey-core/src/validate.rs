@@ -221,6 +221,19 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         Command::Put { key, value }
         | Command::PutIfAbsent { key, value }
         | Command::GetAndPut { key, value } => check_key("key", key)? + check_value(value)?,
+        Command::PutBound {
+            key,
+            value,
+            session,
+            ..
+        } => {
+            if session.0 == 0 {
+                return Err(CommandError::invalid(
+                    "a key can be bound to a session, not to session 0",
+                ));
+            }
+            check_key("key", key)? + check_value(value)?
+        }
         Command::CompareAndPut { key, test, value } => {
             check_key("key", key)? + check_value(value)? + check_test(test)?
         }

@@ -77,6 +77,16 @@ fn acquire(
     })
 }
 
+/// A put of `key` bound to `session`.
+fn bound(key: &[u8], value: &[u8], session: SessionId) -> Command {
+    Command::PutBound {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        session,
+        secret: secret(session),
+    }
+}
+
 /// The commands of the script, each stamped with its leader time.
 fn script() -> Vec<Request> {
     let commands = vec![
@@ -116,6 +126,10 @@ fn script() -> Vec<Request> {
         // Session 3 holds "b" (token 2) with a lock-delay, and expires:
         // "b" is left in lock-delay.
         acquire(S3, 7, 1, "b", None, None, Some(2_000)),
+        // "e" is bound to session 1 (revision 4), "t" to session 3
+        // (revision 5), which expires: "t" is deleted at revision 6.
+        bound(b"e", b"x", S1),
+        bound(b"t", b"y", S3),
         Command::Lock(LockCommand::ExpireSession { session: S3 }),
     ];
     commands
@@ -141,27 +155,33 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (04); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (06); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
 const ROWS: &[(&str, &str)] = &[
-    // D + user key -> create revision, mod revision, version (u64 BE
-    // each), then the user value, raw.
+    // D + user key -> create revision, mod revision, version, bound session
+    // (0: none) (u64 BE each), then the user value, raw.
+    (
+        "44 65",
+        "0000000000000004 0000000000000004 0000000000000001 0000000000000001 78",
+    ),
     (
         "44 6a",
-        "0000000000000002 0000000000000002 0000000000000001 77",
+        "0000000000000002 0000000000000002 0000000000000001 0000000000000000 77",
     ),
     (
         "44 6b",
-        "0000000000000001 0000000000000003 0000000000000002 76",
+        "0000000000000001 0000000000000003 0000000000000002 0000000000000000 76",
     ),
+    // E + session id (u64 BE) + user key -> empty: "e" is bound to session 1.
+    ("45 0000000000000001 65", ""),
     // W + revision (u64 BE) -> codec(Record { revision, changes, previous_dropped }),
     // each change { key, current: Option<Versioned>, previous: Option<Versioned> }
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "05 01 01           # revision 1, 1 change:
+        "06 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -169,17 +189,32 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "05 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "06 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "05 03 01  01 6b
+        "06 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
+    (
+        "57 0000000000000004",
+        "06 04 01  01 65  01 01 78 04 04 01  00  00",
+    ),
+    (
+        "57 0000000000000005",
+        "06 05 01  01 74  01 01 79 05 05 01  00  00",
+    ),
+    (
+        "57 0000000000000006",
+        "06 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+         00                 #   current None (deleted),
+         01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
+         00",
+    ),
     // Mhist -> oldest revision kept, bytes of records kept (u64 BE each).
-    ("4d686973 74", "0000000000000001 000000000000002c"),
+    ("4d686973 74", "0000000000000001 0000000000000053"),
     // H + session id (u64 BE) + lock name -> empty: session 1 holds "a",
     // session 2 waits for it.
     ("48 0000000000000001 61", ""),
@@ -187,7 +222,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "05
+        "06
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
@@ -199,7 +234,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "05
+        "06
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
@@ -207,8 +242,8 @@ const ROWS: &[(&str, &str)] = &[
     // the cluster's revision, the last session id and the last fencing
     // token issued.
     ("4d 6c697665", "0000000000000002"),
-    ("4d 6e6f77", "0000000000000014"),
-    ("4d 726576", "0000000000000003"),
+    ("4d 6e6f77", "0000000000000016"),
+    ("4d 726576", "0000000000000006"),
     ("4d 73657373696f6e", "0000000000000003"),
     ("4d 746f6b656e", "0000000000000002"),
     // Q + sequence key -> next start, u64 BE.
@@ -217,7 +252,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "05
+        "06
          03                 # request: LockCommand::Acquire
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -230,7 +265,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "05
+        "06
          03                 # request: LockCommand::Acquire
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -245,12 +280,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "05 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
+        "06 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "05 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "06 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -273,7 +308,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 5);
+    assert_eq!(FORMAT_VERSION, 6);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -309,7 +344,7 @@ fn stored_records_read_back() {
                 mod_revision: 3,
                 version: 2,
             }),
-            revision: 3,
+            revision: 6,
         })
     );
     assert_eq!(
@@ -379,17 +414,17 @@ fn stored_records_read_back() {
             value: b"v2".to_vec(),
         },
     );
-    assert_eq!(outcome, Outcome::Written { revision: 4 });
+    assert_eq!(outcome, Outcome::Written { revision: 7 });
     assert_eq!(
         query(&store, &Query::Get { key: b"k".to_vec() }).unwrap(),
         Ok(Outcome::Value {
             value: Some(Versioned {
                 value: b"v2".to_vec(),
                 create_revision: 1,
-                mod_revision: 4,
+                mod_revision: 7,
                 version: 3,
             }),
-            revision: 4,
+            revision: 7,
         })
     );
     // The sequence and the token counter carry on.
@@ -402,7 +437,8 @@ fn stored_records_read_back() {
         },
     );
     assert_eq!(outcome, Outcome::Sequence { start: 10, end: 11 });
-    // Session 1 closes: "a" passes to the waiter with the next token.
+    // Session 1 closes: "a" passes to the waiter with the next token, and
+    // "e", bound to it, is deleted at the next revision.
     let (_, events) = run(
         &mut store,
         102,
@@ -418,6 +454,17 @@ fn stored_records_read_back() {
                 if *session == S2 && *token == Token(3) && name == "a"
         )),
         "{events:?}"
+    );
+    assert_eq!(
+        query(&store, &Query::Get { key: b"e".to_vec() }).unwrap(),
+        Ok(Outcome::Value {
+            value: None,
+            revision: 8,
+        })
+    );
+    assert!(
+        !store.map.keys().any(|k| k.first() == Some(&b'E')),
+        "session 1's key index is gone"
     );
     // The session counter carries on.
     let (outcome, _) = run(

@@ -312,8 +312,9 @@ impl Model {
             }
             // This model covers the KV room only; tests/lock_properties.rs
             // covers the lock service.
-            Command::Lock(_) | Command::Auth(_) | Command::As { .. } => {
-                unreachable!("the generators make no lock or access-control commands")
+            // tests/session_keys.rs covers keys bound to sessions.
+            Command::Lock(_) | Command::Auth(_) | Command::As { .. } | Command::PutBound { .. } => {
+                unreachable!("the generators make no lock, access-control or bound commands")
             }
             Command::Group { .. } => invalid(),
         }
@@ -379,11 +380,13 @@ impl Model {
     fn expected_raw(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut raw = BTreeMap::new();
         for (k, v) in &self.data {
-            // create revision, mod revision, version (u64 BE each), value.
+            // create revision, mod revision, version, bound session (none:
+            // 0) (u64 BE each), value.
             let mut row = Vec::new();
             row.extend_from_slice(&v.create_revision.to_be_bytes());
             row.extend_from_slice(&v.mod_revision.to_be_bytes());
             row.extend_from_slice(&v.version.to_be_bytes());
+            row.extend_from_slice(&0u64.to_be_bytes());
             row.extend_from_slice(&v.value);
             raw.insert(keyspace::tagged(DATA, k), row);
         }

@@ -111,14 +111,14 @@ fn raw_data(store: &MemStore) -> BTreeMap<Vec<u8>, Versioned> {
         .iter()
         .filter(|(k, _)| k.first() == Some(&DATA))
         .map(|(k, row)| {
-            assert!(row.len() >= 24, "data row {k:?} shorter than its header");
+            assert!(row.len() >= 32, "data row {k:?} shorter than its header");
             let field =
                 |i: usize| u64::from_be_bytes(row[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
             let v = Versioned {
                 create_revision: field(0),
                 mod_revision: field(1),
                 version: field(2),
-                value: row[24..].to_vec(),
+                value: row[32..].to_vec(),
             };
             (k[1..].to_vec(), v)
         })

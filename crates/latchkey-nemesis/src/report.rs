@@ -166,6 +166,7 @@ pub fn count(history: &History) -> Counts {
             Op::Durability(DurabilityOp::ReadAll { .. }) => "durability/read-all",
             Op::Watch(WatchOp::Write { .. }) => "watch/write",
             Op::Watch(WatchOp::List { .. }) => "watch/list",
+            Op::Watch(WatchOp::Gone { .. }) => "watch/gone-after-close",
             Op::Watch(_) => continue,
         };
         *c.ops

@@ -328,7 +328,7 @@ fn start_workers(
     roles.push((Role::Register, 4, 20));
     roles.push((Role::Sequence, 2, 20));
     roles.push((Role::Durability, 2, 20));
-    roles.push((Role::Watch, 5, 20));
+    roles.push((Role::Watch, 6, 20));
     let mut workers = Vec::new();
     for (index, (role, tasks, pace)) in roles.into_iter().enumerate() {
         let history = cfg.out.join(format!("workers/w{index}.jsonl"));

@@ -45,8 +45,9 @@ pub enum Role {
     Sequence,
     /// Puts of unique keys, read back after a full restart.
     Durability,
-    /// Writers change keys under one prefix; watchers list and watch it
-    /// (the first two tasks write, the others watch).
+    /// Writers change keys under one prefix, a binder binds keys to
+    /// sessions it closes or abandons, watchers list and watch it (tasks 0
+    /// and 1 write, task 2 binds, the others watch).
     Watch,
 }
 
@@ -174,9 +175,10 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// Tasks 0 and 1 of a watch worker write; the others watch, each with a
-/// client of its own that tries the replicas in a different order, so that
-/// followers and the leader both serve watches.
+/// Tasks 0 and 1 of a watch worker write, task 2 binds keys to sessions;
+/// the others watch, each with a client of its own that tries the replicas
+/// in a different order, so that followers and the leader both serve
+/// watches.
 async fn watch_task(ctx: &Ctx, process: u64, task: u64, rng: Rng) {
     let load = |client| watch_load::Load {
         client,
@@ -186,6 +188,10 @@ async fn watch_task(ctx: &Ctx, process: u64, task: u64, rng: Rng) {
     };
     if task < 2 {
         return watch_load::writer(load(&ctx.client), process, rng).await;
+    }
+    if task == 2 {
+        let ttl = Duration::from_millis(ctx.args.ttl_ms);
+        return watch_load::binder(load(&ctx.client), process, ttl, rng).await;
     }
     let mut endpoints = ctx.args.endpoints.clone();
     let turn = usize::try_from(task).unwrap_or(0) % endpoints.len().max(1);

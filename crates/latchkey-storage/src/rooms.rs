@@ -7,9 +7,11 @@
 //! RocksDB's memtables, block cache and (on a long-lived replica) levels
 //! full of tombstones. Those rows are kept here as well, in one ordered map:
 //! every row whose tag is one of [`CACHED_TAGS`] (sessions `S`, locks `L`,
-//! session locks `H`, request memory `R`, access control `A`, core metadata
-//! `M`). User data (`D`) and sequences (`Q`), which a user can grow without
-//! bound, stay in RocksDB only.
+//! session locks `H`, a session's bound keys `E`, request memory `R`,
+//! access control `A`, core metadata `M`). Ending a session scans its `H`
+//! and `E` rows, and a put bound to a session counts its `E` rows, so
+//! those scans stay in memory too. User data (`D`) and sequences (`Q`),
+//! which a user can grow without bound, stay in RocksDB only.
 //!
 //! The map is a copy, never the truth: every write still goes to RocksDB in
 //! the apply batch, and the map takes the batch's writes to its tags only
@@ -35,9 +37,10 @@
 //! bytes each; [`Rooms::bytes`] counts the keys and values, and
 //! [`crate::StateReader::lock_rooms_bytes`] reports it (the
 //! `latchkey_storage_lock_rooms_bytes` gauge). The core caps live sessions
-//! (`latchkey_core::limits::MAX_LIVE_SESSIONS`); the locks a session holds
-//! are not capped, so a client may still grow it that way, as it could grow
-//! RocksDB's share of the same rows before.
+//! (`latchkey_core::limits::MAX_LIVE_SESSIONS`) and the keys bound to each
+//! (`MAX_KEYS_PER_SESSION`, each `E` row a copy of its key); the locks a
+//! session holds are not capped, so a client may still grow it that way, as
+//! it could grow RocksDB's share of the same rows before.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -52,8 +55,9 @@ use crate::data_view::DataView;
 use crate::error::StorageError;
 
 /// The tags whose rows live in memory as well as in RocksDB.
-pub(crate) const CACHED_TAGS: [u8; 6] = [
+pub(crate) const CACHED_TAGS: [u8; 7] = [
     keyspace::AUTH,
+    keyspace::SESSION_KEYS,
     keyspace::SESSION_LOCKS,
     keyspace::LOCK,
     keyspace::META,
@@ -267,6 +271,7 @@ mod tests {
         let tag = prop_oneof![
             Just(keyspace::AUTH),
             Just(keyspace::DATA),
+            Just(keyspace::SESSION_KEYS),
             Just(keyspace::SESSION_LOCKS),
             Just(keyspace::LOCK),
             Just(keyspace::META),

@@ -170,6 +170,7 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             .put(latchkey_proto::v1::PutRequest {
                 key: Vec::new(),
                 value: b"v".to_vec(),
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -601,6 +601,7 @@ fn put_call(
         latchkey_proto::v1::call::Request::Put(latchkey_proto::v1::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
+            ..Default::default()
         }),
     ))
 }

@@ -121,6 +121,7 @@ fn put(key: &str, value: &str) -> Req {
     Req::Put(v1::PutRequest {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
+        ..Default::default()
     })
 }
 

@@ -78,6 +78,8 @@ DEMOS:
                     is refused by the storage it guards
     config          (config_sync) a local copy of `config/` kept in sync by
                     list-then-watch while the replica it watches is killed
+    discovery       (service discovery) members register keys bound to their
+                    sessions; an observer lists and watches them come and go
 ";
 
 const TEST_HELP: &str = "\
@@ -243,6 +245,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("three_replicas", &["three"], "three_replicas"),
     ("fenced", &["fenced_storage"], "fenced_storage"),
     ("config", &["config_sync"], "config_sync"),
+    ("discovery", &["service_discovery"], "discovery"),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover"];
@@ -405,7 +408,7 @@ fn cmd_demo(rest: &[OsString]) -> Result {
     let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
     // The process demos run `latchkey serve` processes: build the binary
     // and hand it over.
-    let server = if example == "three_replicas" || example == "config_sync" {
+    let server = if matches!(example, "three_replicas" | "config_sync" | "discovery") {
         Some(build_server()?)
     } else {
         None

@@ -49,9 +49,15 @@ impl Op {
                     write!(f, "next_sequence {key:?} step {step}")
                 }
                 Op::Durability(DurabilityOp::ReadAll { .. }) => write!(f, "read-all"),
-                Op::Watch(WatchOp::Write { changes, .. }) => {
+                Op::Watch(WatchOp::Write {
+                    changes, session, ..
+                }) => {
                     write!(f, "write")?;
-                    changes_text(f, changes)
+                    changes_text(f, changes)?;
+                    bound_text(f, *session)
+                }
+                Op::Watch(WatchOp::Gone { key, session, .. }) => {
+                    write!(f, "read {key:?} after closing session {session}")
                 }
                 Op::Watch(WatchOp::List { .. }) => write!(f, "list"),
                 other => other.render(f, true),
@@ -141,12 +147,25 @@ fn changes_text(f: &mut fmt::Formatter<'_>, changes: &[WatchChange]) -> fmt::Res
     Ok(())
 }
 
+/// ` bound to session S`, if bound.
+fn bound_text(f: &mut fmt::Formatter<'_>, session: Option<u64>) -> fmt::Result {
+    match session {
+        Some(s) => write!(f, " bound to session {s}"),
+        None => Ok(()),
+    }
+}
+
 impl WatchOp {
     fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WatchOp::Write { changes, revision } => {
+            WatchOp::Write {
+                changes,
+                revision,
+                session,
+            } => {
                 write!(f, "write")?;
                 changes_text(f, changes)?;
+                bound_text(f, *session)?;
                 match revision {
                     Some(r) => write!(f, " at revision {r}"),
                     None => Ok(()),
@@ -156,6 +175,18 @@ impl WatchOp {
                 (Some(r), Some(v)) => write!(f, "list at revision {r} -> {v:?}"),
                 _ => write!(f, "list"),
             },
+            WatchOp::Gone {
+                key,
+                session,
+                present,
+            } => {
+                write!(f, "read {key:?} after closing session {session}")?;
+                match present {
+                    Some(true) => write!(f, " -> present"),
+                    Some(false) => write!(f, " -> absent"),
+                    None => Ok(()),
+                }
+            }
             WatchOp::Open { from } => write!(f, "watch from revision {from}"),
             WatchOp::Changes { revision, changes } => {
                 write!(f, "changes at revision {revision}:")?;

@@ -269,6 +269,23 @@ pub enum WatchOp {
         /// The revision of the write.
         #[serde(default)]
         revision: Option<u64>,
+        /// The session the written keys are bound to (their puts go when it
+        /// ends); `None`: plain keys.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<u64>,
+    },
+    /// A linearizable read of `key`, bound to `session`, made after the
+    /// client's close of that session was acknowledged. `present` is the
+    /// result (`None` on the invocation, required on ok): it must be
+    /// `false`, the close took the key with it.
+    Gone {
+        /// The key.
+        key: Key,
+        /// The closed session it was bound to.
+        session: u64,
+        /// Whether the key was still there.
+        #[serde(default)]
+        present: Option<bool>,
     },
     /// A linearizable scan of the prefix that starts a watcher's run: the
     /// keys and values at `revision` (both `None` on the invocation,
@@ -377,9 +394,29 @@ impl Op {
             (Op::Durability(a @ D::Put { .. }), Op::Durability(b @ D::Put { .. })) => a == b,
             (Op::Durability(D::ReadAll { .. }), Op::Durability(D::ReadAll { .. })) => true,
             (
-                Op::Watch(WatchOp::Write { changes: c1, .. }),
-                Op::Watch(WatchOp::Write { changes: c2, .. }),
-            ) => c1 == c2,
+                Op::Watch(WatchOp::Write {
+                    changes: c1,
+                    session: s1,
+                    ..
+                }),
+                Op::Watch(WatchOp::Write {
+                    changes: c2,
+                    session: s2,
+                    ..
+                }),
+            ) => c1 == c2 && s1 == s2,
+            (
+                Op::Watch(WatchOp::Gone {
+                    key: k1,
+                    session: s1,
+                    ..
+                }),
+                Op::Watch(WatchOp::Gone {
+                    key: k2,
+                    session: s2,
+                    ..
+                }),
+            ) => k1 == k2 && s1 == s2,
             (Op::Watch(WatchOp::List { .. }), Op::Watch(WatchOp::List { .. })) => true,
             (a, b) if a.is_instant() && b.is_instant() => a == b,
             _ => false,
@@ -396,6 +433,7 @@ impl Op {
             Op::Sequence(SequenceOp::Alloc { range, .. }) => range.is_some(),
             Op::Durability(DurabilityOp::ReadAll { values }) => values.is_some(),
             Op::Watch(WatchOp::Write { revision, .. }) => revision.is_some(),
+            Op::Watch(WatchOp::Gone { present, .. }) => present.is_some(),
             Op::Watch(WatchOp::List { revision, values }) => revision.is_some() && values.is_some(),
             _ => true,
         }

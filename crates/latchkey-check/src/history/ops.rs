@@ -112,6 +112,25 @@ pub fn watch_write(changes: &[(&str, Option<&str>)], revision: Option<u64>) -> O
     Op::Watch(WatchOp::Write {
         changes: watch_change_list(changes),
         revision,
+        session: None,
+    })
+}
+
+/// A put of `key` = `value` bound to `session`; `revision` is the result.
+pub fn watch_bound_put(key: &str, value: &str, session: u64, revision: Option<u64>) -> Op {
+    Op::Watch(WatchOp::Write {
+        changes: watch_change_list(&[(key, Some(value))]),
+        revision,
+        session: Some(session),
+    })
+}
+
+/// A read of `key` after closing `session`; `present` is the result.
+pub fn watch_gone(key: &str, session: u64, present: Option<bool>) -> Op {
+    Op::Watch(WatchOp::Gone {
+        key: key.into(),
+        session,
+        present,
     })
 }
 

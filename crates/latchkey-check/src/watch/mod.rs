@@ -33,11 +33,19 @@
 //!    the lower one.
 //! 6. **List, then watch**: every list equals the state a watcher that
 //!    covers the list's revision computes from its own list and messages.
+//! 7. **A session's keys go together**: keys put bound to a session
+//!    ([`WatchOp::Write`] with a `session`) and deleted by no write are
+//!    deleted by the session's end, all at one revision, after they were
+//!    put (rule 4 accepts such a delete only from a bound put that did not
+//!    fail, began before it arrived and, if acknowledged, was applied at a
+//!    lower revision).
+//! 8. **A close takes them at once**: a read made after the client's close
+//!    of a session was acknowledged ([`WatchOp::Gone`]) finds its key gone.
 //!
 //! Unknown writes may or may not appear; rules 2 and 6 still hold them to
 //! one story across every watcher.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{Event, History, Key, Op, Operation, Outcome, Value, WatchChange, WatchOp};
 use crate::order::later_lower;
@@ -56,9 +64,10 @@ const MAX_PER_RULE: usize = 64;
 /// An ok list: revision, keys, operation.
 type List<'h> = (u64, &'h BTreeMap<Key, Value>, &'h Operation);
 
-/// Checks rules 1-6.
+/// Checks rules 1-8.
 pub fn check(history: &History) -> Verdict {
     let mut writes: Vec<&Operation> = Vec::new();
+    let mut gones: Vec<&Operation> = Vec::new();
     let mut lists: Vec<List> = Vec::new();
     let mut items: BTreeMap<u64, Vec<(u64, Item)>> = BTreeMap::new();
     let mut examined = 0u64;
@@ -81,6 +90,10 @@ pub fn check(history: &History) -> Verdict {
                     .push((index, Item::List(*r, v, op)));
             }
             Op::Watch(WatchOp::List { .. }) => examined += 1,
+            Op::Watch(WatchOp::Gone { .. }) => {
+                examined += 1;
+                gones.push(op);
+            }
             _ => {}
         }
     }
@@ -125,6 +138,8 @@ pub fn check(history: &History) -> Verdict {
     validity(&watchers, &writes, &mut violations);
     real_time(&acked, &mut violations);
     list_then_watch(&watchers, &lists, &mut violations);
+    sessions_end_together(&watchers, &writes, &mut violations);
+    closes_take_their_keys(&gones, &mut violations);
     let revisions: usize = watchers.iter().map(|w| w.messages.len()).sum();
     let pass = format!(
         "{} watcher(s) received {revisions} change message(s) over {} span(s); {} acknowledged \
@@ -226,13 +241,24 @@ fn validity(watchers: &[Watcher], writes: &[&Operation], violations: &mut Vec<Vi
     // (key, value) -> the writes that put it; key -> the writes deleting it.
     let mut puts: BTreeMap<(&str, &str), Vec<&Operation>> = BTreeMap::new();
     let mut deletes: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    // A bound put may be undone by its session's end: it explains a delete
+    // of its key at a later revision.
+    let mut bound: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
     for op in writes {
-        let Op::Watch(WatchOp::Write { changes, .. }) = op.op() else {
+        let Op::Watch(WatchOp::Write {
+            changes, session, ..
+        }) = op.op()
+        else {
             continue;
         };
         for c in changes {
             match &c.value {
-                Some(v) => puts.entry((&c.key, v)).or_default().push(op),
+                Some(v) => {
+                    puts.entry((&c.key, v)).or_default().push(op);
+                    if session.is_some() {
+                        bound.entry(&c.key).or_default().push(op);
+                    }
+                }
                 None => deletes.entry(&c.key).or_default().push(op),
             }
         }
@@ -243,20 +269,39 @@ fn validity(watchers: &[Watcher], writes: &[&Operation], violations: &mut Vec<Vi
         for (r, m) in &w.messages {
             for c in m.changes {
                 let candidates = match &c.value {
-                    Some(v) => puts.get(&(c.key.as_str(), v.as_str())),
-                    None => deletes.get(c.key.as_str()),
+                    Some(v) => puts.get(&(c.key.as_str(), v.as_str())).cloned(),
+                    None => {
+                        let mut ops = deletes.get(c.key.as_str()).cloned().unwrap_or_default();
+                        ops.extend(bound.get(c.key.as_str()).into_iter().flatten());
+                        (!ops.is_empty()).then_some(ops)
+                    }
                 };
                 let fits = |op: &&Operation| {
+                    let at = match op.op() {
+                        Op::Watch(WatchOp::Write {
+                            revision: Some(at), ..
+                        }) if op.outcome() == Outcome::Ok => Some(*at),
+                        _ => None,
+                    };
+                    // A bound put explains a delete by its session's end,
+                    // at a later revision.
+                    let ends_session = c.value.is_none()
+                        && matches!(
+                            op.op(),
+                            Op::Watch(WatchOp::Write {
+                                session: Some(_),
+                                ..
+                            })
+                        );
                     op.outcome() != Outcome::Fail
                         && op.invoke_ns() <= m.event.time_ns
-                        && match op.op() {
-                            Op::Watch(WatchOp::Write {
-                                revision: Some(at), ..
-                            }) if op.outcome() == Outcome::Ok => at == r,
-                            _ => true,
+                        && match (at, ends_session) {
+                            (Some(at), true) => at < *r,
+                            (Some(at), false) => at == *r,
+                            (None, _) => true,
                         }
                 };
-                let wrong = match candidates {
+                let wrong = match &candidates {
                     None => Some((
                         format!("nobody wrote {}", show(std::slice::from_ref(c))),
                         Vec::new(),
@@ -369,6 +414,90 @@ fn list_then_watch(watchers: &[Watcher], lists: &[List], violations: &mut Vec<Vi
         }
     }
     violations.extend(found);
+}
+
+/// Rule 7: the keys bound to one session, deleted by no write, are
+/// deleted at one revision.
+fn sessions_end_together(
+    watchers: &[Watcher],
+    writes: &[&Operation],
+    violations: &mut Vec<Violation>,
+) {
+    // Key -> its session (`None`: bound to more than one), and the keys
+    // some write deletes.
+    let mut session_of: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+    let mut deleted: BTreeSet<&str> = BTreeSet::new();
+    for op in writes {
+        let Op::Watch(WatchOp::Write {
+            changes, session, ..
+        }) = op.op()
+        else {
+            continue;
+        };
+        for c in changes {
+            match (&c.value, session) {
+                (Some(_), Some(s)) => {
+                    let entry = session_of.entry(&c.key).or_insert(Some(*s));
+                    if *entry != Some(*s) {
+                        *entry = None;
+                    }
+                }
+                (None, _) => {
+                    deleted.insert(&c.key);
+                }
+                (Some(_), None) => {}
+            }
+        }
+    }
+    // Session -> revision -> a message that deleted one of its keys there.
+    let mut ends: BTreeMap<u64, BTreeMap<u64, &Event>> = BTreeMap::new();
+    for w in watchers {
+        for (r, m) in &w.messages {
+            for c in m.changes.iter().filter(|c| c.value.is_none()) {
+                if deleted.contains(c.key.as_str()) {
+                    continue;
+                }
+                if let Some(Some(s)) = session_of.get(c.key.as_str()) {
+                    ends.entry(*s).or_default().entry(*r).or_insert(m.event);
+                }
+            }
+        }
+    }
+    for (session, at) in ends {
+        if at.len() > 1 {
+            let revisions: Vec<u64> = at.keys().copied().collect();
+            violations.push(Violation::new(
+                format!(
+                    "the keys bound to session {session} were deleted at revisions \
+                     {revisions:?}: a session's end deletes them all at one revision"
+                ),
+                at.values().map(|e| (*e).clone()).collect(),
+            ));
+        }
+    }
+}
+
+/// Rule 8: after an acknowledged close, the session's key is gone.
+fn closes_take_their_keys(gones: &[&Operation], violations: &mut Vec<Violation>) {
+    for op in gones {
+        if let (
+            Outcome::Ok,
+            Op::Watch(WatchOp::Gone {
+                key,
+                session,
+                present: Some(true),
+            }),
+        ) = (op.outcome(), op.op())
+        {
+            violations.push(Violation::new(
+                format!(
+                    "{key:?} was still there after its session {session} was closed: a close \
+                     deletes the session's keys in the same step"
+                ),
+                op.events(),
+            ));
+        }
+    }
 }
 
 /// Changes as ` "k" = v, "j" = <absent>`.

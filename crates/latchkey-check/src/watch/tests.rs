@@ -268,3 +268,69 @@ fn the_history_round_trips_through_json() {
     assert_eq!(back, h);
     assert!(text.contains("\"workload\":\"watch\""), "{text}");
 }
+
+/// Writer process 1 binds "e/1" and "e/2" to session 7 at revisions 11
+/// and 12; watcher 2 sees them.
+fn bound_pair() -> HistoryBuilder {
+    use crate::history::ops::watch_bound_put as bound;
+    let mut h = HistoryBuilder::new();
+    list_and_open(&mut h, 2, 0, 10, &[]);
+    h.invoke(WRITER, 10, bound("e/1", "a", 7, None));
+    h.ok(WRITER, 11, bound("e/1", "a", 7, Some(11)));
+    h.invoke(WRITER, 12, bound("e/2", "b", 7, None));
+    h.ok(WRITER, 13, bound("e/2", "b", 7, Some(12)));
+    h.ok(2, 14, changes(11, &[("e/1", Some("a"))]));
+    h.ok(2, 15, changes(12, &[("e/2", Some("b"))]));
+    h
+}
+
+#[test]
+fn a_sessions_end_deletes_its_keys_together() {
+    let mut h = bound_pair();
+    h.ok(2, 20, changes(13, &[("e/1", None), ("e/2", None)]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Pass, "{m}");
+}
+
+#[test]
+fn a_sessions_keys_deleted_at_two_revisions_fail() {
+    let mut h = bound_pair();
+    h.ok(2, 20, changes(13, &[("e/1", None)]));
+    h.ok(2, 21, changes(14, &[("e/2", None)]));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("session 7") && m.contains("[13, 14]"), "{m}");
+}
+
+#[test]
+fn a_bound_key_deleted_before_it_was_put_fails() {
+    let mut h = bound_pair();
+    // Deleted at revision 10, below the put's 11: nothing explains it.
+    let mut early = HistoryBuilder::new();
+    early.ok(9, 0, open(5));
+    early.ok(9, 30, changes(10, &[("e/1", None)]));
+    for e in early.events() {
+        h.push(e.process, 30, e.kind, e.op.clone());
+    }
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("no write that could have made"), "{m}");
+}
+
+#[test]
+fn a_key_still_there_after_its_close_fails() {
+    use crate::history::ops::watch_gone as gone;
+    let mut h = bound_pair();
+    h.invoke(WRITER, 30, gone("e/1", 7, None));
+    h.ok(WRITER, 31, gone("e/1", 7, Some(false)));
+    let (s, m) = status(h.clone());
+    assert_eq!(s, Status::Pass, "{m}");
+    h.invoke(WRITER, 32, gone("e/2", 7, None));
+    h.ok(WRITER, 33, gone("e/2", 7, Some(true)));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(
+        m.contains("still there after its session 7 was closed"),
+        "{m}"
+    );
+}

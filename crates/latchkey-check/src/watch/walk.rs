@@ -203,7 +203,7 @@ pub(super) fn walk<'h>(
                     walk.known = walk.known.max(*revision);
                 }
             }
-            WatchOp::Write { .. } | WatchOp::List { .. } => {}
+            WatchOp::Write { .. } | WatchOp::List { .. } | WatchOp::Gone { .. } => {}
         }
     }
     walk.close();

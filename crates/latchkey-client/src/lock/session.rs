@@ -271,8 +271,64 @@ impl Session {
         self.inner.next_request.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// End the session now: its locks are released at once (no lock-delay)
-    /// and its waits cancelled.
+    /// Set `key` to `value`, bound to this session (an ephemeral key): the
+    /// cluster deletes it in the same step that ends the session, closed
+    /// or expired because its keep-alives stopped (the process died, or
+    /// lost the cluster for longer than the TTL), so watchers see every
+    /// key of the session go at one revision. A later put of the key,
+    /// bound or not, sets its binding anew (a plain [`Client::put`]
+    /// unbinds it). Returns the revision the put made.
+    ///
+    /// Refused, writing nothing, once the session has ended
+    /// ([`CommandError::SessionEnded`]), and past
+    /// [`MAX_KEYS_PER_SESSION`](latchkey_core::limits::MAX_KEYS_PER_SESSION)
+    /// keys ([`CommandError::TooManySessionKeys`]).
+    ///
+    /// Service discovery: each member binds `members/<id>` to its session;
+    /// everyone lists `members/` and watches it from the list's revision
+    /// plus one ([`Client::watch`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
+    /// let session = client.session(std::time::Duration::from_secs(10)).await?;
+    /// session.put("members/n1", "10.0.0.1:8080").await?;
+    /// // ... serve; the key goes when the session is closed or expires.
+    /// session.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<u64, Error> {
+        let command = Command::PutBound {
+            key: key.as_ref().to_vec(),
+            value: value.as_ref().to_vec(),
+            session: self.inner.id,
+            secret: self.inner.secret,
+        };
+        match self.inner.client.execute(command).await? {
+            Outcome::Written { revision } => Ok(revision),
+            other => Err(unexpected("Written", &other)),
+        }
+    }
+
+    /// Stop keeping the session alive, without closing it: the cluster ends
+    /// it once its TTL runs out after the last keep-alive, as if this
+    /// process had died (its locks then pass on after their lock-delay, and
+    /// its bound keys go). Dropping a session closes it instead. For drills
+    /// and tests of what a crash does.
+    pub fn abandon(self) {
+        if let Some(w) = self
+            .inner
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            w.abort();
+        }
+        self.inner.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// End the session now: its locks are released at once (no lock-delay),
+    /// its waits cancelled and the keys bound to it deleted.
     pub async fn close(&self) -> Result<(), Error> {
         if let Some(w) = self
             .inner

@@ -247,6 +247,7 @@ pub use query::{
     TimerState, WaitTimer,
 };
 pub use sequencer::{Sequencer, SequencerParseError};
+pub(crate) use session::check_live;
 pub use session::{SessionId, SessionSecret};
 
 pub(crate) use apply::apply;

@@ -31,12 +31,13 @@
 //!   counter). The count is kept in [`META_LIVE_SESSIONS`], equal to the
 //!   number of session records.
 //! - Ending a session (close or expiry) visits exactly the locks in its
-//!   [`crate::keyspace::SESSION_LOCKS`] index, in name order, then forgets
-//!   its request memory and its record.
+//!   [`crate::keyspace::SESSION_LOCKS`] index, in name order, deletes the
+//!   keys bound to it ([`crate::keyspace::SESSION_KEYS`], in key order, at
+//!   one new revision), then forgets its request memory and its record.
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Applied;
+use super::apply::{Applied, ApplyError};
 use super::event::{Event, SessionEnd};
 use super::{dedup, lock_table, record, LockOutcome};
 use crate::keyspace::{self, META_LAST_SESSION, META_LIVE_SESSIONS};
@@ -182,6 +183,22 @@ pub(crate) fn check_secret<S: Store>(
     }
 }
 
+/// Whether `session` is live and `secret` is its secret: `Ok(Err(_))`
+/// names the refusal (for a key bound to the session, see
+/// [`crate::Command::PutBound`]).
+pub(crate) fn check_live<S: Store>(
+    store: &S,
+    session: SessionId,
+    secret: &SessionSecret,
+) -> Result<Result<(), CommandError>, StoreError> {
+    let live = check_secret(store, session, secret).and_then(|()| load_live(store, session));
+    match live {
+        Ok(_) => Ok(Ok(())),
+        Err(ApplyError::Refused(e)) => Ok(Err(e)),
+        Err(ApplyError::Store(e)) => Err(e),
+    }
+}
+
 /// The record of `session`, if it is live.
 pub(crate) fn load<S: Store>(
     store: &S,
@@ -287,6 +304,11 @@ pub(crate) fn end<S: Store>(
         released = released.saturating_add(r);
         cancelled = cancelled.saturating_add(c);
     }
+    // The keys bound to the session go in this same command, at one
+    // revision: watchers see them deleted together.
+    let mut change = crate::data::Change::begin(store)?;
+    change.delete_session_keys(store, session.0)?;
+    change.finish(store)?;
     dedup::forget_all(store, session)?;
     crate::auth::forget_owner(store, session)?;
     store.delete(&keyspace::session_key(session.0))?;

@@ -1,6 +1,7 @@
 //! The watch workload: writers change a few keys under [`WATCH_PREFIX`],
-//! watchers list the prefix and watch it, each from its own replica first.
-//! `latchkey-check`'s `watch` checker reads what they record.
+//! a binder puts keys bound to short sessions that it closes or abandons,
+//! and watchers list the prefix and watch it, each from its own replica
+//! first. `latchkey-check`'s `watch` checker reads what they record.
 
 use std::time::Duration;
 
@@ -100,6 +101,76 @@ pub async fn writer(load: Load<'_>, process: u64, mut rng: Rng) {
             }
         }
         load.pause(load.pace).await;
+    }
+}
+
+/// Opens sessions of `ttl` and binds one or two keys to each (unique keys
+/// under `WATCH_PREFIX` + `e/`), then, after a while, closes the session
+/// and reads each key (it must be gone), or abandons it to expire. Until
+/// told to stop.
+pub async fn binder(load: Load<'_>, process: u64, ttl: Duration, mut rng: Rng) {
+    let mut n = 0u64;
+    while !load.stopping() {
+        let session = match load.client.session(ttl).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%e, "cannot open a session yet");
+                load.pause(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = session.id().0;
+        let mut keys = Vec::new();
+        for _ in 0..1 + rng.below(2) {
+            n += 1;
+            let key = format!("{WATCH_PREFIX}e/p{process}-{n}");
+            let value = format!("p{process}-{n}");
+            load.rec
+                .invoke(process, ops::watch_bound_put(&key, &value, id, None));
+            match session.put(&key, &value).await {
+                Ok(revision) => {
+                    load.rec.record(
+                        process,
+                        EventKind::Ok,
+                        ops::watch_bound_put(&key, &value, id, Some(revision)),
+                    );
+                    keys.push(key);
+                }
+                Err(e) => {
+                    let kind = write_failure(&e);
+                    load.rec
+                        .record(process, kind, ops::watch_bound_put(&key, &value, id, None));
+                    if kind == EventKind::Unknown {
+                        keys.push(key);
+                    }
+                }
+            }
+        }
+        load.pause(Duration::from_millis(rng.between(100, 1_500)))
+            .await;
+        if !rng.chance(70) {
+            // Abandoned: its keep-alives stop, it expires after its TTL.
+            session.abandon();
+            continue;
+        }
+        if let Err(e) = session.close().await {
+            tracing::debug!(%e, "close failed");
+            continue;
+        }
+        for key in keys {
+            load.rec.invoke(process, ops::watch_gone(&key, id, None));
+            match load.client.get(&key).await {
+                Ok(v) => load.rec.record(
+                    process,
+                    EventKind::Ok,
+                    ops::watch_gone(&key, id, Some(v.is_some())),
+                ),
+                Err(_) => {
+                    load.rec
+                        .record(process, EventKind::Fail, ops::watch_gone(&key, id, None))
+                }
+            };
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub(super) fn put(key: &[u8], value: &[u8]) -> v1::PutRequest {
     v1::PutRequest {
         key: key.to_vec(),
         value: value.to_vec(),
+        ..Default::default()
     }
 }
 
@@ -157,6 +158,11 @@ pub(super) fn ops_from_wire(ops: Vec<v1::BatchOp>) -> Result<Vec<BatchOp>, Repli
     ops.into_iter()
         .enumerate()
         .map(|(i, op)| match op.op {
+            Some(v1::batch_op::Op::Put(p)) if p.session != 0 || !p.session_secret.is_empty() => {
+                Err(invalid(format!(
+                    "ops[{i}]: a batch's put cannot bind a key to a session (use put)"
+                )))
+            }
             Some(v1::batch_op::Op::Put(p)) => Ok(BatchOp::Put {
                 key: p.key,
                 value: p.value,

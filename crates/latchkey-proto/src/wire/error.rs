@@ -74,6 +74,11 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             name: key,
             ..base(ErrorKind::KeyAbsent)
         },
+        E::TooManySessionKeys { session, max } => v1::Error {
+            session: session.0,
+            max,
+            ..base(ErrorKind::TooManySessionKeys)
+        },
         E::UnknownSession { session } => v1::Error {
             session: session.0,
             ..base(ErrorKind::UnknownSession)
@@ -328,6 +333,10 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
         },
         ErrorKind::CounterExhausted => E::CounterExhausted { counter: name },
         ErrorKind::TooManySessions => E::TooManySessions { max: e.max },
+        ErrorKind::TooManySessionKeys => E::TooManySessionKeys {
+            session: SessionId(e.session),
+            max: e.max,
+        },
         ErrorKind::PermissionDenied => match e.permission.parse() {
             Ok(permission) => E::PermissionDenied {
                 user: e.user,

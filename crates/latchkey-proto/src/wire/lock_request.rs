@@ -277,7 +277,7 @@ fn read(query: LockQuery, stale: bool) -> Operation {
 }
 
 /// A request's `session_secret`: exactly [`SessionSecret::LEN`] bytes.
-fn secret_from_wire(bytes: &[u8]) -> Result<SessionSecret, ReplicaFailure> {
+pub(super) fn secret_from_wire(bytes: &[u8]) -> Result<SessionSecret, ReplicaFailure> {
     SessionSecret::from_slice(bytes).ok_or_else(|| {
         invalid(format!(
             "`session_secret` must be the {} bytes the session's OpenSession reply gave, not {} \

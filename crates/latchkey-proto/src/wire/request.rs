@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use latchkey_core::lock::SessionId;
 use latchkey_core::{Command, Query, ScanRange};
 
 use super::batch::{
@@ -53,16 +54,22 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
             }),
             r.stale,
         ),
-        Req::Put(r) => write(Command::Put {
+        Req::Put(r) if r.session == 0 && r.session_secret.is_empty() => write(Command::Put {
+            key: r.key,
+            value: r.value,
+        }),
+        Req::Put(r) => write(Command::PutBound {
+            secret: lock::secret_from_wire(&r.session_secret)?,
+            session: SessionId(r.session),
             key: r.key,
             value: r.value,
         }),
         Req::PutIfAbsent(r) => write(Command::PutIfAbsent {
-            key: r.key,
+            key: unbound(r.key, r.session, &r.session_secret)?,
             value: r.value,
         }),
         Req::GetAndPut(r) => write(Command::GetAndPut {
-            key: r.key,
+            key: unbound(r.key, r.session, &r.session_secret)?,
             value: r.value,
         }),
         Req::CompareAndPut(r) => write(Command::CompareAndPut {
@@ -97,11 +104,32 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
     Ok((op, rpc))
 }
 
+/// `key`, refused when its request names a session: only a plain put binds
+/// a key to a session.
+fn unbound(key: Vec<u8>, session: u64, secret: &[u8]) -> Result<Vec<u8>, ReplicaFailure> {
+    if session != 0 || !secret.is_empty() {
+        return Err(ReplicaFailure::InvalidArgument(
+            "only put binds a key to a session (not put-if-absent or get-and-put)".into(),
+        ));
+    }
+    Ok(key)
+}
+
 /// The typed request of a write command; lock commands are converted by
 /// `lock_request.rs`. What a client cannot send is refused.
 fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailure> {
     Ok(match command {
         Command::Put { key, value } => Req::Put(put(key, value)),
+        Command::PutBound {
+            key,
+            value,
+            session,
+            secret,
+        } => Req::Put(v1::PutRequest {
+            session: session.0,
+            session_secret: secret.0.to_vec(),
+            ..put(key, value)
+        }),
         Command::PutIfAbsent { key, value } => Req::PutIfAbsent(put(key, value)),
         Command::GetAndPut { key, value } => Req::GetAndPut(put(key, value)),
         Command::CompareAndPut { key, test, value } => {

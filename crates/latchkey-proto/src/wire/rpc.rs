@@ -122,7 +122,7 @@ impl Rpc {
 
     fn of_command(command: &Command) -> Option<Rpc> {
         Some(match command {
-            Command::Put { .. } => Rpc::Put,
+            Command::Put { .. } | Command::PutBound { .. } => Rpc::Put,
             Command::PutIfAbsent { .. } => Rpc::PutIfAbsent,
             Command::GetAndPut { .. } => Rpc::GetAndPut,
             Command::CompareAndPut { .. } => Rpc::CompareAndPut,

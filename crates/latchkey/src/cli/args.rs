@@ -135,6 +135,16 @@ pub enum Cmd {
             hide_env_values = true
         )]
         session_secret: Option<String>,
+        /// Bind the key to a session this process opens and keeps alive:
+        /// the key lives as long as the process. Prints the revision, then
+        /// waits: Ctrl-C or SIGTERM close the session (the key goes at
+        /// once); if the process is killed, the session expires after
+        /// --ttl and the key goes then.
+        #[arg(long, conflicts_with = "fence")]
+        ephemeral: bool,
+        /// With --ephemeral: the session's TTL.
+        #[arg(long, value_parser = parse_duration, requires = "ephemeral")]
+        ttl: Option<Duration>,
     },
     /// Print the value of KEY (exit code 1 if absent).
     Get {

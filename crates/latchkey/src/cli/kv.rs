@@ -35,6 +35,70 @@ pub async fn put(
     written(args, revision)
 }
 
+/// The session TTL of `put --ephemeral` without `--ttl`.
+pub const EPHEMERAL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `put KEY VALUE --ephemeral`: open a session, bind the key to it, print
+/// the revision, and keep the session alive until SIGINT or SIGTERM, then
+/// close it (the key goes at once). The session is closed on every way out
+/// once opened, a signal during the open or the put included. A killed
+/// process stops keeping it alive: the session expires after `ttl` and the
+/// key goes then. Ends with exit code 6 if the session is lost meanwhile.
+pub async fn put_ephemeral(
+    args: &Args,
+    key: &str,
+    value: Option<&str>,
+    file: Option<&Path>,
+    ttl: std::time::Duration,
+) -> Result<ExitCode, Failure> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let value = put_value(value, file)?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
+    let stopped = || Failure::Other(format!("stopped by a signal before {key:?} was written"));
+    let c = client(args)?;
+    let session = tokio::select! {
+        s = c.session(ttl) => s?,
+        _ = term.recv() => return Err(stopped()),
+        _ = int.recv() => return Err(stopped()),
+    };
+    let held = async {
+        let revision = tokio::select! {
+            r = session.put(key, &value) => r?,
+            _ = term.recv() => return Err(stopped()),
+            _ = int.recv() => return Err(stopped()),
+        };
+        match args.write_out {
+            WriteOut::Json => out(&[format!(
+                "{}\n",
+                serde_json::json!({ "revision": revision, "session": session.id().0 })
+            )
+            .as_bytes()])?,
+            WriteOut::Simple | WriteOut::Table | WriteOut::Hex => {
+                out(&[format!("{revision}\n").as_bytes()])?
+            }
+        }
+        tokio::select! {
+            _ = term.recv() => Ok(()),
+            _ = int.recv() => Ok(()),
+            _ = session.lost() => Err(Failure::LockLost(format!(
+                "session {} was lost (no keep-alive acknowledged in time): the cluster \
+                 deletes {key:?} when it expires the session, if it has not already",
+                session.id().0
+            ))),
+        }
+    }
+    .await;
+    // Closed on every way out: a signal or a failure leaves no key behind
+    // for a TTL.
+    let closed = session.close().await;
+    held?;
+    closed?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// A write's answer: `OK`, or with `-w json` the revision it made.
 fn written(args: &Args, revision: u64) -> Result<ExitCode, Failure> {
     match args.write_out {

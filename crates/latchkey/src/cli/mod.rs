@@ -47,8 +47,26 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
             key,
             value,
             file,
+            ephemeral: true,
+            ttl,
+            ..
+        } => {
+            kv::put_ephemeral(
+                &args,
+                key,
+                value.as_deref(),
+                file.as_deref(),
+                ttl.unwrap_or(kv::EPHEMERAL_TTL),
+            )
+            .await
+        }
+        Cmd::Put {
+            key,
+            value,
+            file,
             fence,
             session_secret,
+            ..
         } => {
             kv::put(
                 &args,
