@@ -754,9 +754,16 @@ def section_reflection(router, ns):
     put = pool.FindMessageTypeByName("latchkey.v1.PutRequest")
     fields = {f.name: f.type for f in put.fields}
     bytes_type = put.fields[0].TYPE_BYTES
+    uint64_type = put.fields[0].TYPE_UINT64
+    expected = {
+        "key": bytes_type,
+        "value": bytes_type,
+        "session": uint64_type,
+        "session_secret": bytes_type,
+    }
     check(
-        fields == {"key": bytes_type, "value": bytes_type},
-        f"latchkey.v1.PutRequest has fields {fields}, expected key and value (bytes)",
+        fields == expected,
+        f"latchkey.v1.PutRequest has fields {fields}, expected {expected}",
     )
     method = pool.FindServiceByName("latchkey.v1.Kv").FindMethodByName("Put")
     check(
