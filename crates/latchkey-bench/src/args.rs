@@ -19,7 +19,12 @@ USAGE:
                                      under a write load, SIGKILL the leader --kills
                                      times: time to the first acknowledged write,
                                      and elections (spurious ones counted apart)
-    cargo xtask bench [kv|lock|all] [OPTIONS]   the usual way: builds the server first
+    latchkey-bench watch [OPTIONS]   put x64 with and without --watchers watchers
+                                     on the prefix (interleaved), the delay from a
+                                     put's acknowledgement to each watcher; then
+                                     one writer and one watcher
+    cargo xtask bench [kv|lock|all|failover|watch] [OPTIONS]
+                                     the usual way: builds the server first
 
 OPTIONS:
     --duration D       how long each (workload, clients) run lasts (default 5s;
@@ -50,6 +55,7 @@ OPTIONS:
     --settle D         failover: quiet load before and after each kill, in which
                        any election is spurious (default 5s)
     --writers N        failover: writer tasks of the load (default 8)
+    --watchers N       watch: watchers on the prefix (default 1000)
     --serve-arg ARG    one more argument for every `latchkey serve` (repeat it;
                        e.g. --serve-arg=--election-timeout=500ms for an A/B)
     --tls              run the servers with TLS (certificates from `latchkey
@@ -69,6 +75,7 @@ pub enum Workload {
     Lock,
     All,
     Failover,
+    Watch,
 }
 
 /// How client tasks get their `Client`.
@@ -118,6 +125,8 @@ pub struct Options {
     pub settle: Duration,
     /// --writers: failover's writer tasks.
     pub failover_writers: usize,
+    /// --watchers: the watch benchmark's watchers.
+    pub watchers: usize,
     /// --serve-arg: extra arguments of every `latchkey serve`.
     pub serve_args: Vec<String>,
     /// --aged: lock ages the cluster first.
@@ -143,6 +152,7 @@ impl Default for Options {
             kills: 10,
             settle: Duration::from_secs(5),
             failover_writers: 8,
+            watchers: 1_000,
             serve_args: Vec::new(),
             aged: false,
             age_keys: 1_000_000,
@@ -192,7 +202,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     }
     let Some((first, rest)) = strings.split_first() else {
-        return Err("missing workload: kv, lock, all or failover".into());
+        return Err("missing workload: kv, lock, all, failover or watch".into());
     };
     let workload = match first.as_str() {
         "-h" | "--help" | "help" => return Ok(Parsed::Help),
@@ -200,9 +210,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         "lock" => Workload::Lock,
         "all" => Workload::All,
         "failover" => Workload::Failover,
+        "watch" => Workload::Watch,
         other => {
             return Err(format!(
-                "unknown workload `{other}`: choose kv, lock, all or failover"
+                "unknown workload `{other}`: choose kv, lock, all, failover or watch"
             ))
         }
     };
@@ -246,6 +257,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--kills",
             "--settle",
             "--writers",
+            "--watchers",
             "--serve-arg",
             "--age-keys",
             "--age-sessions",
@@ -274,6 +286,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--kills" => opts.kills = parse_count(flag, &value, 1000)?,
             "--settle" => opts.settle = parse_duration(&value)?,
             "--writers" => opts.failover_writers = parse_count(flag, &value, 1024)?,
+            "--watchers" => opts.watchers = parse_count(flag, &value, 10_000)?,
             "--serve-arg" => opts.serve_args.push(value),
             "--age-keys" => opts.age_keys = parse_count(flag, &value, 100_000_000)? as u64,
             "--age-sessions" => opts.age_sessions = parse_count(flag, &value, 10_000_000)? as u64,

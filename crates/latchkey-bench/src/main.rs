@@ -66,6 +66,14 @@
 //! or a failed release (which may leave the lock held), makes the task close
 //! it and open another (`sessions_reopened`).
 //!
+//! ## What `watch` measures
+//!
+//! What watchers cost the writes, and how soon a watcher hears of one (see
+//! the `watch` module): put x64 with no watcher and with `--watchers`
+//! (default 1,000) watchers on the prefix it writes, twice each,
+//! interleaved; the delay from each put's acknowledgement to each
+//! watcher's receipt of the change; then one writer and one watcher.
+//!
 //! ## How to run
 //!
 //! ```text
@@ -123,6 +131,7 @@ mod lock;
 mod measure;
 mod report;
 mod testbed;
+mod watch;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -213,6 +222,7 @@ fn time_budget(workload: Workload, opts: &Options) -> Duration {
         Workload::Lock => lock::budget(opts),
         Workload::All => kv::budget(opts) + lock::budget(opts),
         Workload::Failover => failover::budget(opts),
+        Workload::Watch => watch::budget(opts),
     }
 }
 
@@ -223,6 +233,7 @@ async fn run(workload: Workload, opts: &Options) -> Result<(), String> {
         Workload::Kv => kv::bench(opts).await,
         Workload::Lock => lock::bench(opts).await,
         Workload::Failover => failover::bench(opts).await,
+        Workload::Watch => watch::bench(opts).await,
         Workload::All => {
             let kv = kv::bench(opts).await;
             if let Err(e) = &kv {

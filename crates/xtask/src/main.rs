@@ -122,7 +122,7 @@ OPTIONS:
 ";
 
 const BENCH_HELP: &str = "\
-cargo xtask bench [kv|lock|all|failover] [ARGS...]
+cargo xtask bench [kv|lock|all|failover|watch] [ARGS...]
 
 First builds the server (`cargo build -p latchkey --bin latchkey`, the dev
 profile like every other command), then runs
@@ -248,7 +248,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("discovery", &["service_discovery"], "discovery"),
 ];
 
-const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover"];
+const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "watch"];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
