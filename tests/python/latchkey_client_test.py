@@ -917,10 +917,46 @@ def section_watch(router, ns):
     )
 
 
+def section_ephemeral(router, ns):
+    """A key bound to a session (PutRequest.session and session_secret) is
+    deleted when the session is closed; a bind to a closed session or with
+    another session's secret is refused and writes nothing."""
+    key = ns + b"members/py"
+    owner = Session(router, ttl_ms=6000)
+    other = Session(router, ttl_ms=6000)
+    try:
+        put = pb.PutRequest(key=key, value=b"10.0.0.9:80", session=owner.id, session_secret=owner.secret)
+        made = expect_ok("bound put", router.call("Kv", "Put", put, idempotent=False))
+        got = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
+        check(got.HasField("kv") and got.kv.mod_revision == made.revision, f"the bound key: {got}")
+
+        foreign = pb.PutRequest(key=ns + b"members/x", value=b"v", session=owner.id, session_secret=other.secret)
+        reply = router.call("Kv", "Put", foreign, idempotent=False)
+        expect_error("a bind with another session's secret", reply, pb.ERROR_KIND_WRONG_SESSION_SECRET)
+        reply = router.call(
+            "Kv",
+            "PutIfAbsent",
+            pb.PutRequest(key=ns + b"members/y", value=b"v", session=owner.id, session_secret=owner.secret),
+            idempotent=False,
+        )
+        expect_error("put-if-absent bound to a session", reply, pb.ERROR_KIND_INVALID_ARGUMENT)
+    finally:
+        close_all(owner)
+    got = expect_ok("get after the close", router.call("Kv", "Get", pb.GetRequest(key=key)))
+    check(not got.HasField("kv"), f"the key outlived its closed session: {got}")
+    late = pb.PutRequest(key=key, value=b"late", session=owner.id, session_secret=owner.secret)
+    reply = router.call("Kv", "Put", late, idempotent=False)
+    expect_error("a bind to a closed session", reply, pb.ERROR_KIND_SESSION_ENDED)
+    got = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
+    check(not got.HasField("kv"), f"a refused bind wrote: {got}")
+    close_all(other)
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
     ("watch", section_watch),
+    ("ephemeral", section_ephemeral),
     ("locks", section_locks),
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),
