@@ -15,14 +15,12 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use futures::StreamExt;
 use latchkey::{Client, CommandError, Consistency, Error, Selection, WatchMessage};
-use support::{bin, eventually, retrying, Cluster, LEADER_WAIT, TEST_LIMIT};
-use tokio::io::AsyncBufReadExt;
+use support::{eventually, retrying, Cluster, LEADER_WAIT, TEST_LIMIT};
 use tokio::process::Child;
 
 /// The TTL of the `put --ephemeral` processes.
@@ -32,18 +30,7 @@ const TTL: Duration = Duration::from_secs(6);
 /// revision it prints once the key is written.
 async fn put_ephemeral(c: &Cluster, key: &str, value: &str) -> Result<(Child, u64)> {
     let ttl = format!("{}s", TTL.as_secs());
-    let mut child = tokio::process::Command::new(bin())
-        .args(["put", key, value, "--ephemeral", "--ttl", &ttl])
-        .args(["--endpoints", &c.endpoints_arg()])
-        .env_remove("LATCHKEY_ENDPOINTS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("start `latchkey put --ephemeral`")?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (child, mut lines) = c.spawn_cli(&["put", key, value, "--ephemeral", "--ttl", &ttl])?;
     let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .context("`put --ephemeral` printed no revision")??;

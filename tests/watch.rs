@@ -16,15 +16,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use futures::StreamExt;
 use latchkey::{Client, Error, ScanRange, Selection, WatchMessage};
-use support::{bin, eventually, retrying, Cluster, LEADER_WAIT, TEST_LIMIT};
-use tokio::io::AsyncBufReadExt;
+use support::{eventually, retrying, Cluster, LEADER_WAIT, TEST_LIMIT};
 
 /// What a watcher saw: revision -> the (key, value or None for a delete)
 /// changes of that revision, and the revisions in the order they came.
@@ -346,27 +344,15 @@ async fn cli_watch(c: &mut Cluster) -> Result<()> {
     c.wait_for_leader(LEADER_WAIT).await?;
     let client = c.client()?;
     let first = retrying("write", async || client.put("p/a", "1").await).await?;
-    let mut child = tokio::process::Command::new(bin())
-        .args([
-            "watch",
-            "--prefix",
-            "p/",
-            "--rev",
-            &first.to_string(),
-            "-w",
-            "json",
-            "--endpoints",
-            &c.endpoints_arg(),
-        ])
-        .env_remove("LATCHKEY_ENDPOINTS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("start `latchkey watch`")?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (mut child, mut lines) = c.spawn_cli(&[
+        "watch",
+        "--prefix",
+        "p/",
+        "--rev",
+        &first.to_string(),
+        "-w",
+        "json",
+    ])?;
     retrying("write", async || client.delete("p/a").await).await?;
     retrying("write", async || client.put("other", "x").await).await?;
     let put = retrying("write", async || client.put("p/b", "2").await).await?;

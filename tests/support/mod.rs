@@ -50,6 +50,9 @@ pub fn bin() -> &'static str {
 
 /// Client options for the tests: long enough to ride out an election on a
 /// slow machine; an attempt outlives the server's 5 s write timeout.
+/// A spawned CLI command's standard output, line by line.
+pub type CliLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
 /// The secret every process test cluster's replicas share.
 pub const CLUSTER_SECRET: &str = "latchkey-process-test-secret-0001";
 
@@ -608,6 +611,27 @@ impl Cluster {
         }
         all.extend_from_slice(args);
         run_cli_with_stdin(&all, stdin).await
+    }
+
+    /// Start a long-running CLI command (`watch`, `put --ephemeral`) with
+    /// `args` and `--endpoints` naming every node; its stdout is read line
+    /// by line. The process is killed when the child is dropped.
+    pub fn spawn_cli(&self, args: &[&str]) -> Result<(tokio::process::Child, CliLines)> {
+        let mut child = tokio::process::Command::new(bin())
+            .args(args)
+            .args(["--endpoints", &self.endpoints_arg()])
+            .env_remove("LATCHKEY_ENDPOINTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start `latchkey {}`", args.join(" ")))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        Ok((
+            child,
+            tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+        ))
     }
 
     /// What every replica has logged so far, one text.

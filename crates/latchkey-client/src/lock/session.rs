@@ -315,6 +315,12 @@ impl Session {
     /// its bound keys go). Dropping a session closes it instead. For drills
     /// and tests of what a crash does.
     pub fn abandon(self) {
+        self.stop_watchdog();
+        self.inner.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Stop the keep-alives.
+    fn stop_watchdog(&self) {
         if let Some(w) = self
             .inner
             .watchdog
@@ -324,21 +330,12 @@ impl Session {
         {
             w.abort();
         }
-        self.inner.closed.store(true, Ordering::SeqCst);
     }
 
     /// End the session now: its locks are released at once (no lock-delay),
     /// its waits cancelled and the keys bound to it deleted.
     pub async fn close(&self) -> Result<(), Error> {
-        if let Some(w) = self
-            .inner
-            .watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            w.abort();
-        }
+        self.stop_watchdog();
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
