@@ -141,6 +141,9 @@ WORKLOADS (each starts its own three-process cluster on loopback):
     failover  under a write load, SIGKILL the leader 10 times (--kills): time
             to the first acknowledged write (p50, p90, max) and elections,
             spurious ones (in --settle of quiet load) counted apart
+    watch   put x64 with no watcher and with 1,000 (--watchers) on its prefix,
+            interleaved; the delay from each put's acknowledgement to each
+            watcher; then one writer and one watcher
 
 ARGS (see `cargo run -p latchkey-bench -- --help`):
     --duration 5s        length of each (workload, clients) run
