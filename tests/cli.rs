@@ -178,6 +178,7 @@ async fn bad_input(c: &mut Cluster) -> Result<()> {
             kv.batch(v1::BatchRequest {
                 conditions: Vec::new(),
                 ops: vec![v1::BatchOp { op: None }],
+                once: None,
             })
             .await,
             |r: &v1::BatchReply| r.error.as_ref(),

@@ -755,11 +755,13 @@ def section_reflection(router, ns):
     fields = {f.name: f.type for f in put.fields}
     bytes_type = put.fields[0].TYPE_BYTES
     uint64_type = put.fields[0].TYPE_UINT64
+    message_type = put.fields[0].TYPE_MESSAGE
     expected = {
         "key": bytes_type,
         "value": bytes_type,
         "session": uint64_type,
         "session_secret": bytes_type,
+        "once": message_type,
     }
     check(
         fields == expected,
@@ -952,11 +954,48 @@ def section_ephemeral(router, ns):
     close_all(other)
 
 
+def section_retry_safe(router, ns):
+    """A write carrying `once` (session, secret, request id) applies once:
+    sent again it returns its first outcome, revision included; the same id
+    with another body is refused; a batch's op cannot carry its own."""
+    key = ns + b"once/k"
+    session = Session(router, ttl_ms=6000)
+    try:
+        rid = session.next_request_id()
+        tag = pb.Once(session=session.id, session_secret=session.secret, request_id=rid)
+        put = pb.PutRequest(key=key, value=b"v1", once=tag)
+        first = expect_ok("retry-safe put", router.call("Kv", "Put", put, idempotent=True))
+        again = expect_ok("the same put again", router.call("Kv", "Put", put, idempotent=True))
+        check(again.revision == first.revision, f"a resent put made revision {again.revision}, not {first.revision}")
+        got = expect_ok("get", router.call("Kv", "Get", pb.GetRequest(key=key)))
+        check(got.kv.version == 1 and got.kv.mod_revision == first.revision, f"the put applied twice: {got}")
+
+        other = pb.PutRequest(key=key, value=b"v2", once=tag)
+        reply = router.call("Kv", "Put", other, idempotent=False)
+        expect_error("another put under the same request id", reply, pb.ERROR_KIND_REQUEST_ID_REUSED)
+
+        seq_tag = pb.Once(session=session.id, session_secret=session.secret, request_id=session.next_request_id())
+        take = pb.NextSequenceRequest(key=ns + b"once/ids", step=5, once=seq_tag)
+        a = expect_ok("retry-safe allocation", router.call("Kv", "NextSequence", take, idempotent=True))
+        b = expect_ok("the same allocation again", router.call("Kv", "NextSequence", take, idempotent=True))
+        check((a.start, a.end) == (b.start, b.end), f"a resent allocation moved the sequence: {a} then {b}")
+
+        bad = pb.BatchRequest(ops=[pb.BatchOp(delete=pb.DeleteRequest(key=key, once=tag))])
+        reply = router.call("Kv", "Batch", bad, idempotent=False)
+        expect_error("a batch op with its own once", reply, pb.ERROR_KIND_INVALID_ARGUMENT)
+    finally:
+        close_all(session)
+    # The memory ends with the session: the same request is refused now.
+    reply = router.call("Kv", "Put", put, idempotent=False)
+    expect_error("a retry after the session closed", reply, pb.ERROR_KIND_SESSION_ENDED)
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
     ("watch", section_watch),
     ("ephemeral", section_ephemeral),
+    ("retry-safe", section_retry_safe),
     ("locks", section_locks),
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),

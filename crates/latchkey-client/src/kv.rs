@@ -1,8 +1,8 @@
 //! The first API room: [`Client`] itself (how one is made, the router it
 //! sends through) and its key-value calls. Every other room (`lock`,
 //! `admin`, `auth`) adds calls to the `Client` defined here, so they import
-//! this room; it imports none of them, only the router and the transport's
-//! [`TransportStats`] below.
+//! this room; it imports none of them, only the router, the retry-safe
+//! `writer` and the transport's [`TransportStats`] below.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::options::ClientOptions;
 use crate::router::Router;
 use crate::transport::TransportStats;
+use crate::writer::{self, Writer};
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,6 +46,9 @@ pub enum Consistency {
 #[derive(Clone)]
 pub struct Client {
     router: Arc<Router>,
+    /// The session of this client's retry-safe writes; `None` when
+    /// [`ClientOptions::retry_safe_writes`] is off.
+    writer: Option<Arc<Writer>>,
 }
 
 /// Entries returned by [`Client::scan`].
@@ -173,9 +177,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Ok(Client {
-            router: Arc::new(Router::new(endpoints, None, options)?),
-        })
+        Ok(Client::over(Router::new(endpoints, None, options)?))
     }
 
     /// A client that calls `local` directly while it leads, and the other
@@ -190,9 +192,16 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Ok(Client {
-            router: Arc::new(Router::new(endpoints, Some(local), options)?),
-        })
+        Ok(Client::over(Router::new(endpoints, Some(local), options)?))
+    }
+
+    fn over(router: Router) -> Client {
+        let router = Arc::new(router);
+        let writer = router
+            .options()
+            .retry_safe_writes
+            .then(|| Arc::new(Writer::new(Arc::clone(&router))));
+        Client { router, writer }
     }
 
     pub(crate) fn router(&self) -> &Router {
@@ -214,8 +223,30 @@ impl Client {
     }
 
     /// Propose any write command and return its outcome.
+    ///
+    /// A key-value write (put, put-if-absent, compare-and-put, get-and-put,
+    /// delete, delete-range, batch, next-sequence, a session's bound put)
+    /// is retry-safe unless [`ClientOptions::retry_safe_writes`] is off: it
+    /// is sent under this client's own session and a request id, and
+    /// resent across replicas and leader changes until it is answered, so
+    /// it is applied once and a lost answer does not end the call. The
+    /// session is opened on the first write (one extra round trip), kept
+    /// alive in the background, and closed when the last clone of the
+    /// client is dropped. [`Error::UnknownOutcome`] remains possible only
+    /// when no replica answers within
+    /// [`ClientOptions::request_timeout`] after an attempt that may have
+    /// been applied, or when the client was cut off for longer than its
+    /// session's TTL (30 s) between an attempt and its retry, or when a
+    /// retry lags 256 later writes of the same client. Other commands
+    /// (lock commands carry their own request ids) are sent as they are.
     pub async fn execute(&self, command: Command) -> Result<Outcome, Error> {
-        self.execute_with(command, false).await
+        match &self.writer {
+            Some(writer) if writer::is_plain_write(&command) => {
+                latchkey_core::validate_command(&command)?;
+                writer.execute(command).await
+            }
+            _ => self.execute_with(command, false).await,
+        }
     }
 
     /// Propose `command`; `idempotent` commands (lock commands deduplicated

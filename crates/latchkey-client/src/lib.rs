@@ -15,9 +15,10 @@
 //! carried them.
 //!
 //! It must not decide semantics (that is `latchkey-core`'s job) and must
-//! never retry a write whose outcome is unknown: such a call ends with
-//! [`Error::UnknownOutcome`] so nothing is applied twice behind the caller's
-//! back.
+//! never resend a write that could be applied twice: a key-value write is
+//! resent only under its request id, which the replicas remember
+//! (retry-safe writes, see [`Client::execute`]); any other write whose
+//! outcome is unknown ends with [`Error::UnknownOutcome`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), latchkey_client::Error> {
@@ -53,7 +54,9 @@
 //!    on it or as unary RPCs (`endpoint`).
 //! 3. The router (`router`): leader discovery, retries with backoff, and
 //!    the targets an attempt goes to (the in-process replica, or a
-//!    transport endpoint).
+//!    transport endpoint); above it `writer`, retry-safe writes (a write
+//!    tagged with a session and a request id, resent until answered) and
+//!    the session a client opens for its own writes.
 //! 4. The API rooms, each adding calls to [`Client`]: `kv` (the `Client`
 //!    itself and its key-value calls; every other room that needs a
 //!    `Client` imports it), `lock/` (sessions with their lease clock and
@@ -84,6 +87,7 @@ mod options;
 mod router;
 mod transport;
 mod watch;
+mod writer;
 
 pub use admin::Backup;
 pub use auth::UserInfo;

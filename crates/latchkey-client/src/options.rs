@@ -37,6 +37,14 @@ pub struct ClientOptions {
     /// The user every call is made as, when the replicas run access
     /// control (see [`ClientOptions::with_user`]). Default: none.
     pub user: Option<UserCredentials>,
+    /// Make key-value writes retry-safe (default true): each is sent under
+    /// a session the client opens on its first write and a request id, and
+    /// resent until answered, so a leader change mid-write does not end in
+    /// [`Error::UnknownOutcome`](crate::Error::UnknownOutcome) (see
+    /// [`Client::execute`](crate::Client::execute)). Off, a write is sent
+    /// once past the point where it may have been applied, and costs no
+    /// session.
+    pub retry_safe_writes: bool,
 }
 
 /// A user's name and password (its `Debug` form does not show the
@@ -104,6 +112,7 @@ impl Default for ClientOptions {
             cluster_secret: None,
             tls: None,
             user: None,
+            retry_safe_writes: true,
         }
     }
 }
@@ -184,6 +193,13 @@ impl ClientOptions {
     /// Set [`ClientOptions::call_stream`].
     pub fn with_call_stream(mut self, call_stream: bool) -> Self {
         self.call_stream = call_stream;
+        self
+    }
+
+    /// Make key-value writes retry-safe or not
+    /// ([`ClientOptions::retry_safe_writes`]).
+    pub fn with_retry_safe_writes(mut self, retry_safe_writes: bool) -> Self {
+        self.retry_safe_writes = retry_safe_writes;
         self
     }
 }

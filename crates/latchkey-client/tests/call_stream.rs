@@ -297,10 +297,13 @@ async fn serve(
     .await
 }
 
+/// The fake replicas here do not remember requests: writes go plain (the
+/// subject is the stream, not retry-safe writes).
 fn stream_options() -> ClientOptions {
     ClientOptions::default()
         .with_request_timeout(Duration::from_secs(10))
         .with_attempt_timeout(Duration::from_secs(5))
+        .with_retry_safe_writes(false)
 }
 
 /// A client that uses the call stream.

@@ -375,7 +375,10 @@ enum Transport {
 async fn connected_client(addr: &str, transport: Transport) -> Result<Client, Error> {
     let client = Client::with_options(
         [addr],
-        ClientOptions::default().with_call_stream(matches!(transport, Transport::Stream)),
+        // The fake replica does not remember requests: writes go plain.
+        ClientOptions::default()
+            .with_call_stream(matches!(transport, Transport::Stream))
+            .with_retry_safe_writes(false),
     )?;
     client.put("warm-up", "v").await?;
     Ok(client)

@@ -79,7 +79,9 @@ pub const MAX_NAME_LEN: usize = 128;
 pub enum Permission {
     /// Read user keys (get, scan; the compared keys of a batch).
     Read,
-    /// Write user keys (put, delete, batches), allocate from sequences.
+    /// Write user keys (put, delete, batches), allocate from sequences;
+    /// open sessions (a client's retry-safe writes and bound keys live in
+    /// one).
     Write,
     /// Take, release and list locks; open sessions.
     Lock,
@@ -687,6 +689,15 @@ impl<S: Store> Checker<'_, S> {
                 self.need(Write, Target::Key(key))
             }
             Command::Batch { conditions, ops } => self.batch(conditions, ops),
+            // A retry-safe write: the user's own session, and the write.
+            Command::Once {
+                session, command, ..
+            } => {
+                if let Err(e) = self.owns(*session)? {
+                    return Ok(Err(e));
+                }
+                return self.command(command);
+            }
             // Admins administer; only root makes more roots.
             Command::Auth(AuthCommand::GrantRole { role, .. })
                 if role == ROOT && !self.grants.root =>
@@ -719,7 +730,12 @@ impl<S: Store> Checker<'_, S> {
             })
         };
         match command {
-            LockCommand::OpenSession { .. } => Ok(self.need(L, Target::Any)),
+            // Lock users hold locks in sessions, writers make their writes
+            // retry-safe and bind keys in them.
+            LockCommand::OpenSession { .. } => Ok(self.need(L, Target::Any).or_else(|refused| {
+                self.need(Permission::Write, Target::Any)
+                    .map_err(|_| refused)
+            })),
             LockCommand::CloseSession { session, .. } => session_and(*session, None),
             LockCommand::Acquire { session, name, .. }
             | LockCommand::Release { session, name, .. }

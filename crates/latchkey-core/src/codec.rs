@@ -28,7 +28,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 6: keys can be bound to a session ([`crate::Command::PutBound`]): a
 /// user-data row's header also holds the session it is bound to, and a
 /// session's keys are indexed under `E` (see [`crate::keyspace`]).
-pub const FORMAT_VERSION: u8 = 6;
+///
+/// 7: key-value writes can be retry-safe ([`crate::Command::Once`]): a
+/// session's remembered request holds either a lock command or the digest
+/// of a write, and its answer may be a write's outcome.
+pub const FORMAT_VERSION: u8 = 7;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.
@@ -63,6 +67,17 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
     bincode::serde::encode_into_std_write(value, &mut out, config())
         .map_err(|e| CodecError::Encode(e.to_string()))?;
     Ok(out)
+}
+
+/// The SHA-256 of `value`'s encoding (the body [`encode`] writes after its
+/// version byte), computed without holding the encoding in memory. Equal
+/// values have equal digests on every replica.
+pub fn digest<T: Serialize + ?Sized>(value: &T) -> Result<[u8; 32], CodecError> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    bincode::serde::encode_into_std_write(value, &mut hasher, config())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    Ok(hasher.finalize().into())
 }
 
 /// Decode bytes produced by [`encode`]. Trailing bytes are an error.

@@ -151,6 +151,34 @@ pub enum Command {
         /// The session's secret.
         secret: crate::lock::SessionSecret,
     },
+    /// `command`, a key-value write, applied at most once for
+    /// (`session`, `request_id`): a retry of the same request returns the
+    /// first outcome (revision included) and changes nothing, so a client
+    /// may resend a write whose answer it lost. The memory is the session's
+    /// request memory, shared with its acquires and releases (see
+    /// [`crate::lock`]): at most [`crate::limits::MAX_REMEMBERED_REQUESTS`]
+    /// outcomes, ending with the session. A retry must carry the very same
+    /// `command`; another one under a remembered id is refused with
+    /// [`crate::CommandError::RequestIdReused`], an id already forgotten
+    /// with [`crate::CommandError::RequestTooOld`]. Refused, writing
+    /// nothing, when the session is not live or `secret` is not its
+    /// secret. A refused `command` is not remembered: its retry is judged
+    /// afresh (it wrote nothing, so nothing can happen twice).
+    ///
+    /// `command` is one of `Put`, `PutBound`, `PutIfAbsent`,
+    /// `CompareAndPut`, `GetAndPut`, `Delete`, `DeleteRange`, `Batch` or
+    /// `NextSequence`. Returns `command`'s outcome.
+    Once {
+        /// The session whose request memory keeps the outcome.
+        session: crate::lock::SessionId,
+        /// The session's secret.
+        secret: crate::lock::SessionSecret,
+        /// The request's id, unique in the session; clients number them
+        /// increasingly.
+        request_id: u64,
+        /// The write.
+        command: Box<Command>,
+    },
 }
 
 impl Command {
@@ -172,6 +200,7 @@ impl Command {
             Command::Group { commands } => commands.iter().map(Command::payload_len).sum(),
             Command::Auth(auth) => crate::auth::validate(auth).unwrap_or(0),
             Command::As { user, command } => user.len() + command.payload_len(),
+            Command::Once { command, .. } => command.payload_len(),
         }
     }
 }

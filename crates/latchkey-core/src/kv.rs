@@ -212,6 +212,12 @@ fn execute<S: Store>(
         Command::Batch { conditions, ops } => batch(store, conditions, ops),
         Command::NextSequence { key, step } => next_sequence(store, key, *step),
         Command::Lock(command) => lock::apply(store, command, events),
+        Command::Once {
+            session,
+            secret,
+            request_id,
+            command,
+        } => once(store, *session, secret, *request_id, command, events),
         // Only reached for a group nested in a group, which validation refuses.
         Command::Group { .. } => Ok(Err(CommandError::invalid(
             "a group must not contain a group",
@@ -220,6 +226,36 @@ fn execute<S: Store>(
         // `apply_one` runs the command inside; never reached.
         Command::As { .. } => Ok(Err(CommandError::invalid("`As` never nests"))),
     }
+}
+
+/// [`Command::Once`]: the first outcome of (`session`, `request_id`) if it
+/// was applied before (writing nothing), else `command`'s, remembered when
+/// it succeeds. Validation has checked that `command` is a key-value write.
+fn once<S: Store>(
+    store: &mut S,
+    session: lock::SessionId,
+    secret: &lock::SessionSecret,
+    request_id: u64,
+    command: &Command,
+    events: &mut Vec<Event>,
+) -> Result<CommandResult, StoreError> {
+    if let Err(refused) = lock::check_live(store, session, secret)? {
+        return Ok(Err(refused));
+    }
+    let digest = match lock::WriteDigest::of(command) {
+        Ok(digest) => digest,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    match lock::recall_write(store, session, request_id, digest)? {
+        Ok(Some(first)) => return Ok(Ok(first)),
+        Ok(None) => {}
+        Err(refused) => return Ok(Err(refused)),
+    }
+    let result = execute(store, command, events)?;
+    if let Ok(outcome) = &result {
+        lock::remember_write(store, session, request_id, digest, outcome)?;
+    }
+    Ok(result)
 }
 
 /// Check every condition, then apply every op: [`Command::Batch`], also used

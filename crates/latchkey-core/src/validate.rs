@@ -250,6 +250,23 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         Command::Lock(lock) => check_lock_command(lock)?,
         Command::Group { commands } => check_group(commands)?,
         Command::Auth(auth) => crate::auth::validate(auth)?,
+        Command::Once {
+            session, command, ..
+        } => {
+            if session.0 == 0 {
+                return Err(CommandError::invalid(
+                    "a retry-safe write names a session, not session 0",
+                ));
+            }
+            if !is_plain_write(command) {
+                return Err(CommandError::invalid(
+                    "only a key-value write can be made retry-safe (lock commands carry \
+                     their own request ids)",
+                ));
+            }
+            validate_command(command)?;
+            command.payload_len()
+        }
         Command::As { user, command } => {
             if matches!(**command, Command::Group { .. } | Command::As { .. }) {
                 return Err(CommandError::invalid(
@@ -267,6 +284,26 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         )));
     }
     Ok(())
+}
+
+/// Whether `command` is a key-value write: what [`Command::Once`] may hold.
+fn is_plain_write(command: &Command) -> bool {
+    match command {
+        Command::Put { .. }
+        | Command::PutBound { .. }
+        | Command::PutIfAbsent { .. }
+        | Command::CompareAndPut { .. }
+        | Command::GetAndPut { .. }
+        | Command::Delete { .. }
+        | Command::DeleteRange { .. }
+        | Command::Batch { .. }
+        | Command::NextSequence { .. } => true,
+        Command::Lock(_)
+        | Command::Group { .. }
+        | Command::Auth(_)
+        | Command::As { .. }
+        | Command::Once { .. } => false,
+    }
 }
 
 /// The shape of a group: not too many commands, none of them a group. Each

@@ -184,6 +184,43 @@ fn sessions_belong_to_the_user_who_opened_them() {
 }
 
 #[test]
+fn a_writer_opens_a_session_for_retry_safe_writes_and_a_reader_cannot() {
+    let mut store = store_with(&[(Permission::Write, "jobs/")]);
+    let secret = SessionSecret([5; SessionSecret::LEN]);
+    let open = Command::Lock(LockCommand::OpenSession {
+        ttl_ms: 10_000,
+        secret,
+    });
+    let opened = run(&mut store, as_user("app", open.clone()));
+    let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = opened else {
+        panic!("a writer could not open a session: {opened:?}");
+    };
+    let once = |key: &str, request_id| Command::Once {
+        session,
+        secret,
+        request_id,
+        command: Box::new(put(key)),
+    };
+    assert!(run(&mut store, as_user("app", once("jobs/1", 1))).is_ok());
+    // The write itself still needs its permission, and the session is the
+    // opener's own.
+    assert!(is_denied(
+        &run(&mut store, as_user("app", once("billing/1", 2))),
+        Permission::Write
+    ));
+    assert!(is_denied(
+        &run(&mut store, as_user("other", once("jobs/2", 3))),
+        Permission::Lock
+    ));
+    // With neither lock nor write permission, no session.
+    let mut store = store_with(&[(Permission::Read, "")]);
+    assert!(is_denied(
+        &run(&mut store, as_user("app", open)),
+        Permission::Lock
+    ));
+}
+
+#[test]
 fn only_root_makes_roots_and_unowned_sessions_are_roots() {
     let mut store = store_with(&[(Permission::Admin, ""), (Permission::Lock, "")]);
     let promote = Command::Auth(AuthCommand::GrantRole {

@@ -131,6 +131,14 @@ fn script() -> Vec<Request> {
         bound(b"e", b"x", S1),
         bound(b"t", b"y", S3),
         Command::Lock(LockCommand::ExpireSession { session: S3 }),
+        // A retry-safe delete of "j" (revision 7), remembered by session 1
+        // as its request 2.
+        Command::Once {
+            session: S1,
+            secret: secret(S1),
+            request_id: 2,
+            command: Box::new(Command::Delete { key: b"j".to_vec() }),
+        },
     ];
     commands
         .into_iter()
@@ -155,7 +163,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (06); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (07); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -165,10 +173,6 @@ const ROWS: &[(&str, &str)] = &[
     (
         "44 65",
         "0000000000000004 0000000000000004 0000000000000001 0000000000000001 78",
-    ),
-    (
-        "44 6a",
-        "0000000000000002 0000000000000002 0000000000000001 0000000000000000 77",
     ),
     (
         "44 6b",
@@ -181,7 +185,7 @@ const ROWS: &[(&str, &str)] = &[
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "06 01 01           # revision 1, 1 change:
+        "07 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -189,32 +193,39 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "06 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "07 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "06 03 01  01 6b
+        "07 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
     (
         "57 0000000000000004",
-        "06 04 01  01 65  01 01 78 04 04 01  00  00",
+        "07 04 01  01 65  01 01 78 04 04 01  00  00",
     ),
     (
         "57 0000000000000005",
-        "06 05 01  01 74  01 01 79 05 05 01  00  00",
+        "07 05 01  01 74  01 01 79 05 05 01  00  00",
     ),
     (
         "57 0000000000000006",
-        "06 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+        "07 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
          00                 #   current None (deleted),
          01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
          00",
     ),
+    (
+        "57 0000000000000007",
+        "07 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
+         00                 #   current None (deleted),
+         01 01 77 02 02 01  #   previous Some { \"w\", 2, 2, 1 }
+         00",
+    ),
     // Mhist -> oldest revision kept, bytes of records kept (u64 BE each).
-    ("4d686973 74", "0000000000000001 0000000000000053"),
+    ("4d686973 74", "0000000000000001 0000000000000060"),
     // H + session id (u64 BE) + lock name -> empty: session 1 holds "a",
     // session 2 waits for it.
     ("48 0000000000000001 61", ""),
@@ -222,7 +233,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "06
+        "07
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
@@ -234,7 +245,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "06
+        "07
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
@@ -242,8 +253,8 @@ const ROWS: &[(&str, &str)] = &[
     // the cluster's revision, the last session id and the last fencing
     // token issued.
     ("4d 6c697665", "0000000000000002"),
-    ("4d 6e6f77", "0000000000000016"),
-    ("4d 726576", "0000000000000006"),
+    ("4d 6e6f77", "0000000000000017"),
+    ("4d 726576", "0000000000000007"),
     ("4d 73657373696f6e", "0000000000000003"),
     ("4d 746f6b656e", "0000000000000002"),
     // Q + sequence key -> next start, u64 BE.
@@ -252,8 +263,8 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "06
-         03                 # request: LockCommand::Acquire
+        "07
+         00 03              # request: Asked::Lock(LockCommand::Acquire)
          01                 # session 1,
          11111111111111111111111111111111 # secret,
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
@@ -264,9 +275,17 @@ const ROWS: &[(&str, &str)] = &[
          01                 #   hold_count 1",
     ),
     (
+        "52 0000000000000001 0000000000000002",
+        "07
+         01                 # request: Asked::Write, the SHA-256 of the delete:
+         1cef68fe585f6770c237a0d02da18d078d26740ceeb92daa5a6411efe4dcf2f6
+         02                 # answer: Answer::Written
+         04 01 07           #   Outcome::Deleted { count 1, revision 7 }",
+    ),
+    (
         "52 0000000000000002 0000000000000001",
-        "06
-         03                 # request: LockCommand::Acquire
+        "07
+         00 03              # request: Asked::Lock(LockCommand::Acquire)
          02                 # session 2,
          22222222222222222222222222222222 # secret,
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
@@ -280,12 +299,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "06 fb1027 01 00 00     # ttl 10000, 1 remembered, 0, [],
+        "07 fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "06 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "07 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -308,7 +327,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 6);
+    assert_eq!(FORMAT_VERSION, 7);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -344,7 +363,7 @@ fn stored_records_read_back() {
                 mod_revision: 3,
                 version: 2,
             }),
-            revision: 6,
+            revision: 7,
         })
     );
     assert_eq!(
@@ -405,6 +424,25 @@ fn stored_records_read_back() {
             hold_count: 1
         })
     );
+    // A retried retry-safe write gets its remembered outcome and deletes
+    // nothing more.
+    let (outcome, _) = run(
+        &mut store,
+        100,
+        Command::Once {
+            session: S1,
+            secret: secret(S1),
+            request_id: 2,
+            command: Box::new(Command::Delete { key: b"j".to_vec() }),
+        },
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Deleted {
+            count: 1,
+            revision: 7
+        }
+    );
     // The revision counter and the key's revisions carry on.
     let (outcome, _) = run(
         &mut store,
@@ -414,17 +452,17 @@ fn stored_records_read_back() {
             value: b"v2".to_vec(),
         },
     );
-    assert_eq!(outcome, Outcome::Written { revision: 7 });
+    assert_eq!(outcome, Outcome::Written { revision: 8 });
     assert_eq!(
         query(&store, &Query::Get { key: b"k".to_vec() }).unwrap(),
         Ok(Outcome::Value {
             value: Some(Versioned {
                 value: b"v2".to_vec(),
                 create_revision: 1,
-                mod_revision: 7,
+                mod_revision: 8,
                 version: 3,
             }),
-            revision: 7,
+            revision: 8,
         })
     );
     // The sequence and the token counter carry on.
@@ -459,7 +497,7 @@ fn stored_records_read_back() {
         query(&store, &Query::Get { key: b"e".to_vec() }).unwrap(),
         Ok(Outcome::Value {
             value: None,
-            revision: 8,
+            revision: 9,
         })
     );
     assert!(

@@ -312,9 +312,14 @@ impl Model {
             }
             // This model covers the KV room only; tests/lock_properties.rs
             // covers the lock service.
-            // tests/session_keys.rs covers keys bound to sessions.
-            Command::Lock(_) | Command::Auth(_) | Command::As { .. } | Command::PutBound { .. } => {
-                unreachable!("the generators make no lock, access-control or bound commands")
+            // tests/session_keys.rs covers keys bound to sessions,
+            // tests/retry_safe_writes.rs retry-safe writes.
+            Command::Lock(_)
+            | Command::Auth(_)
+            | Command::As { .. }
+            | Command::PutBound { .. }
+            | Command::Once { .. } => {
+                unreachable!("the generators make no lock, access-control, bound or once commands")
             }
             Command::Group { .. } => invalid(),
         }

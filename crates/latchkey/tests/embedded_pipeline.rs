@@ -161,6 +161,7 @@ async fn a_frame_answers_each_call_as_its_unary_rpc_and_bad_calls_apply_nothing(
         let exhausted = Req::NextSequence(v1::NextSequenceRequest {
             key: b"mix/seq".to_vec(),
             step: 1,
+            once: None,
         });
         let requests = vec![
             Some(put("mix/a", "1")),
@@ -349,7 +350,8 @@ async fn a_client_shares_frames_between_concurrent_requests_and_answers_each_cal
         })
         .await?;
         let stats = unary.transport_stats();
-        assert_eq!(stats.unary_calls, 16, "{stats:?}");
+        // One more: the client opens its session for retry-safe writes.
+        assert_eq!(stats.unary_calls, 17, "{stats:?}");
         assert_eq!(
             (stats.stream_calls, stats.stream_frames),
             (0, 0),

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use latchkey_core::lock::{SessionId, SessionSecret};
 use latchkey_core::CommandResult;
-use latchkey_proto::Operation;
 use tokio::sync::watch;
 
 use super::lease_clock;
 use crate::error::Error;
 use crate::kv::Client;
+use crate::writer;
 
 impl Client {
     /// One keep-alive, retried across replicas until `within` has passed;
@@ -23,19 +23,11 @@ impl Client {
         secret: SessionSecret,
         within: Duration,
     ) -> Result<(CommandResult, Instant), Error> {
-        let attempt = self.router().options().attempt_timeout.min(within);
         let mut sent = lease_clock::now();
-        let result = self
-            .router()
-            .call_with(false, within, attempt, |target, _| {
-                sent = lease_clock::now();
-                async move {
-                    target
-                        .send(Operation::KeepAlive { session, secret }, attempt)
-                        .await
-                }
-            })
-            .await?;
+        let result = writer::keep_alive(self.router(), session, secret, within, || {
+            sent = lease_clock::now();
+        })
+        .await?;
         Ok((result, sent))
     }
 }

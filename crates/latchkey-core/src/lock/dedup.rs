@@ -1,21 +1,25 @@
-//! Request memory: each session remembers the outcome of its acquires and
-//! releases by request id, so a retry (after a timeout or a leader change)
-//! returns the first outcome instead of acting twice.
+//! Request memory: each session remembers the outcome of its acquires,
+//! releases and retry-safe writes ([`crate::Command::Once`]) by request id,
+//! so a retry (after a timeout or a leader change) returns the first outcome
+//! instead of acting twice.
 //!
 //! Rules (see also the [module docs](crate::lock)):
 //!
 //! - Only successful outcomes are remembered. A refused request writes
 //!   nothing (not even its memory), so its retry is judged afresh; that can
-//!   never grant twice because the refusal granted nothing.
+//!   never act twice because the refusal did nothing.
 //! - A retry must carry the very same command; the same request id with a
-//!   different command is [`CommandError::RequestIdReused`].
+//!   different command is [`CommandError::RequestIdReused`]. A write is
+//!   remembered by the SHA-256 of its encoding, not whole: a write can carry
+//!   megabytes, and the memory holds hundreds of requests per session.
 //! - A queued acquire's memory follows it: once granted, a retry returns the
 //!   grant ([`LockOutcome::Granted`], hold count 1); once cancelled, a retry
 //!   is refused with [`CommandError::WaitCancelled`].
 //! - Each session remembers at most
 //!   [`crate::limits::MAX_REMEMBERED_REQUESTS`]
-//!   outcomes. Remembering one more forgets the one with the lowest request
-//!   id, and every id up to the forgotten one is refused from then on with
+//!   outcomes, lock requests and writes together (one numbering). Remembering
+//!   one more forgets the one with the lowest request id, and every id up to
+//!   the forgotten one is refused from then on with
 //!   [`CommandError::RequestTooOld`] (it may or may not have been applied).
 //!   Clients number requests increasingly per session. A queued acquire is
 //!   never forgotten while it waits (its memory is how a retry or a cancel
@@ -28,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::apply::Applied;
 use super::session::{self, SessionRecord};
 use super::{record, LockCommand, LockOutcome, SessionId};
+use crate::command::{Command, Outcome};
 use crate::keyspace;
 use crate::limits::MAX_REMEMBERED_REQUESTS;
 
@@ -40,10 +45,19 @@ const EVICT_SCAN_CHUNK: usize = 8;
 /// One remembered request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RequestRecord {
-    /// The command exactly as first applied.
-    pub request: LockCommand,
+    /// What was asked, enough to tell a retry from another request.
+    pub request: Asked,
     /// What a retry gets.
     pub answer: Answer,
+}
+
+/// What a remembered request asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Asked {
+    /// An acquire or a release, exactly as first applied.
+    Lock(LockCommand),
+    /// A retry-safe write: the digest of its command ([`WriteDigest`]).
+    Write([u8; 32]),
 }
 
 /// What a retry of a remembered request gets.
@@ -53,6 +67,23 @@ pub(crate) enum Answer {
     Outcome(LockOutcome),
     /// [`CommandError::WaitCancelled`]: the queued acquire was cancelled.
     WaitCancelled,
+    /// A write's outcome, again.
+    Written(Outcome),
+}
+
+/// The SHA-256 of a write's encoding: how a retry-safe write is told from
+/// another write under the same request id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteDigest([u8; 32]);
+
+impl WriteDigest {
+    /// The digest of `command`. Refused (on every replica alike) only if
+    /// the command cannot be encoded, which a decoded command always can.
+    pub(crate) fn of(command: &Command) -> Result<WriteDigest, CommandError> {
+        crate::codec::digest(command)
+            .map(WriteDigest)
+            .map_err(|e| CommandError::invalid(format!("cannot encode the write: {e}")))
+    }
 }
 
 /// The remembered record of `request_id`, if any.
@@ -64,29 +95,21 @@ pub(crate) fn lookup<S: Store>(
     record::load(store, &keyspace::request_key(session.0, request_id))
 }
 
-/// The first outcome of `request` if it was applied before; `None` if it is
-/// new; refused if the id was used for another command or is forgotten.
-pub(crate) fn recall<S: Store>(
+/// The remembered answer to `request_id` if it is `asked` again; `None`
+/// if the id is new; refused if the id was used for another request or is
+/// forgotten.
+fn recall_answer<S: Store>(
     store: &S,
     session: SessionId,
     rec: &SessionRecord,
     request_id: u64,
-    request: &LockCommand,
-) -> Applied<Option<LockOutcome>> {
+    asked: Asking<'_>,
+) -> Applied<Option<Answer>> {
     match lookup(store, session, request_id)? {
-        Some(first) if first.request != *request => {
+        Some(first) if !asked.is(&first.request) => {
             Err(CommandError::RequestIdReused { request_id }.into())
         }
-        Some(first) => match first.answer {
-            Answer::Outcome(outcome) => Ok(Some(outcome)),
-            Answer::WaitCancelled => {
-                let name = match request {
-                    LockCommand::Acquire { name, .. } => name.clone(),
-                    _ => String::new(),
-                };
-                Err(CommandError::WaitCancelled { name, request_id }.into())
-            }
-        },
+        Some(first) => Ok(Some(first.answer)),
         None if request_id < rec.forgotten_below => Err(CommandError::RequestTooOld {
             request_id,
             oldest: rec.forgotten_below,
@@ -96,15 +119,132 @@ pub(crate) fn recall<S: Store>(
     }
 }
 
-/// Remember the first outcome of a new request, forgetting the oldest one
-/// if the session is at its bound. Saves the session record.
+/// A request as it arrives, to compare with what was remembered.
+#[derive(Clone, Copy)]
+enum Asking<'a> {
+    Lock(&'a LockCommand),
+    Write(WriteDigest),
+}
+
+impl Asking<'_> {
+    fn is(self, first: &Asked) -> bool {
+        match (self, first) {
+            (Asking::Lock(now), Asked::Lock(then)) => now == then,
+            (Asking::Write(now), Asked::Write(then)) => now.0 == *then,
+            _ => false,
+        }
+    }
+
+    fn to_owned(self) -> Asked {
+        match self {
+            Asking::Lock(command) => Asked::Lock(command.clone()),
+            Asking::Write(digest) => Asked::Write(digest.0),
+        }
+    }
+}
+
+/// The first outcome of `request` if it was applied before; `None` if it is
+/// new; refused if the id was used for another command or is forgotten.
+pub(crate) fn recall<S: Store>(
+    store: &S,
+    session: SessionId,
+    rec: &SessionRecord,
+    request_id: u64,
+    request: &LockCommand,
+) -> Applied<Option<LockOutcome>> {
+    match recall_answer(store, session, rec, request_id, Asking::Lock(request))? {
+        None => Ok(None),
+        Some(Answer::Outcome(outcome)) => Ok(Some(outcome)),
+        Some(Answer::WaitCancelled) => {
+            let name = match request {
+                LockCommand::Acquire { name, .. } => name.clone(),
+                _ => String::new(),
+            };
+            Err(CommandError::WaitCancelled { name, request_id }.into())
+        }
+        // A lock request's memory never holds a write's answer.
+        Some(Answer::Written(_)) => Err(CommandError::RequestIdReused { request_id }.into()),
+    }
+}
+
+/// The first outcome of the retry-safe write `digest` of live `session` if
+/// it was applied before; `None` if it is new; refused if the session is
+/// not live, or the id was used for another request or is forgotten.
+pub(crate) fn recall_write<S: Store>(
+    store: &S,
+    session: SessionId,
+    request_id: u64,
+    digest: WriteDigest,
+) -> Result<Result<Option<Outcome>, CommandError>, StoreError> {
+    let recalled = session::load_live(store, session)
+        .and_then(|rec| recall_answer(store, session, &rec, request_id, Asking::Write(digest)));
+    match recalled {
+        Ok(None) => Ok(Ok(None)),
+        Ok(Some(Answer::Written(outcome))) => Ok(Ok(Some(outcome))),
+        // A write's memory never holds a lock answer.
+        Ok(Some(Answer::Outcome(_) | Answer::WaitCancelled)) => {
+            Ok(Err(CommandError::RequestIdReused { request_id }))
+        }
+        Err(super::apply::ApplyError::Refused(e)) => Ok(Err(e)),
+        Err(super::apply::ApplyError::Store(e)) => Err(e),
+    }
+}
+
+/// Remember the first outcome of a new lock request. See [`remember_answer`].
 pub(crate) fn remember<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    rec: SessionRecord,
+    request_id: u64,
+    request: &LockCommand,
+    outcome: &LockOutcome,
+) -> Result<(), StoreError> {
+    let answer = Answer::Outcome(outcome.clone());
+    remember_answer(
+        store,
+        session,
+        rec,
+        request_id,
+        Asking::Lock(request),
+        answer,
+    )
+}
+
+/// Remember the first outcome of the new retry-safe write `digest` of live
+/// `session` (checked by [`recall_write`] in the same command).
+pub(crate) fn remember_write<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    request_id: u64,
+    digest: WriteDigest,
+    outcome: &Outcome,
+) -> Result<(), StoreError> {
+    let Some(rec) = session::load(store, session)? else {
+        return Err(record::corrupt(
+            &keyspace::session_key(session.0),
+            "the session of a write being remembered is gone",
+        ));
+    };
+    let answer = Answer::Written(outcome.clone());
+    remember_answer(
+        store,
+        session,
+        rec,
+        request_id,
+        Asking::Write(digest),
+        answer,
+    )
+}
+
+/// Remember the first answer to a new request, forgetting the oldest one
+/// if the session is at its bound. Saves the session record.
+fn remember_answer<S: Store>(
     store: &mut S,
     session: SessionId,
     mut rec: SessionRecord,
     request_id: u64,
-    request: &LockCommand,
-    outcome: &LockOutcome,
+    asked: Asking<'_>,
+    answer: Answer,
 ) -> Result<(), StoreError> {
     if rec.remembered >= MAX_REMEMBERED_REQUESTS {
         forget_oldest(store, session, &mut rec)?;
@@ -113,8 +253,8 @@ pub(crate) fn remember<S: Store>(
         store,
         &keyspace::request_key(session.0, request_id),
         &RequestRecord {
-            request: request.clone(),
-            answer: Answer::Outcome(outcome.clone()),
+            request: asked.to_owned(),
+            answer,
         },
     )?;
     rec.remembered += 1;

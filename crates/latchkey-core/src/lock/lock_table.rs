@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::apply::Applied;
-use super::dedup::{self, Answer};
+use super::dedup::{self, Answer, Asked};
 use super::event::{Event, HoldEnd, SessionEnd, WaitEnd};
 use super::{
     fence, record, session, HolderInfo, LockCommand, LockMode, LockOutcome, Sequencer, SessionId,
@@ -558,16 +558,16 @@ pub(crate) fn cancel_wait<S: Store>(
     let found = match dedup::lookup(store, session, request_id)? {
         Some(first) => match (&first.request, first.answer) {
             (
-                LockCommand::Acquire {
+                Asked::Lock(LockCommand::Acquire {
                     owner: o, name: n, ..
-                },
+                }),
                 answer,
             ) if *o == owner && n == name => match answer {
                 Answer::Outcome(LockOutcome::Granted { sequencer, .. }) => {
                     WaitCancel::AlreadyGranted(sequencer)
                 }
                 Answer::WaitCancelled => WaitCancel::Cancelled,
-                Answer::Outcome(_) => WaitCancel::NotWaiting,
+                Answer::Outcome(_) | Answer::Written(_) => WaitCancel::NotWaiting,
             },
             _ => WaitCancel::NotWaiting,
         },

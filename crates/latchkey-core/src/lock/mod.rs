@@ -169,6 +169,9 @@
 //!   remembers [`MAX_REMEMBERED_REQUESTS`](crate::limits::MAX_REMEMBERED_REQUESTS)
 //!   outcomes; beyond that the lowest ids are forgotten and refused as
 //!   [`RequestTooOld`](crate::CommandError::RequestTooOld).
+//! - Key-value writes share this memory when they are sent retry-safe
+//!   ([`crate::Command::Once`]): a retry returns the write's first outcome,
+//!   its revision included, and writes nothing.
 //! - Refusals are not remembered (a refused command writes nothing): a
 //!   retried refused request is judged afresh, which is safe because the
 //!   refusal granted nothing.
@@ -239,6 +242,7 @@ mod sequencer;
 mod session;
 
 pub use command::{LockCommand, LockOutcome, LockQuery, Proposer, TimerKind, WaitCancel};
+pub(crate) use dedup::{recall_write, remember_write, WriteDigest};
 pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
 pub use fence::Token;
 pub use mode::LockMode;

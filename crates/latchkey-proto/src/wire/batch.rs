@@ -144,9 +144,10 @@ pub(super) fn ops_to_wire(ops: &[BatchOp]) -> Vec<v1::BatchOp> {
         .map(|op| v1::BatchOp {
             op: Some(match op {
                 BatchOp::Put { key, value } => v1::batch_op::Op::Put(put(key, value)),
-                BatchOp::Delete { key } => {
-                    v1::batch_op::Op::Delete(v1::DeleteRequest { key: key.clone() })
-                }
+                BatchOp::Delete { key } => v1::batch_op::Op::Delete(v1::DeleteRequest {
+                    key: key.clone(),
+                    once: None,
+                }),
             }),
         })
         .collect()
@@ -161,6 +162,13 @@ pub(super) fn ops_from_wire(ops: Vec<v1::BatchOp>) -> Result<Vec<BatchOp>, Repli
             Some(v1::batch_op::Op::Put(p)) if p.session != 0 || !p.session_secret.is_empty() => {
                 Err(invalid(format!(
                     "ops[{i}]: a batch's put cannot bind a key to a session (use put)"
+                )))
+            }
+            Some(v1::batch_op::Op::Put(v1::PutRequest { once: Some(_), .. }))
+            | Some(v1::batch_op::Op::Delete(v1::DeleteRequest { once: Some(_), .. })) => {
+                Err(invalid(format!(
+                    "ops[{i}]: a batch's op cannot be made retry-safe on its own (set the \
+                     batch's `once`)"
                 )))
             }
             Some(v1::batch_op::Op::Put(p)) => Ok(BatchOp::Put {

@@ -54,42 +54,66 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
             }),
             r.stale,
         ),
-        Req::Put(r) if r.session == 0 && r.session_secret.is_empty() => write(Command::Put {
-            key: r.key,
-            value: r.value,
-        }),
-        Req::Put(r) => write(Command::PutBound {
-            secret: lock::secret_from_wire(&r.session_secret)?,
-            session: SessionId(r.session),
-            key: r.key,
-            value: r.value,
-        }),
-        Req::PutIfAbsent(r) => write(Command::PutIfAbsent {
-            key: unbound(r.key, r.session, &r.session_secret)?,
-            value: r.value,
-        }),
-        Req::GetAndPut(r) => write(Command::GetAndPut {
-            key: unbound(r.key, r.session, &r.session_secret)?,
-            value: r.value,
-        }),
-        Req::CompareAndPut(r) => write(Command::CompareAndPut {
-            key: r.key,
-            test: test_from_wire(r.test).map_err(invalid)?,
-            value: r.value,
-        }),
-        Req::Delete(r) => write(Command::Delete { key: r.key }),
-        Req::DeleteRange(r) => write(Command::DeleteRange {
-            start: r.start,
-            end: r.end,
-        }),
-        Req::Batch(r) => write(Command::Batch {
-            conditions: conditions_from_wire(r.conditions)?,
-            ops: ops_from_wire(r.ops)?,
-        }),
-        Req::NextSequence(r) => write(Command::NextSequence {
-            key: r.key,
-            step: r.step,
-        }),
+        Req::Put(r) if r.session == 0 && r.session_secret.is_empty() => write(retry_safe(
+            r.once,
+            Command::Put {
+                key: r.key,
+                value: r.value,
+            },
+        )?),
+        Req::Put(r) => write(retry_safe(
+            r.once,
+            Command::PutBound {
+                secret: lock::secret_from_wire(&r.session_secret)?,
+                session: SessionId(r.session),
+                key: r.key,
+                value: r.value,
+            },
+        )?),
+        Req::PutIfAbsent(r) => write(retry_safe(
+            r.once,
+            Command::PutIfAbsent {
+                key: unbound(r.key, r.session, &r.session_secret)?,
+                value: r.value,
+            },
+        )?),
+        Req::GetAndPut(r) => write(retry_safe(
+            r.once,
+            Command::GetAndPut {
+                key: unbound(r.key, r.session, &r.session_secret)?,
+                value: r.value,
+            },
+        )?),
+        Req::CompareAndPut(r) => write(retry_safe(
+            r.once,
+            Command::CompareAndPut {
+                key: r.key,
+                test: test_from_wire(r.test).map_err(invalid)?,
+                value: r.value,
+            },
+        )?),
+        Req::Delete(r) => write(retry_safe(r.once, Command::Delete { key: r.key })?),
+        Req::DeleteRange(r) => write(retry_safe(
+            r.once,
+            Command::DeleteRange {
+                start: r.start,
+                end: r.end,
+            },
+        )?),
+        Req::Batch(r) => write(retry_safe(
+            r.once,
+            Command::Batch {
+                conditions: conditions_from_wire(r.conditions)?,
+                ops: ops_from_wire(r.ops)?,
+            },
+        )?),
+        Req::NextSequence(r) => write(retry_safe(
+            r.once,
+            Command::NextSequence {
+                key: r.key,
+                step: r.step,
+            },
+        )?),
         Req::OpenSession(r) => lock::open_session_from_wire(r),
         Req::KeepAlive(r) => lock::keep_alive_from_wire(r)?,
         Req::CloseSession(r) => lock::close_session_from_wire(r)?,
@@ -102,6 +126,42 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         Req::ListLocks(r) => lock::list_locks_from_wire(r),
     };
     Ok((op, rpc))
+}
+
+/// `command`, made retry-safe ([`Command::Once`]) when its request carries
+/// a `once` tag.
+fn retry_safe(tag: Option<v1::Once>, command: Command) -> Result<Command, ReplicaFailure> {
+    let Some(tag) = tag else {
+        return Ok(command);
+    };
+    Ok(Command::Once {
+        session: SessionId(tag.session),
+        secret: lock_request::secret_from_wire(&tag.session_secret)?,
+        request_id: tag.request_id,
+        command: Box::new(command),
+    })
+}
+
+/// `req`, the typed request of a write, with the `once` tag of a
+/// retry-safe write. Refused for a request that cannot carry one (only key-value
+/// writes can).
+fn with_once(mut req: Req, tag: v1::Once) -> Result<Req, ReplicaFailure> {
+    let slot = match &mut req {
+        Req::Put(r) | Req::PutIfAbsent(r) | Req::GetAndPut(r) => &mut r.once,
+        Req::CompareAndPut(r) => &mut r.once,
+        Req::Delete(r) => &mut r.once,
+        Req::DeleteRange(r) => &mut r.once,
+        Req::Batch(r) => &mut r.once,
+        Req::NextSequence(r) => &mut r.once,
+        _ => {
+            return Err(invalid(
+                "only a key-value write can be made retry-safe (lock calls carry their own \
+                 request ids)",
+            ))
+        }
+    };
+    *slot = Some(tag);
+    Ok(req)
 }
 
 /// `key`, refused when its request names a session: only a plain put binds
@@ -137,21 +197,41 @@ fn command_to_wire(command: &Command, hold_ms: u64) -> Result<Req, ReplicaFailur
                 key: key.clone(),
                 test: Some(test_to_wire(test)),
                 value: value.clone(),
+                once: None,
             })
         }
-        Command::Delete { key } => Req::Delete(v1::DeleteRequest { key: key.clone() }),
+        Command::Delete { key } => Req::Delete(v1::DeleteRequest {
+            key: key.clone(),
+            once: None,
+        }),
         Command::DeleteRange { start, end } => Req::DeleteRange(v1::DeleteRangeRequest {
             start: start.clone(),
             end: end.clone(),
+            once: None,
         }),
         Command::Batch { conditions, ops } => Req::Batch(v1::BatchRequest {
             conditions: conditions_to_wire(conditions),
             ops: ops_to_wire(ops),
+            once: None,
         }),
         Command::NextSequence { key, step } => Req::NextSequence(v1::NextSequenceRequest {
             key: key.clone(),
             step: *step,
+            once: None,
         }),
+        Command::Once {
+            session,
+            secret,
+            request_id,
+            command,
+        } => with_once(
+            command_to_wire(command, hold_ms)?,
+            v1::Once {
+                session: session.0,
+                session_secret: secret.0.to_vec(),
+                request_id: *request_id,
+            },
+        )?,
         Command::Lock(lock) => lock_request::command_to_wire(lock, hold_ms)?,
         Command::Group { .. } => {
             return Err(invalid(

@@ -142,6 +142,7 @@ impl Rpc {
                 | LockCommand::ExpireLockLease { .. }
                 | LockCommand::EndLockDelay { .. } => return None,
             },
+            Command::Once { command, .. } => return Self::of_command(command),
             Command::Group { .. } | Command::Auth(_) | Command::As { .. } => return None,
         })
     }

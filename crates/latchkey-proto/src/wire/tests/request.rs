@@ -161,7 +161,27 @@ fn operations() -> Vec<Operation> {
             session: SessionId(3),
         }),
     ];
-    let mut all: Vec<Operation> = writes.into_iter().map(Operation::Write).collect();
+    // Every key-value write also travels retry-safe.
+    let once: Vec<Command> = writes
+        .iter()
+        .filter(|c| !matches!(c, Command::Lock(_)))
+        .enumerate()
+        .map(|(i, c)| Command::Once {
+            session: SessionId(9),
+            secret: SessionSecret([9; 16]),
+            request_id: i as u64 + 1,
+            command: Box::new(c.clone()),
+        })
+        .collect();
+    assert!(
+        once.len() >= 9,
+        "every kind of key-value write is made retry-safe"
+    );
+    let mut all: Vec<Operation> = writes
+        .into_iter()
+        .chain(once)
+        .map(Operation::Write)
+        .collect();
     for stale in [false, true] {
         all.extend(reads.iter().map(|q| Operation::Read {
             query: q.clone(),
@@ -280,6 +300,18 @@ fn missing_parts_and_unknown_enums_are_invalid_arguments() {
         Req::Batch(v1::BatchRequest {
             conditions: Vec::new(),
             ops: vec![v1::BatchOp { op: None }],
+            once: None,
+        }),
+        // A batch's op cannot be retry-safe on its own.
+        Req::Batch(v1::BatchRequest {
+            conditions: Vec::new(),
+            ops: vec![v1::BatchOp {
+                op: Some(v1::batch_op::Op::Delete(v1::DeleteRequest {
+                    key: b"k".to_vec(),
+                    once: Some(v1::Once::default()),
+                })),
+            }],
+            once: None,
         }),
         Req::FencedWrite(v1::FencedWriteRequest {
             sequencer: Some(v1::Sequencer {
@@ -301,6 +333,7 @@ fn missing_parts_and_unknown_enums_are_invalid_arguments() {
                 test: None,
             }],
             ops: Vec::new(),
+            once: None,
         }),
         Req::CompareAndPut(v1::CompareAndPutRequest {
             test: Some(v1::Test {

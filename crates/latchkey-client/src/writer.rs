@@ -1,0 +1,376 @@
+//! Retry-safe writes: a key-value write sent as a [`Command::Once`] under a
+//! session and a request id, resent with the same id until it is answered,
+//! so a lost answer (a leader killed mid-write, a timed-out attempt) is not
+//! an unknown outcome: the replicas return the first outcome of a request
+//! they applied already (see `latchkey_core::lock` on request memory).
+//!
+//! [`call_once`] sends one tagged write; a lock [`Session`](crate::Session)
+//! tags its bound puts with its own session and request ids. [`Writer`] is
+//! the session a [`Client`](crate::Client) opens for its own plain writes,
+//! on the first one, and keeps alive in the background.
+//!
+//! When the outcome can still be unknown ([`Error::UnknownOutcome`]):
+//! - the call's deadline passed while an attempt that may have been applied
+//!   was still unanswered (no replica could answer for
+//!   [`ClientOptions::request_timeout`](crate::ClientOptions)),
+//! - the session ended between a possibly applied attempt and its retry
+//!   (the process was paused or cut off from every replica for longer than
+//!   the session's TTL, 30 s for a client's own session), or
+//! - the request was forgotten before its retry arrived: a session
+//!   remembers its last 256 requests, so a retry that lags 256 later
+//!   requests of the same session is refused as too old.
+//!
+//! This module sits between the router and the API rooms: it imports the
+//! router, never a room.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
+use latchkey_core::{Command, CommandError, CommandResult, Outcome};
+use latchkey_proto::{Operation, ReplicaFailure};
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::router::Router;
+use crate::transport::Attempt;
+
+/// The TTL of the session a client opens for its own retry-safe writes:
+/// how long the replicas remember its writes' outcomes after the client
+/// last reached them.
+pub(crate) const WRITER_SESSION_TTL: Duration = Duration::from_secs(30);
+
+/// What makes a write retry-safe: the session whose request memory keeps
+/// its outcome, and its request id there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tag {
+    pub(crate) session: SessionId,
+    pub(crate) secret: SessionSecret,
+    pub(crate) request_id: u64,
+}
+
+/// How a tagged write ended.
+pub(crate) enum Called {
+    /// The replicas answered (the first outcome, on a retry).
+    Answered(CommandResult),
+    /// The tag's session is not live (ended, or never known): the write
+    /// was not applied by this answer; `maybe_applied` says whether an
+    /// earlier attempt may have been.
+    SessionGone { maybe_applied: bool },
+}
+
+/// Whether `kind` of write can be made retry-safe: the key-value writes.
+pub(crate) fn is_plain_write(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Put { .. }
+            | Command::PutBound { .. }
+            | Command::PutIfAbsent { .. }
+            | Command::CompareAndPut { .. }
+            | Command::GetAndPut { .. }
+            | Command::Delete { .. }
+            | Command::DeleteRange { .. }
+            | Command::Batch { .. }
+            | Command::NextSequence { .. }
+    )
+}
+
+/// Send `command` under `tag`, resending it with the same tag across
+/// replicas and leader changes until it is answered or the client's
+/// request deadline passes (then [`Error::UnknownOutcome`] if an attempt
+/// may have been applied, else [`Error::Unavailable`]).
+pub(crate) async fn call_once(
+    router: &Router,
+    tag: Tag,
+    command: Command,
+) -> Result<Called, Error> {
+    let op = Operation::Write(Command::Once {
+        session: tag.session,
+        secret: tag.secret,
+        request_id: tag.request_id,
+        command: Box::new(command),
+    });
+    if let Operation::Write(once) = &op {
+        latchkey_core::validate_command(once)?;
+    }
+    // Attempts begun, and attempts that certainly applied nothing: an
+    // attempt cut by the router's per-attempt timeout never reports, so
+    // it counts as maybe applied.
+    let begun = Arc::new(AtomicU32::new(0));
+    let cleared = Arc::new(AtomicU32::new(0));
+    let called = router
+        .call(false, |target, budget| {
+            let op = op.clone();
+            let (begun, cleared) = (Arc::clone(&begun), Arc::clone(&cleared));
+            async move {
+                begun.fetch_add(1, Ordering::SeqCst);
+                let answer = target.send(op, budget).await;
+                if applied_nothing(&answer) {
+                    cleared.fetch_add(1, Ordering::SeqCst);
+                }
+                answer
+            }
+        })
+        .await;
+    let maybe_applied = || begun.load(Ordering::SeqCst) > cleared.load(Ordering::SeqCst);
+    match called {
+        Ok(Err(
+            CommandError::SessionEnded { session } | CommandError::UnknownSession { session },
+        )) if session == tag.session => Ok(Called::SessionGone {
+            maybe_applied: maybe_applied(),
+        }),
+        Ok(Err(CommandError::RequestTooOld { request_id, oldest })) => {
+            Err(Error::UnknownOutcome(format!(
+                "request {request_id} of session {} was forgotten (the session remembers \
+                 requests from {oldest} on) before its retry arrived: it may or may not have \
+                 been applied",
+                tag.session.0
+            )))
+        }
+        Ok(result) => Ok(Called::Answered(result)),
+        Err(Error::Unavailable {
+            attempts,
+            elapsed,
+            last,
+        }) if maybe_applied() => Err(Error::UnknownOutcome(format!(
+            "no replica answered a retry-safe write within {elapsed:?} ({attempts} attempts; \
+             the last: {last}); an earlier attempt may have been applied"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an attempt's answer shows that it applied nothing.
+fn applied_nothing(answer: &Result<CommandResult, Attempt>) -> bool {
+    match answer {
+        // Refused by the state machine: a refused command writes nothing.
+        Ok(result) => result.is_err(),
+        Err(Attempt::NotSent(_)) => true,
+        Err(Attempt::Refused(failure)) => !matches!(failure, ReplicaFailure::UnknownOutcome(_)),
+        Err(Attempt::Sent(_) | Attempt::Protocol(_)) => false,
+    }
+}
+
+/// One keep-alive of `session`, retried across replicas until `within` has
+/// passed. `on_send` runs just before each attempt (a lock session notes
+/// its lease clock there).
+pub(crate) async fn keep_alive(
+    router: &Router,
+    session: SessionId,
+    secret: SessionSecret,
+    within: Duration,
+    mut on_send: impl FnMut(),
+) -> Result<CommandResult, Error> {
+    let attempt = router.options().attempt_timeout.min(within);
+    router
+        .call_with(false, within, attempt, |target, _| {
+            on_send();
+            async move {
+                target
+                    .send(Operation::KeepAlive { session, secret }, attempt)
+                    .await
+            }
+        })
+        .await
+}
+
+/// The session a client opens for its own retry-safe writes (on the first
+/// write; again if it ends), kept alive in the background and closed when
+/// the last clone of the client is dropped inside a Tokio runtime.
+pub(crate) struct Writer {
+    router: Arc<Router>,
+    current: tokio::sync::Mutex<Option<Arc<WriterSession>>>,
+}
+
+struct WriterSession {
+    id: SessionId,
+    secret: SessionSecret,
+    next_request: AtomicU64,
+    /// The cluster said it ended (or a write found it gone).
+    ended: Arc<AtomicBool>,
+    keep_alive: JoinHandle<()>,
+}
+
+impl Drop for WriterSession {
+    fn drop(&mut self) {
+        self.keep_alive.abort();
+    }
+}
+
+impl Writer {
+    pub(crate) fn new(router: Arc<Router>) -> Writer {
+        Writer {
+            router,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Apply `command`, a key-value write, retry-safe: tagged with this
+    /// client's session and the next request id. A write refused because
+    /// the session had ended, and certainly not applied, is sent once more
+    /// under a new session.
+    pub(crate) async fn execute(&self, command: Command) -> Result<Outcome, Error> {
+        let started = std::time::Instant::now();
+        for _ in 0..2 {
+            let session = match self.session().await {
+                Ok(session) => session,
+                // A user who may not open a session may not write either
+                // (writing permits opening one): send the write as it is,
+                // to be refused with what the user lacks for its keys.
+                Err(Error::Refused(CommandError::PermissionDenied { .. })) => {
+                    return self.plain(command).await
+                }
+                Err(e) => return Err(e),
+            };
+            let tag = Tag {
+                session: session.id,
+                secret: session.secret,
+                request_id: session.next_request.fetch_add(1, Ordering::SeqCst),
+            };
+            match call_once(&self.router, tag, command.clone()).await? {
+                Called::Answered(result) => return Ok(result?),
+                Called::SessionGone { maybe_applied } => {
+                    session.ended.store(true, Ordering::SeqCst);
+                    if maybe_applied {
+                        return Err(Error::UnknownOutcome(format!(
+                            "session {} ended between an attempt of this write and its retry \
+                             (no replica was reached for its TTL): it may or may not have been \
+                             applied",
+                            tag.session.0
+                        )));
+                    }
+                }
+            }
+        }
+        Err(Error::Unavailable {
+            attempts: 2,
+            elapsed: started.elapsed(),
+            last: "the client's session for retry-safe writes ended twice before the write \
+                   reached it (it was not applied)"
+                .into(),
+        })
+    }
+
+    /// Send `command` once, not retry-safe.
+    async fn plain(&self, command: Command) -> Result<Outcome, Error> {
+        let op = Operation::Write(command);
+        let result: CommandResult = self
+            .router
+            .call(true, |target, budget| {
+                let op = op.clone();
+                async move { target.send(op, budget).await }
+            })
+            .await?;
+        Ok(result?)
+    }
+
+    /// The live session, opened if there is none.
+    async fn session(&self) -> Result<Arc<WriterSession>, Error> {
+        let mut current = self.current.lock().await;
+        if let Some(session) = current.as_ref() {
+            if !session.ended.load(Ordering::SeqCst) {
+                return Ok(Arc::clone(session));
+            }
+        }
+        let opened = Arc::new(self.open().await?);
+        *current = Some(Arc::clone(&opened));
+        Ok(opened)
+    }
+
+    async fn open(&self) -> Result<WriterSession, Error> {
+        let open = Operation::Write(Command::Lock(LockCommand::OpenSession {
+            ttl_ms: u64::try_from(WRITER_SESSION_TTL.as_millis()).unwrap_or(u64::MAX),
+            // The replica draws the secret; this one is not sent.
+            secret: SessionSecret::default(),
+        }));
+        // A retried open after a lost reply may open a second session,
+        // which holds nothing and expires after its TTL.
+        let result: CommandResult = self
+            .router
+            .call(false, |target, budget| {
+                let op = open.clone();
+                async move { target.send(op, budget).await }
+            })
+            .await?;
+        let (id, secret) = match result? {
+            Outcome::Lock(LockOutcome::SessionOpened {
+                session, secret, ..
+            }) => (session, secret),
+            other => {
+                return Err(Error::Protocol(format!(
+                    "expected SessionOpened, the replica answered {other:?}"
+                )))
+            }
+        };
+        tracing::debug!(
+            session = id.0,
+            "opened the client's session for retry-safe writes"
+        );
+        let ended = Arc::new(AtomicBool::new(false));
+        let keep_alive = tokio::spawn(renew(
+            Arc::clone(&self.router),
+            id,
+            secret,
+            Arc::clone(&ended),
+        ));
+        Ok(WriterSession {
+            id,
+            secret,
+            next_request: AtomicU64::new(1),
+            ended,
+            keep_alive,
+        })
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let Some(session) = self.current.get_mut().take() else {
+            return;
+        };
+        session.keep_alive.abort();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let router = Arc::clone(&self.router);
+        let close = Operation::Write(Command::Lock(LockCommand::CloseSession {
+            session: session.id,
+            secret: session.secret,
+        }));
+        runtime.spawn(async move {
+            let closed = router
+                .call(false, |target, budget| {
+                    let op = close.clone();
+                    async move { target.send(op, budget).await }
+                })
+                .await;
+            tracing::debug!(
+                session = session.id.0,
+                ?closed,
+                "closed the client's write session"
+            );
+        });
+    }
+}
+
+/// Keep the writer's session alive every TTL/3 until the cluster says it
+/// ended; a keep-alive no replica answers is tried again at the next tick
+/// (if the session expires meanwhile, the next write opens another).
+async fn renew(router: Arc<Router>, id: SessionId, secret: SessionSecret, ended: Arc<AtomicBool>) {
+    let interval = WRITER_SESSION_TTL / 3;
+    loop {
+        tokio::time::sleep(interval).await;
+        match keep_alive(&router, id, secret, interval, || {}).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(session = id.0, %e, "the client's write session ended");
+                ended.store(true, Ordering::SeqCst);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(session = id.0, %e, "a keep-alive of the write session failed")
+            }
+        }
+    }
+}
