@@ -58,6 +58,9 @@ OPTIONS:
     --watchers N       watch: watchers on the prefix (default 1000)
     --serve-arg ARG    one more argument for every `latchkey serve` (repeat it;
                        e.g. --serve-arg=--election-timeout=500ms for an A/B)
+    --plain-writes     send writes plain, not retry-safe (the client opens no
+                       session for them): the other side of an A/B of what
+                       retry-safe writes cost
     --tls              run the servers with TLS (certificates from `latchkey
                        certs`; mutual TLS between them) and the clients over TLS
     -h, --help         print this text
@@ -119,6 +122,8 @@ pub struct Options {
     pub unary: bool,
     /// --tls: servers and clients over TLS.
     pub tls: bool,
+    /// --plain-writes: the clients' writes are not retry-safe.
+    pub plain_writes: bool,
     /// --kills: failover's leader kills.
     pub kills: usize,
     /// --settle: failover's quiet load around each kill.
@@ -149,6 +154,7 @@ impl Default for Options {
             tmp_dir: None,
             unary: false,
             tls: false,
+            plain_writes: false,
             kills: 10,
             settle: Duration::from_secs(5),
             failover_writers: 8,
@@ -235,6 +241,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
         if arg == "--aged" {
             opts.aged = true;
+            continue;
+        }
+        if arg == "--plain-writes" {
+            opts.plain_writes = true;
             continue;
         }
         let (flag, inline) = match arg.split_once('=') {

@@ -18,7 +18,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
     let counts = opts.kv_clients();
     let mut bed = Testbed::start("kv", opts).await?;
     let max_tasks = counts.iter().copied().max().unwrap_or(1);
-    let clients = bed.clients(opts.client_mode, opts.unary, max_tasks).await?;
+    let clients = bed.clients(opts, max_tasks).await?;
 
     let value = Arc::new(make_value(opts.value_size));
     // Every acknowledged key so far: the gets read among them.

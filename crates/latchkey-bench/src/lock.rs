@@ -54,7 +54,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         .copied()
         .max()
         .unwrap_or(1);
-    let clients = bed.clients(opts.client_mode, opts.unary, max_tasks).await?;
+    let clients = bed.clients(opts, max_tasks).await?;
     let mut settled_s = None;
     if opts.aged {
         age(&clients, opts).await?;

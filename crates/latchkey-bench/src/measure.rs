@@ -78,12 +78,21 @@ pub struct Clients {
     list: Vec<Client>,
 }
 
-fn options(unary: bool, tls: Option<TlsOptions>) -> ClientOptions {
+/// How the clients send: on call streams or unary, writes retry-safe or
+/// plain.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientShape {
+    pub unary: bool,
+    pub plain_writes: bool,
+}
+
+fn options(shape: ClientShape, tls: Option<TlsOptions>) -> ClientOptions {
     let options = ClientOptions::default()
         .with_request_timeout(REQUEST_TIMEOUT)
         .with_attempt_timeout(Duration::from_secs(3))
         .with_connect_timeout(Duration::from_secs(1))
-        .with_call_stream(!unary);
+        .with_call_stream(!shape.unary)
+        .with_retry_safe_writes(!shape.plain_writes);
     match tls {
         Some(tls) => options.with_tls(tls),
         None => options,
@@ -97,7 +106,7 @@ impl Clients {
     pub async fn connect(
         endpoints: &[String],
         mode: ClientMode,
-        unary: bool,
+        shape: ClientShape,
         tls: Option<TlsOptions>,
         max_tasks: usize,
     ) -> Result<Clients, String> {
@@ -108,7 +117,7 @@ impl Clients {
         let mut list = Vec::with_capacity(count);
         for _ in 0..count {
             list.push(
-                Client::with_options(endpoints, options(unary, tls.clone()))
+                Client::with_options(endpoints, options(shape, tls.clone()))
                     .map_err(|e| format!("cannot build a client: {e}"))?,
             );
         }

@@ -120,6 +120,8 @@ pub struct Config<W> {
     pub client_mode: &'static str,
     /// The servers and clients talk TLS (`--tls`).
     pub tls: bool,
+    /// The clients' writes are plain, not retry-safe (`--plain-writes`).
+    pub plain_writes: bool,
     pub replicas: usize,
     pub server_bin: String,
     pub server_settings: &'static str,
@@ -177,14 +179,15 @@ pub fn table<W: Params>(report: &Report<W>) -> String {
     let c = &report.config;
     let _ = writeln!(
         t,
-        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run, {}, {} client{}",
+        "latchkey {} benchmark: {} replicas on loopback, {} cores, {}s per run, {}, {} client{}{}",
         report.benchmark,
         c.replicas,
         m.nproc,
         c.duration_s,
         c.workload.describe(),
         c.client_mode,
-        if c.tls { ", TLS" } else { "" }
+        if c.tls { ", TLS" } else { "" },
+        if c.plain_writes { ", plain writes" } else { "" }
     );
     let _ = writeln!(
         t,

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::args::{ClientMode, Options};
+use crate::args::Options;
 use crate::cluster::{Cluster, TempDir};
 use crate::fsync::{self, FsyncRate};
-use crate::measure::{Clients, RunResult, REQUEST_TIMEOUT};
+use crate::measure::{ClientShape, Clients, RunResult, REQUEST_TIMEOUT};
 use crate::report::{Config, GroupCommit, Machine, Report};
 
 /// How long the fsync probe runs.
@@ -86,16 +86,14 @@ impl Testbed {
     }
 
     /// Warmed-up clients for up to `max_tasks` tasks.
-    pub async fn clients(
-        &self,
-        mode: ClientMode,
-        unary: bool,
-        max_tasks: usize,
-    ) -> Result<Clients, String> {
+    pub async fn clients(&self, opts: &Options, max_tasks: usize) -> Result<Clients, String> {
         Clients::connect(
             &self.cluster.endpoints(),
-            mode,
-            unary,
+            opts.client_mode,
+            ClientShape {
+                unary: opts.unary,
+                plain_writes: opts.plain_writes,
+            },
             self.cluster.tls().cloned(),
             max_tasks,
         )
@@ -163,6 +161,7 @@ impl Testbed {
                 workload: params,
                 client_mode: opts.client_mode.name(),
                 tls: opts.tls,
+                plain_writes: opts.plain_writes,
                 replicas: 3,
                 server_bin: server_bin.display().to_string(),
                 server_settings: SERVER_SETTINGS,

@@ -146,7 +146,7 @@ impl Acks {
 /// run, the report.
 pub async fn bench(opts: &Options) -> Result<(), String> {
     let mut bed = Testbed::start("watch", opts).await?;
-    let clients = bed.clients(opts.client_mode, opts.unary, WRITERS).await?;
+    let clients = bed.clients(opts, WRITERS).await?;
     let value = Arc::new(make_value(opts.value_size));
     let watchers = opts.watchers;
     let mut results = Vec::new();

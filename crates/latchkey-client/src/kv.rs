@@ -232,13 +232,18 @@ impl Client {
     /// it is applied once and a lost answer does not end the call. The
     /// session is opened on the first write (one extra round trip), kept
     /// alive in the background, and closed when the last clone of the
-    /// client is dropped. [`Error::UnknownOutcome`] remains possible only
-    /// when no replica answers within
-    /// [`ClientOptions::request_timeout`] after an attempt that may have
-    /// been applied, or when the client was cut off for longer than its
-    /// session's TTL (30 s) between an attempt and its retry, or when a
-    /// retry lags 256 later writes of the same client. Other commands
-    /// (lock commands carry their own request ids) are sent as they are.
+    /// client is dropped inside a Tokio runtime (else it expires after its
+    /// TTL, 30 s). At most 128 writes of one client are in flight at once.
+    /// [`Error::UnknownOutcome`] remains possible, each time after an
+    /// attempt that may have been applied, when no replica answers within
+    /// [`ClientOptions::request_timeout`], when the client was cut off for
+    /// about its session's TTL before the retry arrived, when a retry lags
+    /// 256 later writes of the same client, or when the retry is refused
+    /// (a refusal is not remembered, so it says nothing of the earlier
+    /// attempt). If the cluster will not open a session for the client
+    /// (the user may not write, or the cluster is at its session limit),
+    /// writes are sent plain. Other commands (lock commands carry their
+    /// own request ids) are sent as they are.
     pub async fn execute(&self, command: Command) -> Result<Outcome, Error> {
         match &self.writer {
             Some(writer) if writer::is_plain_write(&command) => {

@@ -4,21 +4,27 @@
 //! an unknown outcome: the replicas return the first outcome of a request
 //! they applied already (see `latchkey_core::lock` on request memory).
 //!
-//! [`call_once`] sends one tagged write; a lock [`Session`](crate::Session)
-//! tags its bound puts with its own session and request ids. [`Writer`] is
-//! the session a [`Client`](crate::Client) opens for its own plain writes,
-//! on the first one, and keeps alive in the background.
+//! [`call_once`] sends one tagged write. [`Writer`] is the session a
+//! [`Client`](crate::Client) opens for its key-value writes (a lock
+//! session's bound puts included), on the first one, and keeps alive in the
+//! background.
 //!
-//! When the outcome can still be unknown ([`Error::UnknownOutcome`]):
-//! - the call's deadline passed while an attempt that may have been applied
-//!   was still unanswered (no replica could answer for
+//! When the outcome can still be unknown ([`Error::UnknownOutcome`]), each
+//! time after an attempt that may have been applied:
+//! - the call's deadline passed before a replica answered (no replica
+//!   could answer for
 //!   [`ClientOptions::request_timeout`](crate::ClientOptions)),
-//! - the session ended between a possibly applied attempt and its retry
-//!   (the process was paused or cut off from every replica for longer than
-//!   the session's TTL, 30 s for a client's own session), or
-//! - the request was forgotten before its retry arrived: a session
-//!   remembers its last 256 requests, so a retry that lags 256 later
-//!   requests of the same session is refused as too old.
+//! - the session ended before the retry arrived (the process was paused or
+//!   cut off from every replica for about the session's TTL, 30 s),
+//! - the request was forgotten before the retry arrived (a session
+//!   remembers its last 256 requests, and a retry lagged 256 later ones),
+//! - the retry was refused (the write's permission was revoked meanwhile,
+//!   or the state changed so that the write no longer holds): a refusal is
+//!   not remembered, so it does not say what the earlier attempt did, or
+//! - a reply could not be read.
+//!
+//! A write no attempt of which can have been applied is sent again under a
+//! new request id (forgotten) or a new session (ended) instead.
 //!
 //! This module sits between the router and the API rooms: it imports the
 //! router, never a room.
@@ -54,10 +60,10 @@ pub(crate) struct Tag {
 pub(crate) enum Called {
     /// The replicas answered (the first outcome, on a retry).
     Answered(CommandResult),
-    /// The tag's session is not live (ended, or never known): the write
-    /// was not applied by this answer; `maybe_applied` says whether an
-    /// earlier attempt may have been.
-    SessionGone { maybe_applied: bool },
+    /// No attempt was applied, and the tag can no longer be used: its
+    /// session is not live (`session_ended`) or its request was forgotten.
+    /// The write may be sent again under a new tag.
+    Resend { session_ended: bool },
 }
 
 /// Whether `kind` of write can be made retry-safe: the key-value writes.
@@ -117,18 +123,41 @@ pub(crate) async fn call_once(
     match called {
         Ok(Err(
             CommandError::SessionEnded { session } | CommandError::UnknownSession { session },
-        )) if session == tag.session => Ok(Called::SessionGone {
-            maybe_applied: maybe_applied(),
-        }),
-        Ok(Err(CommandError::RequestTooOld { request_id, oldest })) => {
-            Err(Error::UnknownOutcome(format!(
-                "request {request_id} of session {} was forgotten (the session remembers \
-                 requests from {oldest} on) before its retry arrived: it may or may not have \
-                 been applied",
-                tag.session.0
-            )))
+        )) if session == tag.session => {
+            if maybe_applied() {
+                return Err(Error::UnknownOutcome(format!(
+                    "session {} ended between an attempt of this write and its retry (no \
+                     replica was reached for about its TTL): it may or may not have been applied",
+                    tag.session.0
+                )));
+            }
+            Ok(Called::Resend {
+                session_ended: true,
+            })
         }
+        Ok(Err(CommandError::RequestTooOld { request_id, oldest })) => {
+            if maybe_applied() {
+                return Err(Error::UnknownOutcome(format!(
+                    "request {request_id} of session {} was forgotten (the session remembers \
+                     requests from {oldest} on) before its retry arrived: it may or may not \
+                     have been applied",
+                    tag.session.0
+                )));
+            }
+            Ok(Called::Resend {
+                session_ended: false,
+            })
+        }
+        // A refusal is not remembered: after an attempt that may have been
+        // applied, it says nothing of what that attempt did.
+        Ok(Err(refused)) if maybe_applied() => Err(Error::UnknownOutcome(format!(
+            "a retry of this write was refused ({refused}) after an earlier attempt that may \
+             have been applied"
+        ))),
         Ok(result) => Ok(Called::Answered(result)),
+        Err(Error::Protocol(why)) if maybe_applied() => Err(Error::UnknownOutcome(format!(
+            "a reply could not be read ({why}) after an attempt that may have been applied"
+        ))),
         Err(Error::Unavailable {
             attempts,
             elapsed,
@@ -181,7 +210,16 @@ pub(crate) async fn keep_alive(
 pub(crate) struct Writer {
     router: Arc<Router>,
     current: tokio::sync::Mutex<Option<Arc<WriterSession>>>,
+    in_flight: tokio::sync::Semaphore,
 }
+
+/// Most writes one client has in flight at once: half what a session
+/// remembers.
+const MAX_IN_FLIGHT: usize = 128;
+
+/// How many tags one write is tried under before it is given up as
+/// unavailable (a new one only when no attempt can have been applied).
+const RESENDS: u32 = 3;
 
 struct WriterSession {
     id: SessionId,
@@ -203,23 +241,33 @@ impl Writer {
         Writer {
             router,
             current: tokio::sync::Mutex::new(None),
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
         }
     }
 
     /// Apply `command`, a key-value write, retry-safe: tagged with this
-    /// client's session and the next request id. A write refused because
-    /// the session had ended, and certainly not applied, is sent once more
-    /// under a new session.
+    /// client's session and the next request id. A write certainly not
+    /// applied whose session had ended, or whose request was forgotten, is
+    /// sent again under a new tag (at most [`RESENDS`] tags in all).
     pub(crate) async fn execute(&self, command: Command) -> Result<Outcome, Error> {
         let started = std::time::Instant::now();
-        for _ in 0..2 {
+        // Fewer writes in flight than the session remembers, so that a
+        // write is forgotten only if it lags many that began after it.
+        let _permit = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::Protocol("the client's write limiter was closed".into()))?;
+        for _ in 0..RESENDS {
             let session = match self.session().await {
                 Ok(session) => session,
-                // A user who may not open a session may not write either
-                // (writing permits opening one): send the write as it is,
-                // to be refused with what the user lacks for its keys.
-                Err(Error::Refused(CommandError::PermissionDenied { .. })) => {
-                    return self.plain(command).await
+                // The cluster would not open a session for this client
+                // (the user may not write at all, or the cluster is at its
+                // session limit): send the write as it is, to be applied
+                // or refused on its own terms.
+                Err(Error::Refused(refused)) => {
+                    tracing::debug!(%refused, "no session for retry-safe writes; writing plain");
+                    return self.plain(command).await;
                 }
                 Err(e) => return Err(e),
             };
@@ -230,24 +278,18 @@ impl Writer {
             };
             match call_once(&self.router, tag, command.clone()).await? {
                 Called::Answered(result) => return Ok(result?),
-                Called::SessionGone { maybe_applied } => {
-                    session.ended.store(true, Ordering::SeqCst);
-                    if maybe_applied {
-                        return Err(Error::UnknownOutcome(format!(
-                            "session {} ended between an attempt of this write and its retry \
-                             (no replica was reached for its TTL): it may or may not have been \
-                             applied",
-                            tag.session.0
-                        )));
+                Called::Resend { session_ended } => {
+                    if session_ended {
+                        session.ended.store(true, Ordering::SeqCst);
                     }
                 }
             }
         }
         Err(Error::Unavailable {
-            attempts: 2,
+            attempts: RESENDS,
             elapsed: started.elapsed(),
-            last: "the client's session for retry-safe writes ended twice before the write \
-                   reached it (it was not applied)"
+            last: "the write's session ended, or its request was forgotten, each time before \
+                   the write was applied (it was not applied)"
                 .into(),
         })
     }
@@ -355,22 +397,33 @@ impl Drop for Writer {
 }
 
 /// Keep the writer's session alive every TTL/3 until the cluster says it
-/// ended; a keep-alive no replica answers is tried again at the next tick
-/// (if the session expires meanwhile, the next write opens another).
+/// ended; after a keep-alive that failed, try again a second later (if the
+/// session expires meanwhile, the next write opens another).
 async fn renew(router: Arc<Router>, id: SessionId, secret: SessionSecret, ended: Arc<AtomicBool>) {
     let interval = WRITER_SESSION_TTL / 3;
+    let mut wait = interval;
     loop {
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(wait).await;
         match keep_alive(&router, id, secret, interval, || {}).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+            Ok(Ok(_)) => wait = interval,
+            Ok(Err(
+                e @ (CommandError::SessionEnded { .. } | CommandError::UnknownSession { .. }),
+            )) => {
                 tracing::debug!(session = id.0, %e, "the client's write session ended");
                 ended.store(true, Ordering::SeqCst);
                 return;
             }
+            Ok(Err(e)) => {
+                tracing::debug!(session = id.0, %e, "a keep-alive of the write session was refused");
+                wait = RENEW_RETRY;
+            }
             Err(e) => {
-                tracing::debug!(session = id.0, %e, "a keep-alive of the write session failed")
+                tracing::debug!(session = id.0, %e, "a keep-alive of the write session failed");
+                wait = RENEW_RETRY;
             }
         }
     }
 }
+
+/// The pause before a keep-alive is tried again after one failed.
+const RENEW_RETRY: Duration = Duration::from_secs(1);

@@ -153,7 +153,8 @@ pub enum Command {
     },
     /// `command`, a key-value write, applied at most once for
     /// (`session`, `request_id`): a retry of the same request returns the
-    /// first outcome (revision included) and changes nothing, so a client
+    /// first outcome (revision included), changes no key and raises no
+    /// revision (only the stored leader clock may move), so a client
     /// may resend a write whose answer it lost. The memory is the session's
     /// request memory, shared with its acquires and releases (see
     /// [`crate::lock`]): at most [`crate::limits::MAX_REMEMBERED_REQUESTS`]

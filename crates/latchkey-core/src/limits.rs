@@ -69,7 +69,11 @@ pub const MAX_LOCK_WAITERS: usize = 1_024;
 /// opens sessions in a loop would grow every replica's memory at once until
 /// they all fail. 100,000 sessions is ~15 MB of session records;
 /// remembered outcomes add ~150 bytes each (with short lock names) for the
-/// sessions that use locks. This bounds sessions only: the locks one
+/// sessions that use locks, and for retry-safe writes
+/// ([`crate::Command::Once`]) the write's answer: a put's or a delete's is
+/// a few bytes, but a get-and-put's, put-if-absent's or compare-and-put's
+/// holds a value (up to [`MAX_VALUE_LEN`]), so a session that keeps
+/// swapping large values holds up to 256 of them. This bounds sessions only: the locks one
 /// session holds are not capped, and one client that keeps 100,000
 /// sessions alive keeps every other client from opening one (there is no
 /// per-user quota). Sessions expire within their TTL
