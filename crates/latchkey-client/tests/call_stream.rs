@@ -2,8 +2,10 @@
 //! (an in-process gRPC server on loopback), for the failures a real cluster
 //! cannot be made to produce on cue: replies out of order, a stream that
 //! breaks with calls in flight, a replica that never accepts the stream, and
-//! a stream so busy that a keep-alive must not queue behind it. And, with
-//! the call stream off, one unary RPC per request.
+//! a stream so busy that a keep-alive must not queue behind it; a
+//! retry-safe write resent under its request id after its stream broke,
+//! and its retry refused (an unknown outcome, not a refusal). And, with the
+//! call stream off, one unary RPC per request.
 //!
 //! The tests that race requests collect every task's call before the
 //! replica answers any.
@@ -19,7 +21,7 @@ use futures::Stream;
 use latchkey_client::{Client, ClientOptions, Error};
 use latchkey_core::lock::LockCommand;
 use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo, SessionSecret};
-use latchkey_core::{Command, Outcome, Query};
+use latchkey_core::{Command, CommandError, Outcome, Query};
 use latchkey_proto::v1::kv_server::Kv;
 use latchkey_proto::v1::lock_server::Lock;
 use latchkey_proto::v1::pipeline_server::Pipeline;
@@ -48,6 +50,12 @@ enum StreamMode {
     /// Every call is answered at once except puts, which are never
     /// answered (a busy stream).
     HoldPuts,
+    /// Like `BreakFirst`, but only puts are collected (a session opens
+    /// first); later streams answer at once.
+    BreakFirstPuts,
+    /// Like `BreakFirstPuts`, but later streams refuse every retry-safe
+    /// put (as a replica would a retry whose condition no longer holds).
+    BreakFirstPutsThenRefuse,
 }
 
 struct Script {
@@ -112,6 +120,19 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
                     })
                 }
                 Command::Put { .. } => Outcome::Written { revision: 1 },
+                Command::Once { command: put, .. } if matches!(**put, Command::Put { .. }) => {
+                    let retry = script.streams_opened.load(Ordering::SeqCst) > 1;
+                    if retry && script.stream == StreamMode::BreakFirstPutsThenRefuse {
+                        script
+                            .stream_writes
+                            .lock()
+                            .map_err(|_| Status::internal("poisoned"))?
+                            .push(command);
+                        let refused = CommandError::KeyAbsent { key: "k".into() };
+                        return Ok(wire::reply_to_wire(rpc, Ok(Err(refused))));
+                    }
+                    Outcome::Written { revision: 1 }
+                }
                 _ => return Err(Status::internal("unexpected write")),
             };
             let seen = match via {
@@ -178,7 +199,11 @@ async fn play_stream(
     out: mpsc::UnboundedSender<Result<CallReplies, Status>>,
 ) -> Result<(), Status> {
     let first = script.streams_opened.fetch_add(1, Ordering::SeqCst) == 0;
-    let breaks = script.stream == StreamMode::BreakFirst && first;
+    let puts_only = matches!(
+        script.stream,
+        StreamMode::BreakFirstPuts | StreamMode::BreakFirstPutsThenRefuse
+    );
+    let breaks = (script.stream == StreamMode::BreakFirst || puts_only) && first;
     let collect = script.stream == StreamMode::Reversed || breaks;
     let mut collected = Vec::new();
     while let Some(frame) = incoming.message().await? {
@@ -186,8 +211,9 @@ async fn play_stream(
             if script.stream == StreamMode::HoldPuts && is_put(&call) {
                 continue;
             }
+            let collect_this = collect && (!puts_only || is_put(&call));
             let reply = answer_call(&script, call)?;
-            if collect {
+            if collect_this {
                 collected.push(reply);
             } else {
                 let _ = out.send(Ok(CallReplies {
@@ -398,6 +424,84 @@ async fn writes_on_a_stream_that_breaks_are_unknown_and_never_resent(
         // The next request opens a new stream.
         client.put("b/after", "v").await?;
         assert_eq!(script.streams_opened.load(Ordering::SeqCst), 2);
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// The retry-safe puts the replica received: (request id, the put), in
+/// arrival order.
+fn once_puts(seen: &Mutex<Vec<Command>>) -> Result<Vec<(u64, Command)>, &'static str> {
+    Ok(seen
+        .lock()
+        .map_err(|_| "poisoned")?
+        .iter()
+        .filter_map(|c| match c {
+            Command::Once {
+                session,
+                secret,
+                request_id,
+                command,
+            } if *session == SESSION && *secret == SECRET => {
+                Some((*request_id, (**command).clone()))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// A client whose writes are retry-safe (the default).
+fn retry_safe_client(addr: &str) -> Result<Client, Error> {
+    Client::with_options([addr], stream_options().with_retry_safe_writes(true))
+}
+
+#[tokio::test]
+async fn retry_safe_writes_on_a_stream_that_breaks_are_resent_under_their_ids(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::BreakFirstPuts);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = retry_safe_client(&addr)?;
+        let results = racing_calls(&client, "r/", |_| true).await?;
+        for r in &results {
+            assert!(r.is_ok(), "{r:?}");
+        }
+        // Each put came twice (the broken stream, then the next one), both
+        // times under the same request id with the same body.
+        let seen = once_puts(&script.stream_writes)?;
+        assert_eq!(seen.len(), 2 * TASKS, "{seen:?}");
+        let mut by_id: std::collections::BTreeMap<u64, Vec<Command>> = Default::default();
+        for (id, put) in seen {
+            by_id.entry(id).or_default().push(put);
+        }
+        assert_eq!(by_id.len(), TASKS);
+        for (id, puts) in &by_id {
+            assert_eq!(puts.len(), 2, "request {id}");
+            assert_eq!(
+                puts[0], puts[1],
+                "request {id} was resent with another body"
+            );
+        }
+        server.abort();
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+#[tokio::test]
+async fn a_refused_retry_after_an_attempt_that_may_have_applied_is_unknown(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(StreamMode::BreakFirstPutsThenRefuse);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = retry_safe_client(&addr)?;
+        let results = racing_calls(&client, "u/", |_| true).await?;
+        // The first attempts may have been applied; a refusal of the retry
+        // does not say they were not.
+        for r in &results {
+            assert!(matches!(r, Err(Error::UnknownOutcome(_))), "{r:?}");
+        }
         server.abort();
         Ok::<_, Box<dyn std::error::Error>>(())
     })
