@@ -123,14 +123,24 @@ fn check_candidate(replica: &Replica, message: &RaftMessage) -> Result<(), Statu
 /// incarnation, and the entries that follow it (which record the new one)
 /// can only come from that leader. Refusing it would stall the replica for
 /// good.
+///
+/// For the same reason a replica whose membership does not list this very
+/// incarnation of itself accepts any sender: it is being added back (its
+/// data directory was replaced) and catching up from a snapshot older than
+/// its addition, whose membership can even lack the leader altogether (a
+/// snapshot built while the leader itself was being replaced, between the
+/// removal of its former incarnation and the addition of its new one). The
+/// leader's later entries, which only it can send, bring the membership up
+/// to date; votes keep the full check ([`check_candidate`]).
 fn check_leader(replica: &Replica, message: &RaftMessage) -> Result<(), Status> {
     if !replica.has_membership() {
         return Ok(());
     }
-    match replica
-        .view()
-        .knows(message.from_id, message.from_incarnation)
-    {
+    let view = replica.view();
+    if view.knows(replica.id(), replica.incarnation()) != Some(true) {
+        return Ok(());
+    }
+    match view.knows(message.from_id, message.from_incarnation) {
         Some(_) => Ok(()),
         None => Err(not_a_member(message)),
     }
