@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::options::ClientOptions;
 use crate::router::Router;
 use crate::transport::TransportStats;
-use crate::writer::{self, Writer};
+use crate::writer::Writer;
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -246,7 +246,7 @@ impl Client {
     /// own request ids) are sent as they are.
     pub async fn execute(&self, command: Command) -> Result<Outcome, Error> {
         match &self.writer {
-            Some(writer) if writer::is_plain_write(&command) => {
+            Some(writer) if command.is_key_value_write() => {
                 latchkey_core::validate_command(&command)?;
                 writer.execute(command).await
             }
@@ -295,14 +295,7 @@ impl Client {
             query,
             stale: consistency == Consistency::Stale,
         };
-        let result: CommandResult = self
-            .router
-            .call(false, |target, budget| {
-                let op = op.clone();
-                async move { target.send(op, budget).await }
-            })
-            .await?;
-        Ok(result?)
+        Ok(self.router.send(false, op).await??)
     }
 
     /// Set `key` to `value`. Returns the revision the put made.

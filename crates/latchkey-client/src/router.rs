@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use latchkey_core::CommandResult;
 use latchkey_proto::wire::{WatchError, WatchSpec};
 use latchkey_proto::{LocalReplica, Operation, ReplicaFailure, WatchStream};
 use tonic::transport::Channel;
@@ -284,6 +285,16 @@ impl Router {
             self.options.attempt_timeout,
             attempt,
         )
+        .await
+    }
+
+    /// Send `op` through [`Router::call`]: its answer from whichever target
+    /// gives one.
+    pub async fn send(&self, is_write: bool, op: Operation) -> Result<CommandResult, Error> {
+        self.call(is_write, |target, budget| {
+            let op = op.clone();
+            async move { target.send(op, budget).await }
+        })
         .await
     }
 

@@ -66,22 +66,6 @@ pub(crate) enum Called {
     Resend { session_ended: bool },
 }
 
-/// Whether `kind` of write can be made retry-safe: the key-value writes.
-pub(crate) fn is_plain_write(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Put { .. }
-            | Command::PutBound { .. }
-            | Command::PutIfAbsent { .. }
-            | Command::CompareAndPut { .. }
-            | Command::GetAndPut { .. }
-            | Command::Delete { .. }
-            | Command::DeleteRange { .. }
-            | Command::Batch { .. }
-            | Command::NextSequence { .. }
-    )
-}
-
 /// Send `command` under `tag`, resending it with the same tag across
 /// replicas and leader changes until it is answered or the client's
 /// request deadline passes (then [`Error::UnknownOutcome`] if an attempt
@@ -296,15 +280,7 @@ impl Writer {
 
     /// Send `command` once, not retry-safe.
     async fn plain(&self, command: Command) -> Result<Outcome, Error> {
-        let op = Operation::Write(command);
-        let result: CommandResult = self
-            .router
-            .call(true, |target, budget| {
-                let op = op.clone();
-                async move { target.send(op, budget).await }
-            })
-            .await?;
-        Ok(result?)
+        Ok(self.router.send(true, Operation::Write(command)).await??)
     }
 
     /// The live session, opened if there is none.
@@ -328,14 +304,7 @@ impl Writer {
         }));
         // A retried open after a lost reply may open a second session,
         // which holds nothing and expires after its TTL.
-        let result: CommandResult = self
-            .router
-            .call(false, |target, budget| {
-                let op = open.clone();
-                async move { target.send(op, budget).await }
-            })
-            .await?;
-        let (id, secret) = match result? {
+        let (id, secret) = match self.router.send(false, open).await?? {
             Outcome::Lock(LockOutcome::SessionOpened {
                 session, secret, ..
             }) => (session, secret),
@@ -381,12 +350,7 @@ impl Drop for Writer {
             secret: session.secret,
         }));
         runtime.spawn(async move {
-            let closed = router
-                .call(false, |target, budget| {
-                    let op = close.clone();
-                    async move { target.send(op, budget).await }
-                })
-                .await;
+            let closed = router.send(false, close).await;
             tracing::debug!(
                 session = session.id.0,
                 ?closed,

@@ -183,6 +183,27 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether this is a key-value write: what [`Command::Once`] may hold
+    /// (and what a client makes retry-safe).
+    pub fn is_key_value_write(&self) -> bool {
+        match self {
+            Command::Put { .. }
+            | Command::PutBound { .. }
+            | Command::PutIfAbsent { .. }
+            | Command::CompareAndPut { .. }
+            | Command::GetAndPut { .. }
+            | Command::Delete { .. }
+            | Command::DeleteRange { .. }
+            | Command::Batch { .. }
+            | Command::NextSequence { .. } => true,
+            Command::Lock(_)
+            | Command::Group { .. }
+            | Command::Auth(_)
+            | Command::As { .. }
+            | Command::Once { .. } => false,
+        }
+    }
+
     /// Bytes of keys and values this command carries: a cheap measure of its
     /// encoded size.
     pub fn payload_len(&self) -> usize {

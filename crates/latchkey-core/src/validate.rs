@@ -258,7 +258,7 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
                     "a retry-safe write names a session, not session 0",
                 ));
             }
-            if !is_plain_write(command) {
+            if !command.is_key_value_write() {
                 return Err(CommandError::invalid(
                     "only a key-value write can be made retry-safe (lock commands carry \
                      their own request ids)",
@@ -284,26 +284,6 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
         )));
     }
     Ok(())
-}
-
-/// Whether `command` is a key-value write: what [`Command::Once`] may hold.
-fn is_plain_write(command: &Command) -> bool {
-    match command {
-        Command::Put { .. }
-        | Command::PutBound { .. }
-        | Command::PutIfAbsent { .. }
-        | Command::CompareAndPut { .. }
-        | Command::GetAndPut { .. }
-        | Command::Delete { .. }
-        | Command::DeleteRange { .. }
-        | Command::Batch { .. }
-        | Command::NextSequence { .. } => true,
-        Command::Lock(_)
-        | Command::Group { .. }
-        | Command::Auth(_)
-        | Command::As { .. }
-        | Command::Once { .. } => false,
-    }
 }
 
 /// The shape of a group: not too many commands, none of them a group. Each
