@@ -6,6 +6,9 @@
 //!   a watcher sees the delete.
 //! - SIGKILL stops the keep-alives: the key outlives the process until the
 //!   session's TTL runs out, then goes, and a watcher sees the delete.
+//! - An operator's `latchkey session end ID`: the key is gone when the
+//!   command returns, and the process learns at its next keep-alive that
+//!   its session was lost (exit 6).
 //! - A session's end deletes every key bound to it at one revision, while
 //!   keys bound to other sessions and plain keys stay; a plain put unbinds.
 //! - Bad input: a put bound to an ended or foreign session, `--ephemeral`
@@ -30,7 +33,19 @@ const TTL: Duration = Duration::from_secs(6);
 /// revision it prints once the key is written.
 async fn put_ephemeral(c: &Cluster, key: &str, value: &str) -> Result<(Child, u64)> {
     let ttl = format!("{}s", TTL.as_secs());
-    let (child, mut lines) = c.spawn_cli(&["put", key, value, "--ephemeral", "--ttl", &ttl])?;
+    let (child, line) =
+        spawn_ephemeral(c, &["put", key, value, "--ephemeral", "--ttl", &ttl]).await?;
+    let revision = line
+        .trim()
+        .parse()
+        .with_context(|| format!("not a revision: {line:?}"))?;
+    Ok((child, revision))
+}
+
+/// Start the `put --ephemeral` of `args` and read the line it prints once
+/// the key is written.
+async fn spawn_ephemeral(c: &Cluster, args: &[&str]) -> Result<(Child, String)> {
+    let (child, mut lines) = c.spawn_cli(args)?;
     let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .context("`put --ephemeral` printed no revision")??;
@@ -41,11 +56,7 @@ async fn put_ephemeral(c: &Cluster, key: &str, value: &str) -> Result<(Child, u6
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let revision = line
-        .trim()
-        .parse()
-        .with_context(|| format!("not a revision: {line:?}"))?;
-    Ok((child, revision))
+    Ok((child, line))
 }
 
 fn signal(child: &Child, sig: i32) -> Result<()> {
@@ -150,6 +161,65 @@ async fn ends(c: &mut Cluster) -> Result<()> {
     ensure!(
         client.get("plain").await?.is_some(),
         "the plain key went too"
+    );
+    operator_ends(c, &client, &mut watch).await
+}
+
+/// An operator ends a live `put --ephemeral`'s session: the key goes at
+/// once, the process says its session was lost, and ending it again is
+/// refused.
+async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch) -> Result<()> {
+    let args = [
+        "-w",
+        "json",
+        "put",
+        "members/c",
+        "10.0.0.3",
+        "--ephemeral",
+        "--ttl",
+        "15s",
+    ];
+    let (child, line) = spawn_ephemeral(c, &args).await?;
+    let printed: serde_json::Value =
+        serde_json::from_str(&line).with_context(|| format!("not JSON: {line:?}"))?;
+    let (Some(revision), Some(session)) =
+        (printed["revision"].as_u64(), printed["session"].as_u64())
+    else {
+        bail!("`put --ephemeral -w json` printed {line:?}");
+    };
+    // The owner's own secret is not needed: the operator's end is enough.
+    let id = session.to_string();
+    let ended = c.cli(&["session", "end", &id]).await?;
+    let said = ended.ok()?;
+    ensure!(
+        said.contains(&format!("session {session} ended")),
+        "`session end` said {said:?}"
+    );
+    // Gone by the time the operator's command returned.
+    ensure!(
+        client.get("members/c").await?.is_none(),
+        "members/c outlived the operator's end of its session"
+    );
+    let gone = next_delete(watch, "members/c", Duration::from_secs(30)).await?;
+    ensure!(gone > revision, "deleted at {gone}, written at {revision}");
+    // Its next keep-alive (every TTL/3, 5 s) tells the process.
+    let exited = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .context("`put --ephemeral` did not notice its session ended")??;
+    ensure!(
+        exited.status.code() == Some(6),
+        "`put --ephemeral` after its session was ended: {exited:?}"
+    );
+    // Again: the session is not live any more.
+    let again = c.cli(&["session", "end", &id]).await?;
+    ensure!(
+        again.code == Some(1) && again.stderr.contains("already ended"),
+        "a second `session end`: {again:?}"
+    );
+    let never = c.cli(&["session", "end", "999999"]).await?;
+    ensure!(
+        never.code != Some(0) && never.stderr.contains("999999"),
+        "`session end` of a session never opened: {never:?}"
     );
     Ok(())
 }

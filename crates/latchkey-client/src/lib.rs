@@ -94,7 +94,7 @@ pub use auth::UserInfo;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
-pub use lock::{Lock, LockGuard, Session};
+pub use lock::{EndedSession, Lock, LockGuard, Session};
 pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use transport::{channel, TransportStats};
 pub use watch::Watch;

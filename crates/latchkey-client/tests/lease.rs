@@ -43,8 +43,9 @@ use latchkey_proto::v1::lock_server::Lock;
 use latchkey_proto::v1::pipeline_server::Pipeline;
 use latchkey_proto::v1::{
     call::Request as Req, call_reply::Reply as Rep, AcquireReply, AcquireRequest, CallFrame,
-    CallReplies, CallReply, CloseSessionReply, CloseSessionRequest, KeepAliveRequest,
-    OpenSessionRequest, PutReply, PutRequest, ReleaseReply, ReleaseRequest, SessionReply,
+    CallReplies, CallReply, CloseSessionReply, CloseSessionRequest, EndSessionRequest,
+    KeepAliveRequest, OpenSessionRequest, PutReply, PutRequest, ReleaseReply, ReleaseRequest,
+    SessionReply,
 };
 use latchkey_proto::{wire, Operation};
 use tokio::sync::mpsc;
@@ -318,6 +319,18 @@ impl Lock for FakeLock {
         self.0
             .unary(Req::CloseSession(request.into_inner()), |r| match r {
                 Rep::CloseSession(r) => Some(r),
+                _ => None,
+            })
+            .await
+    }
+
+    async fn end_session(
+        &self,
+        request: Request<EndSessionRequest>,
+    ) -> Result<Response<CloseSessionReply>, Status> {
+        self.0
+            .unary(Req::EndSession(request.into_inner()), |r| match r {
+                Rep::EndSession(r) => Some(r),
                 _ => None,
             })
             .await

@@ -737,6 +737,8 @@ impl<S: Store> Checker<'_, S> {
                     .map_err(|_| refused)
             })),
             LockCommand::CloseSession { session, .. } => session_and(*session, None),
+            // An operator's: whoever owns the session.
+            LockCommand::EndSession { .. } => Ok(self.need(Permission::Admin, Target::Any)),
             LockCommand::Acquire { session, name, .. }
             | LockCommand::Release { session, name, .. }
             | LockCommand::CancelWait { session, name, .. } => session_and(*session, Some(name)),

@@ -126,7 +126,9 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
             }
             Ok(0)
         }
-        LockCommand::CloseSession { .. } | LockCommand::ExpireSession { .. } => Ok(0),
+        LockCommand::CloseSession { .. }
+        | LockCommand::ExpireSession { .. }
+        | LockCommand::EndSession { .. } => Ok(0),
         LockCommand::Acquire {
             name,
             wait_ms,

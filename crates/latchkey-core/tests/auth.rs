@@ -184,6 +184,41 @@ fn sessions_belong_to_the_user_who_opened_them() {
 }
 
 #[test]
+fn only_an_admin_ends_another_users_session() {
+    let mut store = store_with(&[(Permission::Lock, "")]);
+    let secret = SessionSecret([9; SessionSecret::LEN]);
+    let opened = run(
+        &mut store,
+        as_user(
+            "app",
+            Command::Lock(LockCommand::OpenSession {
+                ttl_ms: 10_000,
+                secret,
+            }),
+        ),
+    );
+    let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = opened else {
+        panic!("not opened: {opened:?}");
+    };
+    let end = Command::Lock(LockCommand::EndSession { session });
+    // Owning the session is not enough: ending it is an operator's act.
+    assert!(is_denied(
+        &run(&mut store, as_user("app", end.clone())),
+        Permission::Admin
+    ));
+    assert!(is_denied(
+        &run(&mut store, as_user("other", end.clone())),
+        Permission::Admin
+    ));
+    assert!(store.map.keys().any(|k| k.starts_with(b"Ao")));
+    assert!(matches!(
+        run(&mut store, as_user(ROOT, end)),
+        Ok(Outcome::Lock(LockOutcome::SessionEnded { .. }))
+    ));
+    assert!(!store.map.keys().any(|k| k.starts_with(b"Ao")));
+}
+
+#[test]
 fn a_writer_opens_a_session_for_retry_safe_writes_and_a_reader_cannot() {
     let mut store = store_with(&[(Permission::Write, "jobs/")]);
     let secret = SessionSecret([5; SessionSecret::LEN]);

@@ -1041,6 +1041,9 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
         session
             .clone()
             .prop_map(|session| LockCommand::ExpireSession { session }),
+        session
+            .clone()
+            .prop_map(|session| LockCommand::EndSession { session }),
         (
             session.clone(),
             any::<u64>(),

@@ -72,8 +72,11 @@ enum Op {
     Close {
         slot: usize,
     },
+    /// The leader's expiry, or an operator's end of the session: the same
+    /// forced end.
     Expire {
         slot: usize,
+        by_operator: bool,
     },
     Acquire {
         slot: usize,
@@ -140,7 +143,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => slot.clone().prop_map(|slot| Op::Open { slot }),
         1 => slot.clone().prop_map(|slot| Op::Close { slot }),
-        1 => slot.clone().prop_map(|slot| Op::Expire { slot }),
+        1 => (slot.clone(), any::<bool>()).prop_map(|(slot, by_operator)| Op::Expire { slot, by_operator }),
         8 => (slot.clone(), owner.clone(), name.clone(), any::<bool>(), prop::bool::weighted(0.7), prop::bool::weighted(0.3), prop::bool::weighted(0.3))
             .prop_map(|(slot, owner, name, shared, wait, lease, delay)| Op::Acquire { slot, owner, name, shared, wait, lease, delay }),
         6 => (slot.clone(), owner.clone(), name.clone(), prop_oneof![6 => Just(TokenPick::Held), 2 => any::<Index>().prop_map(TokenPick::Old), 1 => (0u64..8).prop_map(TokenPick::Any)])
@@ -409,11 +412,22 @@ impl Harness {
         let live_or_open = |h: &mut Self, slot: usize| h.session(slot).ok_or(slot);
         match op {
             Op::Open { slot } => self.open(*slot),
-            Op::Close { slot } | Op::Expire { slot } => match live_or_open(self, *slot) {
+            Op::Close { slot } | Op::Expire { slot, .. } => match live_or_open(self, *slot) {
                 Ok(session) if matches!(op, Op::Close { .. }) => LockCommand::CloseSession {
                     session,
                     secret: self.secret(session),
                 },
+                Ok(session)
+                    if matches!(
+                        op,
+                        Op::Expire {
+                            by_operator: true,
+                            ..
+                        }
+                    ) =>
+                {
+                    LockCommand::EndSession { session }
+                }
                 Ok(session) => LockCommand::ExpireSession { session },
                 Err(slot) => self.open(slot),
             },
@@ -956,7 +970,9 @@ impl Harness {
         // An ended session leaves its slot: the next op there opens a new one
         // (retries still reach the ended session).
         if let (
-            LockCommand::CloseSession { session, .. } | LockCommand::ExpireSession { session },
+            LockCommand::CloseSession { session, .. }
+            | LockCommand::ExpireSession { session }
+            | LockCommand::EndSession { session },
             Ok(_),
         ) = (command, result)
         {

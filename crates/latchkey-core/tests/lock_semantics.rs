@@ -2112,6 +2112,71 @@ fn session_query_of_unknown_session_is_none() {
     );
 }
 
+#[test]
+fn an_operators_end_is_a_forced_end_and_needs_no_secret() {
+    let mut c = Cluster::default();
+    let a = c.open();
+    let b = c.open();
+    let held = c.grant(acquire_with(
+        a,
+        1,
+        1,
+        "x",
+        Exclusive,
+        TRY,
+        None,
+        Some(30_000),
+    ));
+    c.ok(acquire(b, 1, 1, "x", Exclusive, WAIT));
+    c.ok(acquire(a, 2, 2, "y", Exclusive, TRY));
+
+    let (outcome, events) = c.ok(LockCommand::EndSession { session: a });
+    assert_eq!(
+        outcome,
+        LockOutcome::SessionEnded {
+            session: a,
+            released: 2,
+            cancelled: 0
+        }
+    );
+    // As after an expiry: the holder may still be working, so the lock
+    // stays unavailable for its lock-delay and the waiter waits.
+    assert!(events.contains(&Event::LockDelayStarted {
+        name: "x".into(),
+        token: held.token,
+        delay_ms: 30_000
+    }));
+    assert!(grants(&events).is_empty());
+    assert_eq!(
+        events.last(),
+        Some(&Event::SessionEnded {
+            session: a,
+            how: SessionEnd::Ended
+        })
+    );
+    assert_eq!(
+        c.ask(LockQuery::Session { session: a }),
+        LockOutcome::Session(None)
+    );
+    // Ending it again, or a session never opened, is refused.
+    assert_eq!(
+        c.refused(LockCommand::EndSession { session: a }),
+        CommandError::SessionEnded { session: a }
+    );
+    assert_eq!(
+        c.refused(LockCommand::EndSession {
+            session: SessionId(99)
+        }),
+        CommandError::UnknownSession {
+            session: SessionId(99)
+        }
+    );
+    assert_eq!(
+        LockCommand::EndSession { session: b }.proposer(),
+        Proposer::Client
+    );
+}
+
 // ---------------------------------------------------------------- plumbing
 
 #[test]

@@ -27,8 +27,10 @@ enum Step {
         slot: u64,
         right_secret: bool,
     },
+    /// The leader's expiry, or an operator's end of the session.
     Expire {
         slot: u64,
+        by_operator: bool,
     },
     PutBound {
         key: u8,
@@ -56,7 +58,8 @@ fn step() -> impl Strategy<Value = Step> {
         2 => Just(Step::Open),
         1 => (slot.clone(), prop::bool::weighted(0.8))
             .prop_map(|(slot, right_secret)| Step::Close { slot, right_secret }),
-        1 => slot.clone().prop_map(|slot| Step::Expire { slot }),
+        1 => (slot.clone(), any::<bool>())
+            .prop_map(|(slot, by_operator)| Step::Expire { slot, by_operator }),
         5 => (key.clone(), any::<u8>(), slot, prop::bool::weighted(0.85)).prop_map(
             |(key, value, slot, right_secret)| Step::PutBound { key, value, slot, right_secret }
         ),
@@ -152,9 +155,12 @@ impl Model {
                 let doomed = self.end(slot);
                 (command, Expected::Ended(slot), doomed)
             }
-            Step::Expire { slot } => {
-                let command = Command::Lock(LockCommand::ExpireSession {
-                    session: SessionId(slot),
+            Step::Expire { slot, by_operator } => {
+                let session = SessionId(slot);
+                let command = Command::Lock(if by_operator {
+                    LockCommand::EndSession { session }
+                } else {
+                    LockCommand::ExpireSession { session }
                 });
                 if !self.live.contains(&slot) {
                     return (command, Expected::Refused(self.not_live(slot)), Vec::new());

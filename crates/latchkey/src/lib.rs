@@ -45,11 +45,11 @@
 // gives it (its crate root); the in-process types (`latchkey_client::local`)
 // stay behind `Node`.
 pub use latchkey_client::{
-    Admission, Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency, Error,
-    FenceError, FenceGate, FileFenceGate, HolderInfo, Identity, KeyRead, Lock, LockGuard, LockInfo,
-    LockMode, MemberInfo, MemoryFenceGate, NodeStatus, Permission, RevisionField, ScanPage,
-    ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test, TlsError, TlsOptions,
-    Token, TransportStats, UserCredentials, UserInfo, Versioned,
+    Admission, Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency,
+    EndedSession, Error, FenceError, FenceGate, FileFenceGate, HolderInfo, Identity, KeyRead, Lock,
+    LockGuard, LockInfo, LockMode, MemberInfo, MemoryFenceGate, NodeStatus, Permission,
+    RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test,
+    TlsError, TlsOptions, Token, TransportStats, UserCredentials, UserInfo, Versioned,
 };
 pub use latchkey_client::{KeyChange, Selection, Watch, WatchMessage};
 pub use latchkey_core as core;

@@ -18,19 +18,24 @@
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
 //!   [`Client::check_sequencer`](crate::Client::check_sequencer), the lock
-//!   table read without a session; imports no sibling.
+//!   table read without a session; imports no sibling;
+//! - `operator`: [`Client::end_session`](crate::Client::end_session), an
+//!   operator ending someone else's session; imports no sibling.
 //!
 //! Nothing outside this folder imports it but `lib.rs`, which re-exports
-//! [`Session`], [`Lock`] and [`LockGuard`] at the crate root.
+//! [`Session`], [`Lock`], [`LockGuard`] and [`EndedSession`] at the crate
+//! root.
 
 mod fenced;
 mod guard;
 mod handle;
 mod lease_clock;
+mod operator;
 mod session;
 mod table;
 mod watchdog;
 
 pub use guard::LockGuard;
 pub use handle::Lock;
+pub use operator::EndedSession;
 pub use session::Session;

@@ -194,6 +194,9 @@ async fn unary(
             Rep::OpenSession(lock.open_session(as_user(user, r)).await?.into_inner())
         }
         Req::KeepAlive(r) => Rep::KeepAlive(lock.keep_alive(as_user(user, r)).await?.into_inner()),
+        Req::EndSession(r) => {
+            Rep::EndSession(lock.end_session(as_user(user, r)).await?.into_inner())
+        }
         Req::CloseSession(r) => {
             Rep::CloseSession(lock.close_session(as_user(user, r)).await?.into_inner())
         }

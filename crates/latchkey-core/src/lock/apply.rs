@@ -66,6 +66,9 @@ fn execute<S: Store>(
         LockCommand::ExpireSession { session } => {
             session::end(store, *session, SessionEnd::Expired, events)?
         }
+        LockCommand::EndSession { session } => {
+            session::end(store, *session, SessionEnd::Ended, events)?
+        }
         LockCommand::Acquire {
             session, secret, ..
         } => {

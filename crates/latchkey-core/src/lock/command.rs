@@ -151,6 +151,18 @@ pub enum LockCommand {
         /// Applied if every condition holds, as in [`crate::Command::Batch`].
         ops: Vec<BatchOp>,
     },
+    /// An operator ends someone's session (etcd's `lease revoke`): exactly
+    /// [`LockCommand::ExpireSession`] without waiting for the TTL. Its holds
+    /// end as forced releases (their lock-delay applies, since the holder
+    /// may still be working), its waits are cancelled and its keys deleted,
+    /// in this one entry. Needs the admin permission while access control is
+    /// enabled; no secret (the operator does not have it). Returns
+    /// [`LockOutcome::SessionEnded`]; a session that is not live is refused
+    /// like any other command naming it (`SessionEnded` or `UnknownSession`).
+    EndSession {
+        /// The session to end.
+        session: SessionId,
+    },
 }
 
 /// Who may propose a [`LockCommand`]. The core applies whatever is in the
@@ -172,7 +184,8 @@ impl LockCommand {
             | LockCommand::Acquire { .. }
             | LockCommand::Release { .. }
             | LockCommand::CancelWait { .. }
-            | LockCommand::Fenced { .. } => Proposer::Client,
+            | LockCommand::Fenced { .. }
+            | LockCommand::EndSession { .. } => Proposer::Client,
             LockCommand::ExpireSession { .. }
             | LockCommand::ExpireWait { .. }
             | LockCommand::ExpireLockLease { .. }
@@ -185,7 +198,8 @@ impl LockCommand {
         match self {
             LockCommand::OpenSession { .. }
             | LockCommand::CloseSession { .. }
-            | LockCommand::ExpireSession { .. } => 0,
+            | LockCommand::ExpireSession { .. }
+            | LockCommand::EndSession { .. } => 0,
             LockCommand::Acquire { name, .. }
             | LockCommand::Release { name, .. }
             | LockCommand::CancelWait { name, .. }

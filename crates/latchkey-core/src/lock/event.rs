@@ -136,6 +136,9 @@ pub enum SessionEnd {
     Closed,
     /// [`crate::lock::LockCommand::ExpireSession`]: lock-delay applies.
     Expired,
+    /// [`crate::lock::LockCommand::EndSession`], an operator's: lock-delay
+    /// applies, as for an expiry.
+    Ended,
 }
 
 /// Why a wait ended without a grant.

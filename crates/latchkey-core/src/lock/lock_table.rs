@@ -663,7 +663,9 @@ pub(crate) fn drop_session<S: Store>(
         });
     }
     match how {
-        SessionEnd::Expired => after_forced_release(store, &mut lock, &gone, events)?,
+        SessionEnd::Expired | SessionEnd::Ended => {
+            after_forced_release(store, &mut lock, &gone, events)?
+        }
         SessionEnd::Closed => advance(store, &mut lock, events)?,
     }
     save(store, lock, events)?;

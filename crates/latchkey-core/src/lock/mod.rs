@@ -55,12 +55,13 @@
 //!   [`UnknownSession`](crate::CommandError::UnknownSession) if the id was
 //!   never issued, [`SessionEnded`](crate::CommandError::SessionEnded) if it
 //!   was closed or expired (the two are not told apart; nothing of an ended
-//!   session is kept). This includes `CloseSession` and `ExpireSession` of an
-//!   ended session. Queries are not refused: `Session` answers `None` and
+//!   session is kept). This includes `CloseSession`, `ExpireSession` and
+//!   `EndSession` of an ended session. Queries are not refused: `Session` answers `None` and
 //!   `CheckSequencer` answers "not current".
-//! - `CloseSession` ends every hold at once without lock-delay; `ExpireSession`
-//!   ends them as forced releases (lock-delay applies). Both cancel every
-//!   wait of the session and forget its request memory. Locks are visited in
+//! - `CloseSession` ends every hold at once without lock-delay;
+//!   `ExpireSession` and an operator's `EndSession` end them as forced
+//!   releases (lock-delay applies). All three cancel every wait of the
+//!   session, delete the keys bound to it and forget its request memory. Locks are visited in
 //!   name order; within a lock holds end before waits are cancelled, then
 //!   the queue moves on.
 //!

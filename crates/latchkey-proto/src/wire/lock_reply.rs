@@ -37,18 +37,25 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
         (Rpc::KeepAlive, L::Session(info)) => Rep::KeepAlive(session_reply(info)),
         (Rpc::GetSession, L::Session(info)) => Rep::GetSession(session_reply(info)),
         (
-            Rpc::CloseSession,
+            rpc @ (Rpc::CloseSession | Rpc::EndSession),
             L::SessionEnded {
                 session,
                 released,
                 cancelled,
             },
-        ) => Rep::CloseSession(v1::CloseSessionReply {
-            error: None,
-            session: session.0,
-            released,
-            cancelled,
-        }),
+        ) => {
+            let reply = v1::CloseSessionReply {
+                error: None,
+                session: session.0,
+                released,
+                cancelled,
+            };
+            if rpc == Rpc::CloseSession {
+                Rep::CloseSession(reply)
+            } else {
+                Rep::EndSession(reply)
+            }
+        }
         (
             Rpc::Acquire,
             L::Granted {

@@ -103,6 +103,9 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             conditions: conditions_to_wire(conditions),
             ops: ops_to_wire(ops),
         }),
+        LockCommand::EndSession { session } => {
+            Req::EndSession(v1::EndSessionRequest { session: session.0 })
+        }
         LockCommand::ExpireSession { .. }
         | LockCommand::ExpireWait { .. }
         | LockCommand::ExpireLockLease { .. }
@@ -179,6 +182,13 @@ pub(super) fn close_session_from_wire(
         session: SessionId(r.session),
         secret: secret_from_wire(&r.session_secret)?,
     })))
+}
+
+/// A typed operator's end of a session.
+pub(super) fn end_session_from_wire(r: v1::EndSessionRequest) -> Operation {
+    Operation::Write(Command::Lock(LockCommand::EndSession {
+        session: SessionId(r.session),
+    }))
 }
 
 /// A typed session read.

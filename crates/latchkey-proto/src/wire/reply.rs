@@ -111,7 +111,7 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
             checked!(r);
             Outcome::Lock(lock::session_from_wire(r))
         }
-        Rep::CloseSession(r) => {
+        Rep::CloseSession(r) | Rep::EndSession(r) => {
             checked!(r);
             Outcome::Lock(lock::session_ended_from_wire(r))
         }
@@ -334,6 +334,10 @@ pub fn error_reply(rpc: Rpc, error: v1::Error) -> Rep {
             ..Default::default()
         }),
         Rpc::CloseSession => Rep::CloseSession(v1::CloseSessionReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::EndSession => Rep::EndSession(v1::CloseSessionReply {
             error,
             ..Default::default()
         }),

@@ -32,6 +32,7 @@ pub enum Rpc {
     FencedWrite,
     CheckSequencer,
     ListLocks,
+    EndSession,
 }
 
 impl Rpc {
@@ -60,6 +61,7 @@ impl Rpc {
             Rpc::FencedWrite => "fenced_write",
             Rpc::CheckSequencer => "check_sequencer",
             Rpc::ListLocks => "list_locks",
+            Rpc::EndSession => "end_session",
         }
     }
 
@@ -102,6 +104,7 @@ impl Rpc {
             Req::FencedWrite(_) => Rpc::FencedWrite,
             Req::CheckSequencer(_) => Rpc::CheckSequencer,
             Req::ListLocks(_) => Rpc::ListLocks,
+            Req::EndSession(_) => Rpc::EndSession,
         }
     }
 
@@ -137,6 +140,7 @@ impl Rpc {
                 LockCommand::Release { .. } => Rpc::Release,
                 LockCommand::CancelWait { .. } => Rpc::CancelWait,
                 LockCommand::Fenced { .. } => Rpc::FencedWrite,
+                LockCommand::EndSession { .. } => Rpc::EndSession,
                 LockCommand::ExpireSession { .. }
                 | LockCommand::ExpireWait { .. }
                 | LockCommand::ExpireLockLease { .. }

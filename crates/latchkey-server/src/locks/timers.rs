@@ -105,6 +105,7 @@ fn hold_end(why: HoldEnd) -> &'static str {
         HoldEnd::Released => "released",
         HoldEnd::SessionEnded(SessionEnd::Closed) => "session_closed",
         HoldEnd::SessionEnded(SessionEnd::Expired) => "session_expired",
+        HoldEnd::SessionEnded(SessionEnd::Ended) => "session_ended_by_operator",
         HoldEnd::LeaseExpired => "lease_expired",
     }
 }

@@ -259,6 +259,22 @@ pub enum Cmd {
         #[arg(long, default_value = "")]
         prefix: String,
     },
+    /// An operator's hand on sessions.
+    #[command(subcommand)]
+    Session(SessionCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// End session ID now, as if its TTL ran out: its locks are released
+    /// (their lock-delay applies), its waits cancelled and its keys
+    /// deleted. For a hung holder; `locks` shows holders' sessions as
+    /// SESSION/OWNER. Needs the admin permission under access control.
+    /// Exit 1 if the session had already ended.
+    End {
+        /// The session's id.
+        id: u64,
+    },
 }
 
 #[derive(Debug, clap::Args)]

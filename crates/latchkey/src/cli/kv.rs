@@ -84,8 +84,9 @@ pub async fn put_ephemeral(
             _ = term.recv() => Ok(()),
             _ = int.recv() => Ok(()),
             _ = session.lost() => Err(Failure::LockLost(format!(
-                "session {} was lost (no keep-alive acknowledged in time): the cluster \
-                 deletes {key:?} when it expires the session, if it has not already",
+                "session {} was lost (ended by an operator, or no keep-alive acknowledged \
+                 in time): the cluster deletes {key:?} when it ends the session, if it has \
+                 not already",
                 session.id().0
             ))),
         }

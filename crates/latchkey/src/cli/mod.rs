@@ -3,7 +3,7 @@
 //!
 //! Imports point one way, from here down: `run` (this file) uses the
 //! subcommand rooms (`serve`, `certs`, `kv`, `status`, `members`,
-//! `access`, `lock`, `locks`, `snapshot`); they use only the shared rooms
+//! `access`, `lock`, `locks`, `session`, `snapshot`); they use only the shared rooms
 //! (`args`, the grammar; `connect`, the client; `failure`, the failure
 //! type; `fencing`, sequencers and session secrets; `output`, stdout), never
 //! one another nor this file; the shared rooms use only `failure` and
@@ -21,6 +21,7 @@ mod locks;
 mod members;
 mod output;
 mod serve;
+mod session;
 mod snapshot;
 mod status;
 mod watch;
@@ -107,6 +108,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::LockGuard { fd, command } => Ok(lock::guard::run(*fd, command)),
         Cmd::CheckSequencer { sequencer } => locks::check_sequencer(&args, sequencer).await,
         Cmd::Locks { prefix } => locks::list(&args, prefix, json).await,
+        Cmd::Session(cmd) => session::run(&args, cmd, json).await,
         Cmd::Snapshot(cmd) => snapshot::run(cmd, || connect::client(&args), json).await,
     }
 }

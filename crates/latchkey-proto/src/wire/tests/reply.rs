@@ -143,6 +143,14 @@ fn results() -> Vec<(Rpc, CommandResult)> {
             })),
         ),
         (
+            Rpc::EndSession,
+            Ok(Outcome::Lock(L::SessionEnded {
+                session: SessionId(5),
+                released: 1,
+                cancelled: 0,
+            })),
+        ),
+        (
             Rpc::Acquire,
             Ok(Outcome::Lock(L::Granted {
                 sequencer: seq("a", 40),

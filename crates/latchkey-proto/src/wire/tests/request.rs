@@ -111,6 +111,9 @@ fn operations() -> Vec<Operation> {
             session: SessionId(4),
             secret: SessionSecret([3; 16]),
         }),
+        Command::Lock(LockCommand::EndSession {
+            session: SessionId(6),
+        }),
         Command::Lock(LockCommand::Release {
             session: SessionId(3),
             secret: SessionSecret([3; 16]),
