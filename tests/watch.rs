@@ -10,6 +10,9 @@
 //! - A watcher that never reads is ended (`WATCH_TOO_SLOW`, naming the
 //!   revision to resume from) while writes go on, and resuming there misses
 //!   nothing.
+//! - A watch on a follower cut off from the rest of the cluster says it is
+//!   behind in its progress notices, and stops saying so once the cluster
+//!   is back; the changes made meanwhile then arrive.
 //! - `latchkey watch` prints each change as it happens and ends on SIGINT.
 
 #[path = "support/mod.rs"]
@@ -254,6 +257,32 @@ async fn a_watcher_that_never_reads_is_ended_and_resumes_without_a_gap() {
     c.finish(outcome, TEST_LIMIT);
 }
 
+/// Connections of the idle watches besides the first, and watches on each.
+const EXTRA_IDLE_CONNECTIONS: usize = 4;
+const EXTRA_IDLE_WATCHES_PER_CONNECTION: usize = 6;
+/// How much the leader's resident memory may grow while the idle watches
+/// do not read: about half of what they would hold if each kept every
+/// change (it grew 58 MiB here: the writes themselves, and at most 64
+/// queued messages and a flow-control window per watch).
+const MEMORY_GROWTH_LIMIT: u64 = 128 << 20;
+
+/// A process's resident memory (`VmRSS` of `/proc/PID/status`), in bytes.
+fn resident_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS line")?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .with_context(|| format!("unreadable {line:?}"))?;
+    Ok(kib * 1024)
+}
+
 async fn never_reads(c: &mut Cluster) -> Result<()> {
     use latchkey_proto::v1::{watch_client::WatchClient, watch_request::Keys, ErrorKind};
     let leader = c.wait_for_leader(LEADER_WAIT).await?;
@@ -268,21 +297,70 @@ async fn never_reads(c: &mut Cluster) -> Result<()> {
         start_revision: start,
         ..Default::default()
     };
-    let mut replies = raw.watch(request).await?.into_inner();
+    let mut replies = raw.watch(request.clone()).await?.into_inner();
+    // More that never read, over connections of their own: held whole,
+    // they would take 2 x 600 x 8 KiB each, 240 MiB in all.
+    let pid = c.pid(leader).context("the leader's pid")?;
+    let before = resident_bytes(pid)?;
+    let mut idle = Vec::new();
+    for _ in 0..EXTRA_IDLE_CONNECTIONS {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", c.addr(leader)))?
+                .connect()
+                .await?;
+        for _ in 0..EXTRA_IDLE_WATCHES_PER_CONNECTION {
+            let mut w = WatchClient::new(channel.clone());
+            idle.push(w.watch(request.clone()).await?.into_inner());
+        }
+    }
     // Never read while 600 writes of 8 KiB go on: far more than the
     // watch's queue (64 messages) and the connection's flow-control window
     // hold, and fewer than the feed's ring (1,024 records), so it is the
     // wait for room (5 s) that ends the watch.
     let value = vec![b'v'; 8 * 1024];
     let mut last = start;
-    for i in 0..600 {
-        last = retrying("write", async || {
-            client.put(format!("s/{}", i % 100), &value).await
-        })
-        .await?;
+    for round in 0..2 {
+        for i in 0..600 {
+            last = retrying("write", async || {
+                client.put(format!("s/{}", i % 100), &value).await
+            })
+            .await?;
+        }
+        if round == 0 {
+            // Give the replica time to notice (its wait for room is 5 s).
+            tokio::time::sleep(Duration::from_secs(7)).await;
+        }
     }
-    // Give the replica time to notice (its wait for room is 5 s).
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // The replica's memory did not grow with what the idle watches were
+    // sent: a watch holds at most 64 messages, and an ended one nothing.
+    let grown = resident_bytes(pid)?.saturating_sub(before);
+    ensure!(
+        grown < MEMORY_GROWTH_LIMIT,
+        "the leader's resident memory grew by {} MiB while {} watches did not read",
+        grown >> 20,
+        idle.len() + 1
+    );
+    // Drained together: streams of one connection share its flow-control
+    // window, so one read alone may wait for the others.
+    let ends = futures::future::join_all(idle.into_iter().map(|mut stream| async move {
+        loop {
+            let reply = tokio::time::timeout(Duration::from_secs(30), stream.message())
+                .await
+                .context("an idle watch neither sent nor ended")??
+                .context("an idle watch ended without an error")?;
+            if let Some(e) = reply.error {
+                return anyhow::Ok(e);
+            }
+        }
+    }))
+    .await;
+    for ended in ends {
+        let ended = ended?;
+        ensure!(
+            ended.kind == ErrorKind::WatchTooSlow as i32,
+            "an idle watch ended with {ended:?}"
+        );
+    }
     let mut delivered = Vec::new();
     let resume_from = loop {
         let reply = tokio::time::timeout(Duration::from_secs(30), replies.message())
@@ -330,6 +408,85 @@ async fn never_reads(c: &mut Cluster) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_says_it_is_behind() {
+    let mut c = Cluster::start("watch-behind", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, cut_off(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// The next progress notice of `watch` whose `behind` is `behind`, skipping
+/// other notices; a change before it is returned as an error.
+async fn notice(watch: &mut latchkey::Watch, behind: bool) -> Result<u64> {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(60), watch.next())
+            .await
+            .with_context(|| format!("no progress notice with behind = {behind}"))?
+            .context("the watch ended")?;
+        match message {
+            Ok(WatchMessage::Progress {
+                revision,
+                behind: b,
+            }) if b == behind => return Ok(revision),
+            Ok(WatchMessage::Progress { .. }) => {}
+            other => bail!("waiting for behind = {behind}, the watch sent {other:?}"),
+        }
+    }
+}
+
+async fn cut_off(c: &mut Cluster) -> Result<()> {
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let follower = c.follower_of(leader)?;
+    let third = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader && *id != follower)
+        .context("a third node")?;
+    let writer = c.client()?;
+    let start = retrying("write", async || writer.put("b/0", "0").await).await?;
+    // Only the follower: the watch cannot move elsewhere. (A start the
+    // follower has not applied yet is waited for.)
+    let mut watch = c
+        .client_for(&[follower])?
+        .watch(Selection::prefix("b/"))
+        .from_revision(start + 1)
+        .progress_every(Duration::from_millis(200));
+    let seen = notice(&mut watch, false).await?;
+    ensure!(seen == start, "in place at {seen}, not {start}");
+    // The rest of the cluster stops answering: the follower soon knows no
+    // leader, and says so.
+    c.stop(leader)?;
+    c.stop(third)?;
+    let while_cut = notice(&mut watch, true).await?;
+    ensure!(
+        while_cut == start,
+        "a cut-off follower moved to revision {while_cut}"
+    );
+    c.cont(leader)?;
+    c.cont(third)?;
+    let after = retrying("write", async || writer.put("b/1", "1").await).await?;
+    // The write made while it was behind arrives, then a notice without
+    // `behind`.
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(60), watch.next())
+            .await
+            .context("the write after the cut never arrived")?
+            .context("the watch ended")?;
+        match message {
+            Ok(WatchMessage::Progress { .. }) => {}
+            Ok(WatchMessage::Changes { revision, .. }) => {
+                ensure!(revision == after, "got revision {revision}, not {after}");
+                break;
+            }
+            Err(e) => bail!("the watch failed: {e}"),
+        }
+    }
+    notice(&mut watch, false).await?;
+    Ok(())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_prints_each_change_and_stops_on_sigint() {
