@@ -807,6 +807,28 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
         "stale get: {out:?}"
     );
 
+    // A one-shot write closes the session its write went under before the
+    // process exits: every session opened between two probes (the CLI's)
+    // has ended.
+    let client = c.client()?;
+    let ttl = Duration::from_secs(30);
+    let before = client.session(ttl).await?;
+    before.close().await?;
+    let out = c.cli(&["seq", "one-shot"]).await?;
+    ensure!(out.ok()? == "0\n", "seq printed {:?}", out.stdout);
+    let after = client.session(ttl).await?;
+    after.close().await?;
+    let (first, last) = (before.id().0 + 1, after.id().0);
+    ensure!(first < last, "the CLI's write opened no session");
+    for id in first..last {
+        let id = id.to_string();
+        let out = c.cli(&["session", "end", &id]).await?;
+        ensure!(
+            out.code == Some(1) && out.stderr.contains("already ended"),
+            "the CLI's write session {id} outlived it: {out:?}"
+        );
+    }
+
     // get of an absent key: exit code 1, a message on stderr.
     let out = c.cli(&["get", "no-such-key"]).await?;
     out.refused_with(1)?;
@@ -970,6 +992,14 @@ async fn cli_access_control(c: &Cluster) -> Result<()> {
             && out.stderr.contains("write")
             && out.stderr.contains("billing/1"),
         "app's put outside its prefix: {out:?}"
+    );
+    // Ending a session is an operator's act, even for its owner.
+    let out = app(&["session", "end", "1"]).await?;
+    ensure!(
+        out.code == Some(2)
+            && out.stderr.contains("permission denied")
+            && out.stderr.contains("admin"),
+        "session end by a user without admin: {out:?}"
     );
     let out = app(&["auth", "status"]).await?;
     ensure!(

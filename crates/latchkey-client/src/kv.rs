@@ -254,6 +254,26 @@ impl Client {
         }
     }
 
+    /// Close the session this client's retry-safe writes go under (see
+    /// [`Client::execute`]) now, once the writes in flight are answered,
+    /// rather than when the last clone is dropped. A short-lived process
+    /// calls it before it exits, so the session does not linger for its
+    /// TTL. The client stays usable: its next write opens a new session.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), latchkey_client::Error> {
+    /// let client = latchkey_client::Client::connect(["127.0.0.1:7001"])?;
+    /// client.put("jobs/last-run", "2026-11-27").await?;
+    /// client.close().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) -> Result<(), Error> {
+        match &self.writer {
+            Some(writer) => writer.close().await,
+            None => Ok(()),
+        }
+    }
+
     /// Propose `command`; `idempotent` commands (lock commands deduplicated
     /// by request id, or harmless to repeat) are retried even after an
     /// attempt that may have reached a leader.

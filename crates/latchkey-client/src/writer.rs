@@ -335,6 +335,36 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Close the session now, once the writes in flight are answered; the
+    /// next write opens another. A session the cluster already ended is
+    /// closed too.
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+        let _quiet = self
+            .in_flight
+            .acquire_many(all)
+            .await
+            .map_err(|_| Error::Protocol("the client's write limiter was closed".into()))?;
+        let Some(session) = self.current.lock().await.take() else {
+            return Ok(());
+        };
+        session.keep_alive.abort();
+        match self.router.send(false, close_command(&session)).await? {
+            Ok(_) | Err(CommandError::SessionEnded { .. }) => Ok(()),
+            Err(e) => Err(Error::Refused(e)),
+        }
+    }
+}
+
+/// The command closing `session`.
+fn close_command(session: &WriterSession) -> Operation {
+    Operation::Write(Command::Lock(LockCommand::CloseSession {
+        session: session.id,
+        secret: session.secret,
+    }))
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         let Some(session) = self.current.get_mut().take() else {
@@ -345,10 +375,7 @@ impl Drop for Writer {
             return;
         };
         let router = Arc::clone(&self.router);
-        let close = Operation::Write(Command::Lock(LockCommand::CloseSession {
-            session: session.id,
-            secret: session.secret,
-        }));
+        let close = close_command(&session);
         runtime.spawn(async move {
             let closed = router.send(false, close).await;
             tracing::debug!(

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use latchkey::{Consistency, ScanRange};
+use latchkey::{Client, Consistency, ScanRange};
 
 use super::args::{Args, WriteOut};
 use super::connect::client;
@@ -32,6 +32,7 @@ pub async fn put(
         }
         None => c.put(key, value).await?,
     };
+    done_writing(&c).await;
     written(args, revision)
 }
 
@@ -95,6 +96,7 @@ pub async fn put_ephemeral(
     // Closed on every way out: a signal or a failure leaves no key behind
     // for a TTL.
     let closed = session.close().await;
+    done_writing(&c).await;
     held?;
     closed?;
     Ok(ExitCode::SUCCESS)
@@ -152,6 +154,7 @@ pub async fn del(
         }
         None => {
             let existed = c.delete(key).await?;
+            done_writing(&c).await;
             out(&[if existed { b"1\n" } else { b"0\n" }])?;
         }
     }
@@ -224,9 +227,22 @@ pub async fn scan(
 
 /// `seq KEY`: allocate `step` numbers from the sequence; print the first.
 pub async fn seq(args: &Args, key: &str, step: u64) -> Result<ExitCode, Failure> {
-    let range = client(args)?.next_sequence(key, step).await?;
+    let c = client(args)?;
+    let range = c.next_sequence(key, step).await?;
+    done_writing(&c).await;
     out(&[format!("{}\n", range.start).as_bytes()])?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// After a one-shot write: close the session the write went under, so it
+/// does not outlive this process by its TTL. The write stands either way.
+async fn done_writing(c: &Client) {
+    if let Err(e) = c.close().await {
+        let _ = writeln!(
+            std::io::stderr(),
+            "latchkey: note: the write session was not closed ({e}); it expires by itself"
+        );
+    }
 }
 
 /// The value `put` writes: its argument, stdin for `-`, or `--file`'s
