@@ -187,8 +187,20 @@ async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch
     else {
         bail!("`put --ephemeral -w json` printed {line:?}");
     };
-    // The owner's own secret is not needed: the operator's end is enough.
+    // Without access control, only a caller with the cluster secret may.
     let id = session.to_string();
+    let stranger = c.cli_with(false, &["session", "end", &id], None).await?;
+    ensure!(
+        stranger.code == Some(2)
+            && stranger.stderr.contains("permission denied")
+            && stranger.stderr.contains("cluster secret"),
+        "`session end` without the cluster secret: {stranger:?}"
+    );
+    ensure!(
+        client.get("members/c").await?.is_some(),
+        "a refused `session end` took the key"
+    );
+    // The owner's own secret is not needed: the operator's end is enough.
     let ended = c.cli(&["session", "end", &id]).await?;
     let said = ended.ok()?;
     ensure!(
@@ -213,7 +225,7 @@ async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch
     // Again: the session is not live any more.
     let again = c.cli(&["session", "end", &id]).await?;
     ensure!(
-        again.code == Some(1) && again.stderr.contains("already ended"),
+        again.code == Some(1) && again.stderr.contains("is not live"),
         "a second `session end`: {again:?}"
     );
     let never = c.cli(&["session", "end", "999999"]).await?;

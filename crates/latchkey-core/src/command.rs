@@ -130,8 +130,8 @@ pub enum Command {
         command: Box<Command>,
     },
     /// Set `key` to `value`, bound to `session`: the key is deleted in the
-    /// command that ends the session (close or expiry), at that command's
-    /// revision. Refused, writing nothing, when the session is not live
+    /// command that ends the session (close, expiry or an operator's end),
+    /// at that command's revision. Refused, writing nothing, when the session is not live
     /// ([`crate::CommandError::UnknownSession`],
     /// [`crate::CommandError::SessionEnded`]), when `secret` is not its
     /// secret ([`crate::CommandError::WrongSessionSecret`]), or when the

@@ -2128,7 +2128,9 @@ fn an_operators_end_is_a_forced_end_and_needs_no_secret() {
         Some(30_000),
     ));
     c.ok(acquire(b, 1, 1, "x", Exclusive, WAIT));
-    c.ok(acquire(a, 2, 2, "y", Exclusive, TRY));
+    // No lock-delay of its own on "y".
+    let y = c.grant(acquire(a, 2, 2, "y", Exclusive, TRY));
+    c.ok(acquire(b, 1, 2, "y", Exclusive, WAIT));
 
     let (outcome, events) = c.ok(LockCommand::EndSession { session: a });
     assert_eq!(
@@ -2139,8 +2141,14 @@ fn an_operators_end_is_a_forced_end_and_needs_no_secret() {
             cancelled: 0
         }
     );
-    // As after an expiry: the holder may still be working, so the lock
-    // stays unavailable for its lock-delay and the waiter waits.
+    // The holder's client may count itself a holder for up to its TTL
+    // (10 s): every lock it held stays unavailable at least that long, and
+    // longer if the grant asked for more; the waiter waits.
+    assert!(events.contains(&Event::LockDelayStarted {
+        name: "y".into(),
+        token: y.token,
+        delay_ms: 10_000
+    }));
     assert!(events.contains(&Event::LockDelayStarted {
         name: "x".into(),
         token: held.token,

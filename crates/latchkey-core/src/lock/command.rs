@@ -151,14 +151,22 @@ pub enum LockCommand {
         /// Applied if every condition holds, as in [`crate::Command::Batch`].
         ops: Vec<BatchOp>,
     },
-    /// An operator ends someone's session (etcd's `lease revoke`): exactly
-    /// [`LockCommand::ExpireSession`] without waiting for the TTL. Its holds
-    /// end as forced releases (their lock-delay applies, since the holder
-    /// may still be working), its waits are cancelled and its keys deleted,
-    /// in this one entry. Needs the admin permission while access control is
-    /// enabled; no secret (the operator does not have it). Returns
-    /// [`LockOutcome::SessionEnded`]; a session that is not live is refused
-    /// like any other command naming it (`SessionEnded` or `UnknownSession`).
+    /// An operator ends someone's session (etcd's `lease revoke`): like
+    /// [`LockCommand::ExpireSession`], without waiting for the TTL. Its
+    /// waits are cancelled and its keys deleted in this one entry; its
+    /// holds end as forced releases whose lock-delay is at least the
+    /// session's TTL, because its client, not told yet, may count its
+    /// lease valid for up to a TTL after its last keep-alive: nobody else
+    /// is granted the lock before that client stops counting itself a
+    /// holder. (A shared hold ended while other shared holders remain gets
+    /// no lock-delay: the lock is not free; an exclusive grant after they
+    /// all release may then overlap the ended holder's belief. Fence
+    /// writes.) Needs the admin permission while access control is
+    /// enabled, and an authenticated caller (a user or the cluster secret)
+    /// even while it is not; no secret (the operator does not have it).
+    /// Returns [`LockOutcome::SessionEnded`]; a session that is not live
+    /// is refused like any other command naming it (`SessionEnded` or
+    /// `UnknownSession`).
     EndSession {
         /// The session to end.
         session: SessionId,

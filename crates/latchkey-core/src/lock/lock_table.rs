@@ -315,19 +315,28 @@ fn advance<S: Store>(store: &mut S, lock: &mut LockState, events: &mut Vec<Event
 
 /// After holders were removed by force: start a lock-delay if the lock is
 /// now without holders and a removed grant asked for one, else move on.
+///
+/// `min_delay_ms`: a lock-delay every removed grant gets at least (an
+/// operator's end of a session: the session's TTL, see
+/// [`LockCommand::EndSession`]); 0 for none beyond the grants' own.
 fn after_forced_release<S: Store>(
     store: &mut S,
     lock: &mut LockState,
     removed: &[Holder],
+    min_delay_ms: u64,
     events: &mut Vec<Event>,
 ) -> Applied<()> {
     if lock.rec.holders.is_empty() {
+        let delay_of = |h: &Holder| match (h.lock_delay_ms, min_delay_ms) {
+            (None, 0) => None,
+            (own, floor) => Some(own.unwrap_or(0).max(floor)),
+        };
         let token = removed
             .iter()
-            .filter(|h| h.lock_delay_ms.is_some())
+            .filter(|h| delay_of(h).is_some())
             .map(|h| h.token)
             .max();
-        let delay_ms = removed.iter().filter_map(|h| h.lock_delay_ms).max();
+        let delay_ms = removed.iter().filter_map(delay_of).max();
         if let (Some(token), Some(delay_ms)) = (token, delay_ms) {
             lock.rec.delay = Some(LockDelay { token, delay_ms });
             events.push(Event::LockDelayStarted {
@@ -600,7 +609,7 @@ pub(crate) fn expire_lease<S: Store>(
         token,
         why: HoldEnd::LeaseExpired,
     });
-    after_forced_release(store, &mut lock, &[gone], events)?;
+    after_forced_release(store, &mut lock, &[gone], 0, events)?;
     save(store, lock, events)?;
     Ok(LockOutcome::LeaseExpired { released: true })
 }
@@ -633,6 +642,7 @@ pub(crate) fn drop_session<S: Store>(
     name: &str,
     session: SessionId,
     how: SessionEnd,
+    ttl_ms: u64,
     events: &mut Vec<Event>,
 ) -> Applied<(u32, u32)> {
     let mut lock = load(store, name)?;
@@ -663,9 +673,10 @@ pub(crate) fn drop_session<S: Store>(
         });
     }
     match how {
-        SessionEnd::Expired | SessionEnd::Ended => {
-            after_forced_release(store, &mut lock, &gone, events)?
-        }
+        SessionEnd::Expired => after_forced_release(store, &mut lock, &gone, 0, events)?,
+        // The holder's client may count its lease valid for up to a TTL
+        // after its last keep-alive: nobody gets the lock before that.
+        SessionEnd::Ended => after_forced_release(store, &mut lock, &gone, ttl_ms, events)?,
         SessionEnd::Closed => advance(store, &mut lock, events)?,
     }
     save(store, lock, events)?;

@@ -60,8 +60,10 @@
 //!   `CheckSequencer` answers "not current".
 //! - `CloseSession` ends every hold at once without lock-delay;
 //!   `ExpireSession` and an operator's `EndSession` end them as forced
-//!   releases (lock-delay applies). All three cancel every wait of the
-//!   session, delete the keys bound to it and forget its request memory. Locks are visited in
+//!   releases (lock-delay applies; for `EndSession` at least the session's
+//!   TTL, since its client may still count itself a holder that long). All
+//!   three cancel every wait of the session, delete the keys bound to it
+//!   and forget its request memory. Locks are visited in
 //!   name order; within a lock holds end before waits are cancelled, then
 //!   the queue moves on.
 //!

@@ -30,8 +30,8 @@
 //!   [`CommandError::TooManySessions`] and changes nothing (not even the id
 //!   counter). The count is kept in [`META_LIVE_SESSIONS`], equal to the
 //!   number of session records.
-//! - Ending a session (close or expiry) visits exactly the locks in its
-//!   [`crate::keyspace::SESSION_LOCKS`] index, in name order, deletes the
+//! - Ending a session (close, expiry or an operator's end) visits exactly
+//!   the locks in its [`crate::keyspace::SESSION_LOCKS`] index, in name order, deletes the
 //!   keys bound to it ([`crate::keyspace::SESSION_KEYS`], in key order, at
 //!   one new revision), then forgets its request memory and its record.
 
@@ -288,7 +288,7 @@ pub(crate) fn end<S: Store>(
     how: SessionEnd,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
-    load_live(store, session)?;
+    let record = load_live(store, session)?;
     // Counted while this session's record still exists.
     let live = live_sessions(store)?;
     let prefix = keyspace::session_locks_prefix(session.0);
@@ -300,7 +300,7 @@ pub(crate) fn end<S: Store>(
             .and_then(|n| std::str::from_utf8(n).ok())
             .ok_or_else(|| record::corrupt(&key, "lock name is not UTF-8"))?
             .to_string();
-        let (r, c) = lock_table::drop_session(store, &name, session, how, events)?;
+        let (r, c) = lock_table::drop_session(store, &name, session, how, record.ttl_ms, events)?;
         released = released.saturating_add(r);
         cancelled = cancelled.saturating_add(c);
     }

@@ -43,6 +43,30 @@ impl Replica {
                 *secret = draw_session_secret()?;
             }
         }
+        if let Command::Lock(LockCommand::EndSession { session }) = &command {
+            // Session ids are small and listed by `locks`; a session's
+            // secret guards it even while access control is off, so its
+            // end without the secret is for the trusted only then: the
+            // application in this process or a caller with the cluster
+            // secret. With access control on, the admin permission decides
+            // where the command is applied.
+            let trusted = matches!(caller, Caller::Internal) || self.auth_enabled()?;
+            if !trusted {
+                return Ok(Err(CommandError::PermissionDenied {
+                    user: match caller {
+                        Caller::User(user) => user.clone(),
+                        _ => String::new(),
+                    },
+                    permission: latchkey_core::auth::Permission::Admin,
+                    on: format!(
+                        "session {} (while access control is off, only a caller with the \
+                         cluster secret ends another's session)",
+                        session.0
+                    ),
+                }));
+            }
+            tracing::info!(session = session.0, caller = ?caller, "an operator ends a session");
+        }
         let command = match caller {
             Caller::User(user) => Command::As {
                 user: user.clone(),

@@ -270,7 +270,8 @@ pub enum SessionCmd {
     /// (their lock-delay applies), its waits cancelled and its keys
     /// deleted. For a hung holder; `locks` shows holders' sessions as
     /// SESSION/OWNER. Needs the admin permission under access control.
-    /// Exit 1 if the session had already ended.
+    /// Without access control, only a caller with the cluster secret may.
+    /// Exit 1 if the session is not live.
     End {
         /// The session's id.
         id: u64,

@@ -17,10 +17,15 @@ pub async fn run(args: &Args, cmd: &SessionCmd, json: bool) -> Result<ExitCode, 
 }
 
 /// `session end ID`: prints what the end released; exit 1 if the session
-/// had already ended.
+/// is not live.
 async fn end(args: &Args, id: u64, json: bool) -> Result<ExitCode, Failure> {
     let Some(ended) = client(args)?.end_session(SessionId(id)).await? else {
-        return Err(Failure::NotFound(format!("session {id} had already ended")));
+        // A resend after a lost answer finds the session ended by the
+        // first attempt: say what is known.
+        return Err(Failure::NotFound(format!(
+            "session {id} is not live: it had ended, or this command's own first attempt \
+             ended it and its answer was lost"
+        )));
     };
     let text = if json {
         serde_json::json!({
