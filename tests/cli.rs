@@ -824,7 +824,7 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
         let id = id.to_string();
         let out = c.cli(&["session", "end", &id]).await?;
         ensure!(
-            out.code == Some(1) && out.stderr.contains("already ended"),
+            out.code == Some(1) && out.stderr.contains("is not live"),
             "the CLI's write session {id} outlived it: {out:?}"
         );
     }

@@ -15,7 +15,8 @@
 //!   could answer for
 //!   [`ClientOptions::request_timeout`](crate::ClientOptions)),
 //! - the session ended before the retry arrived (the process was paused or
-//!   cut off from every replica for about the session's TTL, 30 s),
+//!   cut off from every replica for about the session's TTL, 30 s, or an
+//!   operator ended it),
 //! - the request was forgotten before the retry arrived (a session
 //!   remembers its last 256 requests, and a retry lagged 256 later ones),
 //! - the retry was refused (the write's permission was revoked meanwhile,

@@ -167,6 +167,7 @@ pub fn count(history: &History) -> Counts {
             Op::Watch(WatchOp::Write { .. }) => "watch/write",
             Op::Watch(WatchOp::List { .. }) => "watch/list",
             Op::Watch(WatchOp::Gone { .. }) => "watch/gone-after-close",
+            Op::Watch(WatchOp::Leftover { .. }) => "watch/leftover-bound-keys",
             Op::Watch(_) => continue,
         };
         *c.ops

@@ -25,7 +25,7 @@ use crate::net::{netns_available, Netns};
 use crate::record::{self, Recorder};
 use crate::report::{self, LeaderSample, RunInfo};
 use crate::rng::Rng;
-use crate::worker::{Role, DURABLE_PREFIX};
+use crate::worker::{Role, BOUND_PREFIX, DURABLE_PREFIX};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -250,6 +250,11 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     let controller = Recorder::create(&cfg.out.join("workers/controller.jsonl"))?;
     if failure.is_none() {
         if let Err(e) = check_durability(&mut cluster, &controller, &mut windows, run_start).await {
+            failure = Some(e);
+        }
+    }
+    if failure.is_none() {
+        if let Err(e) = check_sessions_end(&cluster, &controller, cfg.ttl).await {
             failure = Some(e);
         }
     }
@@ -663,18 +668,72 @@ async fn check_durability(
         };
         disk::repair_late_exits(&mut ctx).await?;
     }
+    let client = final_client(cluster)?;
+    rec.invoke(0, ops::read_all(None));
+    let values = scan_prefix(&client, DURABLE_PREFIX)
+        .await
+        .map_err(|e| Error::Cluster(format!("reading back after a full restart: {e}")))?;
+    let pairs: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    rec.record(0, EventKind::Ok, ops::read_all(Some(&pairs)));
+    eprintln!("nemesis: durability: {} keys read back", values.len());
+    Ok(())
+}
+
+/// Once no client is left and the replicas restarted (so the leader
+/// counts every session's TTL afresh), every session can only expire:
+/// read the bound keys' prefix until it is empty or three TTLs and 10 s
+/// have passed, and record what the last read found (the watch checker's
+/// rule 9 wants nothing).
+async fn check_sessions_end(cluster: &Cluster, rec: &Recorder, ttl: Duration) -> Result<()> {
+    eprintln!("nemesis: sessions: waiting for the bound keys to go");
+    let client = final_client(cluster)?;
+    let deadline = Instant::now() + ttl * 3 + Duration::from_secs(10);
+    rec.invoke(0, ops::watch_leftover(BOUND_PREFIX, None));
+    loop {
+        let read = scan_prefix(&client, BOUND_PREFIX).await;
+        let done = Instant::now() >= deadline;
+        match read {
+            Ok(left) if left.is_empty() || done => {
+                let keys: Vec<&str> = left.iter().map(|(k, _)| k.as_str()).collect();
+                rec.record(
+                    0,
+                    EventKind::Ok,
+                    ops::watch_leftover(BOUND_PREFIX, Some(&keys)),
+                );
+                eprintln!("nemesis: sessions: {} bound key(s) left", keys.len());
+                return Ok(());
+            }
+            Err(e) if done => {
+                rec.record(0, EventKind::Fail, ops::watch_leftover(BOUND_PREFIX, None));
+                return Err(Error::Cluster(format!(
+                    "reading the bound keys after a full restart: {e}"
+                )));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// A client of every replica for the checks after the run.
+fn final_client(cluster: &Cluster) -> Result<Client> {
     let options = cluster
         .client_options(ClientOptions::default().with_request_timeout(Duration::from_secs(20)))?;
-    let client = Client::with_options(cluster.endpoints(), options)
-        .map_err(|e| Error::Cluster(format!("cannot build a client: {e}")))?;
-    rec.invoke(0, ops::read_all(None));
-    let mut values: Vec<(String, String)> = Vec::new();
-    let mut range = ScanRange::prefix(DURABLE_PREFIX, 1000);
+    Client::with_options(cluster.endpoints(), options)
+        .map_err(|e| Error::Cluster(format!("cannot build a client: {e}")))
+}
+
+/// Every key under `prefix` and its value, page by page.
+async fn scan_prefix(
+    client: &Client,
+    prefix: &str,
+) -> std::result::Result<Vec<(String, String)>, latchkey::Error> {
+    let mut values = Vec::new();
+    let mut range = ScanRange::prefix(prefix, 1000);
     loop {
-        let page = client
-            .scan(range.clone())
-            .await
-            .map_err(|e| Error::Cluster(format!("reading back after a full restart: {e}")))?;
+        let page = client.scan(range.clone()).await?;
         let last = page.entries.last().map(|(k, _)| k.clone());
         for (k, v) in page.entries {
             values.push((
@@ -687,16 +746,9 @@ async fn check_durability(
                 last.push(0);
                 range.start = last;
             }
-            _ => break,
+            _ => return Ok(values),
         }
     }
-    let pairs: Vec<(&str, &str)> = values
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    rec.record(0, EventKind::Ok, ops::read_all(Some(&pairs)));
-    eprintln!("nemesis: durability: {} keys read back", values.len());
-    Ok(())
 }
 
 /// A fresh report folder name under `root`: `<unix seconds>-seed<S>`.

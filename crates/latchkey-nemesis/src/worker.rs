@@ -19,6 +19,8 @@
 
 mod watch_load;
 
+pub use watch_load::BOUND_PREFIX;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -60,6 +60,9 @@ impl Op {
                     write!(f, "read {key:?} after closing session {session}")
                 }
                 Op::Watch(WatchOp::List { .. }) => write!(f, "list"),
+                Op::Watch(WatchOp::Leftover { prefix, .. }) => {
+                    write!(f, "final read of {prefix:?}")
+                }
                 other => other.render(f, true),
             };
         }
@@ -184,6 +187,13 @@ impl WatchOp {
                 match present {
                     Some(true) => write!(f, " -> present"),
                     Some(false) => write!(f, " -> absent"),
+                    None => Ok(()),
+                }
+            }
+            WatchOp::Leftover { prefix, keys } => {
+                write!(f, "final read of {prefix:?}")?;
+                match keys {
+                    Some(keys) => write!(f, " -> {keys:?}"),
                     None => Ok(()),
                 }
             }

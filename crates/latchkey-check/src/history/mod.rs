@@ -287,6 +287,18 @@ pub enum WatchOp {
         #[serde(default)]
         present: Option<bool>,
     },
+    /// The last read of the run, made once every session can only have
+    /// ended (no client left to keep one alive, a full restart, then more
+    /// than a TTL): the keys still there under the prefix that bound keys
+    /// are put under (`None` on the invocation, required on ok). It must
+    /// be empty: every session ends, and its keys with it.
+    Leftover {
+        /// The bound keys' prefix.
+        prefix: Key,
+        /// The keys found under it.
+        #[serde(default)]
+        keys: Option<Vec<Key>>,
+    },
     /// A linearizable scan of the prefix that starts a watcher's run: the
     /// keys and values at `revision` (both `None` on the invocation,
     /// required on ok).
@@ -418,6 +430,10 @@ impl Op {
                 }),
             ) => k1 == k2 && s1 == s2,
             (Op::Watch(WatchOp::List { .. }), Op::Watch(WatchOp::List { .. })) => true,
+            (
+                Op::Watch(WatchOp::Leftover { prefix: p1, .. }),
+                Op::Watch(WatchOp::Leftover { prefix: p2, .. }),
+            ) => p1 == p2,
             (a, b) if a.is_instant() && b.is_instant() => a == b,
             _ => false,
         }
@@ -434,6 +450,7 @@ impl Op {
             Op::Durability(DurabilityOp::ReadAll { values }) => values.is_some(),
             Op::Watch(WatchOp::Write { revision, .. }) => revision.is_some(),
             Op::Watch(WatchOp::Gone { present, .. }) => present.is_some(),
+            Op::Watch(WatchOp::Leftover { keys, .. }) => keys.is_some(),
             Op::Watch(WatchOp::List { revision, values }) => revision.is_some() && values.is_some(),
             _ => true,
         }

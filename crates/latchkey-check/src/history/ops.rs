@@ -134,6 +134,15 @@ pub fn watch_gone(key: &str, session: u64, present: Option<bool>) -> Op {
     })
 }
 
+/// The run's last read of the bound keys' `prefix`, once every session
+/// can only have ended; `keys` is the result (`None` on invocation).
+pub fn watch_leftover(prefix: &str, keys: Option<&[&str]>) -> Op {
+    Op::Watch(WatchOp::Leftover {
+        prefix: prefix.into(),
+        keys: keys.map(|ks| ks.iter().map(|k| (*k).to_owned()).collect()),
+    })
+}
+
 /// A watcher's list of the prefix; `read` is the result: the revision and
 /// the keys with their values (`None` on invocation).
 pub fn watch_list(read: Option<(u64, &[(&str, &str)])>) -> Op {

@@ -41,6 +41,10 @@
 //!    lower revision).
 //! 8. **A close takes them at once**: a read made after the client's close
 //!    of a session was acknowledged ([`WatchOp::Gone`]) finds its key gone.
+//! 9. **Every session ends**: the run's last read of the bound keys'
+//!    prefix ([`WatchOp::Leftover`]), made when no client is left to keep
+//!    a session alive and more than a TTL after a full restart, finds no
+//!    key: an abandoned session expired and took its keys.
 //!
 //! Unknown writes may or may not appear; rules 2 and 6 still hold them to
 //! one story across every watcher.
@@ -64,10 +68,11 @@ const MAX_PER_RULE: usize = 64;
 /// An ok list: revision, keys, operation.
 type List<'h> = (u64, &'h BTreeMap<Key, Value>, &'h Operation);
 
-/// Checks rules 1-8.
+/// Checks rules 1-9.
 pub fn check(history: &History) -> Verdict {
     let mut writes: Vec<&Operation> = Vec::new();
     let mut gones: Vec<&Operation> = Vec::new();
+    let mut leftovers: Vec<&Operation> = Vec::new();
     let mut lists: Vec<List> = Vec::new();
     let mut items: BTreeMap<u64, Vec<(u64, Item)>> = BTreeMap::new();
     let mut examined = 0u64;
@@ -93,6 +98,10 @@ pub fn check(history: &History) -> Verdict {
             Op::Watch(WatchOp::Gone { .. }) => {
                 examined += 1;
                 gones.push(op);
+            }
+            Op::Watch(WatchOp::Leftover { .. }) => {
+                examined += 1;
+                leftovers.push(op);
             }
             _ => {}
         }
@@ -140,6 +149,7 @@ pub fn check(history: &History) -> Verdict {
     list_then_watch(&watchers, &lists, &mut violations);
     sessions_end_together(&watchers, &writes, &mut violations);
     closes_take_their_keys(&gones, &mut violations);
+    every_session_ends(&leftovers, &mut violations);
     let revisions: usize = watchers.iter().map(|w| w.messages.len()).sum();
     let pass = format!(
         "{} watcher(s) received {revisions} change message(s) over {} span(s); {} acknowledged \
@@ -496,6 +506,33 @@ fn closes_take_their_keys(gones: &[&Operation], violations: &mut Vec<Violation>)
                 ),
                 op.events(),
             ));
+        }
+    }
+}
+
+/// Rule 9: the run's last read finds no key bound to a session: every
+/// session ended. A final read that failed proves nothing either way.
+fn every_session_ends(leftovers: &[&Operation], violations: &mut Vec<Violation>) {
+    for op in leftovers {
+        if let (
+            Outcome::Ok,
+            Op::Watch(WatchOp::Leftover {
+                prefix,
+                keys: Some(keys),
+            }),
+        ) = (op.outcome(), op.op())
+        {
+            if !keys.is_empty() {
+                violations.push(Violation::new(
+                    format!(
+                        "{} key(s) under {prefix:?} outlived every session that could hold them \
+                         (no client left, a full restart, then more than a TTL): {:?}",
+                        keys.len(),
+                        keys.iter().take(8).collect::<Vec<_>>()
+                    ),
+                    op.events(),
+                ));
+            }
         }
     }
 }

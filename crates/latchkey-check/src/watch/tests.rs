@@ -334,3 +334,23 @@ fn a_key_still_there_after_its_close_fails() {
         "{m}"
     );
 }
+
+#[test]
+fn a_bound_key_left_at_the_end_of_the_run_fails() {
+    use crate::history::ops::watch_leftover as leftover;
+    let mut h = bound_pair();
+    h.invoke(WRITER, 30, leftover("e/", None));
+    h.ok(WRITER, 31, leftover("e/", Some(&[])));
+    let (s, m) = status(h.clone());
+    assert_eq!(s, Status::Pass, "{m}");
+    // A failed final read proves nothing.
+    h.invoke(WRITER, 32, leftover("e/", None));
+    h.fail(WRITER, 33, leftover("e/", None));
+    let (s, m) = status(h.clone());
+    assert_eq!(s, Status::Pass, "{m}");
+    h.invoke(WRITER, 34, leftover("e/", None));
+    h.ok(WRITER, 35, leftover("e/", Some(&["e/1"])));
+    let (s, m) = status(h);
+    assert_eq!(s, Status::Fail);
+    assert!(m.contains("outlived every session"), "{m}");
+}

@@ -203,7 +203,10 @@ pub(super) fn walk<'h>(
                     walk.known = walk.known.max(*revision);
                 }
             }
-            WatchOp::Write { .. } | WatchOp::List { .. } | WatchOp::Gone { .. } => {}
+            WatchOp::Write { .. }
+            | WatchOp::List { .. }
+            | WatchOp::Gone { .. }
+            | WatchOp::Leftover { .. } => {}
         }
     }
     walk.close();

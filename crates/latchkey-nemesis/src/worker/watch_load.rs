@@ -17,6 +17,9 @@ use crate::rng::Rng;
 
 /// The watched prefix.
 pub const WATCH_PREFIX: &str = "wat/";
+/// Where the binder puts the keys it binds to sessions (under
+/// [`WATCH_PREFIX`]).
+pub const BOUND_PREFIX: &str = "wat/e/";
 /// How many keys the writers share.
 const WATCH_KEYS: usize = 6;
 /// A watcher drops its watch and opens it again from the revision after
@@ -123,7 +126,7 @@ pub async fn binder(load: Load<'_>, process: u64, ttl: Duration, mut rng: Rng) {
         let mut keys = Vec::new();
         for _ in 0..1 + rng.below(2) {
             n += 1;
-            let key = format!("{WATCH_PREFIX}e/p{process}-{n}");
+            let key = format!("{BOUND_PREFIX}p{process}-{n}");
             let value = format!("p{process}-{n}");
             load.rec
                 .invoke(process, ops::watch_bound_put(&key, &value, id, None));

@@ -28,12 +28,15 @@ pub async fn put(
         Some(seq) => {
             let secret = parse_session_secret(session_secret)?;
             c.put_fenced(&parse_sequencer(seq)?, &secret, key, value)
-                .await?
+                .await
         }
-        None => c.put(key, value).await?,
+        None => c.put(key, value).await,
     };
+    let printed = revision
+        .map_err(Failure::from)
+        .and_then(|r| written(args, r));
     done_writing(&c).await;
-    written(args, revision)
+    printed
 }
 
 /// The session TTL of `put --ephemeral` without `--ttl`.
@@ -153,9 +156,13 @@ pub async fn del(
             return written(args, revision);
         }
         None => {
-            let existed = c.delete(key).await?;
+            let printed = c
+                .delete(key)
+                .await
+                .map_err(Failure::from)
+                .and_then(|existed| out(&[if existed { b"1\n" } else { b"0\n" }]));
             done_writing(&c).await;
-            out(&[if existed { b"1\n" } else { b"0\n" }])?;
+            printed?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -228,21 +235,32 @@ pub async fn scan(
 /// `seq KEY`: allocate `step` numbers from the sequence; print the first.
 pub async fn seq(args: &Args, key: &str, step: u64) -> Result<ExitCode, Failure> {
     let c = client(args)?;
-    let range = c.next_sequence(key, step).await?;
+    let printed = c
+        .next_sequence(key, step)
+        .await
+        .map_err(Failure::from)
+        .and_then(|range| out(&[format!("{}\n", range.start).as_bytes()]));
     done_writing(&c).await;
-    out(&[format!("{}\n", range.start).as_bytes()])?;
+    printed?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// After a one-shot write: close the session the write went under, so it
-/// does not outlive this process by its TTL. The write stands either way.
+/// How long a one-shot write waits to close its write session.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After a one-shot write, answered or not (its answer already printed):
+/// close the session the write went under, so it does not outlive this
+/// process by its TTL; give up after [`CLOSE_WAIT`] and let it expire.
 async fn done_writing(c: &Client) {
-    if let Err(e) = c.close().await {
-        let _ = writeln!(
-            std::io::stderr(),
-            "latchkey: note: the write session was not closed ({e}); it expires by itself"
-        );
-    }
+    let note = match tokio::time::timeout(CLOSE_WAIT, c.close()).await {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {CLOSE_WAIT:?}"),
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "latchkey: note: the write session was not closed ({note}); it expires by itself"
+    );
 }
 
 /// The value `put` writes: its argument, stdin for `-`, or `--file`'s
