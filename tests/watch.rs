@@ -91,7 +91,8 @@ async fn a_watch_survives_killing_its_replica_and_the_leader() {
     c.finish(outcome, TEST_LIMIT);
 }
 
-async fn watch_across_kills(c: &mut Cluster) -> Result<()> {
+/// The leader, a follower and the third node.
+async fn roles(c: &Cluster) -> Result<(u64, u64, u64)> {
     let leader = c.wait_for_leader(LEADER_WAIT).await?;
     let follower = c.follower_of(leader)?;
     let third = c
@@ -99,6 +100,11 @@ async fn watch_across_kills(c: &mut Cluster) -> Result<()> {
         .into_iter()
         .find(|id| *id != leader && *id != follower)
         .context("a third node")?;
+    Ok((leader, follower, third))
+}
+
+async fn watch_across_kills(c: &mut Cluster) -> Result<()> {
+    let (leader, follower, third) = roles(c).await?;
     let writer = c.client()?;
     let start = retrying("write", async || writer.put("other", "x").await).await? + 1;
     // The watcher tries the follower first: that is the replica it reads
@@ -438,13 +444,7 @@ async fn notice(watch: &mut latchkey::Watch, behind: bool) -> Result<u64> {
 }
 
 async fn cut_off(c: &mut Cluster) -> Result<()> {
-    let leader = c.wait_for_leader(LEADER_WAIT).await?;
-    let follower = c.follower_of(leader)?;
-    let third = c
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader && *id != follower)
-        .context("a third node")?;
+    let (leader, follower, third) = roles(c).await?;
     let writer = c.client()?;
     let start = retrying("write", async || writer.put("b/0", "0").await).await?;
     // Only the follower: the watch cannot move elsewhere. (A start the

@@ -3,7 +3,7 @@
 //! and role; and a property test of the prefix rules against a model.
 
 use latchkey_core::auth::{AuthCommand, Grant, Permission, ROOT};
-use latchkey_core::lock::{LockCommand, LockOutcome, SessionSecret};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
 use latchkey_core::{apply, query, Command, CommandError, MemStore, Outcome, Query, Request, Test};
 use proptest::prelude::*;
 
@@ -155,14 +155,12 @@ fn a_refusal_writes_nothing() {
     assert_eq!(store, before);
 }
 
-#[test]
-fn sessions_belong_to_the_user_who_opened_them() {
-    let mut store = store_with(&[(Permission::Lock, "")]);
-    let secret = SessionSecret([7; SessionSecret::LEN]);
+/// Open a session as `user` with `secret`; its id.
+fn open_as(store: &mut MemStore, user: &str, secret: SessionSecret) -> SessionId {
     let opened = run(
-        &mut store,
+        store,
         as_user(
-            "app",
+            user,
             Command::Lock(LockCommand::OpenSession {
                 ttl_ms: 10_000,
                 secret,
@@ -172,6 +170,14 @@ fn sessions_belong_to_the_user_who_opened_them() {
     let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = opened else {
         panic!("not opened: {opened:?}");
     };
+    session
+}
+
+#[test]
+fn sessions_belong_to_the_user_who_opened_them() {
+    let mut store = store_with(&[(Permission::Lock, "")]);
+    let secret = SessionSecret([7; SessionSecret::LEN]);
+    let session = open_as(&mut store, "app", secret);
     let close = Command::Lock(LockCommand::CloseSession { session, secret });
     // Another user with the secret is refused; the owner is not.
     assert!(is_denied(
@@ -187,19 +193,7 @@ fn sessions_belong_to_the_user_who_opened_them() {
 fn only_an_admin_ends_another_users_session() {
     let mut store = store_with(&[(Permission::Lock, "")]);
     let secret = SessionSecret([9; SessionSecret::LEN]);
-    let opened = run(
-        &mut store,
-        as_user(
-            "app",
-            Command::Lock(LockCommand::OpenSession {
-                ttl_ms: 10_000,
-                secret,
-            }),
-        ),
-    );
-    let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = opened else {
-        panic!("not opened: {opened:?}");
-    };
+    let session = open_as(&mut store, "app", secret);
     let end = Command::Lock(LockCommand::EndSession { session });
     // Owning the session is not enough: ending it is an operator's act.
     assert!(is_denied(
