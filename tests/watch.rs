@@ -6,7 +6,9 @@
 //!   order, with no gap or repeat across the reconnects.
 //! - A watch from a revision the history no longer holds ends with
 //!   `Compacted`, and list-then-watch from the list's revision misses
-//!   nothing.
+//!   nothing; a record sent whole to several watches (encoded once) gives
+//!   each the previous values it asked for, and a batch that also writes
+//!   elsewhere comes as the watched part only.
 //! - A watcher that never reads is ended (`WATCH_TOO_SLOW`, naming the
 //!   revision to resume from) while writes go on, and resuming there misses
 //!   nothing.
@@ -249,7 +251,57 @@ async fn compacted(c: &mut Cluster) -> Result<()> {
             other => bail!("the watch after the list answered {other:?}"),
         }
     }
+
+    // A record every change of which is watched goes whole, encoded once
+    // for all watches: a watch with previous values and one without each
+    // get what they asked for. A batch that also writes elsewhere goes as
+    // the watch's own part of it.
+    let mut plain = client
+        .watch(Selection::prefix("cfg/"))
+        .from_revision(after + 1);
+    let mut with_prev = client
+        .watch(Selection::prefix("cfg/"))
+        .from_revision(after + 1)
+        .with_prev_value();
+    let whole = retrying("write", async || client.put("cfg/9", "c").await).await?;
+    let part = client
+        .batch(
+            latchkey::Batch::new()
+                .put("cfg/8", "d")
+                .put("elsewhere", "e"),
+        )
+        .await?
+        .map_err(|i| anyhow::anyhow!("the batch's condition {i} failed"))?;
+    for (watch, prev) in [(&mut plain, None), (&mut with_prev, Some(&b"b"[..]))] {
+        let (revision, changes) = next_changes(watch).await?;
+        ensure!(
+            revision == whole
+                && changes.len() == 1
+                && changes[0].key == b"cfg/9"
+                && changes[0].current.as_ref().map(|v| &v.value[..]) == Some(&b"c"[..])
+                && changes[0].previous.as_ref().map(|v| &v.value[..]) == prev,
+            "the put at {whole} came as {revision} {changes:?}"
+        );
+        let (revision, changes) = next_changes(watch).await?;
+        ensure!(
+            revision == part && changes.len() == 1 && changes[0].key == b"cfg/8",
+            "the batch at {part} came as {revision} {changes:?}"
+        );
+    }
     Ok(())
+}
+
+/// The next changes a watch sends, past its progress notices.
+async fn next_changes(watch: &mut latchkey::Watch) -> Result<(u64, Vec<latchkey::KeyChange>)> {
+    loop {
+        match watch.next().await {
+            Some(Ok(WatchMessage::Progress { .. })) => continue,
+            Some(Ok(WatchMessage::Changes {
+                revision, changes, ..
+            })) => return Ok((revision, changes)),
+            other => bail!("the watch answered {other:?}"),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

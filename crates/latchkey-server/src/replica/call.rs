@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use latchkey_core::CommandResult;
 use latchkey_proto::wire::{WatchError, WatchSpec};
 use latchkey_proto::{BoxFuture, LocalReplica, NodeStatus, Operation, ReplicaFailure, WatchStream};
 
 use crate::auth::Caller;
+use crate::watch::Delivery;
 
 use super::Replica;
 
@@ -66,7 +69,12 @@ impl LocalReplica for Replica {
 
     /// As the internal caller: the application embedding the replica.
     fn watch(&self, spec: WatchSpec) -> BoxFuture<'_, Result<WatchStream, WatchError>> {
-        Box::pin(async move { self.open_watch(spec, &Caller::Internal, None, None).await })
+        Box::pin(async move {
+            let deliveries = self.open_watch(spec, &Caller::Internal, None, None).await?;
+            let messages: WatchStream =
+                Box::pin(deliveries.map(|item| item.map(Delivery::into_message)));
+            Ok(messages)
+        })
     }
 
     fn status(&self) -> NodeStatus {

@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use latchkey_core::watch::Selection;
 use latchkey_core::Query;
 use latchkey_proto::wire::{WatchError, WatchSpec, MAX_PROGRESS, MIN_PROGRESS};
-use latchkey_proto::{ReplicaFailure, WatchStream};
+use latchkey_proto::ReplicaFailure;
 use tokio::sync::watch;
 
 use crate::auth::Caller;
+use crate::watch::Deliveries;
 
 use super::Replica;
 
@@ -25,7 +26,7 @@ impl Replica {
         caller: &Caller,
         connection: Option<SocketAddr>,
         stopping: Option<watch::Receiver<bool>>,
-    ) -> Result<WatchStream, WatchError> {
+    ) -> Result<Deliveries, WatchError> {
         spec.keys.validate().map_err(ReplicaFailure::invalid)?;
         if !(MIN_PROGRESS..=MAX_PROGRESS).contains(&spec.progress) {
             return Err(ReplicaFailure::InvalidArgument(format!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use latchkey_proto::v1::{
     admin_server::AdminServer, auth_server::AuthServer, kv_server::KvServer,
     lock_server::LockServer, membership_server::MembershipServer, pipeline_server::PipelineServer,
-    raft_server::RaftServer, watch_server::WatchServer,
+    raft_server::RaftServer,
 };
 use latchkey_proto::MAX_REQUEST_BYTES;
 use tokio::sync::{oneshot, watch};
@@ -22,6 +22,7 @@ use crate::services::{
     AdminService, AuthService, KvService, LockService, MembershipService, PipelineService,
     RaftService,
 };
+use crate::watch_service::{WatchServer, WatchService};
 use crate::{ClusterSecret, NodeError, MAX_MESSAGE_BYTES};
 
 /// The client listener's services: `Kv`, `Pipeline`, `Lock`, `Admin`,
@@ -78,14 +79,14 @@ pub(super) async fn client_router(
             .max_decoding_message_size(MAX_REQUEST_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .add_service(
-            WatchServer::new(crate::watch_service::WatchService {
+        .add_service(WatchServer::new(
+            WatchService {
                 replica: replica.clone(),
                 stopping: streams_stopped.clone(),
-            })
-            .max_decoding_message_size(MAX_REQUEST_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+            },
+            MAX_REQUEST_BYTES,
+            MAX_MESSAGE_BYTES,
+        ))
         .add_service(
             LockServer::new(LockService {
                 replica: replica.clone(),

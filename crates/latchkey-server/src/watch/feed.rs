@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::delivery::Published;
 use super::hub::{Feed, WatchHub};
 
 /// Records read from the history at once.
@@ -63,7 +64,7 @@ pub(crate) async fn run(hub: Arc<WatchHub>, mut revisions: watch::Receiver<u64>)
             }
             for record in records {
                 let revision = record.revision;
-                hub.publish(Feed::Record(Arc::new(record)), revision);
+                hub.publish(Feed::Record(Published::new(record)), revision);
                 published = revision;
             }
         }

@@ -10,6 +10,7 @@ use latchkey_proto::ReplicaFailure;
 use latchkey_storage::StateReader;
 use tokio::sync::{broadcast, watch};
 
+use super::delivery::Published;
 use super::places::{Places, WatchLimits};
 use crate::raft_view::RaftView;
 
@@ -21,7 +22,7 @@ pub(crate) type SharedReader = Arc<RwLock<Option<StateReader>>>;
 #[derive(Debug, Clone)]
 pub(crate) enum Feed {
     /// The next revision's record.
-    Record(Arc<Record>),
+    Record(Arc<Published>),
     /// The history was replaced (a snapshot was installed) and now starts
     /// at `oldest`: revisions before it will never come.
     Gap {

@@ -32,11 +32,13 @@
 //! `Watch` service) checks the caller with the replica before it opens a
 //! watch here.
 
+mod delivery;
 mod feed;
 mod hub;
 mod one;
 mod places;
 
+pub(crate) use delivery::{Deliveries, Delivery};
 pub(crate) use feed::run as run_feed;
 pub(crate) use hub::{SharedReader, WatchHub};
 pub(crate) use one::start;

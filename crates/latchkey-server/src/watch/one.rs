@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use latchkey_core::history::Record;
 use latchkey_proto::wire::{WatchError, WatchMessage, WatchSpec};
-use latchkey_proto::{ReplicaFailure, WatchStream};
+use latchkey_proto::ReplicaFailure;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::delivery::{changes_message, Deliveries, Delivery, Published};
 use super::hub::{Feed, Registration, WatchHub};
 
 /// Messages queued for one watch's caller.
@@ -53,7 +53,7 @@ pub(crate) fn start(
     spec: WatchSpec,
     connection: Option<SocketAddr>,
     stopping: Option<watch::Receiver<bool>>,
-) -> Result<WatchStream, WatchError> {
+) -> Result<Deliveries, WatchError> {
     let registration = hub.register(connection)?;
     let (feed, published) = hub.subscribe()?;
     let (out, messages) = mpsc::channel(BUFFER);
@@ -79,7 +79,7 @@ pub(crate) fn start(
 struct Watch {
     hub: Arc<WatchHub>,
     spec: WatchSpec,
-    out: mpsc::Sender<WatchMessage>,
+    out: mpsc::Sender<Delivery>,
     feed: broadcast::Receiver<Feed>,
     stopping: Option<watch::Receiver<bool>>,
     _registration: Registration,
@@ -125,17 +125,18 @@ impl Watch {
                 _ = stopped(&mut self.stopping) => return Err(stopping(next).into()),
                 _ = self.out.closed() => return Err(Stop::Gone),
                 feed = self.feed.recv() => match feed {
-                    Ok(Feed::Record(record)) => {
-                        if record.revision < next {
+                    Ok(Feed::Record(published)) => {
+                        let revision = published.record().revision;
+                        if revision < next {
                             continue;
                         }
-                        if record.revision > next {
-                            self.catch_up(next, record.revision - 1).await?;
+                        if revision > next {
+                            self.catch_up(next, revision - 1).await?;
                         }
-                        if self.deliver(&record).await? {
+                        if self.deliver(&published).await? {
                             quiet_until = Instant::now() + self.spec.progress;
                         }
-                        next = record.revision + 1;
+                        next = revision + 1;
                     }
                     Ok(Feed::Gap { oldest }) => {
                         if next < oldest {
@@ -193,9 +194,9 @@ impl Watch {
                 }
                 .into());
             }
-            for record in records.iter().take_while(|r| r.revision <= until) {
-                self.deliver(record).await?;
+            for record in records.into_iter().take_while(|r| r.revision <= until) {
                 next = record.revision + 1;
+                self.deliver(&Published::new(record)).await?;
             }
         }
         Ok(next)
@@ -203,47 +204,37 @@ impl Watch {
 
     /// Send what `record` changed among the watched keys, if anything;
     /// whether something was sent.
-    async fn deliver(&mut self, record: &Record) -> Result<bool, Stop> {
+    /// A record whose every change is watched goes whole: shared with
+    /// every other watch that takes it whole, not copied for this one.
+    async fn deliver(&mut self, published: &Arc<Published>) -> Result<bool, Stop> {
+        let record = published.record();
         let prev_value = self.spec.prev_value;
-        let changes: Vec<_> = self
-            .spec
-            .keys
-            .pick(record)
-            .map(|c| {
-                let mut c = c.clone();
-                if !prev_value {
-                    c.previous = None;
-                }
-                c
-            })
-            .collect();
-        if changes.is_empty() {
+        let picked = self.spec.keys.pick(record).count();
+        let delivery = if picked == 0 {
             return Ok(false);
-        }
-        self.send(WatchMessage::Changes {
-            revision: record.revision,
-            changes,
-            previous_dropped: record.previous_dropped && prev_value,
-        })
-        .await
-        .map_err(|stop| match stop {
-            Stop::End(WatchError::TooSlow { .. }) => Stop::End(WatchError::TooSlow {
-                resume_from: record.revision,
-            }),
-            other => other,
-        })?;
+        } else if picked == record.changes.len() {
+            Delivery::Whole {
+                record: Arc::clone(published),
+                prev_value,
+            }
+        } else {
+            Delivery::Message(changes_message(
+                record,
+                self.spec.keys.pick(record),
+                prev_value,
+            ))
+        };
+        self.send(delivery).await?;
         Ok(true)
     }
 
     /// Queue `message`, waiting at most [`SLOW_AFTER`] for room.
-    async fn send(&self, message: WatchMessage) -> Result<(), Stop> {
-        let resume_from = match &message {
-            WatchMessage::Changes { revision, .. } => *revision,
-            WatchMessage::Progress { revision, .. } => revision + 1,
-        };
+    async fn send(&self, message: impl Into<Delivery>) -> Result<(), Stop> {
+        let delivery = message.into();
+        let resume_from = delivery.resume_from();
         match tokio::time::timeout(SLOW_AFTER, self.out.reserve()).await {
             Ok(Ok(permit)) => {
-                permit.send(message);
+                permit.send(delivery);
                 Ok(())
             }
             Ok(Err(_)) => Err(Stop::Gone),
