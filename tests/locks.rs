@@ -1,7 +1,8 @@
 //! Multi-process tests of the lock service: three real `latchkey serve`
 //! processes, lock holders in their own processes (the `latchkey lock` CLI,
 //! or this test binary re-run in a holder role), killed with SIGKILL or
-//! paused with SIGSTOP.
+//! paused with SIGSTOP; a `lock -- CMD` whose cluster is paused signals its
+//! command when the session is at risk.
 //!
 //! Timing appears only as lower bounds ("never sooner than"), which a slow
 //! machine cannot break.
@@ -726,5 +727,40 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
             "{out:?}: {stdout:?}"
         );
     }
+
+    // 6. The whole cluster paused: once the session is at risk the command
+    //    gets the chosen signal (its trap writes a file) while it still
+    //    runs, before the hard kill at the lease's end.
+    let warned = dir.path().join("at-risk");
+    let (holder, command) = hold_with_cli_as(
+        c,
+        "risk",
+        dir.path(),
+        &["--ttl", "6s", "--at-risk-signal", "usr1"],
+        &format!(
+            "trap 'echo warned > {}' USR1; while :; do sleep 0.1; done",
+            warned.display()
+        ),
+    )
+    .await?;
+    let ids = c.ids();
+    for id in &ids {
+        c.stop(*id)?;
+    }
+    let seen = eventually(Duration::from_secs(20), "the at-risk signal", async || {
+        let text = std::fs::read_to_string(&warned).context("no file from the trap yet")?;
+        Ok((text, proc_state(command)))
+    })
+    .await;
+    for id in &ids {
+        c.cont(*id)?;
+    }
+    let (text, state) = seen?;
+    ensure!(text.trim() == "warned", "the trap wrote {text:?}");
+    ensure!(
+        matches!(state, Some(s) if s != 'Z'),
+        "the command was gone ({state:?}) when its trap's file appeared"
+    );
+    drop(holder);
     Ok(())
 }

@@ -51,6 +51,19 @@ pub enum Error {
         /// How it was lost.
         reason: String,
     },
+    /// A lock can no longer be relied on: its session is lost, its lease
+    /// ran out, or it was released. Stop acting as its holder; work that
+    /// was running under it ([`LockGuard::while_held`](crate::LockGuard::while_held))
+    /// was cancelled.
+    #[error("lock {lock:?} (token {token}) is lost: {reason}")]
+    LockLost {
+        /// The lock's name.
+        lock: String,
+        /// The fencing token of the lost grant.
+        token: u64,
+        /// How it was lost.
+        reason: String,
+    },
     /// A client was created outside a Tokio runtime: its connections need
     /// one. Create clients inside the runtime that will use them.
     #[error("no Tokio runtime: create the client inside a Tokio runtime (e.g. in #[tokio::main] or after Runtime::enter)")]

@@ -552,3 +552,72 @@ async fn keep_alive_on_the_call_stream_counts_from_the_send(
 async fn unary_keep_alive_counts_from_the_send() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::timeout(LIMIT, keep_alive_counts_from_the_send(Transport::Unary)).await?
 }
+
+/// Jeopardy: a session whose keep-alive goes unanswered for a third of the
+/// TTL is at risk while still live; the late answer clears it; a keep-alive
+/// never answered puts it at risk again before it is lost, and work run
+/// under the lock is cancelled at the loss.
+///
+/// The numbers (TTL 5 s): the first keep-alive goes out at ~1.67 s and is
+/// answered 2.5 s later (~4.17 s); the session is at risk from ~3.33 s
+/// (the open's send + 2/3 TTL) and would be lost at ~4.5 s. The next
+/// keep-alive is never answered: at risk again from ~5.0 s, lost at
+/// ~6.17 s. The assertions on order need the test's timers to fire within
+/// ~0.8 s of their time.
+#[tokio::test]
+async fn a_session_is_at_risk_before_it_is_lost_and_a_keep_alive_clears_it(
+) -> Result<(), Box<dyn std::error::Error>> {
+    tokio::time::timeout(LIMIT, async {
+        let script = Script::new(Duration::ZERO, vec![Duration::from_millis(2500)]);
+        let (addr, server) = serve(script.clone()).await?;
+        let client = connected_client(&addr, Transport::Stream).await?;
+        let session = client.session(TTL).await?;
+        let guard = session.lock(LOCK).acquire().await?;
+        assert!(!session.is_at_risk() && !guard.is_at_risk());
+
+        session.at_risk().await;
+        let first = *script
+            .keep_alives()
+            .first()
+            .ok_or("no keep-alive was sent")?;
+        assert!(
+            Instant::now() + CLOCK_SLACK >= first.received + TTL / 3,
+            "at risk {:?} after the first keep-alive went out, before a third of the TTL",
+            first.received.elapsed()
+        );
+        assert!(session.is_live() && guard.is_held(), "lost, not at risk");
+        assert!(session.is_at_risk() && guard.is_at_risk());
+        assert!(
+            script.keep_alives()[0].replied.is_none(),
+            "the keep-alive was answered before the session was found at risk"
+        );
+
+        assert!(
+            session.recovered().await,
+            "the late answer did not clear the risk"
+        );
+        assert!(script.keep_alives()[0].replied.is_some());
+        assert!(!session.is_at_risk() && session.is_live());
+
+        // The next keep-alive is never answered.
+        guard.at_risk().await;
+        assert!(guard.is_held(), "lost without a warning first");
+        let work = guard.while_held(std::future::pending::<()>()).await;
+        match work {
+            Err(Error::LockLost { lock, token, .. }) => {
+                assert_eq!((lock.as_str(), token), (LOCK, guard.token().0));
+            }
+            other => panic!("work under the lost lock ended with {other:?}"),
+        }
+        assert!(!guard.is_held() && !session.is_at_risk());
+        assert!(!session.recovered().await, "a lost session recovered");
+        assert!(matches!(
+            guard.while_held(async { 1 }).await,
+            Err(Error::LockLost { .. })
+        ));
+        drop(guard);
+        server.abort();
+        Ok(())
+    })
+    .await?
+}

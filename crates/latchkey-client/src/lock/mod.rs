@@ -14,6 +14,9 @@
 //! - `handle`: [`Lock`], one owner's handle and acquiring it (and
 //!   [`Session::lock`], which makes one); imports `lease_clock`, `session`,
 //!   `guard`;
+//! - `jeopardy`: [`Session::at_risk`], warning before a session is lost,
+//!   and [`LockGuard::while_held`]; imports `lease_clock`, `session`,
+//!   `guard`;
 //! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
@@ -29,6 +32,7 @@
 mod fenced;
 mod guard;
 mod handle;
+mod jeopardy;
 mod lease_clock;
 mod operator;
 mod session;

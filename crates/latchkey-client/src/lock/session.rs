@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::lease_clock;
-use super::watchdog::{watchdog, LeaseState};
+use super::watchdog::{at_risk_from, watchdog, LeaseState};
 use crate::error::Error;
 use crate::kv::{unexpected, Client};
 
@@ -68,6 +68,7 @@ impl Client {
         let margin = ttl / 10;
         let (tx, rx) = watch::channel(LeaseState {
             valid_until: sent + ttl - margin,
+            at_risk_from: at_risk_from(sent, ttl),
             lost: None,
         });
         let watchdog = tokio::spawn(watchdog(self.clone(), id, secret, ttl, margin, sent, tx));
@@ -247,6 +248,16 @@ impl Session {
                 changed = rx.changed() => if changed.is_err() { return; },
             }
         }
+    }
+
+    /// The lease as the watchdog publishes it.
+    pub(super) fn lease(&self) -> watch::Receiver<LeaseState> {
+        self.inner.lease.clone()
+    }
+
+    /// Whether the session was closed by this client.
+    pub(super) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
     }
 
     pub(super) fn lost_error(&self) -> Error {

@@ -1,6 +1,6 @@
-//! The watchdog: a session's lease as the client judges it ([`LeaseState`])
-//! and the background task that renews it with keep-alives until it is
-//! lost. The session (`session.rs`) starts it and reads the state it
+//! The watchdog: a session's lease as the client judges it ([`LeaseState`]:
+//! until when it is vouched for, and from when it is at risk) and the
+//! background task that renews it with keep-alives until it is lost. The session (`session.rs`) starts it and reads the state it
 //! publishes; it knows nothing of sessions but their id and secret.
 
 use std::time::{Duration, Instant};
@@ -36,6 +36,11 @@ impl Client {
 pub(super) struct LeaseState {
     /// Until when the lease is vouched for, on the lease clock.
     pub(super) valid_until: Instant,
+    /// From when the session is at risk if no keep-alive is acknowledged
+    /// meanwhile: the send of the last acknowledged one plus two thirds of
+    /// the TTL, that is, once the next one, due a third of the TTL after
+    /// it, has gone unacknowledged for another third.
+    pub(super) at_risk_from: Instant,
     /// Why the session is lost, once it is (sticky).
     pub(super) lost: Option<String>,
 }
@@ -79,6 +84,7 @@ pub(super) async fn watchdog(
                 }
                 lease.send_modify(|l| {
                     l.valid_until = l.valid_until.max(sent + ttl - margin);
+                    l.at_risk_from = l.at_risk_from.max(at_risk_from(sent, ttl));
                 });
                 next = sent + interval;
             }
@@ -96,6 +102,11 @@ pub(super) async fn watchdog(
             }
         }
     }
+}
+
+/// When a lease renewed by a keep-alive sent at `sent` becomes at risk.
+pub(super) fn at_risk_from(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl * 2 / 3
 }
 
 fn mark_lost(lease: &watch::Sender<LeaseState>, id: SessionId, reason: String) {

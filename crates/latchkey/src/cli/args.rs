@@ -300,6 +300,12 @@ pub struct LockArgs {
     /// Keep the lock unavailable this long after a forced release.
     #[arg(long, value_parser = parse_duration)]
     pub lock_delay: Option<Duration>,
+    /// The signal sent to the command once when the session is at risk
+    /// (keep-alives unacknowledged for a third of the TTL), before the hard
+    /// kill at loss: TERM, INT, HUP, QUIT, USR1 or USR2 (or SIGTERM, ...),
+    /// or `none`.
+    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
+    pub at_risk_signal: AtRiskSignal,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -546,6 +552,35 @@ pub enum WriteOut {
 }
 
 /// A duration with its unit (`500ms`, `10s`, `2m`, `1h`), above zero.
+/// What `lock -- CMD` sends the command when its session is at risk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtRiskSignal(pub Option<libc::c_int>);
+
+/// The signals a command may be sent at risk: those its guard process
+/// outlives (`lock::guard`). Parsed by hand: six names do not call for a
+/// signal crate.
+const AT_RISK_SIGNALS: [(&str, libc::c_int); 6] = [
+    ("TERM", libc::SIGTERM),
+    ("INT", libc::SIGINT),
+    ("HUP", libc::SIGHUP),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+];
+
+fn parse_at_risk_signal(s: &str) -> Result<AtRiskSignal, String> {
+    let name = s.trim().to_ascii_uppercase();
+    if name == "NONE" {
+        return Ok(AtRiskSignal(None));
+    }
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    AT_RISK_SIGNALS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, sig)| AtRiskSignal(Some(*sig)))
+        .ok_or_else(|| format!("{s:?} is not one of TERM, INT, HUP, QUIT, USR1, USR2 or none"))
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
@@ -611,6 +646,17 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("x").is_err());
         assert!(parse_duration("5days").is_err());
+    }
+
+    #[test]
+    fn at_risk_signals_are_the_ones_the_guard_outlives() {
+        let parse = |s| parse_at_risk_signal(s).map(|a| a.0);
+        assert_eq!(parse("TERM"), Ok(Some(libc::SIGTERM)));
+        assert_eq!(parse("sigusr1"), Ok(Some(libc::SIGUSR1)));
+        assert_eq!(parse(" none "), Ok(None));
+        for refused in ["KILL", "STOP", "9", "", "SIG"] {
+            assert!(parse(refused).is_err(), "{refused:?} was accepted");
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl From<Error> for Failure {
             return Failure::StaleFence(e.to_string());
         }
         match e {
-            Error::SessionLost { .. } => Failure::LockLost(e.to_string()),
+            Error::SessionLost { .. } | Error::LockLost { .. } => Failure::LockLost(e.to_string()),
             // A capacity refusal: it may succeed later, not bad input.
             Error::Refused(latchkey_client::CommandError::TooManySessions { .. }) => {
                 Failure::Unavailable(e.to_string())

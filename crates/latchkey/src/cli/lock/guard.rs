@@ -73,7 +73,14 @@ pub fn run(fd: RawFd, command: &[String]) -> ExitCode {
         libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         let flags = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGHUP] {
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGQUIT,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ] {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
             libc::sigaction(sig, &action, std::ptr::null_mut());

@@ -27,6 +27,12 @@
 //!   held, else kills it and exits 206.
 //! - SIGINT and SIGTERM sent to `latchkey` are passed on to the command
 //!   (and, while waiting for the lock, give up the wait).
+//! - When the session is at risk (keep-alives unacknowledged for a third
+//!   of the TTL: the cluster is failing over or out of reach), the command
+//!   gets `--at-risk-signal` (SIGTERM unless set; `none` sends nothing)
+//!   once, about a quarter of the TTL before the hard kill at loss, so it
+//!   can stop cleanly. The lock is still held then: a command that carries
+//!   on keeps it if a keep-alive gets through.
 //!
 //! Exit codes: the command's own (128 + N if a signal N ended it); so that
 //! they are not mistaken for latchkey's, latchkey's own failures here are
@@ -58,6 +64,8 @@ struct LockRequest {
     shared: bool,
     lease: Option<Duration>,
     lock_delay: Option<Duration>,
+    /// Sent to the command once when the session is at risk.
+    at_risk_signal: Option<i32>,
     command: Vec<String>,
 }
 
@@ -79,6 +87,7 @@ impl From<&LockArgs> for LockRequest {
             shared: l.shared,
             lease: l.lease,
             lock_delay: l.lock_delay,
+            at_risk_signal: l.at_risk_signal.0,
             command: l.command.clone(),
         }
     }
@@ -148,6 +157,7 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
     };
     let mut tick = tokio::time::interval(FEED_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = req.at_risk_signal.is_none();
 
     let status = loop {
         tokio::select! {
@@ -158,6 +168,19 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
                 return Err(lost(&req.name, &guard, program));
             }
             status = child.wait() => break status,
+            _ = guard.at_risk(), if !warned => {
+                warned = true;
+                if let (Some(signal), true) = (req.at_risk_signal, guard.is_held()) {
+                    eprintln!(
+                        "latchkey: lock {:?}: the session is at risk (keep-alives unacknowledged); \
+                         sent signal {signal} to the command, which is killed if the lease runs \
+                         out ({:?} from now)",
+                        req.name,
+                        guard.remaining(),
+                    );
+                    watcher.signal(signal);
+                }
+            }
             _ = term.recv() => watcher.signal(libc::SIGTERM),
             _ = int.recv() => watcher.signal(libc::SIGINT),
             _ = tstp.recv() => {
