@@ -6,9 +6,18 @@
 //! 2. **Disjoint**: no number is in two acknowledged ranges.
 //! 3. **Increasing in real time**: an allocation that ended before another
 //!    was invoked lies wholly below it (`earlier.end <= later.start`).
+//! 4. **Applied once**: from the lowest acknowledged start to the highest
+//!    acknowledged end, the numbers in no acknowledged range are no more
+//!    than the unanswered (unknown) allocations of the key asked for. An
+//!    allocation applied twice (a resend the cluster did not recognise as
+//!    one) consumes a range nobody was answered with; an allocation whose
+//!    answer was lost is unknown, and may have taken one. The nemesis
+//!    reads the counter at the end of the
+//!    run (a step-0 allocation, acknowledged like any other), so the last
+//!    allocations are covered too.
 //!
 //! Unknown allocations may or may not have consumed numbers and are not
-//! checked; failed ones allocated nothing.
+//! checked themselves; failed ones allocated nothing.
 
 use std::collections::BTreeMap;
 
@@ -28,21 +37,27 @@ struct Alloc<'h> {
     range: SeqRange,
 }
 
-/// Checks rules 1-3 on every sequence key.
+/// Checks rules 1-4 on every sequence key.
 pub fn check(history: &History) -> Verdict {
     let mut per_key: BTreeMap<&str, Vec<Alloc>> = BTreeMap::new();
+    let mut unanswered: BTreeMap<&str, u64> = BTreeMap::new();
     let mut examined = 0u64;
     for op in history.operations() {
         let Op::Sequence(SequenceOp::Alloc { key, step, range }) = op.op() else {
             continue;
         };
         examined += 1;
-        if let (Outcome::Ok, Some(range)) = (op.outcome(), range) {
-            per_key.entry(key).or_default().push(Alloc {
+        match (op.outcome(), range) {
+            (Outcome::Ok, Some(range)) => per_key.entry(key).or_default().push(Alloc {
                 op,
                 step: *step,
                 range: *range,
-            });
+            }),
+            (Outcome::Unknown, _) => {
+                let steps = unanswered.entry(key).or_default();
+                *steps = steps.saturating_add(*step);
+            }
+            _ => {}
         }
     }
     let mut violations = Vec::new();
@@ -52,9 +67,11 @@ pub fn check(history: &History) -> Verdict {
         well_formed(key, allocs, &mut violations);
         disjoint(key, allocs, &mut violations);
         increasing(key, allocs, &mut violations);
+        let unanswered = unanswered.get(key).copied().unwrap_or(0);
+        applied_once(key, allocs, unanswered, &mut violations);
     }
     let pass = format!(
-        "{acked} acknowledged allocations on {} key(s): disjoint and increasing",
+        "{acked} acknowledged allocations on {} key(s): disjoint, increasing, each applied once",
         per_key.len()
     );
     conclude(NAME, examined, pass, violations)
@@ -133,6 +150,54 @@ fn increasing(key: &str, allocs: &[Alloc], violations: &mut Vec<Violation>) {
             events,
         ));
     }
+}
+
+fn applied_once(key: &str, allocs: &[Alloc], unanswered: u64, violations: &mut Vec<Violation>) {
+    let mut by_start: Vec<&Alloc> = allocs.iter().collect();
+    by_start.sort_by_key(|a| (a.range.start, a.range.end, a.op.invoke.index));
+    let (Some(lowest), Some(highest)) = (
+        by_start.first().map(|a| a.range.start),
+        by_start.iter().map(|a| a.range.end).max(),
+    ) else {
+        return;
+    };
+    // The numbers no acknowledged range covers (overlaps are rule 2's), and
+    // the first hole, between the two answers around it.
+    let mut reach = lowest;
+    let mut holes = 0u64;
+    let mut first: Option<(&Alloc, &Alloc)> = None;
+    let mut before: Option<&Alloc> = None;
+    for a in &by_start {
+        if a.range.start > reach {
+            holes = holes.saturating_add(a.range.start - reach);
+            if let (None, Some(b)) = (first, before) {
+                first = Some((b, a));
+            }
+        }
+        if a.range.end >= reach {
+            reach = a.range.end;
+            before = Some(a);
+        }
+    }
+    debug_assert_eq!(reach, highest);
+    if holes <= unanswered {
+        return;
+    }
+    let Some((below, above)) = first else {
+        return;
+    };
+    let mut events = below.op.events();
+    events.extend(above.op.events());
+    violations.push(Violation::new(
+        format!(
+            "sequence {key:?}: {holes} numbers in [{lowest}, {highest}) were answered to nobody, \
+             more than the {unanswered} unanswered allocations asked for (the first hole is \
+             between {} and {}): an allocation applied more than once?",
+            show(below.range),
+            show(above.range)
+        ),
+        events,
+    ));
 }
 
 #[cfg(test)]
@@ -220,6 +285,42 @@ mod tests {
         let v = check(&b.build().unwrap());
         assert!(v.is_fail(), "{v}");
         assert_eq!(v.witness.len(), 2);
+    }
+
+    #[test]
+    fn numbers_answered_to_nobody_fail_unless_unanswered_allocations_cover_them() {
+        // A resend applied twice: [10, 15) went to no answer.
+        let mut b = HistoryBuilder::new();
+        acked(&mut b, 1, 0, "s", 10, (0, 10));
+        acked(&mut b, 2, 10, "s", 5, (15, 20));
+        acked(&mut b, 1, 20, "s", 0, (20, 20));
+        let v = check(&b.build().unwrap());
+        assert!(v.is_fail(), "{v}");
+        assert!(v.message.contains("5 numbers in [0, 20)"), "{v}");
+        assert!(v.message.contains("between [0, 10) and [15, 20)"), "{v}");
+        assert_eq!(v.witness.len(), 4, "{v}");
+
+        // The same hole, with an allocation of 5 never answered: it may
+        // have taken them.
+        let mut b = HistoryBuilder::new();
+        acked(&mut b, 1, 0, "s", 10, (0, 10));
+        b.invoke(3, 5, alloc("s", 5, None));
+        b.unknown(3, 6, alloc("s", 5, None));
+        acked(&mut b, 2, 10, "s", 5, (15, 20));
+        let v = check(&b.build().unwrap());
+        assert!(v.is_pass(), "{v}");
+
+        // One unanswered step of 2 does not cover a hole of 5; a failed
+        // allocation covers nothing.
+        let mut b = HistoryBuilder::new();
+        acked(&mut b, 1, 0, "s", 10, (0, 10));
+        b.invoke(3, 5, alloc("s", 2, None));
+        b.unknown(3, 6, alloc("s", 2, None));
+        b.invoke(4, 7, alloc("s", 5, None));
+        b.fail(4, 8, alloc("s", 5, None));
+        acked(&mut b, 2, 10, "s", 5, (15, 20));
+        let v = check(&b.build().unwrap());
+        assert!(v.is_fail(), "{v}");
     }
 
     #[test]

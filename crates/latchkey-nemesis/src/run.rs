@@ -25,7 +25,7 @@ use crate::net::{netns_available, Netns};
 use crate::record::{self, Recorder};
 use crate::report::{self, LeaderSample, RunInfo};
 use crate::rng::Rng;
-use crate::worker::{Role, BOUND_PREFIX, DURABLE_PREFIX};
+use crate::worker::{Role, BOUND_PREFIX, DURABLE_PREFIX, SEQUENCE};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -679,6 +679,26 @@ async fn check_durability(
         .collect();
     rec.record(0, EventKind::Ok, ops::read_all(Some(&pairs)));
     eprintln!("nemesis: durability: {} keys read back", values.len());
+    // The sequence's counter as the run left it: a step-0 allocation reads
+    // it, so the sequences checker's rule 4 sees up to the last number any
+    // allocation took.
+    rec.invoke(0, ops::alloc(SEQUENCE, 0, None));
+    match client.next_sequence(SEQUENCE, 0).await {
+        Ok(r) => {
+            rec.record(
+                0,
+                EventKind::Ok,
+                ops::alloc(SEQUENCE, 0, Some((r.start, r.end))),
+            );
+            eprintln!("nemesis: sequences: the counter ends at {}", r.start);
+        }
+        Err(e) => {
+            rec.record(0, EventKind::Fail, ops::alloc(SEQUENCE, 0, None));
+            return Err(Error::Cluster(format!(
+                "reading the sequence after a full restart: {e}"
+            )));
+        }
+    }
     Ok(())
 }
 
