@@ -736,7 +736,7 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
         c,
         "risk",
         dir.path(),
-        &["--ttl", "6s", "--at-risk-signal", "usr1"],
+        &["--ttl", "9s", "--at-risk-signal", "usr1"],
         &format!(
             "trap 'echo warned > {}' USR1; while :; do sleep 0.1; done",
             warned.display()
@@ -749,6 +749,7 @@ async fn stopped_cli(c: &mut Cluster) -> Result<()> {
     }
     let seen = eventually(Duration::from_secs(20), "the at-risk signal", async || {
         let text = std::fs::read_to_string(&warned).context("no file from the trap yet")?;
+        ensure!(!text.is_empty(), "the trap's file is empty yet");
         Ok((text, proc_state(command)))
     })
     .await;

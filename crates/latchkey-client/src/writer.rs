@@ -340,6 +340,10 @@ impl Writer {
     /// Close the session now, once the writes in flight are answered; the
     /// next write opens another. A session the cluster already ended is
     /// closed too.
+    ///
+    /// Cancel-safe: once the session is taken, its close runs in a task of
+    /// its own, so a caller that stops waiting (a timeout) does not leave
+    /// the session to expire.
     pub(crate) async fn close(&self) -> Result<(), Error> {
         let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
         let _quiet = self
@@ -351,7 +355,12 @@ impl Writer {
             return Ok(());
         };
         session.keep_alive.abort();
-        match self.router.send(false, close_command(&session)).await? {
+        let router = Arc::clone(&self.router);
+        let close = close_command(&session);
+        let sent = tokio::spawn(async move { router.send(false, close).await })
+            .await
+            .map_err(|e| Error::Protocol(format!("closing the write session failed: {e}")))?;
+        match sent? {
             Ok(_) | Err(CommandError::SessionEnded { .. }) => Ok(()),
             Err(e) => Err(Error::Refused(e)),
         }

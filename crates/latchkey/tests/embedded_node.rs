@@ -1062,3 +1062,47 @@ async fn an_in_process_watch_sees_changes_and_is_checked_like_a_remote_one() -> 
     })
     .await?
 }
+
+/// `Client::close` is cancel-safe: a caller that stops waiting once the
+/// close has begun (a timeout around it) does not leave the write session
+/// to expire; the close finishes on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_close_given_up_on_still_closes_the_write_session() -> TestResult {
+    use futures::FutureExt;
+    use latchkey::SessionId;
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (nodes, _members) = start_cluster(dir.path(), 3).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let kv = nodes[&1].client();
+        kv.put("warm", "up").await?;
+        kv.close().await?;
+        // Sessions opened between two probes: only the write session.
+        let before = kv.session(Duration::from_secs(30)).await?;
+        before.close().await?;
+        kv.put("k", "v").await?;
+        let after = kv.session(Duration::from_secs(30)).await?;
+        after.close().await?;
+        let writer_sessions: Vec<u64> = (before.id().0 + 1..after.id().0).collect();
+        assert_eq!(writer_sessions.len(), 1, "{writer_sessions:?}");
+
+        // Polled once, then dropped: it has taken the session and sent
+        // nothing yet.
+        assert!(
+            kv.close().now_or_never().is_none(),
+            "the close did not wait"
+        );
+        // The close runs in a task of its own: give it time to land.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let ended = kv.end_session(SessionId(writer_sessions[0])).await?;
+        assert!(
+            ended.is_none(),
+            "the write session outlived a close given up on: {ended:?}"
+        );
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}

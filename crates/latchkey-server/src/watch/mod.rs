@@ -22,7 +22,10 @@
 //! whose caller does not take its messages ([`one::BUFFER`] are queued) for
 //! [`one::SLOW_AFTER`] is ended with `TooSlow`, naming the revision to
 //! resume from. So one watch holds at most [`one::BUFFER`] messages, and
-//! the ring is shared by all.
+//! the ring is shared by all. A record the ring holds keeps, once a gRPC
+//! watch sent it whole, its encodings too (`delivery::Published`: with and
+//! without previous values, at most about twice the record's bytes again),
+//! and a message queued whole is that shared record, not a copy.
 //!
 //! Rooms: `places` (the counts of open watches against their limits),
 //! `hub` (what the feed and the watches share: the ring, the revision

@@ -303,7 +303,10 @@ pub struct LockArgs {
     /// The signal sent to the command once when the session is at risk
     /// (keep-alives unacknowledged for a third of the TTL), before the hard
     /// kill at loss: TERM, INT, HUP, QUIT, USR1 or USR2 (or SIGTERM, ...),
-    /// or `none`.
+    /// or `none`. A failover slower than a third of the TTL also puts the
+    /// session at risk, though the lock usually survives it: a command
+    /// that should finish its work then can trap the signal, or choose
+    /// `none`.
     #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
     pub at_risk_signal: AtRiskSignal,
     /// The command to run, after `--`.
@@ -551,7 +554,6 @@ pub enum WriteOut {
     Hex,
 }
 
-/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`), above zero.
 /// What `lock -- CMD` sends the command when its session is at risk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtRiskSignal(pub Option<libc::c_int>);
@@ -581,6 +583,7 @@ fn parse_at_risk_signal(s: &str) -> Result<AtRiskSignal, String> {
         .ok_or_else(|| format!("{s:?} is not one of TERM, INT, HUP, QUIT, USR1, USR2 or none"))
 }
 
+/// A duration with its unit (`500ms`, `10s`, `2m`, `1h`), above zero.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s

@@ -13,9 +13,11 @@
 //! died); when the command exits, the guard exits with its code (128 + N
 //! for a signal N), and `latchkey` kills whatever the command left in the
 //! group. It needs no async runtime: `poll(2)` on the pipe and on a pidfd
-//! of the command. It survives SIGINT, SIGTERM, SIGQUIT and SIGHUP (sent to
-//! the whole group by a terminal or by `latchkey`), so the command decides
-//! what they do; the command gets `PR_SET_PDEATHSIG`, so it dies with the
+//! of the command. It survives SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1
+//! and SIGUSR2 (sent to the whole group by a terminal or by `latchkey`,
+//! which sends one when the session is at risk; `latchkey` starts it with
+//! them ignored, so one sent before its handlers are in place does not kill
+//! it either), so the command decides what they do; the command gets `PR_SET_PDEATHSIG`, so it dies with the
 //! guard.
 //!
 //! What the guard cannot see: processes that leave the group (`setsid`,

@@ -168,6 +168,9 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
                 return Err(lost(&req.name, &guard, program));
             }
             status = child.wait() => break status,
+            // Sent to the group: if it comes before the guard has started
+            // the command (at risk already when granted), only the guard
+            // gets it and the warning is lost; the hard kill still holds.
             _ = guard.at_risk(), if !warned => {
                 warned = true;
                 if let (Some(signal), true) = (req.at_risk_signal, guard.is_held()) {
@@ -297,6 +300,19 @@ impl Watcher {
                     libc::tcsetpgrp(0, libc::getpid());
                 }
                 libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                // Until the guard's own handlers are in place (it sets
+                // them first thing; the command gets the defaults back at
+                // its exec), a signal sent to the group must not kill it.
+                for sig in [
+                    libc::SIGINT,
+                    libc::SIGTERM,
+                    libc::SIGQUIT,
+                    libc::SIGHUP,
+                    libc::SIGUSR1,
+                    libc::SIGUSR2,
+                ] {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
                 Ok(())
             });
         }
