@@ -108,7 +108,8 @@ Runs, in order, stopping at the first failure (exit code = that step's):
        PATH (or LATCHKEY_CHROMIUM as given); on Debian a missing one is
        installed with apt-get (package chromium, one-time). Runs with --quick
        too.
-    6. cargo build -p latchkey --bin latchkey   (skipped with --quick)
+    6. cargo build --workspace --bin latchkey --bin latchkey-nemesis
+       (skipped with --quick)
     7. a nemesis run of 100 s of faults (kill, pause, partition, disk; fixed
        seed; at least one disk fault, with its repair) over TLS, as `cargo
        xtask soak --seconds 100 --seed 20261121 --nemesis
@@ -124,7 +125,7 @@ OPTIONS:
 const BENCH_HELP: &str = "\
 cargo xtask bench [kv|lock|all|failover|watch] [ARGS...]
 
-First builds the server (`cargo build -p latchkey --bin latchkey`, the dev
+First builds the server (`cargo build --workspace --bin latchkey`, the dev
 profile like every other command), then runs
 `cargo run -p latchkey-bench --bin latchkey-bench -- WORKLOAD --server-bin <TARGET_DIR>/debug/latchkey ARGS...`
 (WORKLOAD defaults to kv; ARGS go to the benchmark binary, and may override
@@ -169,7 +170,7 @@ register, sequence and durability workloads in client processes, and a
 seeded nemesis; then every replica is killed and restarted at once (each on
 its current data directory) and the acknowledged puts are read back, and the
 checkers of latchkey-check judge the merged history. Builds the `latchkey`
-server first.
+server and the harness first (`cargo build --workspace --bin ...`).
 
 FAULT KINDS (one at a time, some pairs; the schedule is printed first):
     kill       kill -9 a replica (the leader or a random one), restart it
@@ -489,7 +490,16 @@ fn cmd_test(rest: &[OsString]) -> Result {
         browser_step(),
         Step::new(
             "build server",
-            (!quick).then(|| cargo(["build", "-p", "latchkey", "--bin", "latchkey"])),
+            (!quick).then(|| {
+                cargo([
+                    "build",
+                    "--workspace",
+                    "--bin",
+                    "latchkey",
+                    "--bin",
+                    NEMESIS_PACKAGE,
+                ])
+            }),
         ),
         Step::new("nemesis", if quick { None } else { Some(ci_nemesis()?) }),
     ];
@@ -734,18 +744,7 @@ fn cmd_bench(rest: &[OsString]) -> Result {
 
 /// Build the `latchkey` binary (dev profile) and return its path.
 fn build_server() -> Result<PathBuf> {
-    let mut build = cargo(["build", "-p", "latchkey", "--bin", "latchkey"]);
-    println!("xtask: {}", display(&build));
-    run::run(&mut build).map_err(|e| {
-        Exit::with(
-            e.code,
-            format!(
-                "building the server failed (exit {}): {}",
-                e.code,
-                display(&build)
-            ),
-        )
-    })?;
+    build_bins(&["latchkey"])?;
     let server = server_path()?;
     if !server.is_file() {
         return Err(Exit::with(
@@ -759,13 +758,35 @@ fn build_server() -> Result<PathBuf> {
     Ok(server)
 }
 
+/// `cargo build --workspace --bin B ...`: `--workspace`, not `-p`, so the
+/// dependencies' features unify as in `cargo test --workspace` and the
+/// binaries the test step built are reused, not rebuilt.
+fn build_bins(bins: &[&str]) -> Result {
+    let mut build = cargo(["build", "--workspace"]);
+    for bin in bins {
+        build.arg("--bin").arg(bin);
+    }
+    println!("xtask: {}", display(&build));
+    run::run(&mut build).map_err(|e| {
+        Exit::with(
+            e.code,
+            format!("building failed (exit {}): {}", e.code, display(&build)),
+        )
+    })
+}
+
 /// Where the dev build of the `latchkey` binary goes.
 fn server_path() -> Result<PathBuf> {
+    bin_path("latchkey")
+}
+
+/// Where the dev build puts binary `name`.
+fn bin_path(name: &str) -> Result<PathBuf> {
     let target_dir = target_dir()
         .ok_or_else(|| Exit::with(1, "cannot tell the target directory (set CARGO_TARGET_DIR)"))?;
     Ok(target_dir
         .join("debug")
-        .join(format!("latchkey{}", std::env::consts::EXE_SUFFIX)))
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// The workspace's target directory: CARGO_TARGET_DIR (relative to the
@@ -877,22 +898,17 @@ fn cmd_soak(rest: &[OsString]) -> Result {
         }
     }
     setup::ensure(setup::Mode::Quiet)?;
+    build_bins(&[NEMESIS_PACKAGE])?;
     let mut cmd = nemesis_command(build_server()?, &duration, &args)?;
     println!("xtask: {}", display(&cmd));
     run::run(&mut cmd)
 }
 
-/// `cargo run -p latchkey-nemesis -- run --server-bin SERVER --duration D ARGS`.
+/// `latchkey-nemesis run --server-bin SERVER --duration D ARGS`, the
+/// binary built before (by [`build_bins`], or the test's build step).
 fn nemesis_command(server: PathBuf, duration: &OsString, args: &[OsString]) -> Result<Command> {
-    let mut cmd = cargo([
-        "run",
-        "-p",
-        NEMESIS_PACKAGE,
-        "--bin",
-        NEMESIS_PACKAGE,
-        "--",
-        "run",
-    ]);
+    let mut cmd = Command::new(bin_path(NEMESIS_PACKAGE)?);
+    cmd.arg("run");
     cmd.arg("--server-bin").arg(server);
     cmd.arg("--duration").arg(duration);
     cmd.args(args);
