@@ -5,7 +5,9 @@
 //! command when the session is at risk.
 //!
 //! Timing appears only as lower bounds ("never sooner than"), which a slow
-//! machine cannot break.
+//! machine cannot break, but in one place: the at-risk signal must reach
+//! the command in the ~2 s between the session turning at risk and its loss
+//! (a 9 s TTL), else the hard kill comes first.
 
 #[path = "support/mod.rs"]
 mod support;
