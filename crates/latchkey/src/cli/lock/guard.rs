@@ -60,6 +60,17 @@ fn kill_group() -> ! {
     std::process::exit(137)
 }
 
+/// The signals the guard outlives (a terminal's, and the at-risk signals
+/// `latchkey lock` may send the group); the command gets them as usual.
+pub const SURVIVED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
 /// A handler that does nothing: the guard outlives the signals a terminal
 /// or `latchkey` sends the command's group (the command, after `exec`,
 /// gets its default handling back).
@@ -75,14 +86,7 @@ pub fn run(fd: RawFd, command: &[String]) -> ExitCode {
         libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         let flags = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        for sig in [
-            libc::SIGINT,
-            libc::SIGTERM,
-            libc::SIGQUIT,
-            libc::SIGHUP,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-        ] {
+        for sig in SURVIVED {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
             libc::sigaction(sig, &action, std::ptr::null_mut());

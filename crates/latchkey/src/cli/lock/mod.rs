@@ -303,14 +303,7 @@ impl Watcher {
                 // Until the guard's own handlers are in place (it sets
                 // them first thing; the command gets the defaults back at
                 // its exec), a signal sent to the group must not kill it.
-                for sig in [
-                    libc::SIGINT,
-                    libc::SIGTERM,
-                    libc::SIGQUIT,
-                    libc::SIGHUP,
-                    libc::SIGUSR1,
-                    libc::SIGUSR2,
-                ] {
+                for sig in guard::SURVIVED {
                     libc::signal(sig, libc::SIG_IGN);
                 }
                 Ok(())
