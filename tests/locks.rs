@@ -13,49 +13,14 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use latchkey::{Client, LockInfo, Sequencer, Token};
-use support::{bin, client_options, eventually, Cluster, LEADER_WAIT, TEST_LIMIT};
-
-/// A process group this test started; killed (by group) when dropped.
-struct Group {
-    child: Child,
-}
-
-impl Group {
-    fn spawn(mut command: Command) -> Result<Group> {
-        use std::os::unix::process::CommandExt;
-        let child = command
-            .process_group(0)
-            .spawn()
-            .context("spawn a test process")?;
-        Ok(Group { child })
-    }
-
-    fn pid(&self) -> i32 {
-        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
-    }
-
-    fn signal(&self, sig: libc::c_int) -> Result<()> {
-        // SAFETY: kill(2) on the process group this test created.
-        let rc = unsafe { libc::kill(-self.pid(), sig) };
-        ensure!(rc == 0, "kill({}, {sig}) failed", -self.pid());
-        Ok(())
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let _ = self.signal(libc::SIGCONT);
-        let _ = self.signal(libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
+use support::{bin, client_options, eventually, Cluster, Group, LEADER_WAIT, TEST_LIMIT};
 
 async fn lock_info(client: &Client, name: &str) -> Result<Option<LockInfo>> {
     Ok(client

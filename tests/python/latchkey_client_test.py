@@ -238,7 +238,7 @@ class Session:
     def next_request_id(self):
         return next(self._request_ids)
 
-    def acquire(self, name, *, wait_ms=None, hold_ms=5000, on_queued=None):
+    def acquire(self, name, *, wait_ms=None, hold_ms=5000, on_queued=None, value=b""):
         """Acquire `name` exclusively; the final AcquireReply (granted or an error).
 
         Without `wait_ms` a held lock is refused at once (ERROR_KIND_BUSY).
@@ -255,6 +255,7 @@ class Session:
             name=name,
             mode=pb.LOCK_MODE_EXCLUSIVE,
             hold_ms=hold_ms,
+            value=value,  # a campaign's (an election's lock); empty for a lock
         )
         if wait_ms is not None:
             request.wait_ms = wait_ms  # an optional field: set it only to wait
@@ -332,14 +333,18 @@ class Waiter:
     on `events`: ("queued", Queued), then ("granted", Sequencer) or
     ("error", text)."""
 
-    def __init__(self, session, name, wait_ms=30000, hold_ms=500):
+    def __init__(self, session, name, wait_ms=30000, hold_ms=500, value=b""):
         self.events = queue.Queue()
         self.queued = 0
 
         def run():
             try:
                 reply = session.acquire(
-                    name, wait_ms=wait_ms, hold_ms=hold_ms, on_queued=self._on_queued
+                    name,
+                    wait_ms=wait_ms,
+                    hold_ms=hold_ms,
+                    on_queued=self._on_queued,
+                    value=value,
                 )
                 self.events.put(("granted", granted(f"session {session.id}'s acquire", reply)))
             except Exception as e:  # reported through events, checked by the test
@@ -990,6 +995,91 @@ def section_retry_safe(router, ns):
     expect_error("a retry after the session closed", reply, pb.ERROR_KIND_SESSION_ENDED)
 
 
+
+ELECTION_PREFIX = "latchkey.election/"
+
+
+def leader_of(value):
+    """(term, session, value) from a leader key's value: 8 bytes big-endian
+    each, then the leader's value."""
+    check(len(value) >= 16, f"a leader key of {len(value)} bytes")
+    return (
+        int.from_bytes(value[0:8], "big"),
+        int.from_bytes(value[8:16], "big"),
+        value[16:],
+    )
+
+
+def section_election(router, ns):
+    """Fenced leader election over the typed API: a campaign is an exclusive
+    Acquire of "latchkey.election/NAME" carrying a value; the leader key of
+    the same name says who leads (term, session, value) and changes in the
+    same revision as the lock; Proclaim changes the value; Release resigns;
+    clients cannot write the leader key."""
+    name = ELECTION_PREFIX + ns.decode() + "sched"
+    key = name.encode()
+    a = Session(router, ttl_ms=6000)
+    b = Session(router, ttl_ms=6000)
+    try:
+        first = granted("A's campaign", a.acquire(name, value=b"10.0.0.1"))
+        read = expect_ok("get the leader key", router.call("Kv", "Get", pb.GetRequest(key=key)))
+        check(
+            leader_of(read.kv.value) == (first.token, a.id, b"10.0.0.1"),
+            f"the leader key says {leader_of(read.kv.value)}, A leads in term {first.token}",
+        )
+        replies = queue.Queue()
+        request = pb.WatchRequest(key=key, start_revision=read.revision + 1)
+
+        def follow():
+            try:
+                for reply in router.stub("Watch").Watch(request, timeout=60):
+                    replies.put(reply)
+            except grpc.RpcError as e:
+                replies.put(e)
+
+        threading.Thread(target=follow, daemon=True).start()
+        wait_b = Waiter(b, name, value=b"10.0.0.2")
+        wait_b.next_event("queued")
+
+        proclaim = pb.ProclaimRequest(
+            session=a.id, session_secret=a.secret, name=name, term=first.token, value=b"10.0.0.9"
+        )
+        reply = expect_ok("A's proclamation", router.call("Lock", "Proclaim", proclaim))
+        check(reply.term == first.token, f"Proclaim answered term {reply.term}")
+        forged = router.call("Kv", "Put", pb.PutRequest(key=key, value=b"forged"))
+        expect_error("a put of the leader key", forged, pb.ERROR_KIND_INVALID_ARGUMENT)
+
+        a.release(first)
+        second = wait_b.next_event("granted")
+        check(second.token > first.token, f"B's term {second.token} is not above {first.token}")
+        late = pb.ProclaimRequest(
+            session=a.id, session_secret=a.secret, name=name, term=first.token, value=b"x"
+        )
+        expect_error(
+            "a proclamation by the resigned leader",
+            router.call("Lock", "Proclaim", late),
+            pb.ERROR_KIND_NOT_HOLDER,
+        )
+        # The watch saw the proclamation, then B's term: each in one revision.
+        seen = []
+        while len(seen) < 2:
+            reply = replies.get(timeout=RPC_TIMEOUT)
+            check(not isinstance(reply, Exception), f"the watch failed: {reply}")
+            check(not reply.HasField("error"), f"the watch ended: {describe(reply.error)}")
+            for event in reply.events:
+                seen.append(leader_of(event.kv.value))
+        check(
+            seen == [(first.token, a.id, b"10.0.0.9"), (second.token, b.id, b"10.0.0.2")],
+            f"the watch saw {seen}",
+        )
+        b.release(second)
+        read = expect_ok("get the leader key", router.call("Kv", "Get", pb.GetRequest(key=key)))
+        check(not read.HasField("kv"), f"nobody campaigns, yet the leader key holds {read.kv}")
+        print(f"   terms {first.token} then {second.token}; observers saw both in order")
+    finally:
+        close_all(a, b)
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
@@ -997,6 +1087,7 @@ SECTIONS = [
     ("ephemeral", section_ephemeral),
     ("retry-safe", section_retry_safe),
     ("locks", section_locks),
+    ("election", section_election),
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),
     ("reflection", section_reflection),

@@ -964,3 +964,42 @@ pub async fn wait_node_has(
     )
     .await
 }
+
+/// A process group this test started; killed (by group) when dropped.
+pub struct Group {
+    /// The group leader.
+    pub child: Child,
+}
+
+impl Group {
+    /// Start `command` as the leader of a new process group.
+    pub fn spawn(mut command: Command) -> Result<Group> {
+        use std::os::unix::process::CommandExt;
+        let child = command
+            .process_group(0)
+            .spawn()
+            .context("spawn a test process")?;
+        Ok(Group { child })
+    }
+
+    /// The group leader's pid (the group's id).
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
+    /// Send `sig` to the whole group.
+    pub fn signal(&self, sig: libc::c_int) -> Result<()> {
+        // SAFETY: kill(2) on the process group this test created.
+        let rc = unsafe { libc::kill(-self.pid(), sig) };
+        ensure!(rc == 0, "kill({}, {sig}) failed", -self.pid());
+        Ok(())
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = self.signal(libc::SIGCONT);
+        let _ = self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}

@@ -94,7 +94,9 @@ pub use auth::UserInfo;
 pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
-pub use lock::{EndedSession, Lock, LockGuard, Session};
+pub use lock::{
+    Election, EndedSession, LeaderChange, LeaderStream, Leadership, Lock, LockGuard, Session,
+};
 pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use transport::{channel, TransportStats};
 pub use watch::Watch;
@@ -103,7 +105,7 @@ pub use watch::Watch;
 pub use latchkey_core::auth::Permission;
 pub use latchkey_core::history::KeyChange;
 pub use latchkey_core::lock::{
-    HolderInfo, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
+    HolderInfo, Leader, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
 };
 pub use latchkey_core::watch::Selection;
 pub use latchkey_core::{

@@ -741,7 +741,8 @@ impl<S: Store> Checker<'_, S> {
             LockCommand::EndSession { .. } => Ok(self.need(Permission::Admin, Target::Any)),
             LockCommand::Acquire { session, name, .. }
             | LockCommand::Release { session, name, .. }
-            | LockCommand::CancelWait { session, name, .. } => session_and(*session, Some(name)),
+            | LockCommand::CancelWait { session, name, .. }
+            | LockCommand::Proclaim { session, name, .. } => session_and(*session, Some(name)),
             LockCommand::Fenced {
                 sequencer,
                 conditions,

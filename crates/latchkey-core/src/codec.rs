@@ -32,7 +32,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 7: key-value writes can be retry-safe ([`crate::Command::Once`]): a
 /// session's remembered request holds either a lock command or the digest
 /// of a write, and its answer may be a write's outcome.
-pub const FORMAT_VERSION: u8 = 7;
+///
+/// 8: elections ([`crate::lock::election_lock_name`]): an acquire carries
+/// a candidate's value, holders and waiters in a lock record keep it, and
+/// [`crate::lock::LockCommand::Proclaim`] is new.
+pub const FORMAT_VERSION: u8 = 8;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

@@ -71,7 +71,9 @@ pub enum Command {
         #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
     },
-    /// Remove every key in `[start, end)`. Returns [`Outcome::Deleted`] with the count.
+    /// Remove every key in `[start, end)` but the elections' leader keys
+    /// ([`crate::lock::is_election_key`]), which only elections change.
+    /// Returns [`Outcome::Deleted`] with the count.
     DeleteRange {
         /// First key removed (inclusive).
         #[serde(with = "crate::codec::bytes")]

@@ -387,6 +387,10 @@ fn delete_range<S: Store>(
         };
         let last = last.clone();
         for (k, row) in &chunk {
+            // An election's leader key is the election's to change.
+            if crate::lock::is_election_key(k.get(1..).unwrap_or_default()) {
+                continue;
+            }
             change.remove_row(store, k, row)?;
             deleted += 1;
         }

@@ -2,8 +2,46 @@
 
 use crate::command::{BatchOp, Command, Condition, Query, ScanRange, Test};
 use crate::limits::*;
-use crate::lock::{LockCommand, LockMode, LockQuery, Sequencer, TimerKind, Token};
+use crate::lock::{
+    election_of, is_election_key, LockCommand, LockMode, LockQuery, Sequencer, TimerKind, Token,
+    ELECTION_PREFIX, MAX_ELECTION_VALUE_LEN,
+};
 use crate::CommandError;
+
+/// A key a client writes: a valid key, and not an election's leader key
+/// (only the elections write those, see `crate::lock::election`).
+fn check_written_key(key: &[u8]) -> Result<usize, CommandError> {
+    let n = check_key("key", key)?;
+    if is_election_key(key) {
+        return Err(CommandError::invalid(format!(
+            "keys starting with {ELECTION_PREFIX:?} are the elections' leader keys: \
+             only campaigning, resigning and proclaiming change them"
+        )));
+    }
+    Ok(n)
+}
+
+/// An election candidate's value: at most [`MAX_ELECTION_VALUE_LEN`] bytes.
+fn check_election_value(value: &[u8]) -> Result<usize, CommandError> {
+    if value.len() > MAX_ELECTION_VALUE_LEN {
+        return Err(CommandError::invalid(format!(
+            "an election value is {} bytes, the limit is {MAX_ELECTION_VALUE_LEN}",
+            value.len()
+        )));
+    }
+    Ok(value.len())
+}
+
+/// An election's lock: [`ELECTION_PREFIX`] and a non-empty election name.
+fn check_election_lock(name: &str) -> Result<(), CommandError> {
+    match election_of(name) {
+        Some(election) if !election.is_empty() => Ok(()),
+        Some(_) => Err(CommandError::invalid("an election name must not be empty")),
+        None => Err(CommandError::invalid(format!(
+            "lock {name:?} is not an election's (their names start with {ELECTION_PREFIX:?})"
+        ))),
+    }
+}
 
 fn check_key(what: &str, key: &[u8]) -> Result<usize, CommandError> {
     if key.is_empty() {
@@ -65,8 +103,8 @@ fn check_batch(conditions: &[Condition], ops: &[BatchOp]) -> Result<usize, Comma
     }
     for op in ops {
         n += match op {
-            BatchOp::Put { key, value } => check_key("key", key)? + check_value(value)?,
-            BatchOp::Delete { key } => check_key("key", key)?,
+            BatchOp::Put { key, value } => check_written_key(key)? + check_value(value)?,
+            BatchOp::Delete { key } => check_written_key(key)?,
         };
     }
     Ok(n)
@@ -131,12 +169,27 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
         | LockCommand::EndSession { .. } => Ok(0),
         LockCommand::Acquire {
             name,
+            mode,
             wait_ms,
             lease_ms,
             lock_delay_ms,
+            value,
             ..
         } => {
-            let n = check_lock_name(name)?;
+            let mut n = check_lock_name(name)?;
+            if election_of(name).is_some() {
+                check_election_lock(name)?;
+                if *mode != LockMode::Exclusive {
+                    return Err(CommandError::invalid(
+                        "a campaign is exclusive: an election has one leader",
+                    ));
+                }
+                n += check_election_value(value)?;
+            } else if !value.is_empty() {
+                return Err(CommandError::invalid(
+                    "only a campaign (an election's lock) carries a value",
+                ));
+            }
             check_duration(
                 TimerKind::Wait,
                 *wait_ms,
@@ -166,6 +219,14 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
         }
         LockCommand::CancelWait { name, .. } | LockCommand::ExpireWait { name, .. } => {
             check_lock_name(name)
+        }
+        LockCommand::Proclaim {
+            name, token, value, ..
+        } => {
+            let n = check_lock_name(name)?;
+            check_election_lock(name)?;
+            check_token(*token)?;
+            Ok(n + check_election_value(value)?)
         }
         LockCommand::Fenced {
             sequencer,
@@ -222,7 +283,7 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
     let total = match command {
         Command::Put { key, value }
         | Command::PutIfAbsent { key, value }
-        | Command::GetAndPut { key, value } => check_key("key", key)? + check_value(value)?,
+        | Command::GetAndPut { key, value } => check_written_key(key)? + check_value(value)?,
         Command::PutBound {
             key,
             value,
@@ -234,12 +295,12 @@ pub fn validate_command(command: &Command) -> Result<(), CommandError> {
                     "a key can be bound to a session, not to session 0",
                 ));
             }
-            check_key("key", key)? + check_value(value)?
+            check_written_key(key)? + check_value(value)?
         }
         Command::CompareAndPut { key, test, value } => {
-            check_key("key", key)? + check_value(value)? + check_test(test)?
+            check_written_key(key)? + check_value(value)? + check_test(test)?
         }
-        Command::Delete { key } => check_key("key", key)?,
+        Command::Delete { key } => check_written_key(key)?,
         Command::DeleteRange { start, end } => {
             let n = check_bound("range start", start)? + check_key("range end", end)?;
             if start >= end {

@@ -74,6 +74,7 @@ fn acquire(
         wait_ms,
         lease_ms,
         lock_delay_ms,
+        value: Vec::new(),
     })
 }
 
@@ -163,7 +164,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (07); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (08); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -185,7 +186,7 @@ const ROWS: &[(&str, &str)] = &[
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "07 01 01           # revision 1, 1 change:
+        "08 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -193,33 +194,33 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "07 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "08 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "07 03 01  01 6b
+        "08 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
     (
         "57 0000000000000004",
-        "07 04 01  01 65  01 01 78 04 04 01  00  00",
+        "08 04 01  01 65  01 01 78 04 04 01  00  00",
     ),
     (
         "57 0000000000000005",
-        "07 05 01  01 74  01 01 79 05 05 01  00  00",
+        "08 05 01  01 74  01 01 79 05 05 01  00  00",
     ),
     (
         "57 0000000000000006",
-        "07 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+        "08 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
          00                 #   current None (deleted),
          01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
          00",
     ),
     (
         "57 0000000000000007",
-        "07 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
+        "08 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
          00                 #   current None (deleted),
          01 01 77 02 02 01  #   previous Some { \"w\", 2, 2, 1 }
          00",
@@ -233,19 +234,21 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay }).
     (
         "4c 61",
-        "07
+        "08
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
-         01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None
+         01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None,
+         00                 #   value [] (not a campaign)
          01                 # queue: 1
          02 01 01 00        #   session 2, owner 1, request 1, Exclusive,
          fb8813  00         #   wait_ms 5000, lease_ms None,
-         01 fbe803          #   lock_delay_ms Some(1000)
+         01 fbe803          #   lock_delay_ms Some(1000),
+         00                 #   value []
          00                 # delay: None",
     ),
     (
         "4c 62",
-        "07
+        "08
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
     ),
@@ -263,12 +266,13 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "07
+        "08
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          01                 # session 1,
          11111111111111111111111111111111 # secret,
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
-         00  01 fb60ea  00  # wait_ms None, lease_ms Some(60000), lock_delay_ms None
+         00  01 fb60ea  00  # wait_ms None, lease_ms Some(60000), lock_delay_ms None,
+         00                 # value []
          00                 # answer: Answer::Outcome
          02                 #   LockOutcome::Granted
          01 61 00 01 01     #   sequencer { \"a\", Exclusive, token 1, session 1 },
@@ -276,7 +280,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000001 0000000000000002",
-        "07
+        "08
          01                 # request: Asked::Write, the SHA-256 of the delete:
          1cef68fe585f6770c237a0d02da18d078d26740ceeb92daa5a6411efe4dcf2f6
          02                 # answer: Answer::Written
@@ -284,13 +288,14 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "07
+        "08
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          02                 # session 2,
          22222222222222222222222222222222 # secret,
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
          01 fb8813  00      # wait_ms Some(5000), lease_ms None,
-         01 fbe803          # lock_delay_ms Some(1000)
+         01 fbe803          # lock_delay_ms Some(1000),
+         00                 # value []
          00                 # answer: Answer::Outcome
          03                 #   LockOutcome::Queued
          01 61 01 00        #   { name \"a\", request_id 1, position 0 }",
@@ -299,12 +304,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "07 fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
+        "08 fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "07 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "08 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -327,7 +332,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 7);
+    assert_eq!(FORMAT_VERSION, 8);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;

@@ -27,6 +27,7 @@ fn acquire(session: u64, request_id: u64, wait: Option<u64>) -> Command {
         wait_ms: wait,
         lease_ms: None,
         lock_delay_ms: None,
+        value: Vec::new(),
     })
 }
 

@@ -454,6 +454,7 @@ impl Harness {
                     wait_ms: wait.then_some(WAIT_MS),
                     lease_ms: lease.then_some(LEASE_MS),
                     lock_delay_ms: delay.then_some(DELAY_MS),
+                    value: Vec::new(),
                 },
                 Err(slot) => self.open(slot),
             },
@@ -631,6 +632,7 @@ impl Harness {
                         wait_ms: None,
                         lease_ms: None,
                         lock_delay_ms: None,
+                        value: Vec::new(),
                     },
                     1 => LockCommand::Acquire {
                         session: SessionId(1_000),
@@ -642,6 +644,7 @@ impl Harness {
                         wait_ms: Some(WAIT_MS),
                         lease_ms: None,
                         lock_delay_ms: None,
+                        value: Vec::new(),
                     },
                     2 => LockCommand::OpenSession {
                         ttl_ms: 0,

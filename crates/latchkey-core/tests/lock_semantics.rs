@@ -189,6 +189,7 @@ fn acquire_with(
         wait_ms,
         lease_ms,
         lock_delay_ms,
+        value: Vec::new(),
     }
 }
 
@@ -363,6 +364,7 @@ fn a_session_is_used_only_with_its_secret() {
                 wait_ms: None,
                 lease_ms: None,
                 lock_delay_ms: None,
+                value: Vec::new(),
             },
         ),
         (

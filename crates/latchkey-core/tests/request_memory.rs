@@ -126,6 +126,7 @@ fn acquire(
         wait_ms: wait.then_some(60_000),
         lease_ms: None,
         lock_delay_ms: None,
+        value: Vec::new(),
     }
 }
 

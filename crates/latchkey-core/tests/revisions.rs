@@ -877,6 +877,7 @@ fn acquire(name: &str, request_id: u64) -> Command {
         wait_ms: None,
         lease_ms: None,
         lock_delay_ms: None,
+        value: Vec::new(),
     })
 }
 

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey::{Client, ClientOptions, Error as ClientError, Session};
+use latchkey::{Client, ClientOptions, Error as ClientError, Leadership, Session};
 use latchkey_check::history::ops;
 use latchkey_check::EventKind;
 use tokio::sync::watch;
@@ -39,7 +39,9 @@ use crate::rng::Rng;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Role {
     /// Take a lock, write through the fence gate and to a fenced KV key,
-    /// release.
+    /// release. [`ELECTION_RESOURCE`] is an election instead: candidates
+    /// campaign, the term is the token, resigning is the release, so the
+    /// lock-safety rules hold the elected leader's writes to account too.
     Lock,
     /// Read, write and compare-and-put a few keys (linearizability).
     Register,
@@ -55,6 +57,8 @@ pub enum Role {
 
 /// The lock resources the lock workers share.
 pub const RESOURCES: [&str; 2] = ["res0", "res1"];
+/// The resource the lock workers campaign for as an election.
+pub const ELECTION_RESOURCE: &str = "res1";
 /// The register keys of one generation: `reg/<generation>/<i>`.
 pub const REGISTERS: usize = 3;
 /// How long the register workload stays on one generation of keys. The
@@ -358,10 +362,18 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
         };
         let resource = RESOURCES[rng.below(RESOURCES.len())];
         let holder = format!("p{process}/s{}", s.id());
-        let lock = s.lock(resource);
         ctx.rec
             .invoke(process, ops::acquire(resource, &holder, None));
-        let guard = match lock.acquire_timeout(Duration::from_secs(3)).await {
+        let wait = Duration::from_secs(3);
+        let acquired = if resource == ELECTION_RESOURCE {
+            s.election(resource)
+                .campaign_timeout(&holder, wait)
+                .await
+                .map(|won| won.map(Leadership::into_guard))
+        } else {
+            s.lock(resource).acquire_timeout(wait).await
+        };
+        let guard = match acquired {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 // Not granted in time; a late grant is withdrawn in the

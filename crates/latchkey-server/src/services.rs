@@ -342,6 +342,7 @@ unary_service!(Lock for LockService {
     keep_alive(v1::KeepAliveRequest) -> v1::SessionReply = KeepAlive;
     close_session(v1::CloseSessionRequest) -> v1::CloseSessionReply = CloseSession;
     end_session(v1::EndSessionRequest) -> v1::CloseSessionReply = EndSession;
+    proclaim(v1::ProclaimRequest) -> v1::ProclaimReply = Proclaim;
     get_session(v1::GetSessionRequest) -> v1::SessionReply = GetSession;
     acquire(v1::AcquireRequest) -> v1::AcquireReply = Acquire;
     release(v1::ReleaseRequest) -> v1::ReleaseReply = Release;

@@ -495,6 +495,7 @@ mod tests {
                         wait_ms: wait.then_some(60_000),
                         lease_ms: None,
                         lock_delay_ms: None,
+                        value: Vec::new(),
                     }),
                     Op::Release { slot, owner, lock } => Command::Lock(LockCommand::Release {
                         session: session(slot).0,

@@ -51,7 +51,10 @@ pub use latchkey_client::{
     RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test,
     TlsError, TlsOptions, Token, TransportStats, UserCredentials, UserInfo, Versioned,
 };
-pub use latchkey_client::{KeyChange, Selection, Watch, WatchMessage};
+pub use latchkey_client::{
+    Election, KeyChange, Leader, LeaderChange, LeaderStream, Leadership, Selection, Watch,
+    WatchMessage,
+};
 pub use latchkey_core as core;
 pub use latchkey_server::{
     initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError,

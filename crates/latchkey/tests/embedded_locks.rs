@@ -92,6 +92,7 @@ async fn bare_acquire(
             wait_ms: None,
             lease_ms: None,
             lock_delay_ms: None,
+            value: Vec::new(),
         }))
         .await?
     {
@@ -143,6 +144,7 @@ async fn another_client_cannot_act_for_a_session() -> TestResult {
                     wait_ms: None,
                     lease_ms: None,
                     lock_delay_ms: None,
+                    value: Vec::new(),
                 }),
                 Command::Lock(LockCommand::CancelWait {
                     session: owner.id(),

@@ -24,7 +24,8 @@ USAGE:
 
 COMMANDS:
     setup           check for (and install when missing) libclang and a C++ compiler
-    demo [NAME]     run a demo: three_replicas (default) or fenced
+    demo [NAME]     run a demo: three_replicas (default), fenced, config,
+                    discovery or election
     test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace,
                     the Python client test, then a two-minute nemesis run
     bench [WORKLOAD] [ARGS...]
@@ -80,6 +81,9 @@ DEMOS:
                     list-then-watch while the replica it watches is killed
     discovery       (service discovery) members register keys bound to their
                     sessions; an observer lists and watches them come and go
+    election        (leader_election) three schedulers campaign; the leader
+                    proclaims, resigns, dies; an observer sees every term in
+                    order and the deposed leader's fenced write is refused
 ";
 
 const TEST_HELP: &str = "\
@@ -250,6 +254,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("fenced", &["fenced_storage"], "fenced_storage"),
     ("config", &["config_sync"], "config_sync"),
     ("discovery", &["service_discovery"], "discovery"),
+    ("election", &["leader_election"], "leader_election"),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "watch"];

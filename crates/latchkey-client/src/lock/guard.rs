@@ -134,6 +134,11 @@ impl LockGuard {
         &self.session
     }
 
+    /// The party within the session that holds the grant.
+    pub(super) fn owner(&self) -> u64 {
+        self.owner
+    }
+
     /// True while this client can vouch that it holds the lock: not
     /// released, the session's lease valid, and the lock lease (if any) not
     /// run out on the local clock. Even so, a paused process can act after

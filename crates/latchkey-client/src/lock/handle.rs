@@ -92,6 +92,9 @@ pub struct Lock {
     mode: LockMode,
     lease: Option<Duration>,
     lock_delay: Option<Duration>,
+    /// A campaign's value (an election's lock, see [`crate::Election`]);
+    /// empty for a lock.
+    value: Vec<u8>,
     /// Local lease deadline of each live grant of this owner, by token, so
     /// a re-entrant acquire inherits the first grant's deadline (the cluster
     /// keeps the first grant's lease).
@@ -109,7 +112,23 @@ impl Lock {
             mode: LockMode::Exclusive,
             lease: None,
             lock_delay: None,
+            value: Vec::new(),
             grants: Arc::default(),
+        }
+    }
+
+    /// This handle's owner and grants, acquiring with `value`: a
+    /// campaign's (see [`crate::Election::campaign`]).
+    pub(super) fn with_value(&self, value: Vec<u8>) -> Lock {
+        Lock {
+            session: self.session.clone(),
+            name: self.name.clone(),
+            owner: self.owner,
+            mode: self.mode,
+            lease: self.lease,
+            lock_delay: self.lock_delay,
+            value,
+            grants: self.grants.clone(),
         }
     }
 }
@@ -125,6 +144,7 @@ impl Clone for Lock {
             mode: self.mode,
             lease: self.lease,
             lock_delay: self.lock_delay,
+            value: self.value.clone(),
             grants: Arc::default(),
         }
     }
@@ -239,6 +259,7 @@ impl Lock {
             wait_ms,
             lease_ms: self.lease.map(millis),
             lock_delay_ms: self.lock_delay.map(millis),
+            value: self.value.clone(),
         });
         latchkey_core::validate_command(&command)?;
         let mut pending = PendingAcquire {

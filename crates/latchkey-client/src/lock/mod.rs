@@ -17,6 +17,10 @@
 //! - `jeopardy`: [`Session::at_risk`], warning before a session is lost,
 //!   and [`LockGuard::while_held`]; imports `lease_clock`, `session`,
 //!   `guard`;
+//! - `election`: [`Election`], [`Leadership`], [`Client::leader`](crate::Client::leader)
+//!   and [`Client::observe_leader`](crate::Client::observe_leader): fenced
+//!   leader election on an election's lock; imports `session`, `guard`,
+//!   `handle`;
 //! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
@@ -29,6 +33,7 @@
 //! [`Session`], [`Lock`], [`LockGuard`] and [`EndedSession`] at the crate
 //! root.
 
+mod election;
 mod fenced;
 mod guard;
 mod handle;
@@ -39,6 +44,7 @@ mod session;
 mod table;
 mod watchdog;
 
+pub use election::{Election, LeaderChange, LeaderStream, Leadership};
 pub use guard::LockGuard;
 pub use handle::Lock;
 pub use operator::EndedSession;

@@ -197,6 +197,7 @@ async fn unary(
         Req::EndSession(r) => {
             Rep::EndSession(lock.end_session(as_user(user, r)).await?.into_inner())
         }
+        Req::Proclaim(r) => Rep::Proclaim(lock.proclaim(as_user(user, r)).await?.into_inner()),
         Req::CloseSession(r) => {
             Rep::CloseSession(lock.close_session(as_user(user, r)).await?.into_inner())
         }

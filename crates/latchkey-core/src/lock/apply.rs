@@ -1,7 +1,8 @@
 //! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
 
 use super::event::{Event, SessionEnd};
-use super::{fence, lock_table, session, LockCommand};
+use super::{election, fence, lock_table, session, LockCommand};
+use crate::data::Change;
 use crate::staged::{self, Staged};
 use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
 
@@ -50,24 +51,61 @@ pub(crate) fn apply<S: Store>(
     }
 }
 
+/// Run `command` on the staged `store`: its own changes, then the leader
+/// keys of the elections it touched, all user-data changes at one
+/// revision.
 fn execute<S: Store>(
     store: &mut S,
     command: &LockCommand,
     events: &mut Vec<Event>,
 ) -> Applied<Outcome> {
+    if let LockCommand::Fenced {
+        sequencer,
+        secret,
+        conditions,
+        ops,
+    } = command
+    {
+        // A fenced write changes no lock; its batch counts its own revision.
+        session::check_secret(store, sequencer.session, secret)?;
+        return match fence::fenced_write(store, sequencer, conditions, ops)? {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut change = Change::begin(store)?;
+    let first_event = events.len();
+    let outcome = dispatch(store, command, &mut change, events)?;
+    let proclaimed = match command {
+        LockCommand::Proclaim { name, .. } => Some(name.as_str()),
+        _ => None,
+    };
+    let touched = election::touched(&events[first_event..], proclaimed);
+    election::sync(store, touched, &mut change)?;
+    change.finish(store)?;
+    Ok(Outcome::Lock(outcome))
+}
+
+/// The command's own changes; user-data changes go through `change`.
+fn dispatch<S: Store>(
+    store: &mut S,
+    command: &LockCommand,
+    change: &mut Change,
+    events: &mut Vec<Event>,
+) -> Applied<super::LockOutcome> {
     let outcome = match command {
         LockCommand::OpenSession { ttl_ms, secret } => {
             session::open(store, *ttl_ms, *secret, events)?
         }
         LockCommand::CloseSession { session, secret } => {
             session::check_secret(store, *session, secret)?;
-            session::end(store, *session, SessionEnd::Closed, events)?
+            session::end(store, *session, SessionEnd::Closed, change, events)?
         }
         LockCommand::ExpireSession { session } => {
-            session::end(store, *session, SessionEnd::Expired, events)?
+            session::end(store, *session, SessionEnd::Expired, change, events)?
         }
         LockCommand::EndSession { session } => {
-            session::end(store, *session, SessionEnd::Ended, events)?
+            session::end(store, *session, SessionEnd::Ended, change, events)?
         }
         LockCommand::Acquire {
             session, secret, ..
@@ -103,18 +141,20 @@ fn execute<S: Store>(
         LockCommand::EndLockDelay { name, token } => {
             lock_table::end_lock_delay(store, name, *token, events)?
         }
-        LockCommand::Fenced {
-            sequencer,
+        LockCommand::Proclaim {
+            session,
             secret,
-            conditions,
-            ops,
+            owner,
+            name,
+            token,
+            value,
         } => {
-            session::check_secret(store, sequencer.session, secret)?;
-            return match fence::fenced_write(store, sequencer, conditions, ops)? {
-                Ok(outcome) => Ok(outcome),
-                Err(e) => Err(e.into()),
-            };
+            session::check_secret(store, *session, secret)?;
+            lock_table::proclaim(store, *session, *owner, name, *token, value, events)?
+        }
+        LockCommand::Fenced { .. } => {
+            return Err(CommandError::invalid("a fenced write is not dispatched").into())
         }
     };
-    Ok(Outcome::Lock(outcome))
+    Ok(outcome)
 }

@@ -72,6 +72,28 @@ pub enum LockCommand {
         /// How long the lock stays unavailable after a forced release of the
         /// grant, in milliseconds; `None`: no lock-delay.
         lock_delay_ms: Option<u64>,
+        /// Campaigning in an election (`name` is an election's lock, see
+        /// [`crate::lock::election_lock_name`]): the candidate's value,
+        /// which the leader key shows while it leads. Must be empty for
+        /// any other lock.
+        value: Vec<u8>,
+    },
+    /// The leader of an election (`name`: the election's lock) replaces
+    /// the value its leader key shows. Needs the leader's session, owner
+    /// and term (its grant's token). Returns [`LockOutcome::Proclaimed`].
+    Proclaim {
+        /// The leading session.
+        session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
+        /// The leading party within the session.
+        owner: u64,
+        /// The election's lock.
+        name: String,
+        /// The leader's term: the token of its grant.
+        token: Token,
+        /// The new value.
+        value: Vec<u8>,
     },
     /// Release one hold of `name`, granted under `token`, by (`session`,
     /// `owner`). Returns [`LockOutcome::Released`].
@@ -193,6 +215,7 @@ impl LockCommand {
             | LockCommand::Release { .. }
             | LockCommand::CancelWait { .. }
             | LockCommand::Fenced { .. }
+            | LockCommand::Proclaim { .. }
             | LockCommand::EndSession { .. } => Proposer::Client,
             LockCommand::ExpireSession { .. }
             | LockCommand::ExpireWait { .. }
@@ -208,8 +231,9 @@ impl LockCommand {
             | LockCommand::CloseSession { .. }
             | LockCommand::ExpireSession { .. }
             | LockCommand::EndSession { .. } => 0,
-            LockCommand::Acquire { name, .. }
-            | LockCommand::Release { name, .. }
+            LockCommand::Acquire { name, value, .. }
+            | LockCommand::Proclaim { name, value, .. } => name.len() + value.len(),
+            LockCommand::Release { name, .. }
             | LockCommand::CancelWait { name, .. }
             | LockCommand::ExpireWait { name, .. }
             | LockCommand::ExpireLockLease { name, .. }
@@ -323,6 +347,11 @@ pub enum LockOutcome {
     },
     /// What a [`LockCommand::CancelWait`] found.
     WaitCancel(WaitCancel),
+    /// The leader's new value is in its election's leader key.
+    Proclaimed {
+        /// The leader's term.
+        term: Token,
+    },
     /// Whether [`LockCommand::ExpireLockLease`] released a grant.
     LeaseExpired {
         /// True if the grant still held and was released; false if the

@@ -49,6 +49,8 @@ pub(crate) struct Holder {
     pub request_id: u64,
     pub lease_ms: Option<u64>,
     pub lock_delay_ms: Option<u64>,
+    /// An election candidate's value (see `election.rs`); empty for a lock.
+    pub value: Vec<u8>,
 }
 
 /// One queued acquire.
@@ -61,6 +63,8 @@ pub(crate) struct Waiter {
     pub wait_ms: u64,
     pub lease_ms: Option<u64>,
     pub lock_delay_ms: Option<u64>,
+    /// An election candidate's value; empty for a lock.
+    pub value: Vec<u8>,
 }
 
 /// A lock-delay in force.
@@ -243,10 +247,11 @@ struct NewHold {
     mode: LockMode,
     lease_ms: Option<u64>,
     lock_delay_ms: Option<u64>,
+    value: Vec<u8>,
 }
 
-impl From<&Waiter> for NewHold {
-    fn from(w: &Waiter) -> Self {
+impl From<Waiter> for NewHold {
+    fn from(w: Waiter) -> Self {
         NewHold {
             session: w.session,
             owner: w.owner,
@@ -254,6 +259,7 @@ impl From<&Waiter> for NewHold {
             mode: w.mode,
             lease_ms: w.lease_ms,
             lock_delay_ms: w.lock_delay_ms,
+            value: w.value,
         }
     }
 }
@@ -276,6 +282,7 @@ fn grant<S: Store>(
         request_id: hold.request_id,
         lease_ms: hold.lease_ms,
         lock_delay_ms: hold.lock_delay_ms,
+        value: hold.value,
     };
     events.push(Event::Granted {
         session: hold.session,
@@ -299,11 +306,12 @@ fn advance<S: Store>(store: &mut S, lock: &mut LockState, events: &mut Vec<Event
             break;
         }
         let waiter = lock.rec.queue.remove(0);
-        let sequencer = grant(store, lock, NewHold::from(&waiter), true, events)?;
+        let (session, request_id) = (waiter.session, waiter.request_id);
+        let sequencer = grant(store, lock, NewHold::from(waiter), true, events)?;
         dedup::update(
             store,
-            waiter.session,
-            waiter.request_id,
+            session,
+            request_id,
             Answer::Outcome(LockOutcome::Granted {
                 sequencer,
                 hold_count: 1,
@@ -376,6 +384,7 @@ pub(crate) fn acquire<S: Store>(
         wait_ms,
         lease_ms,
         lock_delay_ms,
+        value,
     } = command
     else {
         return Err(CommandError::invalid("not an acquire").into());
@@ -426,6 +435,7 @@ pub(crate) fn acquire<S: Store>(
             mode,
             lease_ms: *lease_ms,
             lock_delay_ms: *lock_delay_ms,
+            value: value.clone(),
         };
         let sequencer = grant(store, &mut lock, hold, false, events)?;
         LockOutcome::Granted {
@@ -449,6 +459,7 @@ pub(crate) fn acquire<S: Store>(
             wait_ms,
             lease_ms: *lease_ms,
             lock_delay_ms: *lock_delay_ms,
+            value: value.clone(),
         });
         events.push(Event::Queued {
             session,
@@ -532,6 +543,44 @@ pub(crate) fn release<S: Store>(
     dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
     save(store, lock, events)?;
     Ok(outcome)
+}
+
+/// [`LockCommand::Proclaim`], validated already: the leader (session,
+/// owner, token) replaces its value. Not remembered per request: doing it
+/// twice leaves the same state.
+pub(crate) fn proclaim<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    owner: u64,
+    name: &str,
+    token: Token,
+    value: &[u8],
+    events: &mut Vec<Event>,
+) -> Applied<LockOutcome> {
+    session::load_live(store, session)?;
+    let mut lock = load(store, name)?;
+    let Some(holder) = lock
+        .rec
+        .holders
+        .iter_mut()
+        .find(|h| h.session == session && h.owner == owner)
+    else {
+        return Err(CommandError::NotHolder {
+            name: name.to_string(),
+        }
+        .into());
+    };
+    if holder.token != token {
+        return Err(CommandError::StaleToken {
+            name: name.to_string(),
+            token,
+            current: holder.token,
+        }
+        .into());
+    }
+    holder.value = value.to_vec();
+    save(store, lock, events)?;
+    Ok(LockOutcome::Proclaimed { term: token })
 }
 
 /// [`LockCommand::CancelWait`], validated already.

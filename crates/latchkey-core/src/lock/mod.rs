@@ -17,6 +17,7 @@
 //! | `command.rs` | [`LockCommand`], [`LockQuery`], [`LockOutcome`] |
 //! | `session.rs` | [`SessionId`], opening and ending sessions |
 //! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry |
+//! | `election.rs` | elections: the leader key kept in step with an election's lock |
 //! | `fence.rs` | [`Token`], the token counter, fenced writes |
 //! | `sequencer.rs` | [`Sequencer`] and its printable form |
 //! | `dedup.rs` | per-session memory of request outcomes |
@@ -218,6 +219,7 @@
 //!     wait_ms: None,
 //!     lease_ms: None,
 //!     lock_delay_ms: None,
+//!     value: Vec::new(),
 //! };
 //! let (granted, events) = run(acquire(1));
 //! let Ok(Outcome::Lock(LockOutcome::Granted { sequencer, hold_count: 1 })) = granted else {
@@ -235,6 +237,7 @@
 mod apply;
 mod command;
 mod dedup;
+mod election;
 mod event;
 mod fence;
 pub(crate) mod lock_table;
@@ -246,6 +249,10 @@ mod session;
 
 pub use command::{LockCommand, LockOutcome, LockQuery, Proposer, TimerKind, WaitCancel};
 pub(crate) use dedup::{recall_write, remember_write, WriteDigest};
+pub use election::{
+    election_lock_name, election_of, is_election_key, Leader, ELECTION_PREFIX,
+    MAX_ELECTION_VALUE_LEN,
+};
 pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
 pub use fence::Token;
 pub use mode::LockMode;

@@ -286,6 +286,7 @@ pub(crate) fn end<S: Store>(
     store: &mut S,
     session: SessionId,
     how: SessionEnd,
+    change: &mut crate::data::Change,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
     let record = load_live(store, session)?;
@@ -306,9 +307,7 @@ pub(crate) fn end<S: Store>(
     }
     // The keys bound to the session go in this same command, at one
     // revision: watchers see them deleted together.
-    let mut change = crate::data::Change::begin(store)?;
     change.delete_session_keys(store, session.0)?;
-    change.finish(store)?;
     dedup::forget_all(store, session)?;
     crate::auth::forget_owner(store, session)?;
     store.delete(&keyspace::session_key(session.0))?;

@@ -97,6 +97,10 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
             token: token.0,
             remaining,
         }),
+        (Rpc::Proclaim, L::Proclaimed { term }) => Rep::Proclaim(v1::ProclaimReply {
+            error: None,
+            term: term.0,
+        }),
         (Rpc::CancelWait, L::WaitCancel(w)) => {
             use v1::cancel_wait_reply::Result as R;
             Rep::CancelWait(v1::CancelWaitReply {

@@ -52,6 +52,7 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             wait_ms,
             lease_ms,
             lock_delay_ms,
+            value,
         } => Req::Acquire(v1::AcquireRequest {
             session: session.0,
             session_secret: secret.0.to_vec(),
@@ -63,6 +64,7 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             lease_ms: *lease_ms,
             lock_delay_ms: *lock_delay_ms,
             hold_ms,
+            value: value.clone(),
         }),
         LockCommand::Release {
             session,
@@ -106,6 +108,21 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
         LockCommand::EndSession { session } => {
             Req::EndSession(v1::EndSessionRequest { session: session.0 })
         }
+        LockCommand::Proclaim {
+            session,
+            secret,
+            owner,
+            name,
+            token,
+            value,
+        } => Req::Proclaim(v1::ProclaimRequest {
+            session: session.0,
+            session_secret: secret.0.to_vec(),
+            owner: *owner,
+            name: name.clone(),
+            term: token.0,
+            value: value.clone(),
+        }),
         LockCommand::ExpireSession { .. }
         | LockCommand::ExpireWait { .. }
         | LockCommand::ExpireLockLease { .. }
@@ -214,12 +231,25 @@ pub(super) fn acquire_from_wire(r: v1::AcquireRequest) -> Result<Operation, Repl
             wait_ms: r.wait_ms,
             lease_ms: r.lease_ms,
             lock_delay_ms: r.lock_delay_ms,
+            value: r.value,
         }),
         hold: match r.hold_ms {
             0 => DEFAULT_ACQUIRE_HOLD,
             ms => Duration::from_millis(ms),
         },
     })
+}
+
+/// A typed proclamation of an election's leader.
+pub(super) fn proclaim_from_wire(r: v1::ProclaimRequest) -> Result<Operation, ReplicaFailure> {
+    Ok(Operation::Write(Command::Lock(LockCommand::Proclaim {
+        session: SessionId(r.session),
+        secret: secret_from_wire(&r.session_secret)?,
+        owner: r.owner,
+        name: r.name,
+        token: Token(r.term),
+        value: r.value,
+    })))
 }
 
 /// A typed release.

@@ -115,6 +115,12 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
             checked!(r);
             Outcome::Lock(lock::session_ended_from_wire(r))
         }
+        Rep::Proclaim(r) => {
+            checked!(r);
+            Outcome::Lock(latchkey_core::lock::LockOutcome::Proclaimed {
+                term: latchkey_core::lock::Token(r.term),
+            })
+        }
         Rep::Acquire(r) => {
             checked!(r);
             Outcome::Lock(lock::acquire_from_wire(r)?)
@@ -338,6 +344,10 @@ pub fn error_reply(rpc: Rpc, error: v1::Error) -> Rep {
             ..Default::default()
         }),
         Rpc::EndSession => Rep::EndSession(v1::CloseSessionReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::Proclaim => Rep::Proclaim(v1::ProclaimReply {
             error,
             ..Default::default()
         }),

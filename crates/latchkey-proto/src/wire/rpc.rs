@@ -33,6 +33,7 @@ pub enum Rpc {
     CheckSequencer,
     ListLocks,
     EndSession,
+    Proclaim,
 }
 
 impl Rpc {
@@ -62,6 +63,7 @@ impl Rpc {
             Rpc::CheckSequencer => "check_sequencer",
             Rpc::ListLocks => "list_locks",
             Rpc::EndSession => "end_session",
+            Rpc::Proclaim => "proclaim",
         }
     }
 
@@ -105,6 +107,7 @@ impl Rpc {
             Req::CheckSequencer(_) => Rpc::CheckSequencer,
             Req::ListLocks(_) => Rpc::ListLocks,
             Req::EndSession(_) => Rpc::EndSession,
+            Req::Proclaim(_) => Rpc::Proclaim,
         }
     }
 
@@ -141,6 +144,7 @@ impl Rpc {
                 LockCommand::CancelWait { .. } => Rpc::CancelWait,
                 LockCommand::Fenced { .. } => Rpc::FencedWrite,
                 LockCommand::EndSession { .. } => Rpc::EndSession,
+                LockCommand::Proclaim { .. } => Rpc::Proclaim,
                 LockCommand::ExpireSession { .. }
                 | LockCommand::ExpireWait { .. }
                 | LockCommand::ExpireLockLease { .. }

@@ -237,6 +237,15 @@ pub enum Cmd {
     /// acquired in time, 206 lost while CMD ran: CMD is killed); 127/126 if
     /// CMD cannot be found/run (the lock is released at once).
     Lock(LockArgs),
+    /// Fenced leader election. `elect NAME VALUE`: campaign (FIFO, no
+    /// polling), print the term once leading, hold until Ctrl-C or SIGTERM
+    /// (then resign; exit 6 if leadership is lost). `elect NAME VALUE --
+    /// CMD`: run CMD only while leading, exactly as `lock -- CMD` does
+    /// (LATCHKEY_TOKEN is the term; LATCHKEY_LOCK the election's lock,
+    /// latchkey.election/NAME). `elect NAME --observe`: print the leader
+    /// now and at every change, one a line (TERM SESSION VALUE, or `none`).
+    /// `elect NAME`: print the leader now (exit 1 if nobody leads).
+    Elect(ElectArgs),
     /// Internal: the watcher `lock -- CMD` runs the command under
     /// (`cli::lock::guard`).
     #[command(name = "__lock-guard", hide = true)]
@@ -276,6 +285,39 @@ pub enum SessionCmd {
         /// The session's id.
         id: u64,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ElectArgs {
+    /// The election's name.
+    pub name: String,
+    /// What observers are told while this candidate leads (an address, an
+    /// id; at most 1,024 bytes). Without it: print who leads.
+    #[arg(conflicts_with = "observe")]
+    pub value: Option<String>,
+    /// Print the leader now and at every change until Ctrl-C.
+    #[arg(long)]
+    pub observe: bool,
+    /// Session TTL: how long leadership outlives this process if it dies.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Wait at most this long to lead (default: as long as it takes).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Do not wait: exit 5 (205 with CMD) at once if another leads.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Keep the election without a leader this long after a leader's
+    /// session expired (so a deposed leader has time to notice).
+    #[arg(long, value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
+    /// As `lock --at-risk-signal`: sent to CMD once when the session is at
+    /// risk, before the hard kill at loss.
+    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
+    pub at_risk_signal: AtRiskSignal,
+    /// The command to run while leading, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -105,6 +105,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::User(u) => access::user(&args, u).await,
         Cmd::Role(r) => access::role(&args, r).await,
         Cmd::Lock(l) => lock::run(&args, l).await,
+        Cmd::Elect(e) => lock::elect::run(&args, e).await,
         Cmd::LockGuard { fd, command } => Ok(lock::guard::run(*fd, command)),
         Cmd::CheckSequencer { sequencer } => locks::check_sequencer(&args, sequencer).await,
         Cmd::Locks { prefix } => locks::list(&args, prefix, json).await,

@@ -143,6 +143,10 @@ fn results() -> Vec<(Rpc, CommandResult)> {
             })),
         ),
         (
+            Rpc::Proclaim,
+            Ok(Outcome::Lock(L::Proclaimed { term: Token(41) })),
+        ),
+        (
             Rpc::EndSession,
             Ok(Outcome::Lock(L::SessionEnded {
                 session: SessionId(5),

@@ -22,6 +22,7 @@ fn acquire(wait_ms: Option<u64>) -> Command {
         wait_ms,
         lease_ms: Some(5_000),
         lock_delay_ms: None,
+        value: Vec::new(),
     })
 }
 
@@ -114,6 +115,14 @@ fn operations() -> Vec<Operation> {
         Command::Lock(LockCommand::EndSession {
             session: SessionId(6),
         }),
+        Command::Lock(LockCommand::Proclaim {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 2,
+            name: "latchkey.election/sched".into(),
+            token: Token(41),
+            value: b"10.0.0.8:80".to_vec(),
+        }),
         Command::Lock(LockCommand::Release {
             session: SessionId(3),
             secret: SessionSecret([3; 16]),
@@ -198,6 +207,22 @@ fn operations() -> Vec<Operation> {
     all.push(Operation::Acquire {
         command: acquire(None),
         hold: Duration::from_millis(1),
+    });
+    // A campaign: an acquire of an election's lock with a value.
+    all.push(Operation::Acquire {
+        command: Command::Lock(LockCommand::Acquire {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 2,
+            request_id: 13,
+            name: "latchkey.election/sched".into(),
+            mode: LockMode::Exclusive,
+            wait_ms: Some(1_000),
+            lease_ms: None,
+            lock_delay_ms: Some(500),
+            value: b"10.0.0.7:80".to_vec(),
+        }),
+        hold: Duration::from_millis(250),
     });
     all.push(Operation::KeepAlive {
         session: SessionId(3),

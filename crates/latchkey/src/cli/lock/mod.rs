@@ -1,4 +1,5 @@
-//! `latchkey lock NAME -- CMD`: hold a lock while a command runs.
+//! `latchkey lock NAME -- CMD`: hold a lock while a command runs; and
+//! (`elect`) the same for leading an election.
 //!
 //! The command gets `LATCHKEY_LOCK`, `LATCHKEY_TOKEN`, `LATCHKEY_SEQUENCER`
 //! and `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
@@ -46,18 +47,22 @@
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use latchkey::Client;
+use latchkey::{Client, Error, Leadership, LockGuard, Session};
 use tokio::process::Command;
 
-use super::args::{Args, LockArgs};
+use super::args::{Args, ElectArgs, LockArgs};
 use super::connect::client;
 use super::failure::Failure;
 
+pub mod elect;
 pub mod guard;
 
-/// What to lock and what to run.
-struct LockRequest {
+/// What to lock (or campaign for) and what to run.
+pub(super) struct LockRequest {
+    /// The lock's name, or the election's.
     name: String,
+    /// `Some`: campaign in election `name` with this value.
+    campaign: Option<Vec<u8>>,
     ttl: Duration,
     /// `None`: try once. `Some(None)`: wait as long as it takes.
     wait: Option<Option<Duration>>,
@@ -82,6 +87,7 @@ impl From<&LockArgs> for LockRequest {
     fn from(l: &LockArgs) -> Self {
         LockRequest {
             name: l.name.clone(),
+            campaign: None,
             ttl: l.ttl,
             wait: if l.no_wait { None } else { Some(l.wait) },
             shared: l.shared,
@@ -93,8 +99,78 @@ impl From<&LockArgs> for LockRequest {
     }
 }
 
-/// Acquire, run, release; the exit code is the command's.
-async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode, Failure> {
+impl LockRequest {
+    /// A campaign in election `e.name` with `value`, running `e.command`.
+    pub(super) fn campaign(e: &ElectArgs, value: &str) -> LockRequest {
+        LockRequest {
+            name: e.name.clone(),
+            campaign: Some(value.as_bytes().to_vec()),
+            ttl: e.ttl,
+            wait: if e.no_wait { None } else { Some(e.wait) },
+            shared: false,
+            lease: None,
+            lock_delay: e.lock_delay,
+            at_risk_signal: e.at_risk_signal.0,
+            command: e.command.clone(),
+        }
+    }
+
+    /// "lock NAME" or "election NAME", for messages.
+    fn what(&self) -> String {
+        match self.campaign {
+            Some(_) => format!("election {:?}", self.name),
+            None => format!("lock {:?}", self.name),
+        }
+    }
+
+    /// Acquire the lock, or campaign; `None` if not granted (busy, or the
+    /// wait ran out).
+    pub(super) async fn acquire(&self, session: &Session) -> Result<Option<LockGuard>, Error> {
+        if let Some(value) = &self.campaign {
+            let mut election = session.election(self.name.clone());
+            if let Some(d) = self.lock_delay {
+                election = election.lock_delay(d);
+            }
+            let won = match self.wait {
+                None => election.try_campaign(value).await?,
+                Some(None) => Some(election.campaign(value).await?),
+                Some(Some(w)) => election.campaign_timeout(value, w).await?,
+            };
+            return Ok(won.map(Leadership::into_guard));
+        }
+        let mut lock = session.lock(self.name.clone());
+        if self.shared {
+            lock = lock.shared();
+        }
+        if let Some(l) = self.lease {
+            lock = lock.lease(l);
+        }
+        if let Some(d) = self.lock_delay {
+            lock = lock.lock_delay(d);
+        }
+        match self.wait {
+            None => lock.try_acquire().await,
+            Some(None) => lock.acquire().await.map(Some),
+            Some(Some(w)) => lock.acquire_timeout(w).await,
+        }
+    }
+
+    /// The failure for "not granted".
+    pub(super) fn not_acquired(&self) -> Failure {
+        Failure::NotAcquired(match (self.wait, &self.campaign) {
+            (None, None) => format!("{} is busy", self.what()),
+            (None, Some(_)) => format!("{} has another leader", self.what()),
+            (Some(_), None) => format!("{} was not acquired", self.what()),
+            (Some(_), Some(_)) => format!("{}: not leading in time", self.what()),
+        })
+    }
+}
+
+/// Acquire (or campaign), run, release; the exit code is the command's.
+pub(super) async fn hold_while_running(
+    client: Client,
+    req: LockRequest,
+) -> Result<ExitCode, Failure> {
     let Some((program, args)) = req.command.split_first() else {
         return Err(Failure::Usage("no command given after --".into()));
     };
@@ -107,39 +183,19 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
         .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
 
     let session = client.session(req.ttl).await?;
-    let mut lock = session.lock(req.name.clone());
-    if req.shared {
-        lock = lock.shared();
-    }
-    if let Some(l) = req.lease {
-        lock = lock.lease(l);
-    }
-    if let Some(d) = req.lock_delay {
-        lock = lock.lock_delay(d);
-    }
-    let acquire = async {
-        match req.wait {
-            None => lock.try_acquire().await,
-            Some(None) => lock.acquire().await.map(Some),
-            Some(Some(w)) => lock.acquire_timeout(w).await,
-        }
-    };
     let guard = tokio::select! {
-        g = acquire => g?,
+        g = req.acquire(&session) => g?,
         _ = term.recv() => None,
         _ = int.recv() => None,
     };
     let Some(guard) = guard.filter(|g| g.is_held()) else {
         let _ = session.close().await;
-        return Err(Failure::NotAcquired(match req.wait {
-            None => format!("lock {:?} is busy", req.name),
-            Some(_) => format!("lock {:?} was not acquired", req.name),
-        }));
+        return Err(req.not_acquired());
     };
     tracing::debug!(sequencer = %guard.sequencer(), "lock acquired");
     let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
         .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
-    let watch = Watcher::start(program, args, &req.name, &guard, &session);
+    let watch = Watcher::start(program, args, &guard.sequencer().name, &guard, &session);
     let (mut watcher, mut child) = match watch {
         Ok(w) => w,
         Err(e) => {
@@ -165,7 +221,7 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
             _ = guard.lost() => {
                 watcher.kill();
                 let _ = child.wait().await;
-                return Err(lost(&req.name, &guard, program));
+                return Err(lost(&req.what(), &guard, program));
             }
             status = child.wait() => break status,
             // Sent to the group: if it comes before the guard has started
@@ -175,10 +231,10 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
                 warned = true;
                 if let (Some(signal), true) = (req.at_risk_signal, guard.is_held()) {
                     eprintln!(
-                        "latchkey: lock {:?}: the session is at risk (keep-alives unacknowledged); \
+                        "latchkey: {}: the session is at risk (keep-alives unacknowledged); \
                          sent signal {signal} to the command, which is killed if the lease runs \
                          out ({:?} from now)",
-                        req.name,
+                        req.what(),
                         guard.remaining(),
                     );
                     watcher.signal(signal);
@@ -192,7 +248,7 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
                 watcher.signal(libc::SIGSTOP);
                 if !watcher.suspend(&guard) {
                     let _ = child.wait().await;
-                    return Err(lost(&req.name, &guard, program));
+                    return Err(lost(&req.what(), &guard, program));
                 }
             }
             _ = tick.tick() => {
@@ -203,7 +259,7 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
                     // as a shell's job would, so the shell takes over.
                     if !watcher.suspend(&guard) {
                         let _ = child.wait().await;
-                        return Err(lost(&req.name, &guard, program));
+                        return Err(lost(&req.what(), &guard, program));
                     }
                 }
             }
@@ -215,7 +271,7 @@ async fn hold_while_running(client: Client, req: LockRequest) -> Result<ExitCode
         // The command finished, but maybe only after the lock was lost
         // (this process was paused): its work may have overlapped another
         // holder's.
-        return Err(lost(&req.name, &guard, program));
+        return Err(lost(&req.what(), &guard, program));
     }
     if let Err(e) = guard.release().await {
         tracing::warn!(error = %e, "release after the command failed");
@@ -446,9 +502,9 @@ fn deadline(guard: &latchkey::LockGuard) -> u64 {
     now.saturating_add(remaining)
 }
 
-fn lost(name: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
+fn lost(what: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
     Failure::LockLost(format!(
-        "lost lock {name:?} (token {}) while {program:?} ran: it was killed",
+        "lost {what} (token {}) while {program:?} ran: it was killed",
         guard.token()
     ))
 }

@@ -1,0 +1,302 @@
+//! Fenced leader election: [`Election`] (campaigning in a session),
+//! [`Leadership`] (a won term), and reading or following who leads
+//! ([`Client::leader`], [`Client::observe_leader`]).
+//!
+//! An election is a lock with a leader key (the core's
+//! `latchkey_core::lock::election` module has the rules): campaigning
+//! queues in FIFO order without polling, the term is the grant's fencing
+//! token (strictly increasing over the election's whole life), and the
+//! leader's writes fenced with its sequencer are refused once a newer term
+//! exists: a deposed leader that wakes from a pause cannot write. The
+//! leader key `latchkey.election/NAME` changes in the same log entry as
+//! the lock, so observers see each term, in order, with its latest value.
+//!
+//! Imports `session`, `guard`, `handle` (this file is after them).
+//!
+//! ```no_run
+//! # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
+//! use std::time::Duration;
+//!
+//! let session = client.session(Duration::from_secs(10)).await?;
+//! let leadership = session.election("scheduler").campaign("10.0.0.7:8080").await?;
+//! println!("leading in term {}", leadership.term());
+//! // Work only while leading; storage writes fenced by the term.
+//! leadership
+//!     .while_held(async {
+//!         leadership.put("schedule/owner", "10.0.0.7").await
+//!     })
+//!     .await??;
+//! leadership.resign().await?;
+//! # Ok(()) }
+//! ```
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use latchkey_core::lock::{election_lock_name, Leader, LockCommand, LockOutcome, Token};
+use latchkey_core::watch::Selection;
+use latchkey_core::{Command, Outcome};
+use latchkey_proto::wire::WatchMessage;
+
+use super::guard::LockGuard;
+use super::handle::Lock;
+use super::session::Session;
+use crate::error::Error;
+use crate::kv::{unexpected, Client, Consistency};
+
+/// One session's candidacy in the election `name`: one owner, so
+/// campaigning again while leading re-enters the same term instead of
+/// queueing behind itself.
+#[derive(Debug)]
+pub struct Election {
+    name: String,
+    session: Session,
+    lock: Lock,
+}
+
+impl Session {
+    /// A candidacy in the election `name` (any lock name's rules; the
+    /// election's lock is `latchkey.election/` + `name`).
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        let name = name.into();
+        Election {
+            lock: self.lock(election_lock_name(&name)),
+            session: self.clone(),
+            name,
+        }
+    }
+}
+
+impl Election {
+    /// After a leader's session expires or its lease ends, keep the
+    /// election without a leader for `delay` (up to 1 min), so a deposed
+    /// leader that was cut off has time to notice before the next one acts.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock = self.lock.lock_delay(delay);
+        self
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Campaign with `value` (at most 1,024 bytes: what observers are told,
+    /// an address or an id) and wait in FIFO order, as long as it takes,
+    /// until leading. Dropping the future withdraws the candidacy.
+    pub async fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership, Error> {
+        let guard = self
+            .lock
+            .with_value(value.as_ref().to_vec())
+            .acquire()
+            .await?;
+        Ok(self.leadership(guard))
+    }
+
+    /// Campaign once: `None` if another candidate leads or waits (no
+    /// overtaking) or the election is in lock-delay.
+    pub async fn try_campaign(&self, value: impl AsRef<[u8]>) -> Result<Option<Leadership>, Error> {
+        let lock = self.lock.with_value(value.as_ref().to_vec());
+        Ok(lock
+            .try_acquire()
+            .await?
+            .map(|guard| self.leadership(guard)))
+    }
+
+    /// Campaign, waiting at most `wait`: `None` if another candidate still
+    /// leads then (the candidacy is withdrawn).
+    pub async fn campaign_timeout(
+        &self,
+        value: impl AsRef<[u8]>,
+        wait: Duration,
+    ) -> Result<Option<Leadership>, Error> {
+        let lock = self.lock.with_value(value.as_ref().to_vec());
+        Ok(lock
+            .acquire_timeout(wait)
+            .await?
+            .map(|guard| self.leadership(guard)))
+    }
+
+    /// Who leads now (a linearizable read of the leader key).
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        self.session.client().leader(&self.name).await
+    }
+
+    fn leadership(&self, guard: LockGuard) -> Leadership {
+        Leadership {
+            election: self.name.clone(),
+            guard,
+        }
+    }
+}
+
+/// A won term. Dereferences to its [`LockGuard`]: [`LockGuard::token`] is
+/// the term, [`LockGuard::put`] and the other fenced writes are refused
+/// once a newer term exists, [`LockGuard::lost`], [`LockGuard::at_risk`]
+/// and [`LockGuard::while_held`] work as for a lock. Dropping it resigns
+/// in the background, as dropping a guard releases.
+#[derive(Debug)]
+pub struct Leadership {
+    election: String,
+    guard: LockGuard,
+}
+
+impl std::ops::Deref for Leadership {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl Leadership {
+    /// The term: the grant's fencing token, greater than every earlier
+    /// term of this election (and every token granted before it).
+    pub fn term(&self) -> Token {
+        self.guard.token()
+    }
+
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        &self.election
+    }
+
+    /// Tell observers a new value (etcd's `Proclaim`): the leader key
+    /// changes, the term stays. Refused with `NotHolder` or `StaleToken`
+    /// once this term is over.
+    pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<(), Error> {
+        let session = self.guard.session();
+        let command = Command::Lock(LockCommand::Proclaim {
+            session: session.id(),
+            secret: session.secret(),
+            owner: self.guard.owner(),
+            name: self.guard.sequencer().name.clone(),
+            token: self.term(),
+            value: value.as_ref().to_vec(),
+        });
+        latchkey_core::validate_command(&command)?;
+        // Setting the same value twice leaves the same state: safe to resend.
+        match session.client().execute_with(command, true).await? {
+            Outcome::Lock(LockOutcome::Proclaimed { .. }) => Ok(()),
+            other => Err(unexpected("Proclaimed", &other)),
+        }
+    }
+
+    /// Give up leading: the next candidate leads in the same log entry.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+
+    /// The grant behind this term, for code written for locks (releasing
+    /// it resigns).
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
+/// Who leads an election after a revision, as [`Client::observe_leader`]
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderChange {
+    /// The cluster revision of the change (for the first item: the
+    /// revision the initial read saw).
+    pub revision: u64,
+    /// The leader from then on; `None`: nobody leads.
+    pub leader: Option<Leader>,
+}
+
+/// The stream of [`Client::observe_leader`].
+pub struct LeaderStream {
+    inner: Pin<Box<dyn Stream<Item = Result<LeaderChange, Error>> + Send>>,
+}
+
+impl std::fmt::Debug for LeaderStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaderStream")
+    }
+}
+
+impl Stream for LeaderStream {
+    type Item = Result<LeaderChange, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The leader a leader key's value names; an undecodable value is a
+/// protocol error (only the cluster writes leader keys).
+fn decode(election: &str, bytes: &[u8]) -> Result<Leader, Error> {
+    Leader::decode(bytes).ok_or_else(|| {
+        Error::Protocol(format!(
+            "the leader key of election {election:?} holds {} bytes that are not a leader",
+            bytes.len()
+        ))
+    })
+}
+
+impl Client {
+    /// Who leads the election `name` now: a linearizable read of its
+    /// leader key. `None` while nobody leads.
+    pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        let key = election_lock_name(name);
+        let read = self.get_versioned(&key, Consistency::Linearizable).await?;
+        read.value.map(|v| decode(name, &v.value)).transpose()
+    }
+
+    /// Follow who leads the election `name` (etcd's `Observe`): first the
+    /// leader now (from a linearizable read), then every change, in order,
+    /// each term once with its latest value and `None` while nobody leads.
+    /// Resumes across reconnects and replica changes like a
+    /// [`Watch`](crate::Watch), from the revision after the last it
+    /// reported; its errors are the watch's.
+    pub fn observe_leader(&self, name: &str) -> LeaderStream {
+        let client = self.clone();
+        let election = name.to_string();
+        let first = async move {
+            let key = election_lock_name(&election);
+            let read = client
+                .get_versioned(&key, Consistency::Linearizable)
+                .await?;
+            let leader = read
+                .value
+                .map(|v| decode(&election, &v.value))
+                .transpose()?;
+            let watch = client
+                .watch(Selection::key(key.clone().into_bytes()))
+                .from_revision(read.revision + 1);
+            let changes = watch.flat_map(move |message| {
+                let items: Vec<Result<LeaderChange, Error>> = match message {
+                    Err(e) => vec![Err(e)],
+                    Ok(WatchMessage::Progress { .. }) => Vec::new(),
+                    Ok(WatchMessage::Changes {
+                        revision, changes, ..
+                    }) => changes
+                        .into_iter()
+                        .filter(|c| c.key == key.as_bytes())
+                        .map(|c| {
+                            let leader =
+                                c.current.map(|v| decode(&election, &v.value)).transpose()?;
+                            Ok(LeaderChange { revision, leader })
+                        })
+                        .collect(),
+                };
+                futures::stream::iter(items)
+            });
+            let now = LeaderChange {
+                revision: read.revision,
+                leader,
+            };
+            Ok::<_, Error>(futures::stream::once(async { Ok(now) }).chain(changes))
+        };
+        let inner = futures::stream::once(first).flat_map(|started| match started {
+            Ok(stream) => stream.boxed(),
+            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+        });
+        LeaderStream {
+            inner: inner.boxed(),
+        }
+    }
+}
