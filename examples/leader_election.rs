@@ -93,7 +93,7 @@ async fn main() -> Result<()> {
     say("observer", describe(&first));
 
     let a = candidate(&endpoints, "10.0.0.1").await?;
-    let (_a_session, a_lead) = a.await??;
+    let (_a_session, mut a_lead) = a.await??;
     let b = candidate(&endpoints, "10.0.0.2").await?;
     wait_for_waiters(&client, 1).await?;
     let c = candidate(&endpoints, "10.0.0.3").await?;

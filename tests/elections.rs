@@ -269,8 +269,12 @@ async fn api(c: &mut Cluster) -> Result<()> {
 
     let one = client.session(Duration::from_secs(10)).await?;
     let two = client.session(Duration::from_secs(10)).await?;
-    let leading = one.election("db").campaign("10.0.0.1").await?;
+    let mut leading = one.election("db").campaign("10.0.0.1").await?;
     let term = leading.term();
+    ensure!(
+        one.election("db").try_campaign("x").await?.is_none(),
+        "another owner of the same session led while the first did"
+    );
     let try_two = two.election("db");
     ensure!(
         try_two.try_campaign("10.0.0.2").await?.is_none(),
@@ -308,7 +312,7 @@ async fn api(c: &mut Cluster) -> Result<()> {
     )
     .await?;
     leading.resign().await?;
-    let (second, _two) = waiting.await??;
+    let (mut second, _two) = waiting.await??;
     ensure!(second.term() > term, "terms did not grow");
     let refused = second
         .proclaim(vec![0u8; latchkey::core::lock::MAX_ELECTION_VALUE_LEN + 1])

@@ -238,7 +238,9 @@ class Session:
     def next_request_id(self):
         return next(self._request_ids)
 
-    def acquire(self, name, *, wait_ms=None, hold_ms=5000, on_queued=None, value=b""):
+    def acquire(
+        self, name, *, wait_ms=None, hold_ms=5000, on_queued=None, value=b"", permits=None
+    ):
         """Acquire `name` exclusively; the final AcquireReply (granted or an error).
 
         Without `wait_ms` a held lock is refused at once (ERROR_KIND_BUSY).
@@ -257,6 +259,9 @@ class Session:
             hold_ms=hold_ms,
             value=value,  # a campaign's (an election's lock); empty for a lock
         )
+        if permits is not None:  # a semaphore's permit: shared, with the count
+            request.mode = pb.LOCK_MODE_SHARED
+            request.permits = permits
         if wait_ms is not None:
             request.wait_ms = wait_ms  # an optional field: set it only to wait
         give_up = time.monotonic() + (wait_ms or 0) / 1000 + RPC_TIMEOUT
@@ -333,7 +338,7 @@ class Waiter:
     on `events`: ("queued", Queued), then ("granted", Sequencer) or
     ("error", text)."""
 
-    def __init__(self, session, name, wait_ms=30000, hold_ms=500, value=b""):
+    def __init__(self, session, name, wait_ms=30000, hold_ms=500, value=b"", permits=None):
         self.events = queue.Queue()
         self.queued = 0
 
@@ -345,6 +350,7 @@ class Waiter:
                     hold_ms=hold_ms,
                     on_queued=self._on_queued,
                     value=value,
+                    permits=permits,
                 )
                 self.events.put(("granted", granted(f"session {session.id}'s acquire", reply)))
             except Exception as e:  # reported through events, checked by the test
@@ -1080,6 +1086,55 @@ def section_election(router, ns):
         close_all(a, b)
 
 
+
+def section_semaphore(router, ns):
+    """A semaphore over the typed API: an Acquire with `permits` (shared
+    mode) takes one of N permits, each with its own token; the N+1st waits
+    in FIFO order and gets a released permit; another count is refused with
+    PERMITS_MISMATCH; a permit's sequencer fences writes while it is held."""
+    name = ns.decode() + "pool"
+    sessions = [Session(router, ttl_ms=6000) for _ in range(3)]
+    a, b, c = sessions
+    try:
+        first = granted("A's permit", a.acquire(name, permits=2))
+        second = granted("B's permit", b.acquire(name, permits=2))
+        check(first.token != second.token, "two permits share a token")
+        check(first.mode == pb.LOCK_MODE_SHARED, f"a permit in mode {first.mode}")
+        error = expect_error(
+            "a permit with another count",
+            c.acquire(name, permits=3),
+            pb.ERROR_KIND_PERMITS_MISMATCH,
+        )
+        check(error.max == 2 and error.value == 3, f"PERMITS_MISMATCH says {error}")
+        listed = expect_ok(
+            "list", router.call("Lock", "ListLocks", pb.ListLocksRequest(prefix=name))
+        )
+        check(
+            len(listed.locks) == 1 and listed.locks[0].permits == 2,
+            f"the semaphore is listed as {listed.locks}",
+        )
+        wait_c = Waiter(c, name, permits=2)
+        wait_c.next_event("queued")
+        key = ns + b"sem-fenced"
+        expect_ok(
+            "a fenced put with a held permit",
+            router.call("Lock", "FencedWrite", fenced_put(first, a.secret, key, b"a")),
+        )
+        a.release(first)
+        third = wait_c.next_event("granted")
+        check(third.token > second.token, f"C's permit {third.token} is not the newest")
+        expect_error(
+            "a fenced put with a released permit",
+            router.call("Lock", "FencedWrite", fenced_put(first, a.secret, key, b"stale")),
+            pb.ERROR_KIND_STALE_FENCE,
+        )
+        b.release(second)
+        c.release(third)
+        print(f"   permits {first.token}, {second.token}, then {third.token} after a release")
+    finally:
+        close_all(*sessions)
+
+
 SECTIONS = [
     ("leader", section_leader),
     ("kv", section_kv),
@@ -1088,6 +1143,7 @@ SECTIONS = [
     ("retry-safe", section_retry_safe),
     ("locks", section_locks),
     ("election", section_election),
+    ("semaphore", section_semaphore),
     ("expiry", section_expiry),
     ("bad-input", section_bad_input),
     ("reflection", section_reflection),

@@ -262,6 +262,19 @@ pub enum CommandError {
         /// [`MAX_KEYS_PER_SESSION`](crate::limits::MAX_KEYS_PER_SESSION).
         max: u64,
     },
+    /// A semaphore's permit count is fixed while it is in use: this acquire
+    /// asked for `asked` permits (`None`: as a plain lock) of a lock in use
+    /// with `permits` (`None`: as a plain lock). Use the same count as every
+    /// other user of the name.
+    #[error("lock {name:?}: {}", permits_detail(*.permits, *.asked))]
+    PermitsMismatch {
+        /// The lock.
+        name: String,
+        /// What it is in use as: a semaphore of so many permits, or a lock.
+        permits: Option<u32>,
+        /// What the refused acquire asked for.
+        asked: Option<u32>,
+    },
 }
 
 fn busy_detail(
@@ -308,3 +321,17 @@ impl CommandError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("store failure: {0}")]
 pub struct StoreError(pub String);
+
+/// The detail of [`CommandError::PermitsMismatch`].
+fn permits_detail(permits: Option<u32>, asked: Option<u32>) -> String {
+    match (permits, asked) {
+        (Some(p), Some(a)) => {
+            format!("it is in use as a semaphore of {p} permits, this acquire asked for {a}")
+        }
+        (Some(p), None) => format!(
+            "it is in use as a semaphore of {p} permits: take a permit (with the same count), \
+             not the lock"
+        ),
+        (None, _) => "it is in use as a lock, not as a semaphore".to_string(),
+    }
+}

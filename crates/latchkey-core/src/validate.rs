@@ -32,6 +32,20 @@ fn check_election_value(value: &[u8]) -> Result<usize, CommandError> {
     Ok(value.len())
 }
 
+/// An election's lock name fits the lock-name limit: the election's own
+/// name is at most [`MAX_LOCK_NAME_LEN`] minus the prefix, said in those
+/// terms.
+fn check_election_name_len(name: &str) -> Result<(), CommandError> {
+    match election_of(name) {
+        Some(election) if name.len() > MAX_LOCK_NAME_LEN => Err(CommandError::invalid(format!(
+            "an election name is at most {} bytes, this one is {}",
+            MAX_LOCK_NAME_LEN - ELECTION_PREFIX.len(),
+            election.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// An election's lock: [`ELECTION_PREFIX`] and a non-empty election name.
 fn check_election_lock(name: &str) -> Result<(), CommandError> {
     match election_of(name) {
@@ -174,9 +188,10 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
             lease_ms,
             lock_delay_ms,
             value,
+            permits,
             ..
         } => {
-            let mut n = check_lock_name(name)?;
+            let mut n = check_election_name_len(name).and_then(|()| check_lock_name(name))?;
             if election_of(name).is_some() {
                 check_election_lock(name)?;
                 if *mode != LockMode::Exclusive {
@@ -189,6 +204,22 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
                 return Err(CommandError::invalid(
                     "only a campaign (an election's lock) carries a value",
                 ));
+            }
+            if let Some(permits) = permits {
+                let most = u32::try_from(MAX_LOCK_HOLDERS).unwrap_or(u32::MAX);
+                if !(1..=most).contains(permits) {
+                    return Err(CommandError::invalid(format!(
+                        "a semaphore has 1 to {most} permits, not {permits}"
+                    )));
+                }
+                if *mode != LockMode::Shared {
+                    return Err(CommandError::invalid(
+                        "a semaphore's permit is taken in shared mode",
+                    ));
+                }
+                if election_of(name).is_some() {
+                    return Err(CommandError::invalid("an election is not a semaphore"));
+                }
             }
             check_duration(
                 TimerKind::Wait,
@@ -223,7 +254,7 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
         LockCommand::Proclaim {
             name, token, value, ..
         } => {
-            let n = check_lock_name(name)?;
+            let n = check_election_name_len(name).and_then(|()| check_lock_name(name))?;
             check_election_lock(name)?;
             check_token(*token)?;
             Ok(n + check_election_value(value)?)
@@ -234,12 +265,9 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
             ops,
             ..
         } => {
+            // A shared sequencer fences only as a semaphore's permit,
+            // which only the lock's record can tell (`fence::check_fence`).
             let n = check_sequencer(sequencer)?;
-            if sequencer.mode != LockMode::Exclusive {
-                return Err(CommandError::invalid(
-                    "a fenced write needs an exclusive sequencer",
-                ));
-            }
             Ok(n + check_batch(conditions, ops)?)
         }
     }

@@ -197,6 +197,7 @@ fn commands() -> Vec<Command> {
             lease_ms: None,
             lock_delay_ms: Some(60_000),
             value: Vec::new(),
+            permits: None,
         }),
         Command::Lock(LockCommand::Release {
             session: SessionId(2),
@@ -409,6 +410,7 @@ fn outcomes() -> Vec<Outcome> {
                 holders: vec![holder()],
                 waiters: 3,
                 lock_delay: None,
+                permits: Some(4),
             }],
             more: true,
         }),
@@ -477,6 +479,11 @@ fn results() -> Vec<CommandResult> {
                 max: 86_400_000,
             },
             CommandError::NotHolder { name: name() },
+            CommandError::PermitsMismatch {
+                name: name(),
+                permits: Some(4),
+                asked: None,
+            },
             CommandError::StaleToken {
                 name: name(),
                 token: Token(1),
@@ -1068,6 +1075,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
                         lease_ms,
                         lock_delay_ms,
                         value: Vec::new(),
+                        permits: None,
                     }
                 }
             ),

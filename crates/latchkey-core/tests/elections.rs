@@ -13,6 +13,7 @@ use latchkey_core::lock::{
 };
 use latchkey_core::{
     apply, query, BatchOp, Command, CommandError, CommandResult, MemStore, Outcome, Query, Request,
+    Test,
 };
 use proptest::prelude::*;
 
@@ -84,6 +85,7 @@ impl Cluster {
             lease_ms: None,
             lock_delay_ms,
             value: value.to_vec(),
+            permits: None,
         }
     }
 
@@ -379,6 +381,35 @@ fn clients_cannot_write_leader_keys_and_range_deletes_skip_them() {
             session: a,
             secret: secret(1),
         },
+        Command::GetAndPut {
+            key: key.clone(),
+            value: b"forged".to_vec(),
+        },
+        Command::CompareAndPut {
+            key: key.clone(),
+            test: Test::Exists(true),
+            value: b"forged".to_vec(),
+        },
+        Command::Once {
+            session: a,
+            secret: secret(1),
+            request_id: 1_000,
+            command: Box::new(Command::Delete { key: key.clone() }),
+        },
+        Command::Lock(LockCommand::Fenced {
+            sequencer: Sequencer {
+                name: election_lock_name("e"),
+                mode: LockMode::Exclusive,
+                token: Token(1),
+                session: a,
+            },
+            secret: secret(1),
+            conditions: vec![],
+            ops: vec![BatchOp::Put {
+                key: key.clone(),
+                value: b"forged".to_vec(),
+            }],
+        }),
     ];
     for write in writes {
         let shown = format!("{write:?}");

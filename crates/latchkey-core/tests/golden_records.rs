@@ -75,6 +75,7 @@ fn acquire(
         lease_ms,
         lock_delay_ms,
         value: Vec::new(),
+        permits: None,
     })
 }
 
@@ -231,7 +232,7 @@ const ROWS: &[(&str, &str)] = &[
     // session 2 waits for it.
     ("48 0000000000000001 61", ""),
     ("48 0000000000000002 61", ""),
-    // L + lock name -> codec(LockRecord { holders, queue, delay }).
+    // L + lock name -> codec(LockRecord { holders, queue, delay, permits }).
     (
         "4c 61",
         "08
@@ -244,13 +245,15 @@ const ROWS: &[(&str, &str)] = &[
          fb8813  00         #   wait_ms 5000, lease_ms None,
          01 fbe803          #   lock_delay_ms Some(1000),
          00                 #   value []
-         00                 # delay: None",
+         00                 # delay: None,
+         00                 # permits: None (a lock, not a semaphore)",
     ),
     (
         "4c 62",
         "08
          00 00              # no holders, no queue
-         01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 })",
+         01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 }),
+         00                 # permits: None",
     ),
     // M + name -> u64 BE: the live sessions, the leader time last applied,
     // the cluster's revision, the last session id and the last fencing
@@ -272,7 +275,7 @@ const ROWS: &[(&str, &str)] = &[
          11111111111111111111111111111111 # secret,
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
          00  01 fb60ea  00  # wait_ms None, lease_ms Some(60000), lock_delay_ms None,
-         00                 # value []
+         00  00             # value [], permits None
          00                 # answer: Answer::Outcome
          02                 #   LockOutcome::Granted
          01 61 00 01 01     #   sequencer { \"a\", Exclusive, token 1, session 1 },
@@ -295,7 +298,7 @@ const ROWS: &[(&str, &str)] = &[
          01 01  01 61 00    # owner 1, request 1, name \"a\", Exclusive,
          01 fb8813  00      # wait_ms Some(5000), lease_ms None,
          01 fbe803          # lock_delay_ms Some(1000),
-         00                 # value []
+         00  00             # value [], permits None
          00                 # answer: Answer::Outcome
          03                 #   LockOutcome::Queued
          01 61 01 00        #   { name \"a\", request_id 1, position 0 }",

@@ -28,6 +28,7 @@ fn acquire(session: u64, request_id: u64, wait: Option<u64>) -> Command {
         lease_ms: None,
         lock_delay_ms: None,
         value: Vec::new(),
+        permits: None,
     })
 }
 

@@ -455,6 +455,7 @@ impl Harness {
                     lease_ms: lease.then_some(LEASE_MS),
                     lock_delay_ms: delay.then_some(DELAY_MS),
                     value: Vec::new(),
+                    permits: None,
                 },
                 Err(slot) => self.open(slot),
             },
@@ -633,6 +634,7 @@ impl Harness {
                         lease_ms: None,
                         lock_delay_ms: None,
                         value: Vec::new(),
+                        permits: None,
                     },
                     1 => LockCommand::Acquire {
                         session: SessionId(1_000),
@@ -645,6 +647,7 @@ impl Harness {
                         lease_ms: None,
                         lock_delay_ms: None,
                         value: Vec::new(),
+                        permits: None,
                     },
                     2 => LockCommand::OpenSession {
                         ttl_ms: 0,

@@ -190,6 +190,7 @@ fn acquire_with(
         lease_ms,
         lock_delay_ms,
         value: Vec::new(),
+        permits: None,
     }
 }
 
@@ -365,6 +366,7 @@ fn a_session_is_used_only_with_its_secret() {
                 lease_ms: None,
                 lock_delay_ms: None,
                 value: Vec::new(),
+                permits: None,
             },
         ),
         (

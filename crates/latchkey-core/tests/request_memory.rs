@@ -127,6 +127,7 @@ fn acquire(
         lease_ms: None,
         lock_delay_ms: None,
         value: Vec::new(),
+        permits: None,
     }
 }
 

@@ -135,6 +135,7 @@ fn a_write_cannot_reuse_the_id_of_a_lock_request() {
         lease_ms: None,
         lock_delay_ms: None,
         value: Vec::new(),
+        permits: None,
     });
     assert!(run(&mut store, acquire).is_ok());
     let reused = run(&mut store, once(1, put("k", "v")));

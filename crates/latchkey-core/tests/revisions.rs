@@ -878,6 +878,7 @@ fn acquire(name: &str, request_id: u64) -> Command {
         lease_ms: None,
         lock_delay_ms: None,
         value: Vec::new(),
+        permits: None,
     })
 }
 

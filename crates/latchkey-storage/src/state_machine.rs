@@ -496,6 +496,7 @@ mod tests {
                         lease_ms: None,
                         lock_delay_ms: None,
                         value: Vec::new(),
+                        permits: None,
                     }),
                     Op::Release { slot, owner, lock } => Command::Lock(LockCommand::Release {
                         session: session(slot).0,

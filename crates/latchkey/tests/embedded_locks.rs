@@ -93,6 +93,7 @@ async fn bare_acquire(
             lease_ms: None,
             lock_delay_ms: None,
             value: Vec::new(),
+            permits: None,
         }))
         .await?
     {
@@ -145,6 +146,7 @@ async fn another_client_cannot_act_for_a_session() -> TestResult {
                     lease_ms: None,
                     lock_delay_ms: None,
                     value: Vec::new(),
+                    permits: None,
                 }),
                 Command::Lock(LockCommand::CancelWait {
                     session: owner.id(),

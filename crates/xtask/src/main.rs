@@ -25,7 +25,7 @@ USAGE:
 COMMANDS:
     setup           check for (and install when missing) libclang and a C++ compiler
     demo [NAME]     run a demo: three_replicas (default), fenced, config,
-                    discovery or election
+                    discovery, election or semaphore
     test [--quick]  cargo fmt --check, cargo clippy -D warnings, cargo test --workspace,
                     the Python client test, then a two-minute nemesis run
     bench [WORKLOAD] [ARGS...]
@@ -84,6 +84,8 @@ DEMOS:
     election        (leader_election) three schedulers campaign; the leader
                     proclaims, resigns, dies; an observer sees every term in
                     order and the deposed leader's fenced write is refused
+    semaphore       (semaphore_pool) five workers share two permits, each
+                    fenced by its own token; a wrong count is refused
 ";
 
 const TEST_HELP: &str = "\
@@ -255,6 +257,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("config", &["config_sync"], "config_sync"),
     ("discovery", &["service_discovery"], "discovery"),
     ("election", &["leader_election"], "leader_election"),
+    ("semaphore", &["semaphore_pool"], "semaphore_pool"),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "watch"];

@@ -10,6 +10,10 @@
 //! exists: a deposed leader that wakes from a pause cannot write. The
 //! leader key `latchkey.election/NAME` changes in the same log entry as
 //! the lock, so observers see each term, in order, with its latest value.
+//! When a leader's session is closed, or expires without a lock-delay, the
+//! next candidate leads in that same entry; with a lock-delay (and always
+//! after an operator's `session end`, which imposes one of at least the
+//! TTL), nobody leads until it is over.
 //!
 //! Imports `session`, `guard`, `handle` (this file is after them).
 //!
@@ -30,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -45,6 +50,7 @@ use super::handle::Lock;
 use super::session::Session;
 use crate::error::Error;
 use crate::kv::{unexpected, Client, Consistency};
+use crate::watch::Watch;
 
 /// One session's candidacy in the election `name`: one owner, so
 /// campaigning again while leading re-enters the same term instead of
@@ -57,8 +63,11 @@ pub struct Election {
 }
 
 impl Session {
-    /// A candidacy in the election `name` (any lock name's rules; the
-    /// election's lock is `latchkey.election/` + `name`).
+    /// A candidacy in the election `name` (1 to 238 bytes of UTF-8: the
+    /// election's lock, `latchkey.election/` + `name`, obeys the lock-name
+    /// limit). Campaigning needs the lock permission on that lock's name;
+    /// reading or observing the leader needs the read permission on the
+    /// key of the same name.
     pub fn election(&self, name: impl Into<String>) -> Election {
         let name = name.into();
         Election {
@@ -85,7 +94,8 @@ impl Election {
 
     /// Campaign with `value` (at most 1,024 bytes: what observers are told,
     /// an address or an id) and wait in FIFO order, as long as it takes,
-    /// until leading. Dropping the future withdraws the candidacy.
+    /// until leading. Dropping the future withdraws the candidacy. Refused
+    /// (`InvalidArgument`) while this candidacy leads.
     pub async fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership, Error> {
         let guard = self
             .lock
@@ -98,6 +108,7 @@ impl Election {
     /// Campaign once: `None` if another candidate leads or waits (no
     /// overtaking) or the election is in lock-delay.
     pub async fn try_campaign(&self, value: impl AsRef<[u8]>) -> Result<Option<Leadership>, Error> {
+        self.not_leading()?;
         let lock = self.lock.with_value(value.as_ref().to_vec());
         Ok(lock
             .try_acquire()
@@ -112,6 +123,7 @@ impl Election {
         value: impl AsRef<[u8]>,
         wait: Duration,
     ) -> Result<Option<Leadership>, Error> {
+        self.not_leading()?;
         let lock = self.lock.with_value(value.as_ref().to_vec());
         Ok(lock
             .acquire_timeout(wait)
@@ -122,6 +134,20 @@ impl Election {
     /// Who leads now (a linearizable read of the leader key).
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
         self.session.client().leader(&self.name).await
+    }
+
+    /// Refuse a campaign while this candidacy leads (or its resignation is
+    /// still in flight): it would re-enter the same term, keep the old
+    /// value and need two resignations.
+    fn not_leading(&self) -> Result<(), Error> {
+        if self.lock.holds_any() {
+            return Err(Error::InvalidArgument(format!(
+                "this candidacy in election {:?} leads already (or its resignation is still \
+                 in flight): proclaim to change the value, resign before campaigning again",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     fn leadership(&self, guard: LockGuard) -> Leadership {
@@ -165,8 +191,9 @@ impl Leadership {
 
     /// Tell observers a new value (etcd's `Proclaim`): the leader key
     /// changes, the term stays. Refused with `NotHolder` or `StaleToken`
-    /// once this term is over.
-    pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<(), Error> {
+    /// once this term is over. Takes `&mut self` so that one leadership's
+    /// proclamations (each resent until answered) apply in call order.
+    pub async fn proclaim(&mut self, value: impl AsRef<[u8]>) -> Result<(), Error> {
         let session = self.guard.session();
         let command = Command::Lock(LockCommand::Proclaim {
             session: session.id(),
@@ -251,52 +278,116 @@ impl Client {
     /// each term once with its latest value and `None` while nobody leads.
     /// Resumes across reconnects and replica changes like a
     /// [`Watch`](crate::Watch), from the revision after the last it
-    /// reported; its errors are the watch's.
+    /// reported. While no replica can be reached it yields
+    /// [`Error::Unavailable`] and goes on trying (also for its first read);
+    /// if the history no longer holds the next revision it reads the leader
+    /// again and goes on from there (the terms in between are not
+    /// reported). It ends only after reporting an error that trying again
+    /// cannot cure (access refused, an invalid name).
     pub fn observe_leader(&self, name: &str) -> LeaderStream {
-        let client = self.clone();
-        let election = name.to_string();
-        let first = async move {
-            let key = election_lock_name(&election);
-            let read = client
-                .get_versioned(&key, Consistency::Linearizable)
-                .await?;
-            let leader = read
-                .value
-                .map(|v| decode(&election, &v.value))
-                .transpose()?;
-            let watch = client
-                .watch(Selection::key(key.clone().into_bytes()))
-                .from_revision(read.revision + 1);
-            let changes = watch.flat_map(move |message| {
-                let items: Vec<Result<LeaderChange, Error>> = match message {
-                    Err(e) => vec![Err(e)],
-                    Ok(WatchMessage::Progress { .. }) => Vec::new(),
-                    Ok(WatchMessage::Changes {
-                        revision, changes, ..
-                    }) => changes
-                        .into_iter()
-                        .filter(|c| c.key == key.as_bytes())
-                        .map(|c| {
-                            let leader =
-                                c.current.map(|v| decode(&election, &v.value)).transpose()?;
-                            Ok(LeaderChange { revision, leader })
-                        })
-                        .collect(),
-                };
-                futures::stream::iter(items)
-            });
-            let now = LeaderChange {
-                revision: read.revision,
-                leader,
-            };
-            Ok::<_, Error>(futures::stream::once(async { Ok(now) }).chain(changes))
+        let start = Observing {
+            client: self.clone(),
+            election: name.to_string(),
+            key: election_lock_name(name),
+            watch: None,
+            last: None,
+            pending: VecDeque::new(),
+            done: false,
         };
-        let inner = futures::stream::once(first).flat_map(|started| match started {
-            Ok(stream) => stream.boxed(),
-            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
-        });
         LeaderStream {
-            inner: inner.boxed(),
+            inner: futures::stream::unfold(start, Observing::step).boxed(),
         }
+    }
+}
+
+/// Where an observation of an election is: read the leader key, then watch
+/// it from the read's revision plus one; read again after a compaction.
+struct Observing {
+    client: Client,
+    election: String,
+    key: String,
+    /// Open once a read succeeded; `None`: read (again) first.
+    watch: Option<Watch>,
+    /// The leader last reported, once anything was.
+    last: Option<Option<Leader>>,
+    /// Changes decoded and not yet reported.
+    pending: VecDeque<LeaderChange>,
+    /// A permanent error was reported: the stream is over.
+    done: bool,
+}
+
+impl Observing {
+    /// Record `leader` at `revision` unless it is what was last reported.
+    fn note(&mut self, revision: u64, leader: Option<Leader>) {
+        if self.last.as_ref() != Some(&leader) {
+            self.last = Some(leader.clone());
+            self.pending.push_back(LeaderChange { revision, leader });
+        }
+    }
+
+    /// The next item of the stream, and the state after it; `None`: over.
+    async fn step(mut self) -> Option<(Result<LeaderChange, Error>, Observing)> {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                return Some((Ok(change), self));
+            }
+            if self.done {
+                return None;
+            }
+            let Some(watch) = self.watch.as_mut() else {
+                let read = self
+                    .client
+                    .get_versioned(&self.key, Consistency::Linearizable)
+                    .await;
+                let read = match read {
+                    Ok(read) => read,
+                    // Like a watch: report it, and try again when polled.
+                    Err(e @ Error::Unavailable { .. }) => return Some((Err(e), self)),
+                    Err(e) => return self.fail(e),
+                };
+                let leader = read.value.map(|v| decode(&self.election, &v.value));
+                match leader.transpose() {
+                    Ok(leader) => self.note(read.revision, leader),
+                    Err(e) => return self.fail(e),
+                }
+                self.watch = Some(
+                    self.client
+                        .watch(Selection::key(self.key.as_bytes()))
+                        .from_revision(read.revision + 1),
+                );
+                continue;
+            };
+            match watch.next().await {
+                Some(Ok(WatchMessage::Changes {
+                    revision, changes, ..
+                })) => {
+                    let key = self.key.clone().into_bytes();
+                    for change in changes.into_iter().filter(|c| c.key == key) {
+                        let leader = change.current.map(|v| decode(&self.election, &v.value));
+                        match leader.transpose() {
+                            Ok(leader) => self.note(revision, leader),
+                            Err(e) => return self.fail(e),
+                        }
+                    }
+                }
+                Some(Ok(WatchMessage::Progress { .. })) => {}
+                // The history no longer holds the next revision: read who
+                // leads now (terms in between are not reported).
+                Some(Err(Error::Compacted { .. })) => self.watch = None,
+                Some(Err(e @ Error::Unavailable { .. })) => return Some((Err(e), self)),
+                Some(Err(e)) => return self.fail(e),
+                None => {
+                    return self.fail(Error::Protocol(
+                        "the watch of a leader key ended without an error".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Report `e` and end the stream.
+    fn fail(mut self, e: Error) -> Option<(Result<LeaderChange, Error>, Observing)> {
+        self.done = true;
+        Some((Err(e), self))
     }
 }

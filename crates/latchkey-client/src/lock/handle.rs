@@ -95,6 +95,9 @@ pub struct Lock {
     /// A campaign's value (an election's lock, see [`crate::Election`]);
     /// empty for a lock.
     value: Vec<u8>,
+    /// A semaphore's permit count (see [`crate::Semaphore`]); `None` for a
+    /// lock.
+    permits: Option<u32>,
     /// Local lease deadline of each live grant of this owner, by token, so
     /// a re-entrant acquire inherits the first grant's deadline (the cluster
     /// keeps the first grant's lease).
@@ -113,6 +116,7 @@ impl Lock {
             lease: None,
             lock_delay: None,
             value: Vec::new(),
+            permits: None,
             grants: Arc::default(),
         }
     }
@@ -128,6 +132,7 @@ impl Lock {
             lease: self.lease,
             lock_delay: self.lock_delay,
             value,
+            permits: self.permits,
             grants: self.grants.clone(),
         }
     }
@@ -145,6 +150,7 @@ impl Clone for Lock {
             lease: self.lease,
             lock_delay: self.lock_delay,
             value: self.value.clone(),
+            permits: self.permits,
             grants: Arc::default(),
         }
     }
@@ -195,9 +201,25 @@ impl Lock {
         self
     }
 
+    /// Take a permit of a semaphore of `permits` permits rather than the
+    /// lock (see [`crate::Semaphore`]).
+    pub(super) fn with_permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether this owner holds a grant it has not fully released yet.
+    pub(super) fn holds_any(&self) -> bool {
+        !self
+            .grants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Wait as long as it takes (queueing again each day, the longest wait).
@@ -260,6 +282,7 @@ impl Lock {
             lease_ms: self.lease.map(millis),
             lock_delay_ms: self.lock_delay.map(millis),
             value: self.value.clone(),
+            permits: self.permits,
         });
         latchkey_core::validate_command(&command)?;
         let mut pending = PendingAcquire {

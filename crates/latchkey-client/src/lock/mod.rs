@@ -21,6 +21,8 @@
 //!   and [`Client::observe_leader`](crate::Client::observe_leader): fenced
 //!   leader election on an election's lock; imports `session`, `guard`,
 //!   `handle`;
+//! - `semaphore`: [`Semaphore`], at most N holders of a name, each
+//!   permit fenced by its own token; imports `session`, `guard`, `handle`;
 //! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
@@ -40,6 +42,7 @@ mod handle;
 mod jeopardy;
 mod lease_clock;
 mod operator;
+mod semaphore;
 mod session;
 mod table;
 mod watchdog;
@@ -48,4 +51,5 @@ pub use election::{Election, LeaderChange, LeaderStream, Leadership};
 pub use guard::LockGuard;
 pub use handle::Lock;
 pub use operator::EndedSession;
+pub use semaphore::Semaphore;
 pub use session::Session;

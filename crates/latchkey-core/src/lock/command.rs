@@ -76,24 +76,16 @@ pub enum LockCommand {
         /// [`crate::lock::election_lock_name`]): the candidate's value,
         /// which the leader key shows while it leads. Must be empty for
         /// any other lock.
+        #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
-    },
-    /// The leader of an election (`name`: the election's lock) replaces
-    /// the value its leader key shows. Needs the leader's session, owner
-    /// and term (its grant's token). Returns [`LockOutcome::Proclaimed`].
-    Proclaim {
-        /// The leading session.
-        session: SessionId,
-        /// The session's secret.
-        secret: SessionSecret,
-        /// The leading party within the session.
-        owner: u64,
-        /// The election's lock.
-        name: String,
-        /// The leader's term: the token of its grant.
-        token: Token,
-        /// The new value.
-        value: Vec<u8>,
+        /// Taking a permit of a semaphore of this many permits (1 to
+        /// [`MAX_LOCK_HOLDERS`](crate::limits::MAX_LOCK_HOLDERS); the mode
+        /// must be shared): at most that many grants hold the lock at once.
+        /// The count is fixed while the lock is in use: an acquire with
+        /// another count, or without one, is refused with
+        /// [`CommandError::PermitsMismatch`](crate::CommandError::PermitsMismatch).
+        /// `None`: a lock.
+        permits: Option<u32>,
     },
     /// Release one hold of `name`, granted under `token`, by (`session`,
     /// `owner`). Returns [`LockOutcome::Released`].
@@ -192,6 +184,24 @@ pub enum LockCommand {
     EndSession {
         /// The session to end.
         session: SessionId,
+    },
+    /// The leader of an election (`name`: the election's lock) replaces
+    /// the value its leader key shows. Needs the leader's session, owner
+    /// and term (its grant's token). Returns [`LockOutcome::Proclaimed`].
+    Proclaim {
+        /// The leading session.
+        session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
+        /// The leading party within the session.
+        owner: u64,
+        /// The election's lock.
+        name: String,
+        /// The leader's term: the token of its grant.
+        token: Token,
+        /// The new value.
+        #[serde(with = "crate::codec::bytes")]
+        value: Vec<u8>,
     },
 }
 
@@ -347,11 +357,6 @@ pub enum LockOutcome {
     },
     /// What a [`LockCommand::CancelWait`] found.
     WaitCancel(WaitCancel),
-    /// The leader's new value is in its election's leader key.
-    Proclaimed {
-        /// The leader's term.
-        term: Token,
-    },
     /// Whether [`LockCommand::ExpireLockLease`] released a grant.
     LeaseExpired {
         /// True if the grant still held and was released; false if the
@@ -385,6 +390,11 @@ pub enum LockOutcome {
     SessionTimer(Option<SessionTimer>),
     /// The counts of [`LockQuery::Census`].
     Census(LockCensus),
+    /// The leader's new value is in its election's leader key.
+    Proclaimed {
+        /// The leader's term.
+        term: Token,
+    },
 }
 
 /// What a [`LockCommand::CancelWait`] found.

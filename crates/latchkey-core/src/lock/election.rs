@@ -9,7 +9,8 @@
 //! tokens come from one cluster-wide counter, so terms only grow over the
 //! election's whole life), fenced writes with the leader's sequencer,
 //! release (resigning), the session's end (the next candidate leads in the
-//! same log entry), lock-delay and leases.
+//! same log entry, unless a lock-delay holds the election empty first),
+//! lock-delay and leases.
 //!
 //! What an election adds is its *leader key*: the user-data key with the
 //! same name as the lock (`latchkey.election/NAME`). After every command

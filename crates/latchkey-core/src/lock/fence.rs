@@ -9,10 +9,13 @@
 //!   because the counter is ordinary state. A re-entrant acquire keeps its
 //!   grant's token.
 //! - A fenced write ([`crate::lock::LockCommand::Fenced`]) applies only if its
-//!   sequencer (exclusive, validated) is the lock's current exclusive holder:
-//!   same name, same token, same session. Otherwise it is refused with
-//!   [`CommandError::StaleFence`] and writes nothing. The check and the writes
-//!   happen in the same log entry, so no grant can slip in between.
+//!   sequencer is a current grant: for an exclusive sequencer, the lock's
+//!   exclusive holder; for a shared one, one of the permits of a semaphore
+//!   (same name, same token, same session either way). Otherwise it is
+//!   refused with [`CommandError::StaleFence`] and writes nothing. A shared
+//!   grant of a plain lock (a reader) fences nothing: such a write is
+//!   refused as invalid. The check and the writes happen in the same log
+//!   entry, so no grant can slip in between.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,9 +60,32 @@ pub(crate) fn next_token<S: Store>(store: &mut S) -> Applied<Token> {
     Ok(Token(next))
 }
 
-/// Refuse unless `sequencer` is the current exclusive holder of its lock.
+/// Refuse unless `sequencer` is the current exclusive holder of its lock,
+/// or a current permit of its semaphore.
 pub(crate) fn check_fence<S: Store>(store: &S, sequencer: &Sequencer) -> Applied<()> {
     let lock = lock_table::load(store, &sequencer.name)?;
+    if sequencer.mode == LockMode::Shared {
+        let held = lock.rec.holders.iter().any(|h| {
+            h.mode == LockMode::Shared
+                && h.token == sequencer.token
+                && h.session == sequencer.session
+        });
+        return match (held, lock.rec.permits) {
+            (true, Some(_)) => Ok(()),
+            (true, None) => Err(CommandError::invalid(format!(
+                "lock {:?} is held shared, not as a semaphore: only an exclusive grant or a \
+                 semaphore permit fences writes",
+                sequencer.name
+            ))
+            .into()),
+            (false, _) => Err(CommandError::StaleFence {
+                name: sequencer.name.clone(),
+                token: sequencer.token,
+                current: None,
+            }
+            .into()),
+        };
+    }
     let current = match lock.rec.holders.as_slice() {
         [h] if h.mode == LockMode::Exclusive => Some(h),
         _ => None,

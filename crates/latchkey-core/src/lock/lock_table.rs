@@ -50,6 +50,7 @@ pub(crate) struct Holder {
     pub lease_ms: Option<u64>,
     pub lock_delay_ms: Option<u64>,
     /// An election candidate's value (see `election.rs`); empty for a lock.
+    #[serde(with = "crate::codec::bytes")]
     pub value: Vec<u8>,
 }
 
@@ -64,6 +65,7 @@ pub(crate) struct Waiter {
     pub lease_ms: Option<u64>,
     pub lock_delay_ms: Option<u64>,
     /// An election candidate's value; empty for a lock.
+    #[serde(with = "crate::codec::bytes")]
     pub value: Vec<u8>,
 }
 
@@ -83,6 +85,9 @@ pub(crate) struct LockRecord {
     /// In arrival order; the head is next.
     pub queue: Vec<Waiter>,
     pub delay: Option<LockDelay>,
+    /// A semaphore's permit count, set by the acquire that put the record
+    /// in use and kept while it exists; `None`: a lock.
+    pub permits: Option<u32>,
 }
 
 impl LockRecord {
@@ -100,6 +105,14 @@ impl LockRecord {
         !self.holders.is_empty() || self.delay.is_some()
     }
 
+    /// How many grants may hold the lock at once in shared mode: a
+    /// semaphore's permits, else [`MAX_LOCK_HOLDERS`].
+    fn holder_limit(&self) -> usize {
+        self.permits.map_or(MAX_LOCK_HOLDERS, |p| {
+            usize::try_from(p).map_or(MAX_LOCK_HOLDERS, |p| p.min(MAX_LOCK_HOLDERS))
+        })
+    }
+
     /// Could a request in `mode` join the current holders now (ignoring the
     /// queue)?
     fn compatible(&self, mode: LockMode) -> bool {
@@ -109,7 +122,7 @@ impl LockRecord {
         match self.mode() {
             None => true,
             Some(LockMode::Shared) => {
-                mode == LockMode::Shared && self.holders.len() < MAX_LOCK_HOLDERS
+                mode == LockMode::Shared && self.holders.len() < self.holder_limit()
             }
             Some(LockMode::Exclusive) => false,
         }
@@ -151,6 +164,15 @@ impl LockRecord {
         }
         if self.holders.len() > MAX_LOCK_HOLDERS || self.queue.len() > MAX_LOCK_WAITERS {
             return Some("too many holders or waiters");
+        }
+        if self.holders.len() > self.holder_limit() {
+            return Some("more holders than a semaphore's permits");
+        }
+        if self.permits.is_some()
+            && (self.holders.iter().any(|h| h.mode != LockMode::Shared)
+                || self.queue.iter().any(|w| w.mode != LockMode::Shared))
+        {
+            return Some("a semaphore with an exclusive holder or waiter");
         }
         if self.delay.is_some() && !self.holders.is_empty() {
             return Some("holders during a lock-delay");
@@ -385,6 +407,7 @@ pub(crate) fn acquire<S: Store>(
         lease_ms,
         lock_delay_ms,
         value,
+        permits,
     } = command
     else {
         return Err(CommandError::invalid("not an acquire").into());
@@ -395,6 +418,18 @@ pub(crate) fn acquire<S: Store>(
         return Ok(first);
     }
     let mut lock = load(store, name)?;
+    // The first acquire of a lock not in use says what it is (a lock, or a
+    // semaphore of so many permits); every later one must agree.
+    if lock.rec.is_empty() {
+        lock.rec.permits = *permits;
+    } else if lock.rec.permits != *permits {
+        return Err(CommandError::PermitsMismatch {
+            name: name.clone(),
+            permits: lock.rec.permits,
+            asked: *permits,
+        }
+        .into());
+    }
     let party = |s: SessionId, o: u64| s == session && o == owner;
     let outcome = if let Some(h) = lock
         .rec

@@ -151,14 +151,35 @@
 //!
 //! ## Fenced writes
 //!
-//! - [`LockCommand::Fenced`] needs an exclusive sequencer (checked by
-//!   validation). It applies its batch only if the sequencer is the lock's
-//!   current exclusive holder (name, token and session), in the same entry
-//!   as the check; else [`StaleFence`](crate::CommandError::StaleFence) with
-//!   the current exclusive token if any, and nothing is written. A sequencer
+//! - [`LockCommand::Fenced`] applies its batch only if the sequencer is a
+//!   current grant, in the same entry as the check: an exclusive sequencer
+//!   must be the lock's exclusive holder, a shared one a held permit of a
+//!   semaphore (name, token and session either way); else
+//!   [`StaleFence`](crate::CommandError::StaleFence) with the current
+//!   exclusive token if any, and nothing is written. A shared hold of a
+//!   plain lock (a reader) fences nothing: refused as invalid. A sequencer
 //!   of an ended session is stale, not an unknown session. Once the fence
 //!   holds, the batch behaves exactly like [`crate::Command::Batch`]
 //!   (conditions, then ops) and answers [`crate::Outcome::Batch`].
+//!
+//! ## Semaphores
+//!
+//! - An acquire with `permits: Some(n)` (shared, 1 ≤ n ≤
+//!   [`MAX_LOCK_HOLDERS`](crate::limits::MAX_LOCK_HOLDERS)) takes a permit
+//!   of the semaphore `name`: a shared grant like any other (own token,
+//!   FIFO queue, session-bound, re-entrant for the same owner), but at most
+//!   `n` grants hold the name at once.
+//! - The first acquire of a name not in use sets what it is: a lock
+//!   (`permits: None`) or a semaphore of `n` permits, kept in its record
+//!   while it has holders, waiters or a lock-delay. Every later acquire must
+//!   say the same, else
+//!   [`PermitsMismatch`](crate::CommandError::PermitsMismatch). A free name
+//!   keeps nothing, so the next user may pick another count.
+//!
+//! ## Elections
+//!
+//! - See `election.rs`: an election is an exclusive lock with a leader key
+//!   that the core keeps in step with its holder.
 //!
 //! ## Retries
 //!
@@ -220,6 +241,7 @@
 //!     lease_ms: None,
 //!     lock_delay_ms: None,
 //!     value: Vec::new(),
+//!     permits: None,
 //! };
 //! let (granted, events) = run(acquire(1));
 //! let Ok(Outcome::Lock(LockOutcome::Granted { sequencer, hold_count: 1 })) = granted else {

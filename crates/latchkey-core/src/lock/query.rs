@@ -42,6 +42,8 @@ pub struct LockInfo {
     pub waiters: u32,
     /// The lock-delay in force, if any.
     pub lock_delay: Option<LockDelayTimer>,
+    /// A semaphore's permit count; `None` for a lock.
+    pub permits: Option<u32>,
 }
 
 /// A live session.
@@ -188,6 +190,7 @@ fn lock_info(name: String, rec: &LockRecord) -> LockInfo {
             token: d.token,
             delay_ms: d.delay_ms,
         }),
+        permits: rec.permits,
         name,
     }
 }

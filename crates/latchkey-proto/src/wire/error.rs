@@ -79,6 +79,17 @@ pub fn command_error_to_wire(e: &CommandError) -> v1::Error {
             max,
             ..base(ErrorKind::TooManySessionKeys)
         },
+        // 0 stands for "a lock": a semaphore has at least one permit.
+        E::PermitsMismatch {
+            name,
+            permits,
+            asked,
+        } => v1::Error {
+            name,
+            max: permits.map_or(0, u64::from),
+            value: asked.map_or(0, u64::from),
+            ..base(ErrorKind::PermitsMismatch)
+        },
         E::UnknownSession { session } => v1::Error {
             session: session.0,
             ..base(ErrorKind::UnknownSession)
@@ -337,6 +348,14 @@ pub fn error_from_wire(e: v1::Error) -> Result<CommandError, ReplicaFailure> {
             session: SessionId(e.session),
             max: e.max,
         },
+        ErrorKind::PermitsMismatch => {
+            let count = |n: u64| (n != 0).then(|| to_u32(n));
+            E::PermitsMismatch {
+                name,
+                permits: count(e.max),
+                asked: count(e.value),
+            }
+        }
         ErrorKind::PermissionDenied => match e.permission.parse() {
             Ok(permission) => E::PermissionDenied {
                 user: e.user,

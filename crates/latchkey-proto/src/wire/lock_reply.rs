@@ -237,6 +237,7 @@ fn lock_info_to_wire(l: LockInfo) -> v1::LockInfo {
             token: d.token.0,
             delay_ms: d.delay_ms,
         }),
+        permits: l.permits,
     }
 }
 
@@ -258,6 +259,7 @@ fn lock_info_from_wire(l: v1::LockInfo) -> Result<LockInfo, ReplicaFailure> {
             token: Token(d.token),
             delay_ms: d.delay_ms,
         }),
+        permits: l.permits,
         name: l.name,
     })
 }

@@ -53,6 +53,7 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             lease_ms,
             lock_delay_ms,
             value,
+            permits,
         } => Req::Acquire(v1::AcquireRequest {
             session: session.0,
             session_secret: secret.0.to_vec(),
@@ -65,6 +66,7 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             lock_delay_ms: *lock_delay_ms,
             hold_ms,
             value: value.clone(),
+            permits: *permits,
         }),
         LockCommand::Release {
             session,
@@ -232,6 +234,7 @@ pub(super) fn acquire_from_wire(r: v1::AcquireRequest) -> Result<Operation, Repl
             lease_ms: r.lease_ms,
             lock_delay_ms: r.lock_delay_ms,
             value: r.value,
+            permits: r.permits,
         }),
         hold: match r.hold_ms {
             0 => DEFAULT_ACQUIRE_HOLD,

@@ -246,6 +246,11 @@ pub enum Cmd {
     /// now and at every change, one a line (TERM SESSION VALUE, or `none`).
     /// `elect NAME`: print the leader now (exit 1 if nobody leads).
     Elect(ElectArgs),
+    /// Hold one permit of semaphore NAME (at most --permits holders at
+    /// once, FIFO) while CMD runs, exactly as `lock -- CMD` holds a lock:
+    /// LATCHKEY_TOKEN is the permit's own token, LATCHKEY_SEQUENCER fences
+    /// writes while the permit is held; same exit codes.
+    Sem(SemArgs),
     /// Internal: the watcher `lock -- CMD` runs the command under
     /// (`cli::lock::guard`).
     #[command(name = "__lock-guard", hide = true)]
@@ -285,6 +290,35 @@ pub enum SessionCmd {
         /// The session's id.
         id: u64,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SemArgs {
+    /// The semaphore's name.
+    pub name: String,
+    /// How many holders at once (1 to 1,024); every user of the name must
+    /// give the same count while it is in use.
+    #[arg(long)]
+    pub permits: u32,
+    /// Session TTL: how long the permit outlives this process if it dies.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Wait at most this long for a permit (default: as long as it takes).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Do not wait: exit 205 at once if no permit is free.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Keep a dead holder's permit unavailable this long after its session
+    /// expired.
+    #[arg(long, value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
+    /// As `lock --at-risk-signal`.
+    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
+    pub at_risk_signal: AtRiskSignal,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -46,6 +46,7 @@ pub async fn list(args: &Args, prefix: &str, json: bool) -> Result<ExitCode, Fai
                     })).collect::<Vec<_>>(),
                     "waiters": l.waiters,
                     "lock_delay_ms": l.lock_delay.as_ref().map(|d| d.delay_ms),
+                    "permits": l.permits,
                 })
             })
             .collect();
@@ -59,11 +60,12 @@ pub async fn list(args: &Args, prefix: &str, json: bool) -> Result<ExitCode, Fai
         "NAME", "MODE", "TOKEN", "HOLDER", "WAITING"
     );
     for l in &locks {
-        let mode = match (l.mode, &l.lock_delay) {
-            (Some(LockMode::Exclusive), _) => "exclusive",
-            (Some(LockMode::Shared), _) => "shared",
-            (None, Some(_)) => "delay",
-            (None, None) => "-",
+        let mode = match (l.mode, &l.lock_delay, l.permits) {
+            (Some(LockMode::Exclusive), _, _) => "exclusive".to_string(),
+            (Some(LockMode::Shared), _, Some(p)) => format!("sem/{p}"),
+            (Some(LockMode::Shared), _, None) => "shared".to_string(),
+            (None, Some(_), _) => "delay".to_string(),
+            (None, None, _) => "-".to_string(),
         };
         let (token, holder) = match l.holders.first() {
             Some(h) => (h.token.to_string(), format!("{}/{}", h.session, h.owner)),

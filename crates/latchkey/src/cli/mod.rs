@@ -106,6 +106,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Role(r) => access::role(&args, r).await,
         Cmd::Lock(l) => lock::run(&args, l).await,
         Cmd::Elect(e) => lock::elect::run(&args, e).await,
+        Cmd::Sem(s) => lock::run_semaphore(&args, s).await,
         Cmd::LockGuard { fd, command } => Ok(lock::guard::run(*fd, command)),
         Cmd::CheckSequencer { sequencer } => locks::check_sequencer(&args, sequencer).await,
         Cmd::Locks { prefix } => locks::list(&args, prefix, json).await,

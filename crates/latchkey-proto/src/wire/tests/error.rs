@@ -76,6 +76,16 @@ fn command_errors() -> Vec<CommandError> {
             name: "a".into(),
             max: 1_024,
         },
+        E::PermitsMismatch {
+            name: "pool".into(),
+            permits: Some(4),
+            asked: None,
+        },
+        E::PermitsMismatch {
+            name: "pool".into(),
+            permits: None,
+            asked: Some(2),
+        },
         E::StaleFence {
             name: "a".into(),
             token: Token(3),

@@ -205,6 +205,7 @@ fn results() -> Vec<(Rpc, CommandResult)> {
                         holders: vec![holder()],
                         waiters: 2,
                         lock_delay: None,
+                        permits: None,
                     },
                     LockInfo {
                         name: "b".into(),
@@ -216,6 +217,7 @@ fn results() -> Vec<(Rpc, CommandResult)> {
                             token: Token(8),
                             delay_ms: 500,
                         }),
+                        permits: Some(3),
                     },
                 ],
                 more: false,

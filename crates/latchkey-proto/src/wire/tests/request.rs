@@ -23,6 +23,7 @@ fn acquire(wait_ms: Option<u64>) -> Command {
         lease_ms: Some(5_000),
         lock_delay_ms: None,
         value: Vec::new(),
+        permits: None,
     })
 }
 
@@ -208,6 +209,23 @@ fn operations() -> Vec<Operation> {
         command: acquire(None),
         hold: Duration::from_millis(1),
     });
+    // A semaphore's permit.
+    all.push(Operation::Acquire {
+        command: Command::Lock(LockCommand::Acquire {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 4,
+            request_id: 14,
+            name: "pool".into(),
+            mode: LockMode::Shared,
+            wait_ms: Some(1_000),
+            lease_ms: None,
+            lock_delay_ms: None,
+            value: Vec::new(),
+            permits: Some(4),
+        }),
+        hold: Duration::from_millis(250),
+    });
     // A campaign: an acquire of an election's lock with a value.
     all.push(Operation::Acquire {
         command: Command::Lock(LockCommand::Acquire {
@@ -221,6 +239,7 @@ fn operations() -> Vec<Operation> {
             lease_ms: None,
             lock_delay_ms: Some(500),
             value: b"10.0.0.7:80".to_vec(),
+            permits: None,
         }),
         hold: Duration::from_millis(250),
     });

@@ -50,21 +50,35 @@ pub async fn run(args: &Args, e: &ElectArgs) -> Result<ExitCode, Failure> {
 /// (then resign), or fail with exit 6 if leadership is lost.
 async fn lead_until_stopped(args: &Args, e: &ElectArgs, value: &str) -> Result<ExitCode, Failure> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|err| Failure::Other(format!("cannot watch signals: {err}")))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|err| Failure::Other(format!("cannot watch signals: {err}")))?;
+    let watch = |kind: SignalKind| {
+        signal(kind).map_err(|err| Failure::Other(format!("cannot watch signals: {err}")))
+    };
+    // A hang-up (the terminal closed) resigns too, rather than leave the
+    // election led by nobody alive until the TTL runs out.
+    let (mut term, mut int, mut hup) = (
+        watch(SignalKind::terminate())?,
+        watch(SignalKind::interrupt())?,
+        watch(SignalKind::hangup())?,
+    );
     let c: Client = client(args)?;
     let req = LockRequest::campaign(e, value);
     let session = c.session(e.ttl).await?;
     let won = tokio::select! {
-        won = req.acquire(&session) => won?,
-        _ = term.recv() => None,
-        _ = int.recv() => None,
+        won = req.acquire(&session) => won,
+        _ = term.recv() => Ok(None),
+        _ = int.recv() => Ok(None),
+        _ = hup.recv() => Ok(None),
     };
-    let Some(guard) = won.filter(|g| g.is_held()) else {
-        let _ = session.close().await;
-        return Err(req.not_acquired());
+    let guard = match won {
+        Ok(Some(guard)) if guard.is_held() => guard,
+        Ok(_) => {
+            let _ = session.close().await;
+            return Err(req.not_acquired());
+        }
+        Err(err) => {
+            let _ = session.close().await;
+            return Err(err.into());
+        }
     };
     let leader = Leader {
         term: guard.token(),
@@ -82,6 +96,7 @@ async fn lead_until_stopped(args: &Args, e: &ElectArgs, value: &str) -> Result<E
         }
         _ = term.recv() => {}
         _ = int.recv() => {}
+        _ = hup.recv() => {}
     }
     if let Err(err) = guard.release().await {
         tracing::warn!(error = %err, "resigning");
@@ -108,7 +123,7 @@ async fn observe(args: &Args, e: &ElectArgs) -> Result<ExitCode, Failure> {
                 // Transient: the stream goes on trying by itself.
                 Some(Err(latchkey::Error::Unavailable { .. })) => {}
                 Some(Err(err)) => return Err(err.into()),
-                None => return Ok(ExitCode::SUCCESS),
+                None => return Err(Failure::Other("the observation of the election ended".into())),
             },
             _ = term.recv() => return Ok(ExitCode::SUCCESS),
             _ = int.recv() => return Ok(ExitCode::SUCCESS),

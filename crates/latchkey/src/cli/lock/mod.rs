@@ -1,5 +1,6 @@
-//! `latchkey lock NAME -- CMD`: hold a lock while a command runs; and
-//! (`elect`) the same for leading an election.
+//! `latchkey lock NAME -- CMD`: hold a lock while a command runs; the same
+//! for a semaphore's permit (`sem`), and (`elect`) for leading an
+//! election.
 //!
 //! The command gets `LATCHKEY_LOCK`, `LATCHKEY_TOKEN`, `LATCHKEY_SEQUENCER`
 //! and `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
@@ -50,7 +51,7 @@ use std::time::Duration;
 use latchkey::{Client, Error, Leadership, LockGuard, Session};
 use tokio::process::Command;
 
-use super::args::{Args, ElectArgs, LockArgs};
+use super::args::{Args, ElectArgs, LockArgs, SemArgs};
 use super::connect::client;
 use super::failure::Failure;
 
@@ -63,6 +64,8 @@ pub(super) struct LockRequest {
     name: String,
     /// `Some`: campaign in election `name` with this value.
     campaign: Option<Vec<u8>>,
+    /// `Some`: take a permit of semaphore `name` of this many permits.
+    permits: Option<u32>,
     ttl: Duration,
     /// `None`: try once. `Some(None)`: wait as long as it takes.
     wait: Option<Option<Duration>>,
@@ -72,6 +75,14 @@ pub(super) struct LockRequest {
     /// Sent to the command once when the session is at risk.
     at_risk_signal: Option<i32>,
     command: Vec<String>,
+}
+
+/// `sem NAME --permits N -- CMD`: as `lock -- CMD`, with a permit.
+pub async fn run_semaphore(args: &Args, s: &SemArgs) -> Result<ExitCode, Failure> {
+    let c = client(args).map_err(|f| Failure::AroundCommand(Box::new(f)))?;
+    hold_while_running(c, LockRequest::semaphore(s))
+        .await
+        .map_err(|f| Failure::AroundCommand(Box::new(f)))
 }
 
 /// `lock NAME -- CMD`; latchkey's own failures, connecting included, are
@@ -88,6 +99,7 @@ impl From<&LockArgs> for LockRequest {
         LockRequest {
             name: l.name.clone(),
             campaign: None,
+            permits: None,
             ttl: l.ttl,
             wait: if l.no_wait { None } else { Some(l.wait) },
             shared: l.shared,
@@ -105,6 +117,7 @@ impl LockRequest {
         LockRequest {
             name: e.name.clone(),
             campaign: Some(value.as_bytes().to_vec()),
+            permits: None,
             ttl: e.ttl,
             wait: if e.no_wait { None } else { Some(e.wait) },
             shared: false,
@@ -115,11 +128,28 @@ impl LockRequest {
         }
     }
 
-    /// "lock NAME" or "election NAME", for messages.
+    /// One permit of semaphore `s.name`, running `s.command`.
+    fn semaphore(s: &SemArgs) -> LockRequest {
+        LockRequest {
+            name: s.name.clone(),
+            campaign: None,
+            permits: Some(s.permits),
+            ttl: s.ttl,
+            wait: if s.no_wait { None } else { Some(s.wait) },
+            shared: true,
+            lease: None,
+            lock_delay: s.lock_delay,
+            at_risk_signal: s.at_risk_signal.0,
+            command: s.command.clone(),
+        }
+    }
+
+    /// "lock NAME", "election NAME" or "semaphore NAME", for messages.
     fn what(&self) -> String {
-        match self.campaign {
-            Some(_) => format!("election {:?}", self.name),
-            None => format!("lock {:?}", self.name),
+        match (&self.campaign, self.permits) {
+            (Some(_), _) => format!("election {:?}", self.name),
+            (None, Some(_)) => format!("semaphore {:?}", self.name),
+            (None, None) => format!("lock {:?}", self.name),
         }
     }
 
@@ -137,6 +167,17 @@ impl LockRequest {
                 Some(Some(w)) => election.campaign_timeout(value, w).await?,
             };
             return Ok(won.map(Leadership::into_guard));
+        }
+        if let Some(permits) = self.permits {
+            let mut semaphore = session.semaphore(self.name.clone(), permits);
+            if let Some(d) = self.lock_delay {
+                semaphore = semaphore.lock_delay(d);
+            }
+            return match self.wait {
+                None => semaphore.try_acquire().await,
+                Some(None) => semaphore.acquire().await.map(Some),
+                Some(Some(w)) => semaphore.acquire_timeout(w).await,
+            };
         }
         let mut lock = session.lock(self.name.clone());
         if self.shared {
@@ -157,11 +198,12 @@ impl LockRequest {
 
     /// The failure for "not granted".
     pub(super) fn not_acquired(&self) -> Failure {
-        Failure::NotAcquired(match (self.wait, &self.campaign) {
-            (None, None) => format!("{} is busy", self.what()),
-            (None, Some(_)) => format!("{} has another leader", self.what()),
-            (Some(_), None) => format!("{} was not acquired", self.what()),
-            (Some(_), Some(_)) => format!("{}: not leading in time", self.what()),
+        Failure::NotAcquired(match (self.wait, &self.campaign, self.permits) {
+            (None, Some(_), _) => format!("{} has another leader", self.what()),
+            (None, None, Some(_)) => format!("{}: no permit is free", self.what()),
+            (None, None, None) => format!("{} is busy", self.what()),
+            (Some(_), Some(_), _) => format!("{}: not leading in time", self.what()),
+            (Some(_), None, _) => format!("{} was not acquired", self.what()),
         })
     }
 }
