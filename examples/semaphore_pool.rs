@@ -3,9 +3,9 @@
 //! A three-replica cluster runs in this process. Five workers share a pool
 //! of two permits (say, two licences of an external service): each takes a
 //! permit, works for a moment, writes a record fenced by its permit's own
-//! token, and gives the permit back. The sixth actor asks for the pool with
-//! another count and is refused. It exits non-zero if more than two workers
-//! ever held a permit at once.
+//! token, and gives the permit back. The demo holds a permit itself while
+//! they start, and asks for the pool with another count: refused. It exits
+//! non-zero if more than two permits were ever held at once.
 //!
 //! Run it with `cargo xtask demo semaphore` (or `cargo run -p latchkey
 //! --example semaphore_pool`).
@@ -35,8 +35,22 @@ async fn main() -> Result<()> {
         .map(|n| n.advertise_addr().to_string())
         .collect();
 
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
+    // The pool is in use (the demo holds a permit) before anyone else asks,
+    // so nobody can set another count first.
+    let client = Client::connect(&endpoints)?;
+    let session = client.session(Duration::from_secs(5)).await?;
+    let own = session.semaphore(POOL, PERMITS).acquire().await?;
+    println!(
+        "[main    ] holds a permit while the workers start, token {}",
+        own.token()
+    );
+    match session.semaphore(POOL, 3).try_acquire().await {
+        Err(e) => println!("[mistaken] asked for 3 permits: {e}"),
+        Ok(_) => return Err("a permit with another count was granted".into()),
+    }
+
+    let inside = Arc::new(AtomicUsize::new(1));
+    let most = Arc::new(AtomicUsize::new(1));
     let mut workers = Vec::new();
     for w in 1..=5 {
         let client = Client::connect(&endpoints)?;
@@ -60,22 +74,10 @@ async fn main() -> Result<()> {
             Ok::<_, latchkey::Error>(())
         }));
     }
-    // Someone who got the count wrong is told so, and holds nothing.
-    let client = Client::connect(&endpoints)?;
-    let session = client.session(Duration::from_secs(5)).await?;
-    for _ in 0..50 {
-        match session.semaphore(POOL, 3).try_acquire().await {
-            Err(e) => {
-                println!("[mistaken] asked for 3 permits: {e}");
-                break;
-            }
-            // Nobody held the pool at that moment: it is free, so any
-            // count is a new semaphore. Give it back and try again.
-            Ok(Some(p)) => p.release().await?,
-            Ok(None) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    own.release().await?;
+    println!("[main    ] released its permit");
     for w in workers {
         w.await??;
     }

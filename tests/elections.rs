@@ -275,7 +275,22 @@ async fn api(c: &mut Cluster) -> Result<()> {
         one.election("db").try_campaign("x").await?.is_none(),
         "another owner of the same session led while the first did"
     );
-    let try_two = two.election("db");
+    // One candidacy campaigns once: again while leading is refused, and
+    // after its resignation it may campaign anew.
+    let mut again = one.election("db2");
+    let first_term = again.campaign("a").await?;
+    let refused = again.try_campaign("b").await;
+    ensure!(
+        matches!(refused, Err(latchkey::Error::InvalidArgument(_))),
+        "a second campaign while leading answered {refused:?}"
+    );
+    first_term.resign().await?;
+    let second_term = again
+        .try_campaign("b")
+        .await?
+        .context("no term after resigning")?;
+    second_term.resign().await?;
+    let mut try_two = two.election("db");
     ensure!(
         try_two.try_campaign("10.0.0.2").await?.is_none(),
         "a second candidate led while the first did"

@@ -36,7 +36,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 8: elections ([`crate::lock::election_lock_name`]): an acquire carries
 /// a candidate's value, holders and waiters in a lock record keep it, and
 /// [`crate::lock::LockCommand::Proclaim`] is new.
-pub const FORMAT_VERSION: u8 = 8;
+///
+/// 9: semaphores: an acquire carries `permits`, a lock record keeps the
+/// count, [`crate::CommandError::PermitsMismatch`] is new; `Proclaim` and
+/// its outcome moved to the end of their enums.
+pub const FORMAT_VERSION: u8 = 9;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

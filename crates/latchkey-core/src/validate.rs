@@ -220,6 +220,13 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
                 if election_of(name).is_some() {
                     return Err(CommandError::invalid("an election is not a semaphore"));
                 }
+                // A permit shares the lock with other holders: a delay could
+                // only hold up every permit or none (see `lock_table.rs`).
+                if lock_delay_ms.is_some() {
+                    return Err(CommandError::invalid(
+                        "a semaphore's permit has no lock-delay",
+                    ));
+                }
             }
             check_duration(
                 TimerKind::Wait,

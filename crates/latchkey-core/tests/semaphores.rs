@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use latchkey_core::lock::{
     LockCommand, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, SessionSecret, Token,
+    WaitCancel,
 };
 use latchkey_core::{
     apply, query, BatchOp, Command, CommandError, CommandResult, MemStore, Outcome, Query, Request,
@@ -270,6 +271,14 @@ fn a_permit_fences_writes_while_it_is_held_and_a_reader_never_does() {
         })
     };
     c.run(fenced(&permit, 1)).expect("a held permit fences");
+    // The same token under another session is not that permit.
+    let mut other = permit.clone();
+    other.session = SessionId(2);
+    let refused = c.run(fenced(&other, 2)).expect_err("another session");
+    assert!(
+        matches!(refused, CommandError::StaleFence { .. }),
+        "{refused:?}"
+    );
     c.release(1, 0, permit.token).expect("releases");
     let refused = c.run(fenced(&permit, 1)).expect_err("released");
     assert!(
@@ -303,6 +312,15 @@ fn bad_permit_counts_are_refused_before_anything_changes() {
             "{refused:?}"
         );
     }
+    let mut delayed = c.acquire_command(1, 0, "pool", LockMode::Shared, Some(2), true);
+    if let LockCommand::Acquire { lock_delay_ms, .. } = &mut delayed {
+        *lock_delay_ms = Some(1_000);
+    }
+    let refused = c.lock(delayed).expect_err("a permit with a lock-delay");
+    assert!(
+        matches!(refused, CommandError::InvalidArgument(_)),
+        "{refused:?}"
+    );
     assert_eq!(c.pool(), (Vec::new(), 0, None));
 }
 
@@ -310,10 +328,30 @@ fn bad_permit_counts_are_refused_before_anything_changes() {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Permit { slot: u64, owner: u64, wait: bool },
-    Release { slot: u64, owner: u64 },
-    Cancel { slot: u64, owner: u64 },
-    End { slot: u64, expire: bool },
+    /// A permit of a semaphore of `count` permits (mostly [`PERMITS`]).
+    Permit {
+        slot: u64,
+        owner: u64,
+        wait: bool,
+        count: u32,
+    },
+    /// A plain exclusive acquire of the same name.
+    Plain {
+        slot: u64,
+        owner: u64,
+    },
+    Release {
+        slot: u64,
+        owner: u64,
+    },
+    Cancel {
+        slot: u64,
+        owner: u64,
+    },
+    End {
+        slot: u64,
+        expire: bool,
+    },
 }
 
 const SLOTS: u64 = 4;
@@ -323,8 +361,9 @@ fn step() -> impl Strategy<Value = Step> {
     let slot = 1..=SLOTS;
     let owner = 0..2u64;
     prop_oneof![
-        5 => (slot.clone(), owner.clone(), any::<bool>())
-            .prop_map(|(slot, owner, wait)| Step::Permit { slot, owner, wait }),
+        5 => (slot.clone(), owner.clone(), any::<bool>(), prop_oneof![4 => Just(PERMITS), 1 => Just(3u32)])
+            .prop_map(|(slot, owner, wait, count)| Step::Permit { slot, owner, wait, count }),
+        1 => (slot.clone(), owner.clone()).prop_map(|(slot, owner)| Step::Plain { slot, owner }),
         3 => (slot.clone(), owner.clone()).prop_map(|(slot, owner)| Step::Release { slot, owner }),
         1 => (slot.clone(), owner).prop_map(|(slot, owner)| Step::Cancel { slot, owner }),
         1 => (slot, any::<bool>()).prop_map(|(slot, expire)| Step::End { slot, expire }),
@@ -334,9 +373,10 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Never more holders than permits; the count stays while in use; a
-    /// waiter is granted only when a permit is free, in FIFO order; every
-    /// grant's token is above every earlier one.
+    /// Never more holders than permits; the count stays while in use (an
+    /// acquire with another count, or a plain one, is refused); a waiter is
+    /// granted only when a permit is free, in FIFO order; every grant's
+    /// token is above every earlier one.
     #[test]
     fn never_more_holders_than_permits(steps in prop::collection::vec(step(), 1..80)) {
         let mut c = Cluster::new();
@@ -347,13 +387,42 @@ proptest! {
         let mut held: BTreeMap<(u64, u64), Token> = BTreeMap::new();
         let mut waiting: BTreeMap<(u64, u64), u64> = BTreeMap::new();
         let mut last_token = Token(0);
+        // Queued parties, in the order they queued.
+        let mut queue: Vec<(u64, u64)> = Vec::new();
         for step in steps {
+            let (_, _, in_use_as) = c.pool();
             match step {
-                Step::Permit { slot, owner, wait } => {
-                    let command = c.acquire_command(slot, owner, "pool", LockMode::Shared, Some(PERMITS), wait);
+                Step::Permit { slot, owner, wait, count } => {
+                    let command = c.acquire_command(slot, owner, "pool", LockMode::Shared, Some(count), wait);
                     let request_id = c.next_request;
-                    if let Ok(LockOutcome::Queued { .. }) = c.lock(command) {
+                    let answer = c.lock(command);
+                    if let Some(p) = in_use_as {
+                        if p != count {
+                            prop_assert!(
+                                mismatch_or_dead(&answer),
+                                "a count of {} on a semaphore of {}: {:?}", count, p, answer
+                            );
+                        }
+                    }
+                    if let Ok(LockOutcome::Queued { .. }) = answer {
                         waiting.insert((slot, owner), request_id);
+                        queue.push((slot, owner));
+                    }
+                }
+                Step::Plain { slot, owner } => {
+                    let command = c.acquire_command(slot, owner, "pool", LockMode::Exclusive, None, false);
+                    let answer = c.lock(command);
+                    if in_use_as.is_some() {
+                        prop_assert!(
+                            mismatch_or_dead(&answer),
+                            "a plain acquire of a semaphore: {:?}", answer
+                        );
+                    } else if answer.is_ok() {
+                        // Held as a plain lock: release it at once so the
+                        // name is a semaphore again when next used.
+                        if let Ok(LockOutcome::Granted { sequencer, .. }) = answer {
+                            let _ = c.release(slot, owner, sequencer.token);
+                        }
                     }
                 }
                 Step::Release { slot, owner } => {
@@ -362,13 +431,17 @@ proptest! {
                 }
                 Step::Cancel { slot, owner } => {
                     if let Some(request_id) = waiting.get(&(slot, owner)).copied() {
-                        let _ = c.lock(LockCommand::CancelWait {
+                        let answer = c.lock(LockCommand::CancelWait {
                             session: SessionId(slot),
                             secret: secret(slot),
                             owner,
                             name: "pool".into(),
                             request_id,
                         });
+                        if matches!(answer, Ok(LockOutcome::WaitCancel(WaitCancel::Cancelled))) {
+                            queue.retain(|p| *p != (slot, owner));
+                            waiting.remove(&(slot, owner));
+                        }
                     }
                 }
                 Step::End { slot, expire } => {
@@ -378,16 +451,21 @@ proptest! {
                     } else {
                         LockCommand::CloseSession { session, secret: secret(slot) }
                     };
-                    let _ = c.lock(end);
+                    if c.lock(end).is_ok() {
+                        // Its waits were cancelled with it.
+                        queue.retain(|(s, _)| *s != slot);
+                        waiting.retain(|(s, _), _| *s != slot);
+                    }
                 }
             }
             let (holders, waiters, permits) = c.pool();
-            prop_assert!(holders.len() <= PERMITS as usize, "{} holders", holders.len());
-            if !holders.is_empty() || waiters > 0 {
-                prop_assert_eq!(permits, Some(PERMITS));
+            let limit = permits.unwrap_or(1) as usize;
+            prop_assert!(holders.len() <= limit, "{} holders of {} permits", holders.len(), limit);
+            if let (Some(before), Some(now)) = (in_use_as, permits) {
+                prop_assert_eq!(before, now, "the count changed while in use");
             }
             if waiters > 0 {
-                prop_assert_eq!(holders.len(), PERMITS as usize, "a waiter waits while a permit is free");
+                prop_assert_eq!(holders.len(), limit, "a waiter waits while a permit is free");
             }
             for (_, token) in &holders {
                 if !held.values().any(|t| t == token) {
@@ -407,7 +485,27 @@ proptest! {
                     }
                 }
             }
+            // FIFO: the waiters granted by this step were the oldest ones.
+            let granted: Vec<usize> = queue
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| held.contains_key(p))
+                .map(|(i, _)| i)
+                .collect();
+            prop_assert!(
+                granted.iter().enumerate().all(|(n, i)| n == *i),
+                "waiters granted out of order: positions {:?} of {:?}", granted, queue
+            );
+            queue.retain(|p| !held.contains_key(p));
             waiting.retain(|k, _| !held.contains_key(k));
         }
     }
+}
+
+/// Refused for the count (or, first, because the session has ended).
+fn mismatch_or_dead(answer: &Result<LockOutcome, CommandError>) -> bool {
+    matches!(
+        answer,
+        Err(CommandError::PermitsMismatch { .. } | CommandError::SessionEnded { .. })
+    )
 }

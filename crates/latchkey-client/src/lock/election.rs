@@ -95,8 +95,10 @@ impl Election {
     /// Campaign with `value` (at most 1,024 bytes: what observers are told,
     /// an address or an id) and wait in FIFO order, as long as it takes,
     /// until leading. Dropping the future withdraws the candidacy. Refused
-    /// (`InvalidArgument`) while this candidacy leads.
-    pub async fn campaign(&self, value: impl AsRef<[u8]>) -> Result<Leadership, Error> {
+    /// (`InvalidArgument`) while this candidacy leads. Takes `&mut self`:
+    /// one candidacy campaigns once at a time.
+    pub async fn campaign(&mut self, value: impl AsRef<[u8]>) -> Result<Leadership, Error> {
+        self.not_leading()?;
         let guard = self
             .lock
             .with_value(value.as_ref().to_vec())
@@ -107,7 +109,10 @@ impl Election {
 
     /// Campaign once: `None` if another candidate leads or waits (no
     /// overtaking) or the election is in lock-delay.
-    pub async fn try_campaign(&self, value: impl AsRef<[u8]>) -> Result<Option<Leadership>, Error> {
+    pub async fn try_campaign(
+        &mut self,
+        value: impl AsRef<[u8]>,
+    ) -> Result<Option<Leadership>, Error> {
         self.not_leading()?;
         let lock = self.lock.with_value(value.as_ref().to_vec());
         Ok(lock
@@ -119,7 +124,7 @@ impl Election {
     /// Campaign, waiting at most `wait`: `None` if another candidate still
     /// leads then (the candidacy is withdrawn).
     pub async fn campaign_timeout(
-        &self,
+        &mut self,
         value: impl AsRef<[u8]>,
         wait: Duration,
     ) -> Result<Option<Leadership>, Error> {
@@ -191,8 +196,11 @@ impl Leadership {
 
     /// Tell observers a new value (etcd's `Proclaim`): the leader key
     /// changes, the term stays. Refused with `NotHolder` or `StaleToken`
-    /// once this term is over. Takes `&mut self` so that one leadership's
-    /// proclamations (each resent until answered) apply in call order.
+    /// once this term is over. Takes `&mut self`, so one leadership's
+    /// proclamations are sent one after another; but a proclamation that
+    /// answered `Unavailable` or `UnknownOutcome` (or whose future was
+    /// dropped) may still apply after a later one: proclaim again after
+    /// such an error to be sure of the value shown.
     pub async fn proclaim(&mut self, value: impl AsRef<[u8]>) -> Result<(), Error> {
         let session = self.guard.session();
         let command = Command::Lock(LockCommand::Proclaim {

@@ -1,5 +1,6 @@
 //! Fenced writes to latchkey's own KV: applied only while a sequencer is
-//! its lock's current exclusive holder, atomically with that check. A
+//! a current grant (its lock's exclusive holder, or a held permit of a
+//! semaphore), atomically with that check. A
 //! [`LockGuard`](crate::LockGuard) makes them for its own grant; any
 //! client holding a sequencer and its session's secret can.
 
@@ -10,8 +11,9 @@ use crate::error::Error;
 use crate::kv::{unexpected, Batch, Client};
 
 impl Client {
-    /// Set `key` to `value` only while `sequencer` is the current exclusive
-    /// holder of its lock; otherwise nothing is written and the error
+    /// Set `key` to `value` only while `sequencer` is a current grant (the
+    /// exclusive holder of its lock, or a held semaphore permit); otherwise
+    /// nothing is written and the error
     /// answers [`Error::is_stale_fence`]. `secret` is the secret of the
     /// sequencer's session ([`crate::Session::secret`]): only the holder
     /// writes, not whoever read its sequencer. A [`crate::LockGuard`] does

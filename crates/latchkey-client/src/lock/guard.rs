@@ -22,10 +22,14 @@ use crate::kv::{unexpected, Batch};
 pub(super) type Grants = Arc<Mutex<BTreeMap<Token, Option<Instant>>>>;
 
 /// Release one hold of `sequencer` by `owner`: the holds it still has.
+/// `grants`, if given, forgets the grant once the cluster says it is over
+/// (released to 0 holds, or not held any more), here or in the background
+/// retry.
 pub(super) async fn release(
     session: &Session,
     owner: u64,
     sequencer: &Sequencer,
+    grants: Option<&Grants>,
 ) -> Result<u32, Error> {
     let command = Command::Lock(LockCommand::Release {
         session: session.id(),
@@ -35,7 +39,11 @@ pub(super) async fn release(
         name: sequencer.name.clone(),
         token: sequencer.token,
     });
-    match session.client().execute_with(command.clone(), true).await {
+    let result = session.client().execute_with(command.clone(), true).await;
+    if let Some(grants) = grants {
+        forget_if_over(grants, sequencer.token, &result);
+    }
+    match result {
         Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => Ok(remaining),
         Ok(other) => Err(unexpected("Released", &other)),
         Err(Error::Refused(CommandError::SessionEnded { .. })) => Err(session.lost_error()),
@@ -43,14 +51,34 @@ pub(super) async fn release(
             // The cluster did not answer in time. The release carries its
             // request id, so repeating it is safe: keep trying in the
             // background so the lock is not left held until the session ends.
-            retry_release_in_background(session.clone(), command);
+            retry_release_in_background(
+                session.clone(),
+                command,
+                grants.cloned().map(|g| (g, sequencer.token)),
+            );
             Err(e)
         }
         Err(e) => Err(e),
     }
 }
 
-fn retry_release_in_background(session: Session, command: Command) {
+/// Forget `token`'s grant if `result` (of a release of it) says it is over:
+/// released to 0 holds, or not held by this owner any more.
+fn forget_if_over(grants: &Grants, token: Token, result: &Result<Outcome, Error>) {
+    match result {
+        Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => {
+            forget_grant(grants, token, *remaining)
+        }
+        Err(Error::Refused(
+            CommandError::NotHolder { .. }
+            | CommandError::StaleToken { .. }
+            | CommandError::SessionEnded { .. },
+        )) => forget_grant(grants, token, 0),
+        _ => {}
+    }
+}
+
+fn retry_release_in_background(session: Session, command: Command, grant: Option<(Grants, Token)>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -58,7 +86,11 @@ fn retry_release_in_background(session: Session, command: Command) {
         let mut pause = Duration::from_millis(200);
         while session.is_live() {
             tokio::time::sleep(pause).await;
-            match session.client().execute_with(command.clone(), true).await {
+            let result = session.client().execute_with(command.clone(), true).await;
+            if let Some((grants, token)) = &grant {
+                forget_if_over(grants, *token, &result);
+            }
+            match result {
                 Err(Error::Unavailable { .. } | Error::UnknownOutcome(_)) => {
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
@@ -186,8 +218,13 @@ impl LockGuard {
         if self.released.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let remaining = release(&self.session, self.owner, &self.sequencer).await?;
-        forget_grant(&self.grants, self.sequencer.token, remaining);
+        release(
+            &self.session,
+            self.owner,
+            &self.sequencer,
+            Some(&self.grants),
+        )
+        .await?;
         Ok(())
     }
 
@@ -229,8 +266,8 @@ impl Drop for LockGuard {
         let sequencer = self.sequencer.clone();
         let grants = self.grants.clone();
         handle.spawn(async move {
-            match release(&session, owner, &sequencer).await {
-                Ok(remaining) => forget_grant(&grants, sequencer.token, remaining),
+            match release(&session, owner, &sequencer, Some(&grants)).await {
+                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(lock = %sequencer.name, error = %e, "background release failed")
                 }

@@ -394,7 +394,7 @@ impl Lock {
             while session.is_live() {
                 match session.client().execute_with(cancel.clone(), true).await {
                     Ok(Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(s)))) => {
-                        let _ = release(&session, owner, &s).await;
+                        let _ = release(&session, owner, &s, None).await;
                         return;
                     }
                     Ok(_) | Err(Error::Refused(_)) | Err(Error::InvalidArgument(_)) => return,

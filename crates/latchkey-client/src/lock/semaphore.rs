@@ -10,6 +10,20 @@
 //! refused with `PermitsMismatch`). A write fenced with a permit's
 //! sequencer applies only while that permit is held.
 //!
+//! Settled here:
+//! - The first user of a free name sets the count: a user with a wrong
+//!   count that comes first makes everyone else's acquires fail with
+//!   `PermitsMismatch` until it is done. Configure the count in one place.
+//! - No lock-delay: a permit is shared with other holders, so a delay
+//!   could only block the whole semaphore or none of it. A dead holder's
+//!   permit is free again as soon as its session ends; fence what the
+//!   holders write.
+//! - Permits' tokens grow with each grant, but several permits are current
+//!   at once: a store that keeps only the highest token seen (a
+//!   `FenceGate`) would refuse an older permit still held. Fence with the
+//!   cluster (`LockGuard::put` and friends, which check the permit itself)
+//!   or keep one gate resource per permit holder.
+//!
 //! Imports `session`, `guard`, `handle` (this file is after them).
 //!
 //! ```no_run
@@ -39,7 +53,6 @@ pub struct Semaphore {
     session: Session,
     name: String,
     permits: u32,
-    lock_delay: Option<Duration>,
 }
 
 impl Session {
@@ -51,20 +64,11 @@ impl Session {
             session: self.clone(),
             name: name.into(),
             permits,
-            lock_delay: None,
         }
     }
 }
 
 impl Semaphore {
-    /// After a permit's session expires, keep that permit unavailable for
-    /// `delay` (up to 1 min), so a holder that was cut off has time to
-    /// notice before another takes its place.
-    pub fn lock_delay(mut self, delay: Duration) -> Self {
-        self.lock_delay = Some(delay);
-        self
-    }
-
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -77,15 +81,10 @@ impl Semaphore {
 
     /// A new holder's lock handle for one permit.
     fn holder(&self) -> Lock {
-        let lock = self
-            .session
+        self.session
             .lock(self.name.clone())
             .shared()
-            .with_permits(self.permits);
-        match self.lock_delay {
-            Some(d) => lock.lock_delay(d),
-            None => lock,
-        }
+            .with_permits(self.permits)
     }
 
     /// Wait in FIFO order, as long as it takes, for a permit.

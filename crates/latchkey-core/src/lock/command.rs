@@ -84,7 +84,7 @@ pub enum LockCommand {
         /// The count is fixed while the lock is in use: an acquire with
         /// another count, or without one, is refused with
         /// [`CommandError::PermitsMismatch`](crate::CommandError::PermitsMismatch).
-        /// `None`: a lock.
+        /// No `lock_delay_ms` with it. `None`: a lock.
         permits: Option<u32>,
     },
     /// Release one hold of `name`, granted under `token`, by (`session`,

@@ -156,7 +156,7 @@
 //!   must be the lock's exclusive holder, a shared one a held permit of a
 //!   semaphore (name, token and session either way); else
 //!   [`StaleFence`](crate::CommandError::StaleFence) with the current
-//!   exclusive token if any, and nothing is written. A shared hold of a
+//!   exclusive token if any (none for a permit), and nothing is written. A shared hold of a
 //!   plain lock (a reader) fences nothing: refused as invalid. A sequencer
 //!   of an ended session is stale, not an unknown session. Once the fence
 //!   holds, the batch behaves exactly like [`crate::Command::Batch`]
@@ -165,7 +165,8 @@
 //! ## Semaphores
 //!
 //! - An acquire with `permits: Some(n)` (shared, 1 ≤ n ≤
-//!   [`MAX_LOCK_HOLDERS`](crate::limits::MAX_LOCK_HOLDERS)) takes a permit
+//!   [`MAX_LOCK_HOLDERS`](crate::limits::MAX_LOCK_HOLDERS), no lock-delay:
+//!   a delay could only hold up every permit or none) takes a permit
 //!   of the semaphore `name`: a shared grant like any other (own token,
 //!   FIFO queue, session-bound, re-entrant for the same owner), but at most
 //!   `n` grants hold the name at once.

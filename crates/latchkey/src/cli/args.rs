@@ -309,10 +309,6 @@ pub struct SemArgs {
     /// Do not wait: exit 205 at once if no permit is free.
     #[arg(long)]
     pub no_wait: bool,
-    /// Keep a dead holder's permit unavailable this long after its session
-    /// expired.
-    #[arg(long, value_parser = parse_duration)]
-    pub lock_delay: Option<Duration>,
     /// As `lock --at-risk-signal`.
     #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
     pub at_risk_signal: AtRiskSignal,

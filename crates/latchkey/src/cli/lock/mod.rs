@@ -138,7 +138,7 @@ impl LockRequest {
             wait: if s.no_wait { None } else { Some(s.wait) },
             shared: true,
             lease: None,
-            lock_delay: s.lock_delay,
+            lock_delay: None,
             at_risk_signal: s.at_risk_signal.0,
             command: s.command.clone(),
         }
@@ -169,10 +169,7 @@ impl LockRequest {
             return Ok(won.map(Leadership::into_guard));
         }
         if let Some(permits) = self.permits {
-            let mut semaphore = session.semaphore(self.name.clone(), permits);
-            if let Some(d) = self.lock_delay {
-                semaphore = semaphore.lock_delay(d);
-            }
+            let semaphore = session.semaphore(self.name.clone(), permits);
             return match self.wait {
                 None => semaphore.try_acquire().await,
                 Some(None) => semaphore.acquire().await.map(Some),
