@@ -9,49 +9,15 @@ use std::collections::BTreeMap;
 use latchkey_core::data;
 use latchkey_core::lock::{
     election_lock_name, Leader, LockCommand, LockMode, LockOutcome, LockQuery, Sequencer,
-    SessionId, SessionSecret, Token, MAX_ELECTION_VALUE_LEN,
+    SessionId, Token, MAX_ELECTION_VALUE_LEN,
 };
-use latchkey_core::{
-    apply, query, BatchOp, Command, CommandError, CommandResult, MemStore, Outcome, Query, Request,
-    Test,
-};
+use latchkey_core::{query, BatchOp, Command, CommandError, CommandResult, Outcome, Query, Test};
 use proptest::prelude::*;
 
-fn secret(id: u64) -> SessionSecret {
-    SessionSecret([id as u8; 16])
-}
-
-struct Cluster {
-    store: MemStore,
-    now: u64,
-    next_request: u64,
-}
+mod state;
+use state::{secret, Cluster};
 
 impl Cluster {
-    fn new() -> Self {
-        Cluster {
-            store: MemStore::default(),
-            now: 1,
-            next_request: 1,
-        }
-    }
-
-    fn run(&mut self, command: Command) -> CommandResult {
-        self.now += 1;
-        let request = Request {
-            now: self.now,
-            command,
-        };
-        apply(&mut self.store, &request).expect("MemStore never fails")
-    }
-
-    fn lock(&mut self, command: LockCommand) -> Result<LockOutcome, CommandError> {
-        match self.run(Command::Lock(command))? {
-            Outcome::Lock(o) => Ok(o),
-            other => panic!("not a lock outcome: {other:?}"),
-        }
-    }
-
     fn open(&mut self, id: u64) -> SessionId {
         match self.lock(LockCommand::OpenSession {
             ttl_ms: 10_000,

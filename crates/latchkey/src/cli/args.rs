@@ -292,6 +292,44 @@ pub enum SessionCmd {
     },
 }
 
+/// What `lock`, `sem` and `elect` share: how long the hold outlives this
+/// process, how long to wait for it, and the at-risk signal of `-- CMD`.
+#[derive(Debug, clap::Args)]
+pub struct HoldArgs {
+    /// Session TTL: how long the lock, permit or leadership outlives this
+    /// process if it dies.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Wait at most this long (default: as long as it takes).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Do not wait: give up at once (exit 205 with CMD, else 5) if the
+    /// lock is busy, no permit is free or another leads.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// The signal sent to the command once when the session is at risk
+    /// (keep-alives unacknowledged for a third of the TTL), before the hard
+    /// kill at loss: TERM, INT, HUP, QUIT, USR1 or USR2 (or SIGTERM, ...),
+    /// or `none`. A failover slower than a third of the TTL also puts the
+    /// session at risk, though the lock usually survives it: a command
+    /// that should finish its work then can trap the signal, or choose
+    /// `none`.
+    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
+    pub at_risk_signal: AtRiskSignal,
+}
+
+impl HoldArgs {
+    /// `None`: try once; `Some(None)`: wait as long as it takes;
+    /// `Some(Some(d))`: wait at most `d`.
+    pub fn wait_plan(&self) -> Option<Option<Duration>> {
+        if self.no_wait {
+            None
+        } else {
+            Some(self.wait)
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct SemArgs {
     /// The semaphore's name.
@@ -300,18 +338,8 @@ pub struct SemArgs {
     /// give the same count while it is in use.
     #[arg(long)]
     pub permits: u32,
-    /// Session TTL: how long the permit outlives this process if it dies.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    /// Wait at most this long for a permit (default: as long as it takes).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
-    pub wait: Option<Duration>,
-    /// Do not wait: exit 205 at once if no permit is free.
-    #[arg(long)]
-    pub no_wait: bool,
-    /// As `lock --at-risk-signal`.
-    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
-    pub at_risk_signal: AtRiskSignal,
+    #[command(flatten)]
+    pub hold: HoldArgs,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -328,23 +356,12 @@ pub struct ElectArgs {
     /// Print the leader now and at every change until Ctrl-C.
     #[arg(long)]
     pub observe: bool,
-    /// Session TTL: how long leadership outlives this process if it dies.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    /// Wait at most this long to lead (default: as long as it takes).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
-    pub wait: Option<Duration>,
-    /// Do not wait: exit 5 (205 with CMD) at once if another leads.
-    #[arg(long)]
-    pub no_wait: bool,
+    #[command(flatten)]
+    pub hold: HoldArgs,
     /// Keep the election without a leader this long after a leader's
     /// session expired (so a deposed leader has time to notice).
     #[arg(long, value_parser = parse_duration)]
     pub lock_delay: Option<Duration>,
-    /// As `lock --at-risk-signal`: sent to CMD once when the session is at
-    /// risk, before the hard kill at loss.
-    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
-    pub at_risk_signal: AtRiskSignal,
     /// The command to run while leading, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -354,15 +371,8 @@ pub struct ElectArgs {
 pub struct LockArgs {
     /// The lock's name.
     pub name: String,
-    /// Session TTL: how long the lock outlives this process if it dies.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    /// Wait at most this long for the lock (default: as long as it takes).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
-    pub wait: Option<Duration>,
-    /// Do not wait: exit 205 at once if the lock is busy.
-    #[arg(long)]
-    pub no_wait: bool,
+    #[command(flatten)]
+    pub hold: HoldArgs,
     /// Take the lock shared (with other shared holders).
     #[arg(long)]
     pub shared: bool,
@@ -372,15 +382,6 @@ pub struct LockArgs {
     /// Keep the lock unavailable this long after a forced release.
     #[arg(long, value_parser = parse_duration)]
     pub lock_delay: Option<Duration>,
-    /// The signal sent to the command once when the session is at risk
-    /// (keep-alives unacknowledged for a third of the TTL), before the hard
-    /// kill at loss: TERM, INT, HUP, QUIT, USR1 or USR2 (or SIGTERM, ...),
-    /// or `none`. A failover slower than a third of the TTL also puts the
-    /// session at risk, though the lock usually survives it: a command
-    /// that should finish its work then can trap the signal, or choose
-    /// `none`.
-    #[arg(long, default_value = "TERM", value_parser = parse_at_risk_signal)]
-    pub at_risk_signal: AtRiskSignal,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -62,7 +62,7 @@ async fn lead_until_stopped(args: &Args, e: &ElectArgs, value: &str) -> Result<E
     );
     let c: Client = client(args)?;
     let req = LockRequest::campaign(e, value);
-    let session = c.session(e.ttl).await?;
+    let session = c.session(e.hold.ttl).await?;
     let won = tokio::select! {
         won = req.acquire(&session) => won,
         _ = term.recv() => Ok(None),

@@ -100,12 +100,12 @@ impl From<&LockArgs> for LockRequest {
             name: l.name.clone(),
             campaign: None,
             permits: None,
-            ttl: l.ttl,
-            wait: if l.no_wait { None } else { Some(l.wait) },
+            ttl: l.hold.ttl,
+            wait: l.hold.wait_plan(),
             shared: l.shared,
             lease: l.lease,
             lock_delay: l.lock_delay,
-            at_risk_signal: l.at_risk_signal.0,
+            at_risk_signal: l.hold.at_risk_signal.0,
             command: l.command.clone(),
         }
     }
@@ -118,12 +118,12 @@ impl LockRequest {
             name: e.name.clone(),
             campaign: Some(value.as_bytes().to_vec()),
             permits: None,
-            ttl: e.ttl,
-            wait: if e.no_wait { None } else { Some(e.wait) },
+            ttl: e.hold.ttl,
+            wait: e.hold.wait_plan(),
             shared: false,
             lease: None,
             lock_delay: e.lock_delay,
-            at_risk_signal: e.at_risk_signal.0,
+            at_risk_signal: e.hold.at_risk_signal.0,
             command: e.command.clone(),
         }
     }
@@ -134,12 +134,12 @@ impl LockRequest {
             name: s.name.clone(),
             campaign: None,
             permits: Some(s.permits),
-            ttl: s.ttl,
-            wait: if s.no_wait { None } else { Some(s.wait) },
+            ttl: s.hold.ttl,
+            wait: s.hold.wait_plan(),
             shared: true,
             lease: None,
             lock_delay: None,
-            at_risk_signal: s.at_risk_signal.0,
+            at_risk_signal: s.hold.at_risk_signal.0,
             command: s.command.clone(),
         }
     }
