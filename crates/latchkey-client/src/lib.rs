@@ -95,8 +95,8 @@ pub use error::Error;
 pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
 pub use lock::{
-    Election, EndedSession, LeaderChange, LeaderStream, Leadership, Lock, LockGuard, Semaphore,
-    Session,
+    Election, EndedSession, LeaderChange, LeaderStream, Leadership, Lock, LockGuard, MultiLock,
+    MultiLockGuard, Semaphore, Session,
 };
 pub use options::{ClientOptions, UserCredentials, MAX_CLIENT_DURATION};
 pub use transport::{channel, TransportStats};

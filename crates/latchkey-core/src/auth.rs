@@ -729,6 +729,17 @@ impl<S: Store> Checker<'_, S> {
                 None => Ok(()),
             })
         };
+        let all_locks = |session: SessionId, names: &mut dyn Iterator<Item = &str>| -> Checked {
+            if let Err(e) = self.owns(session)? {
+                return Ok(Err(e));
+            }
+            for n in names {
+                if let Err(e) = self.need(L, Target::Lock(n)) {
+                    return Ok(Err(e));
+                }
+            }
+            Ok(Ok(()))
+        };
         match command {
             // Lock users hold locks in sessions, writers make their writes
             // retry-safe and bind keys in them.
@@ -743,6 +754,12 @@ impl<S: Store> Checker<'_, S> {
             | LockCommand::Release { session, name, .. }
             | LockCommand::CancelWait { session, name, .. }
             | LockCommand::Proclaim { session, name, .. } => session_and(*session, Some(name)),
+            LockCommand::AcquireAll { session, names, .. } => {
+                all_locks(*session, &mut names.iter().map(String::as_str))
+            }
+            LockCommand::ReleaseAll {
+                session, grants, ..
+            } => all_locks(*session, &mut grants.iter().map(|(name, _)| name.as_str())),
             LockCommand::Fenced {
                 sequencer,
                 conditions,

@@ -40,7 +40,10 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 9: semaphores: an acquire carries `permits`, a lock record keeps the
 /// count, [`crate::CommandError::PermitsMismatch`] is new; `Proclaim` and
 /// its outcome moved to the end of their enums.
-pub const FORMAT_VERSION: u8 = 9;
+///
+/// 10: multi-locks: a lock record's waiter keeps the `group` of locks it
+/// waits for; `AcquireAll`, `ReleaseAll` and their outcomes are appended.
+pub const FORMAT_VERSION: u8 = 10;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

@@ -61,6 +61,10 @@ pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
 pub const MAX_LOCK_HOLDERS: usize = 1_024;
 /// Most requests waiting in one lock's queue.
 pub const MAX_LOCK_WAITERS: usize = 1_024;
+/// Most locks one multi-lock ([`crate::lock::LockCommand::AcquireAll`])
+/// takes. Its waiter is stored in each of their queues with every name, so
+/// its size grows with the square of this.
+pub const MAX_MULTI_LOCK_NAMES: usize = 32;
 /// Most sessions live at once in the whole cluster: an `OpenSession` beyond
 /// it is refused with [`crate::CommandError::TooManySessions`] until others
 /// close or expire. Every replica keeps each live session, and up to

@@ -161,6 +161,51 @@ fn check_duration(
     }
 }
 
+/// The wait, lease and lock-delay of an acquire, each optional.
+fn check_acquire_durations(
+    wait_ms: Option<u64>,
+    lease_ms: Option<u64>,
+    lock_delay_ms: Option<u64>,
+) -> Result<(), CommandError> {
+    check_duration(TimerKind::Wait, wait_ms, MIN_LOCK_WAIT_MS, MAX_LOCK_WAIT_MS)?;
+    check_duration(
+        TimerKind::Lease,
+        lease_ms,
+        MIN_LOCK_LEASE_MS,
+        MAX_LOCK_LEASE_MS,
+    )?;
+    check_duration(
+        TimerKind::LockDelay,
+        lock_delay_ms,
+        MIN_LOCK_DELAY_MS,
+        MAX_LOCK_DELAY_MS,
+    )
+}
+
+/// The lock names of a multi-lock: at most [`MAX_MULTI_LOCK_NAMES`], each
+/// valid, none twice. Returns their bytes.
+fn check_multi_lock_names<'a>(
+    names: impl ExactSizeIterator<Item = &'a String>,
+) -> Result<usize, CommandError> {
+    if names.len() > MAX_MULTI_LOCK_NAMES {
+        return Err(CommandError::invalid(format!(
+            "a multi-lock takes at most {MAX_MULTI_LOCK_NAMES} locks, not {}",
+            names.len()
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut total = 0;
+    for name in names {
+        total += check_lock_name(name)?;
+        if !seen.insert(name) {
+            return Err(CommandError::invalid(format!(
+                "a multi-lock names {name:?} twice"
+            )));
+        }
+    }
+    Ok(total)
+}
+
 fn check_sequencer(sequencer: &Sequencer) -> Result<usize, CommandError> {
     check_token(sequencer.token)?;
     check_lock_name(&sequencer.name)
@@ -228,24 +273,40 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
                     ));
                 }
             }
-            check_duration(
-                TimerKind::Wait,
-                *wait_ms,
-                MIN_LOCK_WAIT_MS,
-                MAX_LOCK_WAIT_MS,
-            )?;
-            check_duration(
-                TimerKind::Lease,
-                *lease_ms,
-                MIN_LOCK_LEASE_MS,
-                MAX_LOCK_LEASE_MS,
-            )?;
-            check_duration(
-                TimerKind::LockDelay,
-                *lock_delay_ms,
-                MIN_LOCK_DELAY_MS,
-                MAX_LOCK_DELAY_MS,
-            )?;
+            check_acquire_durations(*wait_ms, *lease_ms, *lock_delay_ms)?;
+            Ok(n)
+        }
+        LockCommand::AcquireAll {
+            names,
+            wait_ms,
+            lease_ms,
+            lock_delay_ms,
+            ..
+        } => {
+            if names.len() < 2 {
+                return Err(CommandError::invalid(format!(
+                    "a multi-lock takes 2 to {MAX_MULTI_LOCK_NAMES} locks, not {} (take one \
+                     lock with a plain acquire)",
+                    names.len()
+                )));
+            }
+            let n = check_multi_lock_names(names.iter())?;
+            if let Some(name) = names.iter().find(|n| election_of(n).is_some()) {
+                return Err(CommandError::invalid(format!(
+                    "{name:?} is an election: a multi-lock takes locks, not leaderships"
+                )));
+            }
+            check_acquire_durations(*wait_ms, *lease_ms, *lock_delay_ms)?;
+            Ok(n)
+        }
+        LockCommand::ReleaseAll { grants, .. } => {
+            if grants.is_empty() {
+                return Err(CommandError::invalid("a multi-lock release names no lock"));
+            }
+            let n = check_multi_lock_names(grants.iter().map(|(name, _)| name))?;
+            for (_, token) in grants {
+                check_token(*token)?;
+            }
             Ok(n)
         }
         LockCommand::Release { name, token, .. }

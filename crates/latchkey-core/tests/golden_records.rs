@@ -165,7 +165,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (09); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (0a); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -187,7 +187,7 @@ const ROWS: &[(&str, &str)] = &[
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "09 01 01           # revision 1, 1 change:
+        "0a 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -195,33 +195,33 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "09 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "0a 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "09 03 01  01 6b
+        "0a 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
     (
         "57 0000000000000004",
-        "09 04 01  01 65  01 01 78 04 04 01  00  00",
+        "0a 04 01  01 65  01 01 78 04 04 01  00  00",
     ),
     (
         "57 0000000000000005",
-        "09 05 01  01 74  01 01 79 05 05 01  00  00",
+        "0a 05 01  01 74  01 01 79 05 05 01  00  00",
     ),
     (
         "57 0000000000000006",
-        "09 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+        "0a 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
          00                 #   current None (deleted),
          01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
          00",
     ),
     (
         "57 0000000000000007",
-        "09 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
+        "0a 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
          00                 #   current None (deleted),
          01 01 77 02 02 01  #   previous Some { \"w\", 2, 2, 1 }
          00",
@@ -235,7 +235,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay, permits }).
     (
         "4c 61",
-        "09
+        "0a
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None,
@@ -244,13 +244,14 @@ const ROWS: &[(&str, &str)] = &[
          02 01 01 00        #   session 2, owner 1, request 1, Exclusive,
          fb8813  00         #   wait_ms 5000, lease_ms None,
          01 fbe803          #   lock_delay_ms Some(1000),
-         00                 #   value []
+         00                 #   value [],
+         00                 #   group [] (not a multi-lock)
          00                 # delay: None,
          00                 # permits: None (a lock, not a semaphore)",
     ),
     (
         "4c 62",
-        "09
+        "0a
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 }),
          00                 # permits: None",
@@ -269,7 +270,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "09
+        "0a
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -283,7 +284,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000001 0000000000000002",
-        "09
+        "0a
          01                 # request: Asked::Write, the SHA-256 of the delete:
          1cef68fe585f6770c237a0d02da18d078d26740ceeb92daa5a6411efe4dcf2f6
          02                 # answer: Answer::Written
@@ -291,7 +292,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "09
+        "0a
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -307,12 +308,12 @@ const ROWS: &[(&str, &str)] = &[
     // forgotten_below, kept_below, secret }).
     (
         "53 0000000000000001",
-        "09 fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
+        "0a fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
          11111111111111111111111111111111 # secret",
     ),
     (
         "53 0000000000000002",
-        "09 fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "0a fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret",
     ),
 ];
@@ -335,7 +336,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 9);
+    assert_eq!(FORMAT_VERSION, 10);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;

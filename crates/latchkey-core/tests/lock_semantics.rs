@@ -616,7 +616,8 @@ fn close_session_releases_everything_without_lock_delay() {
             cancelled: 1
         }
     );
-    // Locks in name order: busy, s, x.
+    // Every hold and wait of the session goes first (locks in name order:
+    // busy, s, x), then the queues move on, then freed locks are reported.
     assert_eq!(
         events,
         vec![
@@ -634,6 +635,20 @@ fn close_session_releases_everything_without_lock_delay() {
                 name: "busy".into(),
                 why: WaitEnd::SessionEnded(SessionEnd::Closed)
             },
+            Event::Released {
+                session: a,
+                owner: 2,
+                name: "s".into(),
+                token: Token(2),
+                why: HoldEnd::SessionEnded(SessionEnd::Closed)
+            },
+            Event::Released {
+                session: a,
+                owner: 1,
+                name: "x".into(),
+                token: held.token,
+                why: HoldEnd::SessionEnded(SessionEnd::Closed)
+            },
             Event::Granted {
                 session: b,
                 owner: 1,
@@ -643,21 +658,6 @@ fn close_session_releases_everything_without_lock_delay() {
                 token: Token(4),
                 lease_ms: None,
                 waited: true
-            },
-            Event::Released {
-                session: a,
-                owner: 2,
-                name: "s".into(),
-                token: Token(2),
-                why: HoldEnd::SessionEnded(SessionEnd::Closed)
-            },
-            Event::LockFreed { name: "s".into() },
-            Event::Released {
-                session: a,
-                owner: 1,
-                name: "x".into(),
-                token: held.token,
-                why: HoldEnd::SessionEnded(SessionEnd::Closed)
             },
             Event::Granted {
                 session: b,
@@ -669,6 +669,7 @@ fn close_session_releases_everything_without_lock_delay() {
                 lease_ms: None,
                 waited: true
             },
+            Event::LockFreed { name: "s".into() },
             Event::SessionEnded {
                 session: a,
                 how: SessionEnd::Closed

@@ -346,6 +346,8 @@ unary_service!(Lock for LockService {
     get_session(v1::GetSessionRequest) -> v1::SessionReply = GetSession;
     acquire(v1::AcquireRequest) -> v1::AcquireReply = Acquire;
     release(v1::ReleaseRequest) -> v1::ReleaseReply = Release;
+    acquire_all(v1::AcquireAllRequest) -> v1::AcquireAllReply = AcquireAll;
+    release_all(v1::ReleaseAllRequest) -> v1::ReleaseAllReply = ReleaseAll;
     cancel_wait(v1::CancelWaitRequest) -> v1::CancelWaitReply = CancelWait;
     fenced_write(v1::FencedWriteRequest) -> v1::BatchReply = FencedWrite;
     check_sequencer(v1::CheckSequencerRequest) -> v1::CheckSequencerReply = CheckSequencer;

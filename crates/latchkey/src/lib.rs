@@ -52,8 +52,8 @@ pub use latchkey_client::{
     TlsError, TlsOptions, Token, TransportStats, UserCredentials, UserInfo, Versioned,
 };
 pub use latchkey_client::{
-    Election, KeyChange, Leader, LeaderChange, LeaderStream, Leadership, Selection, Semaphore,
-    Watch, WatchMessage,
+    Election, KeyChange, Leader, LeaderChange, LeaderStream, Leadership, MultiLock, MultiLockGuard,
+    Selection, Semaphore, Watch, WatchMessage,
 };
 pub use latchkey_core as core;
 pub use latchkey_server::{

@@ -86,6 +86,9 @@ DEMOS:
                     order and the deposed leader's fenced write is refused
     semaphore       (semaphore_pool) five workers share two permits, each
                     fenced by its own token; a wrong count is refused
+    multilock       (transfer) transfers between accounts lock both accounts
+                    at once, named in either order: no deadlock, no lost
+                    money, each balance written fenced by its own lock
 ";
 
 const TEST_HELP: &str = "\
@@ -258,6 +261,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("discovery", &["service_discovery"], "discovery"),
     ("election", &["leader_election"], "leader_election"),
     ("semaphore", &["semaphore_pool"], "semaphore_pool"),
+    ("multilock", &["transfer", "multi_lock"], "transfer"),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "watch"];

@@ -39,13 +39,58 @@ pub(super) async fn release(
         name: sequencer.name.clone(),
         token: sequencer.token,
     });
-    let result = session.client().execute_with(command.clone(), true).await;
-    if let Some(grants) = grants {
-        forget_if_over(grants, sequencer.token, &result);
-    }
+    let tokens = [sequencer.token];
+    let result = send_release(session, command, grants, &tokens).await;
     match result {
         Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => Ok(remaining),
         Ok(other) => Err(unexpected("Released", &other)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Release one hold of each of a multi-lock's grants, `sequencers`, by
+/// `owner`, in one step: (the locks released, the locks whose grant no
+/// longer held). `grants`, if given, forgets them all once the cluster
+/// answers (a multi-lock's grants are never re-entered, so one hold is
+/// all they have).
+pub(super) async fn release_all(
+    session: &Session,
+    owner: u64,
+    sequencers: &[Sequencer],
+    grants: Option<&Grants>,
+) -> Result<(Vec<String>, Vec<String>), Error> {
+    let command = Command::Lock(LockCommand::ReleaseAll {
+        session: session.id(),
+        secret: session.secret(),
+        owner,
+        request_id: session.next_request(),
+        grants: sequencers
+            .iter()
+            .map(|s| (s.name.clone(), s.token))
+            .collect(),
+    });
+    let tokens: Vec<Token> = sequencers.iter().map(|s| s.token).collect();
+    match send_release(session, command, grants, &tokens).await? {
+        Outcome::Lock(LockOutcome::ReleasedAll { released, gone }) => Ok((released, gone)),
+        other => Err(unexpected("ReleasedAll", &other)),
+    }
+}
+
+/// Send a release (`Release` or `ReleaseAll`) of the grants `tokens`,
+/// forgetting them in `grants` once over. If the cluster does not answer in
+/// time, the error is returned and the release is retried in the
+/// background.
+async fn send_release(
+    session: &Session,
+    command: Command,
+    grants: Option<&Grants>,
+    tokens: &[Token],
+) -> Result<Outcome, Error> {
+    let result = session.client().execute_with(command.clone(), true).await;
+    if let Some(grants) = grants {
+        forget_if_over(grants, tokens, &result);
+    }
+    match result {
         Err(Error::Refused(CommandError::SessionEnded { .. })) => Err(session.lost_error()),
         Err(e @ (Error::Unavailable { .. } | Error::UnknownOutcome(_))) => {
             // The cluster did not answer in time. The release carries its
@@ -54,31 +99,37 @@ pub(super) async fn release(
             retry_release_in_background(
                 session.clone(),
                 command,
-                grants.cloned().map(|g| (g, sequencer.token)),
+                grants.cloned().map(|g| (g, tokens.to_vec())),
             );
             Err(e)
         }
-        Err(e) => Err(e),
+        other => other,
     }
 }
 
-/// Forget `token`'s grant if `result` (of a release of it) says it is over:
-/// released to 0 holds, or not held by this owner any more.
-fn forget_if_over(grants: &Grants, token: Token, result: &Result<Outcome, Error>) {
-    match result {
-        Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => {
-            forget_grant(grants, token, *remaining)
-        }
+/// Forget the grants `tokens` if `result` (of a release of them) says they
+/// are over: released to 0 holds, or not held by this owner any more.
+fn forget_if_over(grants: &Grants, tokens: &[Token], result: &Result<Outcome, Error>) {
+    let remaining = match result {
+        Ok(Outcome::Lock(LockOutcome::Released { remaining, .. })) => *remaining,
+        Ok(Outcome::Lock(LockOutcome::ReleasedAll { .. })) => 0,
         Err(Error::Refused(
             CommandError::NotHolder { .. }
             | CommandError::StaleToken { .. }
             | CommandError::SessionEnded { .. },
-        )) => forget_grant(grants, token, 0),
-        _ => {}
+        )) => 0,
+        _ => return,
+    };
+    for token in tokens {
+        forget_grant(grants, *token, remaining);
     }
 }
 
-fn retry_release_in_background(session: Session, command: Command, grant: Option<(Grants, Token)>) {
+fn retry_release_in_background(
+    session: Session,
+    command: Command,
+    grant: Option<(Grants, Vec<Token>)>,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -87,8 +138,8 @@ fn retry_release_in_background(session: Session, command: Command, grant: Option
         while session.is_live() {
             tokio::time::sleep(pause).await;
             let result = session.client().execute_with(command.clone(), true).await;
-            if let Some((grants, token)) = &grant {
-                forget_if_over(grants, *token, &result);
+            if let Some((grants, tokens)) = &grant {
+                forget_if_over(grants, tokens, &result);
             }
             match result {
                 Err(Error::Unavailable { .. } | Error::UnknownOutcome(_)) => {
@@ -169,6 +220,18 @@ impl LockGuard {
     /// The party within the session that holds the grant.
     pub(super) fn owner(&self) -> u64 {
         self.owner
+    }
+
+    /// Take over releasing this grant (a multi-lock releases its grants
+    /// together): the guard will not release it, on drop or otherwise.
+    /// False if it was released already.
+    pub(super) fn take_release(&self) -> bool {
+        !self.released.swap(true, Ordering::SeqCst)
+    }
+
+    /// The handle's grant table this guard's grant is in.
+    pub(super) fn grants(&self) -> &Grants {
+        &self.grants
     }
 
     /// True while this client can vouch that it holds the lock: not

@@ -12,7 +12,7 @@ use latchkey_core::lock::{LockCommand, LockMode, LockOutcome, Sequencer, WaitCan
 use latchkey_core::{Command, CommandError, CommandResult, Outcome};
 use latchkey_proto::Operation;
 
-use super::guard::{release, Grants, LockGuard};
+use super::guard::{release, release_all, Grants, LockGuard};
 use super::lease_clock;
 use super::session::{millis, Session};
 use crate::error::Error;
@@ -98,6 +98,9 @@ pub struct Lock {
     /// A semaphore's permit count (see [`crate::Semaphore`]); `None` for a
     /// lock.
     permits: Option<u32>,
+    /// A multi-lock's other locks (see [`crate::MultiLock`]), taken with
+    /// `name` in one step; empty for a lock.
+    also: Vec<String>,
     /// Local lease deadline of each live grant of this owner, by token, so
     /// a re-entrant acquire inherits the first grant's deadline (the cluster
     /// keeps the first grant's lease).
@@ -117,6 +120,7 @@ impl Lock {
             lock_delay: None,
             value: Vec::new(),
             permits: None,
+            also: Vec::new(),
             grants: Arc::default(),
         }
     }
@@ -133,6 +137,7 @@ impl Lock {
             lock_delay: self.lock_delay,
             value,
             permits: self.permits,
+            also: self.also.clone(),
             grants: self.grants.clone(),
         }
     }
@@ -151,9 +156,19 @@ impl Clone for Lock {
             lock_delay: self.lock_delay,
             value: self.value.clone(),
             permits: self.permits,
+            also: self.also.clone(),
             grants: Arc::default(),
         }
     }
+}
+
+/// What an acquire got: one grant per lock asked for, in the order asked.
+pub(super) struct Got {
+    sequencers: Vec<Sequencer>,
+    /// A lower bound of the grant time.
+    granted_after: Instant,
+    /// Holds of the grant, counting this one (a multi-lock's: 1).
+    hold_count: u32,
 }
 
 /// Withdraws an acquire whose caller stopped waiting (its future was
@@ -177,6 +192,11 @@ impl Drop for PendingAcquire<'_> {
 /// The longest wait the cluster accepts (a day).
 fn longest_wait() -> Duration {
     Duration::from_millis(MAX_LOCK_WAIT_MS)
+}
+
+/// `wait` held to what the cluster accepts: 1 ms to a day.
+pub(super) fn clamp_wait(wait: Duration) -> Duration {
+    wait.clamp(Duration::from_millis(MIN_LOCK_WAIT_MS), longest_wait())
 }
 
 impl Lock {
@@ -205,6 +225,13 @@ impl Lock {
     /// lock (see [`crate::Semaphore`]).
     pub(super) fn with_permits(mut self, permits: u32) -> Self {
         self.permits = Some(permits);
+        self
+    }
+
+    /// Take `also` with this lock, all in one step (see
+    /// [`crate::MultiLock`]).
+    pub(super) fn with_also(mut self, also: Vec<String>) -> Self {
+        self.also = also;
         self
     }
 
@@ -258,32 +285,62 @@ impl Lock {
     /// returned. docs/ARCHITECTURE.md, "The path of a lock acquire", shows
     /// the three timers side by side.
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<Option<LockGuard>, Error> {
-        let shortest = Duration::from_millis(MIN_LOCK_WAIT_MS);
-        self.acquire_inner(Some(wait.clamp(shortest, longest_wait())))
-            .await
+        self.acquire_inner(Some(clamp_wait(wait))).await
     }
 
     /// Acquire, waiting up to `wait` (`None`: try once).
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<LockGuard>, Error> {
+        let got = self.acquire_grants(wait).await?;
+        Ok(got.and_then(|got| self.guards(got).into_iter().next()))
+    }
+
+    /// The acquire (of this lock, or of all of a multi-lock's locks) that
+    /// request `request_id` sends.
+    fn acquire_command(&self, request_id: u64, wait_ms: Option<u64>) -> Command {
+        let session = &self.session;
+        if self.also.is_empty() {
+            return Command::Lock(LockCommand::Acquire {
+                session: session.id(),
+                secret: session.secret(),
+                owner: self.owner,
+                request_id,
+                name: self.name.clone(),
+                mode: self.mode,
+                wait_ms,
+                lease_ms: self.lease.map(millis),
+                lock_delay_ms: self.lock_delay.map(millis),
+                value: self.value.clone(),
+                permits: self.permits,
+            });
+        }
+        Command::Lock(LockCommand::AcquireAll {
+            session: session.id(),
+            secret: session.secret(),
+            owner: self.owner,
+            request_id,
+            names: std::iter::once(&self.name)
+                .chain(&self.also)
+                .cloned()
+                .collect(),
+            mode: self.mode,
+            wait_ms,
+            lease_ms: self.lease.map(millis),
+            lock_delay_ms: self.lock_delay.map(millis),
+        })
+    }
+
+    /// Acquire, waiting up to `wait` (`None`: try once): the grants, or
+    /// `None` if busy or not granted in time.
+    pub(super) async fn acquire_grants(
+        &self,
+        wait: Option<Duration>,
+    ) -> Result<Option<Got>, Error> {
         let session = &self.session;
         if !session.is_live() {
             return Err(session.lost_error());
         }
         let request_id = session.next_request();
-        let wait_ms = wait.map(millis);
-        let command = Command::Lock(LockCommand::Acquire {
-            session: session.id(),
-            secret: session.secret(),
-            owner: self.owner,
-            request_id,
-            name: self.name.clone(),
-            mode: self.mode,
-            wait_ms,
-            lease_ms: self.lease.map(millis),
-            lock_delay_ms: self.lock_delay.map(millis),
-            value: self.value.clone(),
-            permits: self.permits,
-        });
+        let command = self.acquire_command(request_id, wait.map(millis));
         latchkey_core::validate_command(&command)?;
         let mut pending = PendingAcquire {
             lock: self,
@@ -320,7 +377,19 @@ impl Lock {
                     hold_count,
                 })) => {
                     pending.armed = false;
-                    return Ok(Some(self.guard(sequencer, lease_base, hold_count)));
+                    return Ok(Some(Got {
+                        sequencers: vec![sequencer],
+                        granted_after: lease_base,
+                        hold_count,
+                    }));
+                }
+                Ok(Outcome::Lock(LockOutcome::GrantedAll { sequencers })) => {
+                    pending.armed = false;
+                    return Ok(Some(Got {
+                        sequencers,
+                        granted_after: lease_base,
+                        hold_count: 1,
+                    }));
                 }
                 Ok(Outcome::Lock(LockOutcome::Queued { .. })) => {
                     lease_base = attempt_sent;
@@ -360,18 +429,24 @@ impl Lock {
     }
 
     /// Withdraw a wait the leader has not cancelled in time.
-    async fn cancel(
-        &self,
-        request_id: u64,
-        granted_after: Instant,
-    ) -> Result<Option<LockGuard>, Error> {
+    async fn cancel(&self, request_id: u64, granted_after: Instant) -> Result<Option<Got>, Error> {
         let client = self.session.client();
+        let got = |sequencers| {
+            Some(Got {
+                sequencers,
+                granted_after,
+                hold_count: 1,
+            })
+        };
         match client
             .execute_with(self.cancel_command(request_id), true)
             .await?
         {
             Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGranted(sequencer))) => {
-                Ok(Some(self.guard(sequencer, granted_after, 1)))
+                Ok(got(vec![sequencer]))
+            }
+            Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGrantedAll(all))) => {
+                Ok(got(all))
             }
             Outcome::Lock(LockOutcome::WaitCancel(_)) => Ok(None),
             other => Err(unexpected("WaitCancel", &other)),
@@ -397,6 +472,12 @@ impl Lock {
                         let _ = release(&session, owner, &s, None).await;
                         return;
                     }
+                    Ok(Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::AlreadyGrantedAll(
+                        all,
+                    )))) => {
+                        let _ = release_all(&session, owner, &all, None).await;
+                        return;
+                    }
                     Ok(_) | Err(Error::Refused(_)) | Err(Error::InvalidArgument(_)) => return,
                     Err(e) => {
                         tracing::debug!(error = %e, "withdrawing an abandoned acquire; retrying");
@@ -406,6 +487,14 @@ impl Lock {
                 }
             }
         });
+    }
+
+    /// A guard for each grant an acquire got, in the order asked.
+    pub(super) fn guards(&self, got: Got) -> Vec<LockGuard> {
+        got.sequencers
+            .into_iter()
+            .map(|s| self.guard(s, got.granted_after, got.hold_count))
+            .collect()
     }
 
     /// A guard for a grant that happened after `granted_after`.

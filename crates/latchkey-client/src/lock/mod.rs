@@ -23,6 +23,9 @@
 //!   `handle`;
 //! - `semaphore`: [`Semaphore`], at most N holders of a name, each
 //!   permit fenced by its own token; imports `session`, `guard`, `handle`;
+//! - `multi_lock`: [`MultiLock`] and [`MultiLockGuard`], several locks
+//!   taken in one step or none and released together; imports `session`,
+//!   `guard`, `handle`;
 //! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
@@ -41,6 +44,7 @@ mod guard;
 mod handle;
 mod jeopardy;
 mod lease_clock;
+mod multi_lock;
 mod operator;
 mod semaphore;
 mod session;
@@ -50,6 +54,7 @@ mod watchdog;
 pub use election::{Election, LeaderChange, LeaderStream, Leadership};
 pub use guard::LockGuard;
 pub use handle::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use operator::EndedSession;
 pub use semaphore::Semaphore;
 pub use session::Session;

@@ -198,6 +198,12 @@ async fn unary(
             Rep::EndSession(lock.end_session(as_user(user, r)).await?.into_inner())
         }
         Req::Proclaim(r) => Rep::Proclaim(lock.proclaim(as_user(user, r)).await?.into_inner()),
+        Req::AcquireAll(r) => {
+            Rep::AcquireAll(lock.acquire_all(as_user(user, r)).await?.into_inner())
+        }
+        Req::ReleaseAll(r) => {
+            Rep::ReleaseAll(lock.release_all(as_user(user, r)).await?.into_inner())
+        }
         Req::CloseSession(r) => {
             Rep::CloseSession(lock.close_session(as_user(user, r)).await?.into_inner())
         }

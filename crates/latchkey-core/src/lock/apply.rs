@@ -1,7 +1,7 @@
 //! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
 
 use super::event::{Event, SessionEnd};
-use super::{election, fence, lock_table, session, LockCommand};
+use super::{election, fence, lock_table, multi_lock, session, LockCommand};
 use crate::data::Change;
 use crate::staged::{self, Staged};
 use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
@@ -118,6 +118,18 @@ fn dispatch<S: Store>(
         } => {
             session::check_secret(store, *session, secret)?;
             lock_table::release(store, command, events)?
+        }
+        LockCommand::AcquireAll {
+            session, secret, ..
+        } => {
+            session::check_secret(store, *session, secret)?;
+            multi_lock::acquire_all(store, command, events)?
+        }
+        LockCommand::ReleaseAll {
+            session, secret, ..
+        } => {
+            session::check_secret(store, *session, secret)?;
+            multi_lock::release_all(store, command, events)?
         }
         LockCommand::CancelWait {
             session,

@@ -203,6 +203,52 @@ pub enum LockCommand {
         #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
+    /// Acquire every lock of `names` for (`session`, `owner`) in one entry,
+    /// or none: a multi-lock (Curator's `InterProcessMultiLock`). While it
+    /// waits it holds none of them. `names`: 2 to
+    /// [`MAX_MULTI_LOCK_NAMES`](crate::limits::MAX_MULTI_LOCK_NAMES)
+    /// distinct locks (no elections). The rest is as in
+    /// [`LockCommand::Acquire`], for each lock. Returns
+    /// [`LockOutcome::GrantedAll`], or [`LockOutcome::Queued`] under the
+    /// first name. The rules are in `multi_lock.rs`.
+    AcquireAll {
+        /// The acquiring session.
+        session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
+        /// The party within the session that will hold the locks; it must
+        /// hold and wait for none of them.
+        owner: u64,
+        /// This request's id within the session; a retry reuses it.
+        request_id: u64,
+        /// The locks, in the order their grants are made and reported.
+        names: Vec<String>,
+        /// Exclusive or shared, for every lock.
+        mode: LockMode,
+        /// How long the request may wait, in milliseconds; `None`: try once.
+        wait_ms: Option<u64>,
+        /// Maximum hold time of each grant, in milliseconds; `None`: no lease.
+        lease_ms: Option<u64>,
+        /// Lock-delay after a forced release of each grant; `None`: none.
+        lock_delay_ms: Option<u64>,
+    },
+    /// Release one hold of each of (`session`, `owner`)'s `grants` (lock
+    /// name, token) in one entry: a multi-lock given back. A grant that no
+    /// longer holds is reported in [`LockOutcome::ReleasedAll`], not
+    /// refused. 1 to [`MAX_MULTI_LOCK_NAMES`](crate::limits::MAX_MULTI_LOCK_NAMES)
+    /// distinct locks.
+    ReleaseAll {
+        /// The holding session.
+        session: SessionId,
+        /// The session's secret.
+        secret: SessionSecret,
+        /// The holding party within the session.
+        owner: u64,
+        /// This request's id within the session; a retry reuses it.
+        request_id: u64,
+        /// The grants: each lock's name and the token it was granted under.
+        grants: Vec<(String, Token)>,
+    },
 }
 
 /// Who may propose a [`LockCommand`]. The core applies whatever is in the
@@ -222,7 +268,9 @@ impl LockCommand {
             LockCommand::OpenSession { .. }
             | LockCommand::CloseSession { .. }
             | LockCommand::Acquire { .. }
+            | LockCommand::AcquireAll { .. }
             | LockCommand::Release { .. }
+            | LockCommand::ReleaseAll { .. }
             | LockCommand::CancelWait { .. }
             | LockCommand::Fenced { .. }
             | LockCommand::Proclaim { .. }
@@ -254,6 +302,8 @@ impl LockCommand {
                 ops,
                 ..
             } => sequencer.name.len() + crate::command::batch_payload_len(conditions, ops),
+            LockCommand::AcquireAll { names, .. } => names.iter().map(String::len).sum(),
+            LockCommand::ReleaseAll { grants, .. } => grants.iter().map(|(n, _)| n.len()).sum(),
         }
     }
 }
@@ -395,6 +445,22 @@ pub enum LockOutcome {
         /// The leader's term.
         term: Token,
     },
+    /// A multi-lock holds every lock it asked for: one grant each, in the
+    /// order of [`LockCommand::AcquireAll`]'s names. Also what a queued
+    /// multi-lock's retry returns once granted.
+    GrantedAll {
+        /// The grants, in the order asked.
+        sequencers: Vec<Sequencer>,
+    },
+    /// What a [`LockCommand::ReleaseAll`] did.
+    ReleasedAll {
+        /// The locks one hold of whose grant was released, in the order
+        /// given.
+        released: Vec<String>,
+        /// The locks whose grant no longer held (lease run out, released by
+        /// force, released before), in the order given.
+        gone: Vec<String>,
+    },
 }
 
 /// What a [`LockCommand::CancelWait`] found.
@@ -407,6 +473,9 @@ pub enum WaitCancel {
     /// or release it. A cancel never releases a grant, because the grant may
     /// already have been reported to the waiting client.
     AlreadyGranted(Sequencer),
+    /// As `AlreadyGranted`, for a multi-lock: it holds (or held) all of
+    /// these, in the order asked.
+    AlreadyGrantedAll(Vec<Sequencer>),
     /// No such wait: wrong ids, or too old to be remembered.
     NotWaiting,
 }

@@ -158,6 +158,7 @@ pub(crate) fn recall<S: Store>(
         Some(Answer::WaitCancelled) => {
             let name = match request {
                 LockCommand::Acquire { name, .. } => name.clone(),
+                LockCommand::AcquireAll { names, .. } => names.first().cloned().unwrap_or_default(),
                 _ => String::new(),
             };
             Err(CommandError::WaitCancelled { name, request_id }.into())

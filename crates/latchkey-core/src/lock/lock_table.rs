@@ -67,6 +67,25 @@ pub(crate) struct Waiter {
     /// An election candidate's value; empty for a lock.
     #[serde(with = "crate::codec::bytes")]
     pub value: Vec<u8>,
+    /// A multi-lock's waiter ([`LockCommand::AcquireAll`]): every lock it
+    /// asked for, in its order, this one included. It waits in each of
+    /// their queues and is granted all of them in one step, once it heads
+    /// every queue and every lock is free for it (see `settle`). Empty for
+    /// a single acquire.
+    pub group: Vec<String>,
+}
+
+impl Waiter {
+    /// Is this the queued acquire `request_id` of (`session`, `owner`)?
+    pub(crate) fn is(&self, session: SessionId, owner: u64, request_id: u64) -> bool {
+        self.session == session && self.owner == owner && self.request_id == request_id
+    }
+
+    /// The lock a multi-lock's wait is reported under (its first), or
+    /// `name` for a single acquire's.
+    pub(crate) fn reported_name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.group.first().map_or(name, String::as_str)
+    }
 }
 
 /// A lock-delay in force.
@@ -96,7 +115,7 @@ impl LockRecord {
         self.holders.first().map(|h| h.mode)
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.holders.is_empty() && self.queue.is_empty() && self.delay.is_none()
     }
 
@@ -115,7 +134,7 @@ impl LockRecord {
 
     /// Could a request in `mode` join the current holders now (ignoring the
     /// queue)?
-    fn compatible(&self, mode: LockMode) -> bool {
+    pub(crate) fn compatible(&self, mode: LockMode) -> bool {
         if self.delay.is_some() {
             return false;
         }
@@ -178,7 +197,9 @@ impl LockRecord {
             return Some("holders during a lock-delay");
         }
         if let Some(head) = self.queue.first() {
-            if self.compatible(head.mode) {
+            // A multi-lock's waiter may head this queue while another of its
+            // locks is not free for it: it then holds this queue up.
+            if head.group.is_empty() && self.compatible(head.mode) {
                 return Some("the queue's head could be granted but waits");
             }
         }
@@ -262,14 +283,14 @@ pub(crate) fn save<S: Store>(
 }
 
 /// What a new grant is made of.
-struct NewHold {
-    session: SessionId,
-    owner: u64,
-    request_id: u64,
-    mode: LockMode,
-    lease_ms: Option<u64>,
-    lock_delay_ms: Option<u64>,
-    value: Vec<u8>,
+pub(crate) struct NewHold {
+    pub session: SessionId,
+    pub owner: u64,
+    pub request_id: u64,
+    pub mode: LockMode,
+    pub lease_ms: Option<u64>,
+    pub lock_delay_ms: Option<u64>,
+    pub value: Vec<u8>,
 }
 
 impl From<Waiter> for NewHold {
@@ -287,7 +308,7 @@ impl From<Waiter> for NewHold {
 }
 
 /// Make a new grant with the next token.
-fn grant<S: Store>(
+pub(crate) fn grant<S: Store>(
     store: &mut S,
     lock: &mut LockState,
     hold: NewHold,
@@ -321,66 +342,166 @@ fn grant<S: Store>(
     Ok(sequencer)
 }
 
-/// Move the queue on: grant the head while it is compatible.
-fn advance<S: Store>(store: &mut S, lock: &mut LockState, events: &mut Vec<Event>) -> Applied<()> {
-    while let Some(head) = lock.rec.queue.first() {
-        if !lock.rec.compatible(head.mode) {
-            break;
+/// The locks one command works on, each loaded once and written back
+/// together by [`Locks::save`], so that moving one queue on can look at
+/// (and grant) the other locks of a multi-lock's waiter without reading a
+/// record this command has already changed in memory.
+#[derive(Default)]
+pub(crate) struct Locks {
+    loaded: std::collections::BTreeMap<String, LockState>,
+}
+
+impl Locks {
+    /// `name`'s state, loaded on first use.
+    pub(crate) fn get<S: Store>(
+        &mut self,
+        store: &S,
+        name: &str,
+    ) -> Result<&mut LockState, StoreError> {
+        use std::collections::btree_map::Entry;
+        match self.loaded.entry(name.to_string()) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => Ok(e.insert(load(store, name)?)),
         }
-        let waiter = lock.rec.queue.remove(0);
-        let (session, request_id) = (waiter.session, waiter.request_id);
-        let sequencer = grant(store, lock, NewHold::from(waiter), true, events)?;
-        dedup::update(
-            store,
-            session,
-            request_id,
-            Answer::Outcome(LockOutcome::Granted {
-                sequencer,
-                hold_count: 1,
-            }),
-        )?;
+    }
+
+    /// Write every loaded lock back, in name order (see [`save`]).
+    pub(crate) fn save<S: Store>(
+        self,
+        store: &mut S,
+        events: &mut Vec<Event>,
+    ) -> Result<(), StoreError> {
+        for lock in self.loaded.into_values() {
+            save(store, lock, events)?;
+        }
+        Ok(())
+    }
+}
+
+/// Move the queues on, starting at `name`: while a queue's head is
+/// compatible it is granted. A multi-lock's waiter at a head is granted
+/// only together with every other lock it waits for, and only once it
+/// heads each of their queues and each is free for it; until then it holds
+/// this queue up (strict FIFO: nobody overtakes it). A grant of a
+/// multi-lock moves its other locks' queues on too.
+///
+/// No multi-lock waiter waits forever for another: a command enqueues a
+/// waiter in all its queues at once, so every queue is in log order, and
+/// the oldest waiter of all heads each of its queues.
+pub(crate) fn settle<S: Store>(
+    store: &mut S,
+    locks: &mut Locks,
+    name: &str,
+    events: &mut Vec<Event>,
+) -> Applied<()> {
+    let mut todo = BTreeSet::from([name.to_string()]);
+    while let Some(name) = todo.pop_first() {
+        loop {
+            let lock = locks.get(store, &name)?;
+            let Some(head) = lock.rec.queue.first() else {
+                break;
+            };
+            if !lock.rec.compatible(head.mode) {
+                break;
+            }
+            if head.group.is_empty() {
+                let waiter = lock.rec.queue.remove(0);
+                let (session, request_id) = (waiter.session, waiter.request_id);
+                let sequencer = grant(store, lock, NewHold::from(waiter), true, events)?;
+                dedup::update(
+                    store,
+                    session,
+                    request_id,
+                    Answer::Outcome(LockOutcome::Granted {
+                        sequencer,
+                        hold_count: 1,
+                    }),
+                )?;
+                continue;
+            }
+            let (session, owner, request_id) = (head.session, head.owner, head.request_id);
+            let group = head.group.clone();
+            if !heads_all(store, locks, &group, session, owner, request_id)? {
+                break;
+            }
+            let mut sequencers = Vec::with_capacity(group.len());
+            for member in &group {
+                let lock = locks.get(store, member)?;
+                let waiter = lock.rec.queue.remove(0);
+                sequencers.push(grant(store, lock, NewHold::from(waiter), true, events)?);
+                if *member != name {
+                    todo.insert(member.clone());
+                }
+            }
+            dedup::update(
+                store,
+                session,
+                request_id,
+                Answer::Outcome(LockOutcome::GrantedAll { sequencers }),
+            )?;
+        }
     }
     Ok(())
 }
 
+/// Does the multi-lock waiter (`session`, `owner`, `request_id`) head the
+/// queue of every lock in `group`, each free for it?
+fn heads_all<S: Store>(
+    store: &S,
+    locks: &mut Locks,
+    group: &[String],
+    session: SessionId,
+    owner: u64,
+    request_id: u64,
+) -> Result<bool, StoreError> {
+    for member in group {
+        let lock = locks.get(store, member)?;
+        match lock.rec.queue.first() {
+            Some(w) if w.is(session, owner, request_id) && lock.rec.compatible(w.mode) => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
 /// After holders were removed by force: start a lock-delay if the lock is
-/// now without holders and a removed grant asked for one, else move on.
+/// now without holders and a removed grant asked for one. The caller then
+/// moves the queue on ([`settle`]).
 ///
 /// `min_delay_ms`: a lock-delay every removed grant gets at least (an
 /// operator's end of a session: the session's TTL, see
 /// [`LockCommand::EndSession`]); 0 for none beyond the grants' own.
-fn after_forced_release<S: Store>(
-    store: &mut S,
+fn start_lock_delay(
     lock: &mut LockState,
     removed: &[Holder],
     min_delay_ms: u64,
     events: &mut Vec<Event>,
-) -> Applied<()> {
-    if lock.rec.holders.is_empty() {
-        let delay_of = |h: &Holder| match (h.lock_delay_ms, min_delay_ms) {
-            (None, 0) => None,
-            (own, floor) => Some(own.unwrap_or(0).max(floor)),
-        };
-        let token = removed
-            .iter()
-            .filter(|h| delay_of(h).is_some())
-            .map(|h| h.token)
-            .max();
-        let delay_ms = removed.iter().filter_map(delay_of).max();
-        if let (Some(token), Some(delay_ms)) = (token, delay_ms) {
-            lock.rec.delay = Some(LockDelay { token, delay_ms });
-            events.push(Event::LockDelayStarted {
-                name: lock.name.clone(),
-                token,
-                delay_ms,
-            });
-        }
+) {
+    if !lock.rec.holders.is_empty() {
+        return;
     }
-    advance(store, lock, events)
+    let delay_of = |h: &Holder| match (h.lock_delay_ms, min_delay_ms) {
+        (None, 0) => None,
+        (own, floor) => Some(own.unwrap_or(0).max(floor)),
+    };
+    let token = removed
+        .iter()
+        .filter(|h| delay_of(h).is_some())
+        .map(|h| h.token)
+        .max();
+    let delay_ms = removed.iter().filter_map(delay_of).max();
+    if let (Some(token), Some(delay_ms)) = (token, delay_ms) {
+        lock.rec.delay = Some(LockDelay { token, delay_ms });
+        events.push(Event::LockDelayStarted {
+            name: lock.name.clone(),
+            token,
+            delay_ms,
+        });
+    }
 }
 
 /// The [`CommandError::Busy`] for a try-once acquire of `lock`.
-fn busy(lock: &LockState) -> CommandError {
+pub(crate) fn busy(lock: &LockState) -> CommandError {
     CommandError::Busy {
         name: lock.name.clone(),
         holder: lock.rec.holders.first().map(Holder::info),
@@ -495,6 +616,7 @@ pub(crate) fn acquire<S: Store>(
             lease_ms: *lease_ms,
             lock_delay_ms: *lock_delay_ms,
             value: value.clone(),
+            group: Vec::new(),
         });
         events.push(Event::Queued {
             session,
@@ -539,14 +661,38 @@ pub(crate) fn release<S: Store>(
     if let Some(first) = dedup::recall(store, session, &session_rec, request_id, command)? {
         return Ok(first);
     }
-    let mut lock = load(store, name)?;
+    let mut locks = Locks::default();
+    let lock = locks.get(store, name)?;
+    let remaining = release_hold(lock, session, owner, token, events)?;
+    settle(store, &mut locks, name, events)?;
+    let outcome = LockOutcome::Released {
+        name: name.clone(),
+        token,
+        remaining,
+    };
+    dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
+    locks.save(store, events)?;
+    Ok(outcome)
+}
+
+/// Release one hold of (`session`, `owner`)'s grant `token` of `lock`:
+/// the holds left (0: the grant is over, and reported). The caller moves
+/// the queue on.
+pub(crate) fn release_hold(
+    lock: &mut LockState,
+    session: SessionId,
+    owner: u64,
+    token: Token,
+    events: &mut Vec<Event>,
+) -> Result<u32, CommandError> {
+    let name = &lock.name;
     let Some(i) = lock
         .rec
         .holders
         .iter()
         .position(|h| h.session == session && h.owner == owner)
     else {
-        return Err(CommandError::NotHolder { name: name.clone() }.into());
+        return Err(CommandError::NotHolder { name: name.clone() });
     };
     let holder = &mut lock.rec.holders[i];
     if holder.token != token {
@@ -554,8 +700,7 @@ pub(crate) fn release<S: Store>(
             name: name.clone(),
             token,
             current: holder.token,
-        }
-        .into());
+        });
     }
     holder.count = holder.count.saturating_sub(1);
     let remaining = holder.count;
@@ -568,16 +713,8 @@ pub(crate) fn release<S: Store>(
             token: gone.token,
             why: HoldEnd::Released,
         });
-        advance(store, &mut lock, events)?;
     }
-    let outcome = LockOutcome::Released {
-        name: name.clone(),
-        token,
-        remaining,
-    };
-    dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
-    save(store, lock, events)?;
-    Ok(outcome)
+    Ok(remaining)
 }
 
 /// [`LockCommand::Proclaim`], validated already: the leader (session,
@@ -628,24 +765,38 @@ pub(crate) fn cancel_wait<S: Store>(
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
     session::load_live(store, session)?;
-    let mut lock = load(store, name)?;
+    let mut locks = Locks::default();
+    let lock = locks.get(store, name)?;
     let queued = lock
         .rec
         .queue
         .iter()
-        .position(|w| w.session == session && w.owner == owner && w.request_id == request_id);
-    if let Some(i) = queued {
-        lock.rec.queue.remove(i);
+        .find(|w| w.is(session, owner, request_id));
+    if let Some(waiter) = queued {
+        // A multi-lock's wait leaves every queue it is in.
+        let members = match waiter.group.as_slice() {
+            [] => vec![name.to_string()],
+            group => group.to_vec(),
+        };
         events.push(Event::WaitCancelled {
             session,
             owner,
             request_id,
-            name: name.to_string(),
+            name: waiter.reported_name(name).to_string(),
             why: WaitEnd::Cancelled,
         });
+        for member in &members {
+            locks
+                .get(store, member)?
+                .rec
+                .queue
+                .retain(|w| !w.is(session, owner, request_id));
+        }
         dedup::update(store, session, request_id, Answer::WaitCancelled)?;
-        advance(store, &mut lock, events)?;
-        save(store, lock, events)?;
+        for member in &members {
+            settle(store, &mut locks, member, events)?;
+        }
+        locks.save(store, events)?;
         return Ok(LockOutcome::WaitCancel(WaitCancel::Cancelled));
     }
     let found = match dedup::lookup(store, session, request_id)? {
@@ -658,6 +809,18 @@ pub(crate) fn cancel_wait<S: Store>(
             ) if *o == owner && n == name => match answer {
                 Answer::Outcome(LockOutcome::Granted { sequencer, .. }) => {
                     WaitCancel::AlreadyGranted(sequencer)
+                }
+                Answer::WaitCancelled => WaitCancel::Cancelled,
+                Answer::Outcome(_) | Answer::Written(_) => WaitCancel::NotWaiting,
+            },
+            (
+                Asked::Lock(LockCommand::AcquireAll {
+                    owner: o, names, ..
+                }),
+                answer,
+            ) if *o == owner && names.iter().any(|n| n == name) => match answer {
+                Answer::Outcome(LockOutcome::GrantedAll { sequencers }) => {
+                    WaitCancel::AlreadyGrantedAll(sequencers)
                 }
                 Answer::WaitCancelled => WaitCancel::Cancelled,
                 Answer::Outcome(_) | Answer::Written(_) => WaitCancel::NotWaiting,
@@ -676,7 +839,8 @@ pub(crate) fn expire_lease<S: Store>(
     token: Token,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
-    let mut lock = load(store, name)?;
+    let mut locks = Locks::default();
+    let lock = locks.get(store, name)?;
     let Some(i) = lock
         .rec
         .holders
@@ -693,8 +857,9 @@ pub(crate) fn expire_lease<S: Store>(
         token,
         why: HoldEnd::LeaseExpired,
     });
-    after_forced_release(store, &mut lock, &[gone], 0, events)?;
-    save(store, lock, events)?;
+    start_lock_delay(lock, &[gone], 0, events);
+    settle(store, &mut locks, name, events)?;
+    locks.save(store, events)?;
     Ok(LockOutcome::LeaseExpired { released: true })
 }
 
@@ -705,7 +870,8 @@ pub(crate) fn end_lock_delay<S: Store>(
     token: Token,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
-    let mut lock = load(store, name)?;
+    let mut locks = Locks::default();
+    let lock = locks.get(store, name)?;
     if lock.rec.delay.map(|d| d.token) != Some(token) {
         return Ok(LockOutcome::LockDelayEnded { ended: false });
     }
@@ -714,22 +880,25 @@ pub(crate) fn end_lock_delay<S: Store>(
         name: name.to_string(),
         token,
     });
-    advance(store, &mut lock, events)?;
-    save(store, lock, events)?;
+    settle(store, &mut locks, name, events)?;
+    locks.save(store, events)?;
     Ok(LockOutcome::LockDelayEnded { ended: true })
 }
 
-/// Remove every hold and wait of an ending `session` from lock `name`.
-/// Returns (holds released, waits cancelled).
+/// Remove every hold and wait of an ending `session` from lock `name` in
+/// `locks`, starting its lock-delay if due. The caller moves the queue on
+/// ([`settle`]) once the session is gone from all its locks. Returns
+/// (holds released, waits cancelled).
 pub(crate) fn drop_session<S: Store>(
     store: &mut S,
+    locks: &mut Locks,
     name: &str,
     session: SessionId,
     how: SessionEnd,
     ttl_ms: u64,
     events: &mut Vec<Event>,
 ) -> Applied<(u32, u32)> {
-    let mut lock = load(store, name)?;
+    let lock = locks.get(store, name)?;
     let (gone, kept): (Vec<Holder>, Vec<Holder>) = std::mem::take(&mut lock.rec.holders)
         .into_iter()
         .partition(|h| h.session == session);
@@ -747,7 +916,14 @@ pub(crate) fn drop_session<S: Store>(
             why: HoldEnd::SessionEnded(how),
         });
     }
-    for w in &cancelled {
+    // A multi-lock's wait is in several queues and is reported (and
+    // counted) once, by its first lock; the session's end reaches the
+    // other queues in the same entry.
+    let reported: Vec<&Waiter> = cancelled
+        .iter()
+        .filter(|w| w.reported_name(name) == name)
+        .collect();
+    for w in &reported {
         events.push(Event::WaitCancelled {
             session,
             owner: w.owner,
@@ -757,13 +933,12 @@ pub(crate) fn drop_session<S: Store>(
         });
     }
     match how {
-        SessionEnd::Expired => after_forced_release(store, &mut lock, &gone, 0, events)?,
+        SessionEnd::Expired => start_lock_delay(lock, &gone, 0, events),
         // The holder's client may count its lease valid for up to a TTL
         // after its last keep-alive: nobody gets the lock before that.
-        SessionEnd::Ended => after_forced_release(store, &mut lock, &gone, ttl_ms, events)?,
-        SessionEnd::Closed => advance(store, &mut lock, events)?,
+        SessionEnd::Ended => start_lock_delay(lock, &gone, ttl_ms, events),
+        SessionEnd::Closed => {}
     }
-    save(store, lock, events)?;
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    Ok((count(gone.len()), count(cancelled.len())))
+    Ok((count(gone.len()), count(reported.len())))
 }

@@ -265,6 +265,7 @@ mod event;
 mod fence;
 pub(crate) mod lock_table;
 mod mode;
+mod multi_lock;
 mod query;
 pub(crate) mod record;
 mod sequencer;

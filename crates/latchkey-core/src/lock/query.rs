@@ -254,7 +254,13 @@ fn census<S: Store>(store: &S) -> Result<LockCensus, StoreError> {
         c.locks += 1;
         c.held += u64::from(!rec.holders.is_empty());
         c.holds += rec.holders.len() as u64;
-        c.waiters += rec.queue.len() as u64;
+        // A multi-lock's wait counts once, in its first lock.
+        let name = lock_name(key)?;
+        c.waiters += rec
+            .queue
+            .iter()
+            .filter(|w| w.reported_name(&name) == name)
+            .count() as u64;
         c.delayed += u64::from(rec.delay.is_some());
         Ok(())
     })?;
@@ -295,7 +301,9 @@ fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
                 delay_ms: d.delay_ms,
             });
         }
-        for w in &rec.queue {
+        // A multi-lock's wait is in every one of its queues but timed
+        // once, under its first lock, like its `Queued` event.
+        for w in rec.queue.iter().filter(|w| w.reported_name(&name) == name) {
             state.waits.push(WaitTimer {
                 session: w.session,
                 owner: w.owner,

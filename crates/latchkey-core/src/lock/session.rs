@@ -295,16 +295,30 @@ pub(crate) fn end<S: Store>(
     let prefix = keyspace::session_locks_prefix(session.0);
     let mut released = 0u32;
     let mut cancelled = 0u32;
+    let mut names = Vec::new();
     for (key, _) in record::scan_prefix(store, &prefix)? {
         let name = key
             .get(prefix.len()..)
             .and_then(|n| std::str::from_utf8(n).ok())
             .ok_or_else(|| record::corrupt(&key, "lock name is not UTF-8"))?
             .to_string();
-        let (r, c) = lock_table::drop_session(store, &name, session, how, record.ttl_ms, events)?;
+        names.push(name);
+    }
+    // Every hold and wait of the session goes first, and only then do the
+    // queues move on: moving one on can grant a multi-lock and so move
+    // another lock's queue, whose head may be a wait of this session that
+    // must not be granted.
+    let mut locks = lock_table::Locks::default();
+    for name in &names {
+        let (r, c) =
+            lock_table::drop_session(store, &mut locks, name, session, how, record.ttl_ms, events)?;
         released = released.saturating_add(r);
         cancelled = cancelled.saturating_add(c);
     }
+    for name in &names {
+        lock_table::settle(store, &mut locks, name, events)?;
+    }
+    locks.save(store, events)?;
     // The keys bound to the session go in this same command, at one
     // revision: watchers see them deleted together.
     change.delete_session_keys(store, session.0)?;

@@ -101,6 +101,34 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
             error: None,
             term: term.0,
         }),
+        (Rpc::AcquireAll, L::GrantedAll { sequencers }) => Rep::AcquireAll(v1::AcquireAllReply {
+            error: None,
+            result: Some(v1::acquire_all_reply::Result::Granted(sequencers_to_wire(
+                &sequencers,
+            ))),
+        }),
+        (
+            Rpc::AcquireAll,
+            L::Queued {
+                name,
+                request_id,
+                position,
+            },
+        ) => Rep::AcquireAll(v1::AcquireAllReply {
+            error: None,
+            result: Some(v1::acquire_all_reply::Result::Queued(v1::Queued {
+                name,
+                request_id,
+                position,
+            })),
+        }),
+        (Rpc::ReleaseAll, L::ReleasedAll { released, gone }) => {
+            Rep::ReleaseAll(v1::ReleaseAllReply {
+                error: None,
+                released,
+                gone,
+            })
+        }
         (Rpc::CancelWait, L::WaitCancel(w)) => {
             use v1::cancel_wait_reply::Result as R;
             Rep::CancelWait(v1::CancelWaitReply {
@@ -109,6 +137,9 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
                     WaitCancel::Cancelled => R::Cancelled(true),
                     WaitCancel::AlreadyGranted(s) => R::AlreadyGranted(sequencer_to_wire(&s)),
                     WaitCancel::NotWaiting => R::NotWaiting(true),
+                    WaitCancel::AlreadyGrantedAll(all) => {
+                        R::AlreadyGrantedAll(sequencers_to_wire(&all))
+                    }
                 }),
             })
         }
@@ -186,6 +217,44 @@ pub(super) fn acquire_from_wire(r: v1::AcquireReply) -> Result<LockOutcome, Repl
     })
 }
 
+/// A typed multi-lock acquire's outcome: granted or queued; neither is a
+/// malformed reply.
+pub(super) fn acquire_all_from_wire(r: v1::AcquireAllReply) -> Result<LockOutcome, ReplicaFailure> {
+    use v1::acquire_all_reply::Result as R;
+    Ok(match r.result {
+        Some(R::Granted(all)) => LockOutcome::GrantedAll {
+            sequencers: sequencers_from_wire(all)?,
+        },
+        Some(R::Queued(q)) => LockOutcome::Queued {
+            name: q.name,
+            request_id: q.request_id,
+            position: q.position,
+        },
+        None => return Err(malformed("a multi-lock acquire reply with no result")),
+    })
+}
+
+/// A typed multi-lock release's outcome.
+pub(super) fn released_all_from_wire(r: v1::ReleaseAllReply) -> LockOutcome {
+    LockOutcome::ReleasedAll {
+        released: r.released,
+        gone: r.gone,
+    }
+}
+
+fn sequencers_to_wire(all: &[Sequencer]) -> v1::Sequencers {
+    v1::Sequencers {
+        sequencers: all.iter().map(sequencer_to_wire).collect(),
+    }
+}
+
+fn sequencers_from_wire(all: v1::Sequencers) -> Result<Vec<Sequencer>, ReplicaFailure> {
+    all.sequencers
+        .into_iter()
+        .map(|s| reply_sequencer(Some(s)))
+        .collect()
+}
+
 /// A typed release's outcome.
 pub(super) fn released_from_wire(r: v1::ReleaseReply) -> LockOutcome {
     LockOutcome::Released {
@@ -202,6 +271,9 @@ pub(super) fn wait_cancel_from_wire(r: v1::CancelWaitReply) -> Result<LockOutcom
         Some(R::Cancelled(_)) => WaitCancel::Cancelled,
         Some(R::AlreadyGranted(s)) => WaitCancel::AlreadyGranted(reply_sequencer(Some(s))?),
         Some(R::NotWaiting(_)) => WaitCancel::NotWaiting,
+        Some(R::AlreadyGrantedAll(all)) => {
+            WaitCancel::AlreadyGrantedAll(sequencers_from_wire(all)?)
+        }
         None => return Err(malformed("a cancel-wait reply with no result")),
     }))
 }

@@ -125,6 +125,47 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
             term: token.0,
             value: value.clone(),
         }),
+        LockCommand::AcquireAll {
+            session,
+            secret,
+            owner,
+            request_id,
+            names,
+            mode,
+            wait_ms,
+            lease_ms,
+            lock_delay_ms,
+        } => Req::AcquireAll(v1::AcquireAllRequest {
+            session: session.0,
+            session_secret: secret.0.to_vec(),
+            owner: *owner,
+            request_id: *request_id,
+            names: names.clone(),
+            mode: mode_to_wire(*mode) as i32,
+            wait_ms: *wait_ms,
+            lease_ms: *lease_ms,
+            lock_delay_ms: *lock_delay_ms,
+            hold_ms,
+        }),
+        LockCommand::ReleaseAll {
+            session,
+            secret,
+            owner,
+            request_id,
+            grants,
+        } => Req::ReleaseAll(v1::ReleaseAllRequest {
+            session: session.0,
+            session_secret: secret.0.to_vec(),
+            owner: *owner,
+            request_id: *request_id,
+            grants: grants
+                .iter()
+                .map(|(name, token)| v1::HeldGrant {
+                    name: name.clone(),
+                    token: token.0,
+                })
+                .collect(),
+        }),
         LockCommand::ExpireSession { .. }
         | LockCommand::ExpireWait { .. }
         | LockCommand::ExpireLockLease { .. }
@@ -241,6 +282,43 @@ pub(super) fn acquire_from_wire(r: v1::AcquireRequest) -> Result<Operation, Repl
             ms => Duration::from_millis(ms),
         },
     })
+}
+
+/// A typed multi-lock acquire: held for [`DEFAULT_ACQUIRE_HOLD`] when
+/// `hold_ms` is 0.
+pub(super) fn acquire_all_from_wire(r: v1::AcquireAllRequest) -> Result<Operation, ReplicaFailure> {
+    Ok(Operation::Acquire {
+        command: Command::Lock(LockCommand::AcquireAll {
+            session: SessionId(r.session),
+            secret: secret_from_wire(&r.session_secret)?,
+            owner: r.owner,
+            request_id: r.request_id,
+            names: r.names,
+            mode: mode_from_wire(r.mode, "mode")?,
+            wait_ms: r.wait_ms,
+            lease_ms: r.lease_ms,
+            lock_delay_ms: r.lock_delay_ms,
+        }),
+        hold: match r.hold_ms {
+            0 => DEFAULT_ACQUIRE_HOLD,
+            ms => Duration::from_millis(ms),
+        },
+    })
+}
+
+/// A typed multi-lock release.
+pub(super) fn release_all_from_wire(r: v1::ReleaseAllRequest) -> Result<Operation, ReplicaFailure> {
+    Ok(Operation::Write(Command::Lock(LockCommand::ReleaseAll {
+        session: SessionId(r.session),
+        secret: secret_from_wire(&r.session_secret)?,
+        owner: r.owner,
+        request_id: r.request_id,
+        grants: r
+            .grants
+            .into_iter()
+            .map(|g| (g.name, Token(g.token)))
+            .collect(),
+    })))
 }
 
 /// A typed proclamation of an election's leader.

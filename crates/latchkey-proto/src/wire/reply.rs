@@ -129,6 +129,14 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
             checked!(r);
             Outcome::Lock(lock::released_from_wire(r))
         }
+        Rep::AcquireAll(r) => {
+            checked!(r);
+            Outcome::Lock(lock::acquire_all_from_wire(r)?)
+        }
+        Rep::ReleaseAll(r) => {
+            checked!(r);
+            Outcome::Lock(lock::released_all_from_wire(r))
+        }
         Rep::CancelWait(r) => {
             checked!(r);
             Outcome::Lock(lock::wait_cancel_from_wire(r)?)
@@ -368,6 +376,14 @@ pub fn error_reply(rpc: Rpc, error: v1::Error) -> Rep {
             ..Default::default()
         }),
         Rpc::ListLocks => Rep::ListLocks(v1::ListLocksReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::AcquireAll => Rep::AcquireAll(v1::AcquireAllReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::ReleaseAll => Rep::ReleaseAll(v1::ReleaseAllReply {
             error,
             ..Default::default()
         }),

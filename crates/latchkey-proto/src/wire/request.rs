@@ -122,6 +122,8 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         Req::GetSession(r) => lock::get_session_from_wire(r),
         Req::Acquire(r) => lock::acquire_from_wire(r)?,
         Req::Release(r) => lock::release_from_wire(r)?,
+        Req::AcquireAll(r) => lock::acquire_all_from_wire(r)?,
+        Req::ReleaseAll(r) => lock::release_all_from_wire(r)?,
         Req::CancelWait(r) => lock::cancel_wait_from_wire(r)?,
         Req::FencedWrite(r) => lock::fenced_write_from_wire(r)?,
         Req::CheckSequencer(r) => lock::check_sequencer_from_wire(r)?,

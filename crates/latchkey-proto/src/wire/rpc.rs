@@ -34,6 +34,8 @@ pub enum Rpc {
     ListLocks,
     EndSession,
     Proclaim,
+    AcquireAll,
+    ReleaseAll,
 }
 
 impl Rpc {
@@ -64,6 +66,8 @@ impl Rpc {
             Rpc::ListLocks => "list_locks",
             Rpc::EndSession => "end_session",
             Rpc::Proclaim => "proclaim",
+            Rpc::AcquireAll => "acquire_all",
+            Rpc::ReleaseAll => "release_all",
         }
     }
 
@@ -108,6 +112,8 @@ impl Rpc {
             Req::ListLocks(_) => Rpc::ListLocks,
             Req::EndSession(_) => Rpc::EndSession,
             Req::Proclaim(_) => Rpc::Proclaim,
+            Req::AcquireAll(_) => Rpc::AcquireAll,
+            Req::ReleaseAll(_) => Rpc::ReleaseAll,
         }
     }
 
@@ -145,6 +151,8 @@ impl Rpc {
                 LockCommand::Fenced { .. } => Rpc::FencedWrite,
                 LockCommand::EndSession { .. } => Rpc::EndSession,
                 LockCommand::Proclaim { .. } => Rpc::Proclaim,
+                LockCommand::AcquireAll { .. } => Rpc::AcquireAll,
+                LockCommand::ReleaseAll { .. } => Rpc::ReleaseAll,
                 LockCommand::ExpireSession { .. }
                 | LockCommand::ExpireWait { .. }
                 | LockCommand::ExpireLockLease { .. }

@@ -144,8 +144,8 @@ impl<H: LockHost> Task<H> {
         match change {
             StateChange::Applied { events, .. } => {
                 let now = Instant::now();
+                self.replica.shared().waiters.on_entry(&events);
                 for event in events {
-                    self.replica.shared().waiters.on_event(&event);
                     if let Event::SessionEnded { session, .. } = &event {
                         self.expiring.remove(session);
                     }

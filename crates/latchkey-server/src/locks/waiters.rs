@@ -16,8 +16,9 @@ use tokio::sync::oneshot;
 /// How a wait ended, as this replica saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WaitOutcome {
-    /// The acquire was granted under this sequencer.
-    Granted(Sequencer),
+    /// The acquire was granted under these sequencers: one for a lock, one
+    /// per lock for a multi-lock (all in one entry, in the order asked).
+    Granted(Vec<Sequencer>),
     /// The acquire left the queue without a grant.
     Cancelled(WaitEnd),
     /// This replica's state was replaced by a snapshot, so it cannot tell:
@@ -78,37 +79,45 @@ impl Waiters {
         }
     }
 
-    /// Wake whoever waits for what `event` ends.
-    pub(crate) fn on_event(&self, event: &Event) {
-        match event {
-            Event::Granted {
-                session,
-                owner,
-                request_id,
-                name,
-                mode,
-                token,
-                ..
-            } => self.wake(
-                (*session, *owner, *request_id),
-                WaitOutcome::Granted(Sequencer {
-                    name: name.clone(),
-                    mode: *mode,
-                    token: *token,
-                    session: *session,
-                }),
-            ),
-            Event::WaitCancelled {
-                session,
-                owner,
-                request_id,
-                why,
-                ..
-            } => self.wake(
-                (*session, *owner, *request_id),
-                WaitOutcome::Cancelled(*why),
-            ),
-            _ => {}
+    /// Wake whoever waits for what the `events` of one applied entry end.
+    /// A multi-lock's grants are all in one entry: its waiter is woken
+    /// once, with every grant.
+    pub(crate) fn on_entry(&self, events: &[Event]) {
+        let mut granted: BTreeMap<Key, Vec<Sequencer>> = BTreeMap::new();
+        for event in events {
+            match event {
+                Event::Granted {
+                    session,
+                    owner,
+                    request_id,
+                    name,
+                    mode,
+                    token,
+                    ..
+                } => granted
+                    .entry((*session, *owner, *request_id))
+                    .or_default()
+                    .push(Sequencer {
+                        name: name.clone(),
+                        mode: *mode,
+                        token: *token,
+                        session: *session,
+                    }),
+                Event::WaitCancelled {
+                    session,
+                    owner,
+                    request_id,
+                    why,
+                    ..
+                } => self.wake(
+                    (*session, *owner, *request_id),
+                    WaitOutcome::Cancelled(*why),
+                ),
+                _ => {}
+            }
+        }
+        for (key, sequencers) in granted {
+            self.wake(key, WaitOutcome::Granted(sequencers));
         }
     }
 
@@ -138,7 +147,7 @@ mod tests {
         let w = Waiters::default();
         let mut mine = w.register(SessionId(1), 1, 5);
         let mut other = w.register(SessionId(1), 2, 5);
-        w.on_event(&Event::Granted {
+        w.on_entry(&[Event::Granted {
             session: SessionId(1),
             owner: 1,
             request_id: 5,
@@ -147,15 +156,40 @@ mod tests {
             token: Token(8),
             lease_ms: None,
             waited: true,
-        });
+        }]);
         match mine.try_recv() {
-            Ok(WaitOutcome::Granted(s)) => assert_eq!(s.to_string(), "lk1.8.1.x.l"),
+            Ok(WaitOutcome::Granted(s)) => assert_eq!(s[0].to_string(), "lk1.8.1.x.l"),
             other => panic!("{other:?}"),
         }
         assert!(other.try_recv().is_err());
         assert_eq!(w.len(), 1);
         w.wake_all_unknown();
         assert_eq!(other.try_recv(), Ok(WaitOutcome::Unknown));
+        assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn a_multi_lock_is_woken_once_with_every_grant() {
+        let w = Waiters::default();
+        let mut mine = w.register(SessionId(1), 1, 5);
+        let grant = |name: &str, token| Event::Granted {
+            session: SessionId(1),
+            owner: 1,
+            request_id: 5,
+            name: name.into(),
+            mode: LockMode::Exclusive,
+            token: Token(token),
+            lease_ms: None,
+            waited: true,
+        };
+        w.on_entry(&[grant("b", 8), grant("a", 9)]);
+        match mine.try_recv() {
+            Ok(WaitOutcome::Granted(s)) => {
+                let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
+                assert_eq!(names, ["b", "a"], "in the order granted");
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(w.len(), 0);
     }
 

@@ -141,17 +141,23 @@ impl Replica {
         hold: Duration,
         caller: &Caller,
     ) -> Result<CommandResult, ReplicaFailure> {
-        let Command::Lock(LockCommand::Acquire {
-            session,
-            owner,
-            request_id,
-            wait_ms: Some(_),
-            ..
-        }) = &command
-        else {
-            return self.write(command, caller).await;
+        let (session, owner, id, multi) = match &command {
+            Command::Lock(LockCommand::Acquire {
+                session,
+                owner,
+                request_id,
+                wait_ms: Some(_),
+                ..
+            }) => (*session, *owner, *request_id, false),
+            Command::Lock(LockCommand::AcquireAll {
+                session,
+                owner,
+                request_id,
+                wait_ms: Some(_),
+                ..
+            }) => (*session, *owner, *request_id, true),
+            _ => return self.write(command, caller).await,
         };
-        let (session, owner, id) = (*session, *owner, *request_id);
         self.check_serving()?;
         if !self.is_leader() {
             return Err(self.not_leader());
@@ -170,9 +176,12 @@ impl Replica {
         let waited = tokio::time::timeout(hold, waiting).await;
         self.locks.waiters.forget(session, owner, id);
         match waited {
-            Ok(Ok(WaitOutcome::Granted(sequencer))) => {
+            Ok(Ok(WaitOutcome::Granted(sequencers))) if multi => {
+                Ok(Ok(Outcome::Lock(LockOutcome::GrantedAll { sequencers })))
+            }
+            Ok(Ok(WaitOutcome::Granted(mut sequencers))) if sequencers.len() == 1 => {
                 Ok(Ok(Outcome::Lock(LockOutcome::Granted {
-                    sequencer,
+                    sequencer: sequencers.remove(0),
                     hold_count: 1,
                 })))
             }
@@ -185,7 +194,9 @@ impl Replica {
             })),
             // Timed out, lost track (snapshot), or shutting down: still
             // queued as far as this call knows.
-            Ok(Ok(WaitOutcome::Unknown)) | Ok(Err(_)) | Err(_) => result,
+            // (A single acquire woken with other than one grant cannot
+            // happen; asking again gets the session's memory of it.)
+            Ok(Ok(WaitOutcome::Unknown | WaitOutcome::Granted(_))) | Ok(Err(_)) | Err(_) => result,
         }
     }
 

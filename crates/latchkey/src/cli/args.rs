@@ -231,8 +231,10 @@ pub enum Cmd {
     /// Access control: roles and their grants.
     #[command(subcommand)]
     Role(RoleCmd),
-    /// Hold lock NAME while CMD runs; CMD gets LATCHKEY_TOKEN,
-    /// LATCHKEY_SEQUENCER and LATCHKEY_SESSION_SECRET. Exits with CMD's
+    /// Hold lock NAME (or every lock named, taken at once) while CMD runs;
+    /// CMD gets LATCHKEY_TOKEN, LATCHKEY_SEQUENCER (LATCHKEY_TOKENS and
+    /// LATCHKEY_SEQUENCERS: every lock's, space-separated) and
+    /// LATCHKEY_SESSION_SECRET. Exits with CMD's
     /// code; latchkey's own failures are 200 + its usual code (205 not
     /// acquired in time, 206 lost while CMD ran: CMD is killed); 127/126 if
     /// CMD cannot be found/run (the lock is released at once).
@@ -369,8 +371,10 @@ pub struct ElectArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct LockArgs {
-    /// The lock's name.
-    pub name: String,
+    /// The lock's name; several names take every lock at once, or none
+    /// (a multi-lock: while it waits it holds none of them).
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
     #[command(flatten)]
     pub hold: HoldArgs,
     /// Take the lock shared (with other shared holders).

@@ -192,6 +192,33 @@ fn results() -> Vec<(Rpc, CommandResult)> {
             Ok(Outcome::Lock(L::WaitCancel(WaitCancel::NotWaiting))),
         ),
         (
+            Rpc::CancelWait,
+            Ok(Outcome::Lock(L::WaitCancel(WaitCancel::AlreadyGrantedAll(
+                vec![seq("b", 42), seq("a", 43)],
+            )))),
+        ),
+        (
+            Rpc::AcquireAll,
+            Ok(Outcome::Lock(L::GrantedAll {
+                sequencers: vec![seq("b", 42), seq("a", 43)],
+            })),
+        ),
+        (
+            Rpc::AcquireAll,
+            Ok(Outcome::Lock(L::Queued {
+                name: "b".into(),
+                request_id: 12,
+                position: 1,
+            })),
+        ),
+        (
+            Rpc::ReleaseAll,
+            Ok(Outcome::Lock(L::ReleasedAll {
+                released: vec!["b".into()],
+                gone: vec!["a".into()],
+            })),
+        ),
+        (
             Rpc::CheckSequencer,
             Ok(Outcome::Lock(L::SequencerCheck { current: true })),
         ),

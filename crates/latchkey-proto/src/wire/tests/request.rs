@@ -132,6 +132,13 @@ fn operations() -> Vec<Operation> {
             name: "jobs/a".into(),
             token: Token(40),
         }),
+        Command::Lock(LockCommand::ReleaseAll {
+            session: SessionId(3),
+            secret: SessionSecret([3; 16]),
+            owner: 2,
+            request_id: 13,
+            grants: vec![("jobs/b".into(), Token(42)), ("jobs/a".into(), Token(43))],
+        }),
         Command::Lock(LockCommand::CancelWait {
             session: SessionId(3),
             secret: SessionSecret([3; 16]),
@@ -226,6 +233,23 @@ fn operations() -> Vec<Operation> {
         }),
         hold: Duration::from_millis(250),
     });
+    // A multi-lock, waiting and not.
+    for wait_ms in [Some(2_000), None] {
+        all.push(Operation::Acquire {
+            command: Command::Lock(LockCommand::AcquireAll {
+                session: SessionId(3),
+                secret: SessionSecret([3; 16]),
+                owner: 5,
+                request_id: 15,
+                names: vec!["jobs/b".into(), "jobs/a".into()],
+                mode: LockMode::Exclusive,
+                wait_ms,
+                lease_ms: Some(5_000),
+                lock_delay_ms: Some(100),
+            }),
+            hold: Duration::from_millis(250),
+        });
+    }
     // A campaign: an acquire of an election's lock with a value.
     all.push(Operation::Acquire {
         command: Command::Lock(LockCommand::Acquire {

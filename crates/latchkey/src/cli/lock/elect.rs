@@ -70,7 +70,7 @@ async fn lead_until_stopped(args: &Args, e: &ElectArgs, value: &str) -> Result<E
         _ = hup.recv() => Ok(None),
     };
     let guard = match won {
-        Ok(Some(guard)) if guard.is_held() => guard,
+        Ok(Some(super::Held::One(guard))) if guard.is_held() => guard,
         Ok(_) => {
             let _ = session.close().await;
             return Err(req.not_acquired());

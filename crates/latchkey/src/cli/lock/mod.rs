@@ -1,9 +1,12 @@
 //! `latchkey lock NAME -- CMD`: hold a lock while a command runs; the same
-//! for a semaphore's permit (`sem`), and (`elect`) for leading an
-//! election.
+//! for several locks taken at once (`lock A B C -- CMD`, a multi-lock), a
+//! semaphore's permit (`sem`), and (`elect`) for leading an election.
 //!
 //! The command gets `LATCHKEY_LOCK`, `LATCHKEY_TOKEN`, `LATCHKEY_SEQUENCER`
-//! and `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
+//! (the first lock's), `LATCHKEY_LOCKS`, `LATCHKEY_TOKENS`,
+//! `LATCHKEY_SEQUENCERS` (every lock's, space-separated, in the order
+//! named; sequencers never contain a space, lock names may) and
+//! `LATCHKEY_SESSION_SECRET` in its environment, so it can fence its own
 //! writes (`latchkey put --fence "$LATCHKEY_SEQUENCER" ...`, which reads the
 //! secret from the environment; only the holder's session may write fenced),
 //! or pass the token to its storage. The secret gives the command the
@@ -48,20 +51,23 @@
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use latchkey::{Client, Error, Leadership, LockGuard, Session};
+use latchkey::{Client, Error, Leadership, Session};
 use tokio::process::Command;
 
 use super::args::{Args, ElectArgs, LockArgs, SemArgs};
 use super::connect::client;
 use super::failure::Failure;
+use held::Held;
 
 pub mod elect;
 pub mod guard;
+mod held;
 
 /// What to lock (or campaign for) and what to run.
 pub(super) struct LockRequest {
-    /// The lock's name, or the election's.
-    name: String,
+    /// The lock's name (or the locks' of a multi-lock, in order), or the
+    /// election's.
+    names: Vec<String>,
     /// `Some`: campaign in election `name` with this value.
     campaign: Option<Vec<u8>>,
     /// `Some`: take a permit of semaphore `name` of this many permits.
@@ -97,7 +103,7 @@ pub async fn run(args: &Args, l: &LockArgs) -> Result<ExitCode, Failure> {
 impl From<&LockArgs> for LockRequest {
     fn from(l: &LockArgs) -> Self {
         LockRequest {
-            name: l.name.clone(),
+            names: l.names.clone(),
             campaign: None,
             permits: None,
             ttl: l.hold.ttl,
@@ -115,7 +121,7 @@ impl LockRequest {
     /// A campaign in election `e.name` with `value`, running `e.command`.
     pub(super) fn campaign(e: &ElectArgs, value: &str) -> LockRequest {
         LockRequest {
-            name: e.name.clone(),
+            names: vec![e.name.clone()],
             campaign: Some(value.as_bytes().to_vec()),
             permits: None,
             ttl: e.hold.ttl,
@@ -131,7 +137,7 @@ impl LockRequest {
     /// One permit of semaphore `s.name`, running `s.command`.
     fn semaphore(s: &SemArgs) -> LockRequest {
         LockRequest {
-            name: s.name.clone(),
+            names: vec![s.name.clone()],
             campaign: None,
             permits: Some(s.permits),
             ttl: s.hold.ttl,
@@ -144,20 +150,58 @@ impl LockRequest {
         }
     }
 
-    /// "lock NAME", "election NAME" or "semaphore NAME", for messages.
+    /// The name: the lock's, the election's or the semaphore's (a
+    /// multi-lock's first).
+    fn name(&self) -> &str {
+        self.names.first().map_or("", String::as_str)
+    }
+
+    /// "lock NAME", "locks A, B", "election NAME" or "semaphore NAME", for
+    /// messages.
     fn what(&self) -> String {
         match (&self.campaign, self.permits) {
-            (Some(_), _) => format!("election {:?}", self.name),
-            (None, Some(_)) => format!("semaphore {:?}", self.name),
-            (None, None) => format!("lock {:?}", self.name),
+            (Some(_), _) => format!("election {:?}", self.name()),
+            (None, Some(_)) => format!("semaphore {:?}", self.name()),
+            (None, None) if self.names.len() > 1 => format!("locks {:?}", self.names),
+            (None, None) => format!("lock {:?}", self.name()),
         }
     }
 
-    /// Acquire the lock, or campaign; `None` if not granted (busy, or the
-    /// wait ran out).
-    pub(super) async fn acquire(&self, session: &Session) -> Result<Option<LockGuard>, Error> {
+    /// Acquire the lock (every lock at once, for several), or campaign;
+    /// `None` if not granted (busy, or the wait ran out).
+    async fn acquire(&self, session: &Session) -> Result<Option<Held>, Error> {
+        if self.names.len() > 1 {
+            return self.acquire_all(session).await;
+        }
+        let one = self.acquire_one(session).await?;
+        Ok(one.map(Held::One))
+    }
+
+    /// Every lock of a multi-lock at once.
+    async fn acquire_all(&self, session: &Session) -> Result<Option<Held>, Error> {
+        let mut all = session.lock_all(self.names.iter().cloned());
+        if self.shared {
+            all = all.shared();
+        }
+        if let Some(l) = self.lease {
+            all = all.lease(l);
+        }
+        if let Some(d) = self.lock_delay {
+            all = all.lock_delay(d);
+        }
+        let held = match self.wait {
+            None => all.try_acquire().await?,
+            Some(None) => Some(all.acquire().await?),
+            Some(Some(w)) => all.acquire_timeout(w).await?,
+        };
+        Ok(held.map(Held::All))
+    }
+
+    /// One lock or permit, or a campaign.
+    async fn acquire_one(&self, session: &Session) -> Result<Option<latchkey::LockGuard>, Error> {
+        let name = self.name().to_string();
         if let Some(value) = &self.campaign {
-            let mut election = session.election(self.name.clone());
+            let mut election = session.election(name);
             if let Some(d) = self.lock_delay {
                 election = election.lock_delay(d);
             }
@@ -169,14 +213,14 @@ impl LockRequest {
             return Ok(won.map(Leadership::into_guard));
         }
         if let Some(permits) = self.permits {
-            let semaphore = session.semaphore(self.name.clone(), permits);
+            let semaphore = session.semaphore(name, permits);
             return match self.wait {
                 None => semaphore.try_acquire().await,
                 Some(None) => semaphore.acquire().await.map(Some),
                 Some(Some(w)) => semaphore.acquire_timeout(w).await,
             };
         }
-        let mut lock = session.lock(self.name.clone());
+        let mut lock = session.lock(name);
         if self.shared {
             lock = lock.shared();
         }
@@ -198,6 +242,9 @@ impl LockRequest {
         Failure::NotAcquired(match (self.wait, &self.campaign, self.permits) {
             (None, Some(_), _) => format!("{} has another leader", self.what()),
             (None, None, Some(_)) => format!("{}: no permit is free", self.what()),
+            (None, None, None) if self.names.len() > 1 => {
+                format!("{}: not all free", self.what())
+            }
             (None, None, None) => format!("{} is busy", self.what()),
             (Some(_), Some(_), _) => format!("{}: not leading in time", self.what()),
             (Some(_), None, _) => format!("{} was not acquired", self.what()),
@@ -231,10 +278,10 @@ pub(super) async fn hold_while_running(
         let _ = session.close().await;
         return Err(req.not_acquired());
     };
-    tracing::debug!(sequencer = %guard.sequencer(), "lock acquired");
+    tracing::debug!(tokens = %guard.token(), "lock acquired");
     let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
         .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
-    let watch = Watcher::start(program, args, &guard.sequencer().name, &guard, &session);
+    let watch = Watcher::start(program, args, &guard);
     let (mut watcher, mut child) = match watch {
         Ok(w) => w,
         Err(e) => {
@@ -339,11 +386,8 @@ impl Watcher {
     fn start(
         program: &str,
         args: &[String],
-        name: &str,
-        guard: &latchkey::LockGuard,
-        session: &latchkey::Session,
+        guard: &Held,
     ) -> std::io::Result<(Watcher, tokio::process::Child)> {
-        let _ = session;
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let mut fds = [0; 2];
         // SAFETY: pipe2(2) fills the two descriptors we pass.
@@ -372,10 +416,7 @@ impl Watcher {
             .arg("--")
             .arg(program)
             .args(args)
-            .env("LATCHKEY_LOCK", name)
-            .env("LATCHKEY_TOKEN", guard.token().to_string())
-            .env("LATCHKEY_SEQUENCER", guard.sequencer().to_string())
-            .env("LATCHKEY_SESSION_SECRET", guard.session().secret().to_hex())
+            .envs(guard.environment())
             .stdin(Stdio::inherit())
             // Its own process group, so losing the lock stops the whole
             // command (a shell's children too), not just its first process.
@@ -417,7 +458,7 @@ impl Watcher {
     }
 
     /// Send the guard the lock's current end.
-    fn feed(&mut self, guard: &latchkey::LockGuard) {
+    fn feed(&mut self, guard: &Held) {
         let bytes = deadline(guard).to_be_bytes();
         // Non-blocking: if the guard is stopped and its pipe full (after
         // minutes), this deadline is dropped; when continued, it reads
@@ -465,7 +506,7 @@ impl Watcher {
     /// job stop); once continued, go on only if the lock is still held,
     /// else kill the command (`false`). The command is continued only after
     /// that check.
-    fn suspend(&mut self, guard: &latchkey::LockGuard) -> bool {
+    fn suspend(&mut self, guard: &Held) -> bool {
         // All of the group, whatever stopped part of it: a command that
         // ignores SIGTSTP must not run on while nobody watches.
         self.signal(libc::SIGSTOP);
@@ -535,13 +576,13 @@ impl Drop for Watcher {
 /// The lock's end (session lease or lock lease, whichever comes first) on
 /// `CLOCK_BOOTTIME`, never later than the true end: the clock is read
 /// before the remaining time.
-fn deadline(guard: &latchkey::LockGuard) -> u64 {
+fn deadline(guard: &Held) -> u64 {
     let now = guard::boottime_nanos();
     let remaining = u64::try_from(guard.remaining().as_nanos()).unwrap_or(u64::MAX);
     now.saturating_add(remaining)
 }
 
-fn lost(what: &str, guard: &latchkey::LockGuard, program: &str) -> Failure {
+fn lost(what: &str, guard: &Held, program: &str) -> Failure {
     Failure::LockLost(format!(
         "lost {what} (token {}) while {program:?} ran: it was killed",
         guard.token()
