@@ -10,7 +10,7 @@
 //! <- ok | stale <highest> | error <message>
 //! ```
 //!
-//! Resource names are the workload's own (`res0`, `res1`: no spaces).
+//! Resource names are the workload's own (`res0`, `res1`, `res2`: no spaces).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use latchkey::{Client, ClientOptions, Error as ClientError, Leadership, Session};
+use latchkey::{Client, ClientOptions, Error as ClientError, LockGuard, MultiLockGuard, Session};
 use latchkey_check::history::ops;
 use latchkey_check::EventKind;
 use tokio::sync::watch;
@@ -42,6 +42,9 @@ pub enum Role {
     /// release. [`ELECTION_RESOURCE`] is an election instead: candidates
     /// campaign, the term is the token, resigning is the release, so the
     /// lock-safety rules hold the elected leader's writes to account too.
+    /// Some holds are multi-locks of two resources ([`LOCK_PLANS`]), taken
+    /// and released in one step, each lock's writes fenced by its own
+    /// grant, so the same rules judge multi-lock grants lock by lock.
     Lock,
     /// Read, write and compare-and-put a few keys (linearizability).
     Register,
@@ -55,10 +58,19 @@ pub enum Role {
     Watch,
 }
 
-/// The lock resources the lock workers share.
-pub const RESOURCES: [&str; 2] = ["res0", "res1"];
 /// The resource the lock workers campaign for as an election.
 pub const ELECTION_RESOURCE: &str = "res1";
+/// What one hold of a lock worker takes: one resource (a lock, or the
+/// election), or two at once (a multi-lock, named in either order, so
+/// multi-locks in opposite orders meet, and single holds of the same
+/// resources queue with them).
+pub const LOCK_PLANS: [&[&str]; 5] = [
+    &["res0"],
+    &[ELECTION_RESOURCE],
+    &["res2"],
+    &["res0", "res2"],
+    &["res2", "res0"],
+];
 /// The register keys of one generation: `reg/<generation>/<i>`.
 pub const REGISTERS: usize = 3;
 /// How long the register workload stays on one generation of keys. The
@@ -73,6 +85,11 @@ pub const DURABLE_PREFIX: &str = "dur/";
 /// How many history processes one worker may have (process ids are
 /// `1 + worker * TASK_SLOTS + task`; 0 is the controller).
 pub const TASK_SLOTS: u64 = 16;
+/// A lock task's multi-lock acquires its k-th resource (k >= 1) as history
+/// process `process + k * MULTI_LOCK_PROCESSES`: each history process has
+/// one operation in flight, and the acquires of a multi-lock are in flight
+/// together, over the same real-time interval.
+pub const MULTI_LOCK_PROCESSES: u64 = 1_000_000;
 
 /// Everything a worker needs, from its command line.
 #[derive(Debug, Clone, clap::Args)]
@@ -360,29 +377,46 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
                 }
             },
         };
-        let resource = RESOURCES[rng.below(RESOURCES.len())];
+        let plan = LOCK_PLANS[rng.below(LOCK_PLANS.len())];
         let holder = format!("p{process}/s{}", s.id());
-        ctx.rec
-            .invoke(process, ops::acquire(resource, &holder, None));
+        // A multi-lock's acquire of each resource after the first is
+        // recorded by a process of its own (see MULTI_LOCK_PROCESSES), over
+        // the same interval as the first's.
+        let acquirer = |i: usize| process + MULTI_LOCK_PROCESSES * i as u64;
+        for (i, resource) in plan.iter().enumerate() {
+            ctx.rec
+                .invoke(acquirer(i), ops::acquire(resource, &holder, None));
+        }
+        let complete = |i: usize, kind: EventKind, token: Option<u64>| {
+            ctx.rec
+                .record(acquirer(i), kind, ops::acquire(plan[i], &holder, token));
+        };
         let wait = Duration::from_secs(3);
-        let acquired = if resource == ELECTION_RESOURCE {
-            s.election(resource)
+        let acquired = match plan {
+            [resource] if *resource == ELECTION_RESOURCE => s
+                .election(*resource)
                 .campaign_timeout(&holder, wait)
                 .await
-                .map(|won| won.map(Leadership::into_guard))
-        } else {
-            s.lock(resource).acquire_timeout(wait).await
+                .map(|won| won.map(|l| Held::One(l.into_guard()))),
+            [resource] => s
+                .lock(*resource)
+                .acquire_timeout(wait)
+                .await
+                .map(|g| g.map(Held::One)),
+            many => s
+                .lock_all(many.iter().copied())
+                .acquire_timeout(wait)
+                .await
+                .map(|g| g.map(Held::All)),
         };
-        let guard = match acquired {
-            Ok(Some(guard)) => guard,
+        let held = match acquired {
+            Ok(Some(held)) => held,
             Ok(None) => {
                 // Not granted in time; a late grant is withdrawn in the
                 // background, so the outcome is unknown.
-                ctx.rec.record(
-                    process,
-                    EventKind::Unknown,
-                    ops::acquire(resource, &holder, None),
-                );
+                for i in 0..plan.len() {
+                    complete(i, EventKind::Unknown, None);
+                }
                 continue;
             }
             Err(e) => {
@@ -390,8 +424,9 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
                     ClientError::Refused(_) => EventKind::Fail,
                     _ => EventKind::Unknown,
                 };
-                ctx.rec
-                    .record(process, kind, ops::acquire(resource, &holder, None));
+                for i in 0..plan.len() {
+                    complete(i, kind, None);
+                }
                 if !s.is_live() {
                     session = None;
                 }
@@ -399,66 +434,41 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
                 continue;
             }
         };
-        let token = u64::from(guard.token());
-        ctx.rec.record(
-            process,
-            EventKind::Ok,
-            ops::acquire(resource, &holder, Some(token)),
-        );
-        ctx.rec.record(
-            process,
-            EventKind::Ok,
-            ops::hold_start(resource, &holder, token),
-        );
+        // A multi-lock's guards are in the order of the plan.
+        for (i, guard) in held.guards().iter().enumerate() {
+            complete(i, EventKind::Ok, Some(u64::from(guard.token())));
+        }
+        // Recorded under the plan's resource names: an election's grant is
+        // of its lock, "latchkey.election/res1", but stands for "res1".
+        for (resource, guard) in plan.iter().zip(held.guards()) {
+            ctx.rec.record(
+                process,
+                EventKind::Ok,
+                ops::hold_start(resource, &holder, u64::from(guard.token())),
+            );
+        }
         // A client that checked its lock once and then writes: a pause (or a
         // partition) in between makes these writes stale, and the stores
         // must refuse them.
         for _ in 0..WRITES_PER_HOLD {
-            tokio::time::sleep(Duration::from_millis(rng.between(2, 10))).await;
-            ctx.rec
-                .invoke(process, ops::gate_write(resource, &holder, token, None));
-            let kind_op = match gate.admit(resource, token).await {
-                Ok(v) => (
-                    EventKind::Ok,
-                    ops::gate_write(resource, &holder, token, Some(v == Verdict::Accepted)),
-                ),
-                Err(e) => {
-                    tracing::debug!(%e, "gate write outcome unknown");
-                    (
-                        EventKind::Unknown,
-                        ops::gate_write(resource, &holder, token, None),
-                    )
-                }
-            };
-            ctx.rec.record(process, kind_op.0, kind_op.1);
-
-            n += 1;
-            let key = format!("fenced/{resource}");
-            let value = format!("p{process}-{n}");
-            ctx.rec
-                .invoke(process, ops::kv_write(resource, &key, &holder, token, None));
-            let (kind, accepted) = match guard.put(&key, &value).await {
-                Ok(_) => (EventKind::Ok, Some(true)),
-                Err(e) if e.is_stale_fence() => (EventKind::Ok, Some(false)),
-                Err(e) => (write_failure(&e), None),
-            };
-            let accepted = if kind == EventKind::Ok {
-                accepted
-            } else {
-                None
-            };
+            for (resource, guard) in plan.iter().zip(held.guards()) {
+                tokio::time::sleep(Duration::from_millis(rng.between(2, 10))).await;
+                n += 1;
+                fenced_writes(ctx, process, &mut gate, (resource, guard), &holder, n).await;
+            }
+        }
+        for (resource, guard) in plan.iter().zip(held.guards()) {
             ctx.rec.record(
                 process,
-                kind,
-                ops::kv_write(resource, &key, &holder, token, accepted),
+                EventKind::Ok,
+                ops::hold_end(resource, &holder, u64::from(guard.token())),
             );
         }
-        ctx.rec.record(
-            process,
-            EventKind::Ok,
-            ops::hold_end(resource, &holder, token),
-        );
-        if let Err(e) = guard.release().await {
+        let released = match held {
+            Held::One(guard) => guard.release().await,
+            Held::All(all) => all.release().await,
+        };
+        if let Err(e) = released {
             tracing::debug!(%e, "release failed");
         }
         if !s.is_live() {
@@ -469,4 +479,68 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
     if let Some(s) = session {
         let _ = s.close().await;
     }
+}
+
+/// A lock worker's hold: one grant, or a multi-lock's grants.
+enum Held {
+    One(LockGuard),
+    All(MultiLockGuard),
+}
+
+impl Held {
+    fn guards(&self) -> &[LockGuard] {
+        match self {
+            Held::One(g) => std::slice::from_ref(g),
+            Held::All(all) => all.guards(),
+        }
+    }
+}
+
+/// One write through the fence gate and one fenced KV write, each
+/// recorded, with the token of `guard`, the grant of `resource`.
+async fn fenced_writes(
+    ctx: &Ctx,
+    process: u64,
+    gate: &mut GateClient,
+    (resource, guard): (&str, &LockGuard),
+    holder: &str,
+    n: u64,
+) {
+    let token = u64::from(guard.token());
+    ctx.rec
+        .invoke(process, ops::gate_write(resource, holder, token, None));
+    let kind_op = match gate.admit(resource, token).await {
+        Ok(v) => (
+            EventKind::Ok,
+            ops::gate_write(resource, holder, token, Some(v == Verdict::Accepted)),
+        ),
+        Err(e) => {
+            tracing::debug!(%e, "gate write outcome unknown");
+            (
+                EventKind::Unknown,
+                ops::gate_write(resource, holder, token, None),
+            )
+        }
+    };
+    ctx.rec.record(process, kind_op.0, kind_op.1);
+
+    let key = format!("fenced/{resource}");
+    let value = format!("p{process}-{n}");
+    ctx.rec
+        .invoke(process, ops::kv_write(resource, &key, holder, token, None));
+    let (kind, accepted) = match guard.put(&key, &value).await {
+        Ok(_) => (EventKind::Ok, Some(true)),
+        Err(e) if e.is_stale_fence() => (EventKind::Ok, Some(false)),
+        Err(e) => (write_failure(&e), None),
+    };
+    let accepted = if kind == EventKind::Ok {
+        accepted
+    } else {
+        None
+    };
+    ctx.rec.record(
+        process,
+        kind,
+        ops::kv_write(resource, &key, holder, token, accepted),
+    );
 }
