@@ -384,6 +384,14 @@ impl Lock {
                     }));
                 }
                 Ok(Outcome::Lock(LockOutcome::GrantedAll { sequencers })) => {
+                    if !self.is_all_asked(&sequencers) {
+                        // A malformed answer: the armed `pending` withdraws
+                        // the acquire, releasing whatever it was granted.
+                        return Err(unexpected(
+                            "one grant per lock asked, in order",
+                            &Outcome::Lock(LockOutcome::GrantedAll { sequencers }),
+                        ));
+                    }
                     pending.armed = false;
                     return Ok(Some(Got {
                         sequencers,
@@ -487,6 +495,13 @@ impl Lock {
                 }
             }
         });
+    }
+
+    /// Whether `sequencers` are one grant of each lock asked for, in order.
+    fn is_all_asked(&self, sequencers: &[Sequencer]) -> bool {
+        let asked = std::iter::once(&self.name).chain(&self.also);
+        sequencers.len() == 1 + self.also.len()
+            && asked.zip(sequencers).all(|(name, s)| s.name == *name)
     }
 
     /// A guard for each grant an acquire got, in the order asked.

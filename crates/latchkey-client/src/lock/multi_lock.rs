@@ -3,12 +3,16 @@
 //! [`MultiLockGuard`] holds them and gives them back together.
 //!
 //! The cluster grants every lock in one log entry or none, and a waiting
-//! multi-lock holds none of its locks, so multi-lock users cannot deadlock
-//! each other whatever order they name their locks in. Waiting is FIFO per
-//! lock and strict: a multi-lock at the head of one lock's queue holds that
-//! queue up until its other locks come free (so it is never starved by a
-//! stream of single acquires), and single acquires queue behind it even
-//! while that lock is free. The core's `multi_lock.rs` has every rule.
+//! multi-lock is granted none of its locks, so multi-lock users cannot
+//! deadlock each other whatever order they name their locks in. Waiting is
+//! FIFO per lock and strict: a multi-lock at the head of one lock's queue
+//! holds that queue up until its other locks come free (so it is never
+//! starved by a stream of single acquires), and single acquires queue
+//! behind it even while that lock is free. So do not mix multi-locks with
+//! nested locking over the same locks: a session holding A that waits for
+//! B queues behind a multi-lock of A and B that heads B's queue and waits
+//! for A, and both wait until one gives up (give nested acquires a
+//! timeout). The core's `multi_lock.rs` has every rule.
 //!
 //! Settled here:
 //! - Each acquire is a new owner: a multi-lock never re-enters a lock its

@@ -13,7 +13,8 @@
 //!   remembered by the SHA-256 of its encoding, not whole: a write can carry
 //!   megabytes, and the memory holds hundreds of requests per session.
 //! - A queued acquire's memory follows it: once granted, a retry returns the
-//!   grant ([`LockOutcome::Granted`], hold count 1); once cancelled, a retry
+//!   grant ([`LockOutcome::Granted`], hold count 1; a multi-lock's
+//!   [`LockOutcome::GrantedAll`]); once cancelled, a retry
 //!   is refused with [`CommandError::WaitCancelled`].
 //! - Each session remembers at most
 //!   [`crate::limits::MAX_REMEMBERED_REQUESTS`]

@@ -367,14 +367,65 @@ impl Locks {
 
     /// Write every loaded lock back, in name order (see [`save`]).
     pub(crate) fn save<S: Store>(
-        self,
+        mut self,
         store: &mut S,
         events: &mut Vec<Event>,
     ) -> Result<(), StoreError> {
+        if cfg!(debug_assertions) {
+            let broken = self.broken_multi_lock_wait(store)?;
+            debug_assert_eq!(broken, None, "multi-lock waits");
+        }
         for lock in self.loaded.into_values() {
             save(store, lock, events)?;
         }
         Ok(())
+    }
+}
+
+impl Locks {
+    /// The first broken rule of the multi-lock waits heading the loaded
+    /// queues, if any (checked before every save in debug builds; a
+    /// record alone cannot tell): the waiter asked for the lock it heads,
+    /// waits in every queue of its group, and cannot be granted yet.
+    fn broken_multi_lock_wait<S: Store>(
+        &mut self,
+        store: &S,
+    ) -> Result<Option<String>, StoreError> {
+        let names: Vec<String> = self.loaded.keys().cloned().collect();
+        for name in names {
+            let Some(head) = self.loaded.get(&name).and_then(|l| l.rec.queue.first()) else {
+                continue;
+            };
+            if head.group.is_empty() {
+                continue;
+            }
+            let (session, owner, request_id) = (head.session, head.owner, head.request_id);
+            let group = head.group.clone();
+            if !group.contains(&name) {
+                return Ok(Some(format!(
+                    "{name:?} is headed by a multi-lock of {group:?}"
+                )));
+            }
+            for member in &group {
+                let lock = self.get(store, member)?;
+                if !lock
+                    .rec
+                    .queue
+                    .iter()
+                    .any(|w| w.is(session, owner, request_id))
+                {
+                    return Ok(Some(format!(
+                        "a multi-lock of {group:?} heading {name:?} is not queued for {member:?}"
+                    )));
+                }
+            }
+            if heads_all(store, self, &group, session, owner, request_id)? {
+                return Ok(Some(format!(
+                    "a multi-lock of {group:?} could be granted but waits"
+                )));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -14,7 +14,12 @@
 //!   it, single or multi, even while that lock is free. This is strict
 //!   FIFO per lock, so a multi-lock never starves behind a stream of single
 //!   acquires, and no multi-lock waits on another forever (see
-//!   `lock_table::settle`).
+//!   `lock_table::settle`). The price: a party that holds one of a
+//!   multi-lock's locks and waits for another of them, held up by it, waits
+//!   in a cycle with it until one of them gives up (nested locking over the
+//!   same locks; documented for users). Letting such a request pass a
+//!   multi-lock that is free on this lock but blocked elsewhere would break
+//!   the cycle; that is the next design step.
 //! - Its wait is reported (queued, cancelled, timed out) under its first
 //!   lock; cancelling it under any of its locks withdraws it from all.
 //! - Locks only, exclusive or all shared: no elections (a campaign carries

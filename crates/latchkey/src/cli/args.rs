@@ -232,9 +232,10 @@ pub enum Cmd {
     #[command(subcommand)]
     Role(RoleCmd),
     /// Hold lock NAME (or every lock named, taken at once) while CMD runs;
-    /// CMD gets LATCHKEY_TOKEN, LATCHKEY_SEQUENCER (LATCHKEY_TOKENS and
-    /// LATCHKEY_SEQUENCERS: every lock's, space-separated) and
-    /// LATCHKEY_SESSION_SECRET. Exits with CMD's
+    /// CMD gets LATCHKEY_LOCK, LATCHKEY_TOKEN, LATCHKEY_SEQUENCER (the
+    /// first lock's), LATCHKEY_LOCKS, LATCHKEY_TOKENS, LATCHKEY_SEQUENCERS
+    /// (every lock's, space-separated; names may contain spaces,
+    /// sequencers never do) and LATCHKEY_SESSION_SECRET. Exits with CMD's
     /// code; latchkey's own failures are 200 + its usual code (205 not
     /// acquired in time, 206 lost while CMD ran: CMD is killed); 127/126 if
     /// CMD cannot be found/run (the lock is released at once).

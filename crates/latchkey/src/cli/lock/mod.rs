@@ -278,7 +278,7 @@ pub(super) async fn hold_while_running(
         let _ = session.close().await;
         return Err(req.not_acquired());
     };
-    tracing::debug!(tokens = %guard.token(), "lock acquired");
+    tracing::debug!(first_token = %guard.token(), "lock acquired");
     let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))
         .map_err(|e| Failure::Other(format!("cannot watch signals: {e}")))?;
     let watch = Watcher::start(program, args, &guard);
