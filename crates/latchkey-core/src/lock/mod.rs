@@ -18,6 +18,7 @@
 //! | `session.rs` | [`SessionId`], opening and ending sessions |
 //! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry |
 //! | `election.rs` | elections: the leader key kept in step with an election's lock |
+//! | `multi_lock.rs` | multi-locks: several locks acquired in one entry or none, released together |
 //! | `fence.rs` | [`Token`], the token counter, fenced writes |
 //! | `sequencer.rs` | [`Sequencer`] and its printable form |
 //! | `dedup.rs` | per-session memory of request outcomes |
@@ -126,6 +127,12 @@
 //!   waiter, or the run of shared waiters at the head (up to the holder
 //!   limit). Each such grant is reported as [`Event::Granted`] with
 //!   `waited: true`, so the replica wakes the waiter with no polling.
+//! - A multi-lock's waiter at the head is granted only with all its locks,
+//!   once it heads each of their queues and each is free for it; until
+//!   then it holds this queue up (strict FIFO). Granting it moves its other
+//!   queues on in the same entry (`lock_table::settle`, `multi_lock.rs`).
+//! - A session's end drops every hold and wait of the session from all its
+//!   locks before any queue moves on, so it is never granted its own waits.
 //!
 //! ## Waits
 //!
@@ -181,6 +188,12 @@
 //!
 //! - See `election.rs`: an election is an exclusive lock with a leader key
 //!   that the core keeps in step with its holder.
+//!
+//! ## Multi-locks
+//!
+//! - See `multi_lock.rs`: [`LockCommand::AcquireAll`] grants 2 to 32 locks
+//!   in one entry (one token each) or queues one waiter in every queue,
+//!   holding none; [`LockCommand::ReleaseAll`] gives them back in one entry.
 //!
 //! ## Retries
 //!
