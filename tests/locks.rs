@@ -119,6 +119,106 @@ async fn killed_holder(c: &mut Cluster) -> Result<()> {
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_killed_in_a_row_keep_a_live_holder_and_free_a_dead_one() {
+    let mut c = Cluster::start("lock-rolling-failover", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, rolling_failovers(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// Kill the leader once it has led for a while (long enough to record
+/// every countdown it took over), restart it, and do it again `times`.
+async fn kill_leaders(c: &mut Cluster, times: usize) -> Result<()> {
+    for _ in 0..times {
+        let leader = c.wait_for_leader(LEADER_WAIT).await?;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        c.kill(leader)?;
+        let next = c.wait_for_leader(LEADER_WAIT).await?;
+        ensure!(next != leader, "no new leader after killing {leader}");
+        c.restart(leader)?;
+    }
+    Ok(())
+}
+
+/// Each new leader records every session it took over (an eighth of the
+/// TTL later), so every keep-alive after a failover must wait for a reset
+/// of its session's record: a live holder and a live waiter keep their
+/// sessions over four failovers in a row. Then the holder is SIGKILLed and
+/// two more leaders are killed: the waiter gets the lock, and never before
+/// the dead holder's TTL could have run out.
+async fn rolling_failovers(c: &mut Cluster) -> Result<()> {
+    const TTL: Duration = Duration::from_secs(3);
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "--endpoints",
+        &c.endpoints_arg(),
+        "lock",
+        "rolling",
+        "--ttl",
+        "3s",
+        "--",
+        "sleep",
+        "600",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let holder = Group::spawn(cmd)?;
+    let held = eventually(
+        Duration::from_secs(30),
+        "the CLI holds the lock",
+        async || {
+            let info = lock_info(&client, "rolling")
+                .await?
+                .context("not held yet")?;
+            info.holders.first().map(|h| h.token).context("no holder")
+        },
+    )
+    .await?;
+    let session = client.session(TTL).await?;
+    let waiter = tokio::spawn(async move {
+        let guard = session
+            .lock("rolling")
+            .acquire_timeout(Duration::from_secs(90))
+            .await?;
+        Ok::<_, latchkey::Error>((Instant::now(), guard))
+    });
+    wait_for_waiters(&client, "rolling", 1).await?;
+
+    kill_leaders(c, 4).await?;
+    let info = eventually(Duration::from_secs(30), "the lock is listed", async || {
+        lock_info(&client, "rolling")
+            .await?
+            .context("lock vanished")
+    })
+    .await?;
+    ensure!(
+        info.holders.first().map(|h| h.token) == Some(held) && info.waiters == 1,
+        "a kept-alive holder or waiter lost its session over the failovers (a lost \
+         waiter's wait is cancelled): {info:?}"
+    );
+
+    holder.signal(libc::SIGKILL)?;
+    let killed = Instant::now();
+    kill_leaders(c, 2).await?;
+    let (granted_at, guard) = waiter.await??;
+    let guard = guard.context("the waiter was never granted")?;
+    let floor = TTL - TTL / 3;
+    let waited = granted_at.duration_since(killed);
+    ensure!(
+        waited >= floor - Duration::from_millis(200),
+        "granted {waited:?} after the kill, sooner than TTL - ttl/3 = {floor:?}"
+    );
+    ensure!(guard.token() > held, "token did not increase");
+    guard.release().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_while_clients_wait() {
     let mut c = Cluster::start("lock-leader-killed", 3, &[])
         .await

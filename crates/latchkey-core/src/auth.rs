@@ -774,7 +774,8 @@ impl<S: Store> Checker<'_, S> {
             LockCommand::ExpireSession { .. }
             | LockCommand::ExpireWait { .. }
             | LockCommand::ExpireLockLease { .. }
-            | LockCommand::EndLockDelay { .. } => Ok(Err(CommandError::invalid(
+            | LockCommand::EndLockDelay { .. }
+            | LockCommand::Checkpoint { .. } => Ok(Err(CommandError::invalid(
                 "the leader's own lock commands are not run as a user",
             ))),
         }

@@ -43,7 +43,11 @@ use serde::{de::DeserializeOwned, Serialize};
 ///
 /// 10: multi-locks: a lock record's waiter keeps the `group` of locks it
 /// waits for; `AcquireAll`, `ReleaseAll` and their outcomes are appended.
-pub const FORMAT_VERSION: u8 = 10;
+///
+/// 11: countdown checkpoints: a session record keeps `left_ms` and a lock
+/// record's holder `lease_left_ms`; `LockCommand::Checkpoint` and
+/// `LockOutcome::Checkpointed` are appended.
+pub const FORMAT_VERSION: u8 = 11;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

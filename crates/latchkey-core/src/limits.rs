@@ -65,6 +65,9 @@ pub const MAX_LOCK_WAITERS: usize = 1_024;
 /// takes. Its waiter is stored in each of their queues with every name, so
 /// its size grows with the square of this.
 pub const MAX_MULTI_LOCK_NAMES: usize = 32;
+/// Most sessions and leases one [`crate::lock::LockCommand::Checkpoint`]
+/// records; the leader records more in further entries.
+pub const MAX_CHECKPOINT_ITEMS: usize = 4_096;
 /// Most sessions live at once in the whole cluster: an `OpenSession` beyond
 /// it is refused with [`crate::CommandError::TooManySessions`] until others
 /// close or expire. Every replica keeps each live session, and up to

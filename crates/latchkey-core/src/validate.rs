@@ -319,6 +319,21 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
         LockCommand::CancelWait { name, .. } | LockCommand::ExpireWait { name, .. } => {
             check_lock_name(name)
         }
+        LockCommand::Checkpoint { sessions, leases } => {
+            let items = sessions.len().saturating_add(leases.len());
+            if items > MAX_CHECKPOINT_ITEMS {
+                return Err(CommandError::invalid(format!(
+                    "a checkpoint records at most {MAX_CHECKPOINT_ITEMS} sessions and leases, \
+                     not {items}"
+                )));
+            }
+            let mut n = 0usize;
+            for lease in leases {
+                n = n.saturating_add(check_lock_name(&lease.name)?);
+                check_token(lease.token)?;
+            }
+            Ok(n)
+        }
         LockCommand::Proclaim {
             name, token, value, ..
         } => {

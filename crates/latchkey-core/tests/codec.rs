@@ -8,9 +8,9 @@ mod strategies;
 
 use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
 use latchkey_core::lock::{
-    Event, HoldEnd, HolderInfo, LeaseTimer, LockCommand, LockDelayTimer, LockInfo, LockMode,
-    LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret,
-    SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
+    Event, HoldEnd, HolderInfo, LeaseLeft, LeaseTimer, LockCommand, LockDelayTimer, LockInfo,
+    LockMode, LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, SessionLeft,
+    SessionSecret, SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
     BatchOp, Command, CommandError, CommandResult, Compare, Condition, Outcome, Query, Request,
@@ -240,6 +240,17 @@ fn commands() -> Vec<Command> {
                 value: b("v"),
             }),
         },
+        Command::Lock(LockCommand::Checkpoint {
+            sessions: vec![SessionLeft {
+                session: SessionId(3),
+                left_ms: 1_200,
+            }],
+            leases: vec![LeaseLeft {
+                name: "l".to_string(),
+                token: Token(4),
+                left_ms: 0,
+            }],
+        }),
     ]
 }
 
@@ -402,6 +413,7 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::Lock(LockOutcome::WaitCancel(WaitCancel::NotWaiting)),
         Outcome::Lock(LockOutcome::LeaseExpired { released: true }),
         Outcome::Lock(LockOutcome::LockDelayEnded { ended: false }),
+        Outcome::Lock(LockOutcome::Checkpointed { recorded: 2 }),
         Outcome::Lock(LockOutcome::SequencerCheck { current: true }),
         Outcome::Lock(LockOutcome::Locks {
             locks: vec![LockInfo {
@@ -424,11 +436,13 @@ fn outcomes() -> Vec<Outcome> {
                 session: SessionId(1),
                 ttl_ms: 3_000,
                 secret: SessionSecret([9; 16]),
+                left_ms: 2_000,
             }],
             leases: vec![LeaseTimer {
                 name: "l".to_string(),
                 token: Token(3),
                 lease_ms: 1_000,
+                left_ms: 1_000,
             }],
             lock_delays: vec![LockDelayTimer {
                 name: "m".to_string(),
@@ -673,14 +687,14 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [10, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [11, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
     // Ok, variant 6, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [10, 0, 6, 0, 0xfb, 0x2c, 0x01]);
+    assert_eq!(bytes, [11, 0, 6, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
     // LockCommand variant 0 (OpenSession), ttl 3000, then the secret's 16
     // bytes as they are.
@@ -692,7 +706,7 @@ fn format_is_frozen() {
         }),
     })
     .expect("encodes");
-    let mut expected = vec![10, 1, 8, 0, 0xfb, 0xb8, 0x0b];
+    let mut expected = vec![11, 1, 8, 0, 0xfb, 0xb8, 0x0b];
     expected.extend([0xaa; 16]);
     assert_eq!(bytes, expected);
     // Lock errors come after the KV errors: CommandError variant 2 is
@@ -701,13 +715,13 @@ fn format_is_frozen() {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [10, 1, 2, 5]);
+    assert_eq!(bytes, [11, 1, 2, 5]);
     // KeyAbsent was appended after every other error: variant 23.
     let bytes = encode(&Err::<Outcome, _>(CommandError::KeyAbsent {
         key: "k".to_string(),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [10, 1, 23, 1, b'k']);
+    assert_eq!(bytes, [11, 1, 23, 1, b'k']);
     // A compare-and-put by revision: Command variant 2, key, then the test
     // (Test variant 2, Revision: RevisionField variant 1 = Mod, Compare
     // variant 0 = Equal, varint 41), then the value.
@@ -720,7 +734,7 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [10, 1, 2, 1, b'k', 2, 1, 0, 41, 1, b'v']);
+    assert_eq!(bytes, [11, 1, 2, 1, b'k', 2, 1, 0, 41, 1, b'v']);
     // A batch (Command variant 6) whose conditions are (key, test) structs:
     // "a" ValueIs(None) (Test variant 0, None), "b" Exists(true) (Test
     // variant 1, true), "c" Version Greater 300 (Test variant 2, field 2,
@@ -750,7 +764,7 @@ fn format_is_frozen() {
     assert_eq!(
         bytes,
         [
-            10, 1, 6, // version, now, Batch
+            11, 1, 6, // version, now, Batch
             3, // three conditions
             1, b'a', 0, 0, // "a": ValueIs(None)
             1, b'b', 1, 1, // "b": Exists(true)
@@ -770,13 +784,13 @@ fn format_is_frozen() {
         revision: 2,
     }))
     .expect("encodes");
-    assert_eq!(bytes, [10, 0, 7, 1, 1, b'v', 1, 2, 3, 2]);
+    assert_eq!(bytes, [11, 0, 7, 1, 1, b'v', 1, 2, 3, 2]);
     // A write's outcome carries the revision after it: Ok, Outcome variant 1
     // (Written; 0 is Done, the answer to an entry no client proposed),
     // revision 251 (0xfb + u16).
     let bytes =
         encode(&Ok::<_, CommandError>(Outcome::Written { revision: 251 })).expect("encodes");
-    assert_eq!(bytes, [10, 0, 1, 0xfb, 0xfb, 0x00]);
+    assert_eq!(bytes, [11, 0, 1, 0xfb, 0xfb, 0x00]);
     // A put bound to a session was appended after every other command:
     // variant 12, key, value, session 9, then the secret's 16 bytes.
     let bytes = encode(&Request {
@@ -789,7 +803,7 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    let mut expected = vec![10, 1, 12, 1, b'k', 1, b'v', 9];
+    let mut expected = vec![11, 1, 12, 1, b'k', 1, b'v', 9];
     expected.extend([0xbb; 16]);
     assert_eq!(bytes, expected);
     // TooManySessionKeys was appended after KeyAbsent: variant 24.
@@ -798,7 +812,7 @@ fn format_is_frozen() {
         max: 1_000,
     }))
     .expect("encodes");
-    assert_eq!(bytes, [10, 1, 24, 9, 0xfb, 0xe8, 0x03]);
+    assert_eq!(bytes, [11, 1, 24, 9, 0xfb, 0xe8, 0x03]);
     // A retry-safe write was appended after the bound put: variant 13,
     // session 9, the secret's 16 bytes, request id 3, then the write.
     let bytes = encode(&Request {
@@ -811,10 +825,32 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    let mut expected = vec![10, 1, 13, 9];
+    let mut expected = vec![11, 1, 13, 9];
     expected.extend([0xcc; 16]);
     expected.extend([3, 4, 1, b'k']);
     assert_eq!(bytes, expected);
+    // Countdown checkpoints were appended after ReleaseAll: Command variant
+    // 8 (Lock), LockCommand variant 14, one session (3, 1200 as 0xfb +
+    // u16), one lease ("l", token 4, 0 left).
+    let bytes = encode(&Request {
+        now: 1,
+        command: Command::Lock(LockCommand::Checkpoint {
+            sessions: vec![SessionLeft {
+                session: SessionId(3),
+                left_ms: 1_200,
+            }],
+            leases: vec![LeaseLeft {
+                name: "l".to_string(),
+                token: Token(4),
+                left_ms: 0,
+            }],
+        }),
+    })
+    .expect("encodes");
+    assert_eq!(
+        bytes,
+        [11, 1, 8, 14, 1, 3, 0xfb, 0xb0, 0x04, 1, 1, b'l', 4, 0]
+    );
 }
 
 // ---------------------------------------------------------------- refusals

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use latchkey_core::codec::FORMAT_VERSION;
 use latchkey_core::lock::{
-    Event, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery, Sequencer,
-    SessionId, SessionSecret, SessionTimer, TimerState, Token, WaitTimer,
+    Event, LeaseLeft, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery,
+    Sequencer, SessionId, SessionLeft, SessionSecret, SessionTimer, TimerState, Token, WaitTimer,
 };
 use latchkey_core::{
     apply_with_events, query, Command, MemStore, Outcome, Query, Request, Versioned,
@@ -141,6 +141,25 @@ fn script() -> Vec<Request> {
             request_id: 2,
             command: Box::new(Command::Delete { key: b"j".to_vec() }),
         },
+        // The leader records that session 1 has 4 s left and the lease of
+        // "a" 30 s; session 2's 5 s is its whole TTL, so nothing is kept.
+        Command::Lock(LockCommand::Checkpoint {
+            sessions: vec![
+                SessionLeft {
+                    session: S1,
+                    left_ms: 4_000,
+                },
+                SessionLeft {
+                    session: S2,
+                    left_ms: 5_000,
+                },
+            ],
+            leases: vec![LeaseLeft {
+                name: "a".into(),
+                token: Token(1),
+                left_ms: 30_000,
+            }],
+        }),
     ];
     commands
         .into_iter()
@@ -165,7 +184,7 @@ fn ask(store: &MemStore, q: LockQuery) -> LockOutcome {
 }
 
 /// Every row the script leaves, in key order: (key, value), hex. Values
-/// marked codec start with the FORMAT_VERSION byte (0a); bincode 2 writes
+/// marked codec start with the FORMAT_VERSION byte (0b); bincode 2 writes
 /// unsigned integers as varints (below 251 one byte, `fb` + u16 LE, ...),
 /// strings and lists as a varint length then the items, `Option` as 0/1,
 /// enum variants as their index.
@@ -187,7 +206,7 @@ const ROWS: &[(&str, &str)] = &[
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "0a 01 01           # revision 1, 1 change:
+        "0b 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -195,33 +214,33 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "0a 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "0b 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "0a 03 01  01 6b
+        "0b 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
     (
         "57 0000000000000004",
-        "0a 04 01  01 65  01 01 78 04 04 01  00  00",
+        "0b 04 01  01 65  01 01 78 04 04 01  00  00",
     ),
     (
         "57 0000000000000005",
-        "0a 05 01  01 74  01 01 79 05 05 01  00  00",
+        "0b 05 01  01 74  01 01 79 05 05 01  00  00",
     ),
     (
         "57 0000000000000006",
-        "0a 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+        "0b 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
          00                 #   current None (deleted),
          01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
          00",
     ),
     (
         "57 0000000000000007",
-        "0a 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
+        "0b 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
          00                 #   current None (deleted),
          01 01 77 02 02 01  #   previous Some { \"w\", 2, 2, 1 }
          00",
@@ -235,11 +254,12 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay, permits }).
     (
         "4c 61",
-        "0a
+        "0b
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None,
-         00                 #   value [] (not a campaign)
+         00                 #   value [] (not a campaign),
+         01 fb3075          #   lease_left_ms Some(30000) (recorded by the leader)
          01                 # queue: 1
          02 01 01 00        #   session 2, owner 1, request 1, Exclusive,
          fb8813  00         #   wait_ms 5000, lease_ms None,
@@ -251,7 +271,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "0a
+        "0b
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 }),
          00                 # permits: None",
@@ -260,7 +280,7 @@ const ROWS: &[(&str, &str)] = &[
     // the cluster's revision, the last session id and the last fencing
     // token issued.
     ("4d 6c697665", "0000000000000002"),
-    ("4d 6e6f77", "0000000000000017"),
+    ("4d 6e6f77", "0000000000000018"),
     ("4d 726576", "0000000000000007"),
     ("4d 73657373696f6e", "0000000000000003"),
     ("4d 746f6b656e", "0000000000000002"),
@@ -270,7 +290,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "0a
+        "0b
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -284,7 +304,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000001 0000000000000002",
-        "0a
+        "0b
          01                 # request: Asked::Write, the SHA-256 of the delete:
          1cef68fe585f6770c237a0d02da18d078d26740ceeb92daa5a6411efe4dcf2f6
          02                 # answer: Answer::Written
@@ -292,7 +312,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "0a
+        "0b
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -305,16 +325,18 @@ const ROWS: &[(&str, &str)] = &[
          01 61 01 00        #   { name \"a\", request_id 1, position 0 }",
     ),
     // S + session id (u64 BE) -> codec(SessionRecord { ttl_ms, remembered,
-    // forgotten_below, kept_below, secret }).
+    // forgotten_below, kept_below, secret, left_ms }).
     (
         "53 0000000000000001",
-        "0a fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
-         11111111111111111111111111111111 # secret",
+        "0b fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
+         11111111111111111111111111111111 # secret,
+         01 fba00f              # left_ms Some(4000) (recorded by the leader)",
     ),
     (
         "53 0000000000000002",
-        "0a fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
-         22222222222222222222222222222222 # secret",
+        "0b fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+         22222222222222222222222222222222 # secret,
+         00                     # left_ms None (the whole TTL)",
     ),
 ];
 
@@ -336,7 +358,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 10);
+    assert_eq!(FORMAT_VERSION, 11);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -383,17 +405,20 @@ fn stored_records_read_back() {
                     session: S1,
                     ttl_ms: 10_000,
                     secret: secret(S1),
+                    left_ms: 4_000,
                 },
                 SessionTimer {
                     session: S2,
                     ttl_ms: 5_000,
                     secret: secret(S2),
+                    left_ms: 5_000,
                 },
             ],
             leases: vec![LeaseTimer {
                 name: "a".into(),
                 token: Token(1),
                 lease_ms: 60_000,
+                left_ms: 30_000,
             }],
             lock_delays: vec![LockDelayTimer {
                 name: "b".into(),

@@ -2072,6 +2072,7 @@ fn timer_state_lists_every_countdown() {
             session: b,
             ttl_ms: 10_000,
             secret: secret_of(b),
+            left_ms: 10_000,
         }]
     );
     // a's lease went with a; b was granted "leased" (no lease of its own).

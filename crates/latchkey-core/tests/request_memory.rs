@@ -21,8 +21,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
 /// The session record: ttl_ms, remembered, forgotten_below, kept_below,
-/// secret.
-type Record = (u64, u32, u64, Vec<u64>, [u8; 16]);
+/// secret, left_ms.
+type Record = (u64, u32, u64, Vec<u64>, [u8; 16], Option<u64>);
 
 fn config(cases: u32) -> Config {
     fn env<T: std::str::FromStr>(name: &str) -> Option<T> {

@@ -1,7 +1,7 @@
 //! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
 
 use super::event::{Event, SessionEnd};
-use super::{election, fence, lock_table, multi_lock, session, LockCommand};
+use super::{checkpoint, election, fence, lock_table, multi_lock, session, LockCommand};
 use crate::data::Change;
 use crate::staged::{self, Staged};
 use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
@@ -163,6 +163,9 @@ fn dispatch<S: Store>(
         } => {
             session::check_secret(store, *session, secret)?;
             lock_table::proclaim(store, *session, *owner, name, *token, value, events)?
+        }
+        LockCommand::Checkpoint { sessions, leases } => {
+            checkpoint::apply(store, sessions, leases, events)?
         }
         LockCommand::Fenced { .. } => {
             return Err(CommandError::invalid("a fenced write is not dispatched").into())

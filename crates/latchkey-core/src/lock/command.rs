@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    LockCensus, LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionSecret, SessionTimer,
-    TimerState, Token,
+    LeaseLeft, LockCensus, LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionLeft,
+    SessionSecret, SessionTimer, TimerState, Token,
 };
 use crate::command::{BatchOp, Condition};
 
@@ -249,6 +249,20 @@ pub enum LockCommand {
         /// The grants: each lock's name and the token it was granted under.
         grants: Vec<(String, Token)>,
     },
+    /// Leader only: how long these sessions and leases have left on the
+    /// leader's clock, so that the next leader resumes their countdowns
+    /// from there instead of restarting them at full length (see
+    /// [`crate::lock::TimerState`]). A left at or above the full length
+    /// clears the record (the leader's reset after a keep-alive); a
+    /// session or grant that is gone is skipped. At most
+    /// [`MAX_CHECKPOINT_ITEMS`](crate::limits::MAX_CHECKPOINT_ITEMS) items.
+    /// Returns [`LockOutcome::Checkpointed`].
+    Checkpoint {
+        /// Sessions, with their time left.
+        sessions: Vec<SessionLeft>,
+        /// Leased grants, with their lease's time left.
+        leases: Vec<LeaseLeft>,
+    },
 }
 
 /// Who may propose a [`LockCommand`]. The core applies whatever is in the
@@ -278,7 +292,8 @@ impl LockCommand {
             LockCommand::ExpireSession { .. }
             | LockCommand::ExpireWait { .. }
             | LockCommand::ExpireLockLease { .. }
-            | LockCommand::EndLockDelay { .. } => Proposer::Leader,
+            | LockCommand::EndLockDelay { .. }
+            | LockCommand::Checkpoint { .. } => Proposer::Leader,
         }
     }
 
@@ -304,6 +319,7 @@ impl LockCommand {
             } => sequencer.name.len() + crate::command::batch_payload_len(conditions, ops),
             LockCommand::AcquireAll { names, .. } => names.iter().map(String::len).sum(),
             LockCommand::ReleaseAll { grants, .. } => grants.iter().map(|(n, _)| n.len()).sum(),
+            LockCommand::Checkpoint { leases, .. } => leases.iter().map(|l| l.name.len()).sum(),
         }
     }
 }
@@ -335,8 +351,8 @@ pub enum LockQuery {
         /// The session to look up.
         session: SessionId,
     },
-    /// Everything a newly elected leader needs to restart every countdown at
-    /// full length. Returns [`LockOutcome::Timers`].
+    /// Everything a newly elected leader needs to resume every countdown.
+    /// Returns [`LockOutcome::Timers`].
     TimerState,
     /// The leader's view of one session, with its secret, to check a
     /// keep-alive for a session it does not count down yet. Returns
@@ -460,6 +476,11 @@ pub enum LockOutcome {
         /// The locks whose grant no longer held (lease run out, released by
         /// force, released before), in the order given.
         gone: Vec<String>,
+    },
+    /// What a [`LockCommand::Checkpoint`] recorded.
+    Checkpointed {
+        /// How many of its sessions and leases were still there to record.
+        recorded: u32,
     },
 }
 

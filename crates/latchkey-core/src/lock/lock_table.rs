@@ -52,6 +52,10 @@ pub(crate) struct Holder {
     /// An election candidate's value (see `election.rs`); empty for a lock.
     #[serde(with = "crate::codec::bytes")]
     pub value: Vec<u8>,
+    /// What the leader last recorded of the lease's countdown
+    /// ([`LockCommand::Checkpoint`]): `None`, the whole `lease_ms` from
+    /// whenever a new leader takes over.
+    pub lease_left_ms: Option<u64>,
 }
 
 /// One queued acquire.
@@ -326,6 +330,7 @@ pub(crate) fn grant<S: Store>(
         lease_ms: hold.lease_ms,
         lock_delay_ms: hold.lock_delay_ms,
         value: hold.value,
+        lease_left_ms: None,
     };
     events.push(Event::Granted {
         session: hold.session,

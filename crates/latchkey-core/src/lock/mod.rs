@@ -3,7 +3,9 @@
 //! I/O. The leader's timers live in the shell and reach the core only as
 //! explicit commands ([`LockCommand::ExpireSession`],
 //! [`LockCommand::ExpireLockLease`], [`LockCommand::EndLockDelay`],
-//! [`LockCommand::ExpireWait`]).
+//! [`LockCommand::ExpireWait`]), and record how long their countdowns
+//! have left as numbers the core keeps but never reads a clock for
+//! ([`LockCommand::Checkpoint`]).
 //!
 //! This page is the lock contract (`LOCKS.md` of the design notes) made
 //! precise: every rule the contract leaves open is settled here, and the
@@ -19,6 +21,7 @@
 //! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry |
 //! | `election.rs` | elections: the leader key kept in step with an election's lock |
 //! | `multi_lock.rs` | multi-locks: several locks acquired in one entry or none, released together |
+//! | `checkpoint.rs` | the leader's record of how long sessions and leases have left |
 //! | `fence.rs` | [`Token`], the token counter, fenced writes |
 //! | `sequencer.rs` | [`Sequencer`] and its printable form |
 //! | `dedup.rs` | per-session memory of request outcomes |
@@ -271,6 +274,7 @@
 //! ```
 
 mod apply;
+mod checkpoint;
 mod command;
 mod dedup;
 mod election;
@@ -284,6 +288,7 @@ pub(crate) mod record;
 mod sequencer;
 mod session;
 
+pub use checkpoint::{LeaseLeft, SessionLeft};
 pub use command::{LockCommand, LockOutcome, LockQuery, Proposer, TimerKind, WaitCancel};
 pub(crate) use dedup::{recall_write, remember_write, WriteDigest};
 pub use election::{

@@ -55,10 +55,11 @@ pub struct SessionInfo {
     pub ttl_ms: u64,
 }
 
-/// Everything a newly elected leader needs to restart every countdown at
-/// full length (failover can lengthen a lease, never shorten it). Every list
-/// is in a deterministic order: sessions by id, the rest by lock name, then
-/// grant or queue order.
+/// Everything a newly elected leader needs to restart every countdown:
+/// sessions and leases from what the last leader recorded of them
+/// ([`LockCommand::Checkpoint`](crate::lock::LockCommand::Checkpoint)),
+/// lock-delays and waits at full length. Every list is in a deterministic
+/// order: sessions by id, the rest by lock name, then grant or queue order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimerState {
     /// Every live session: expire it after `ttl_ms` without a keep-alive.
@@ -82,6 +83,17 @@ pub struct SessionTimer {
     pub ttl_ms: u64,
     /// Its secret.
     pub secret: SessionSecret,
+    /// What a leader last recorded of its countdown, in milliseconds;
+    /// `ttl_ms` when nothing is recorded (a new leader then counts the
+    /// whole TTL).
+    pub left_ms: u64,
+}
+
+impl SessionTimer {
+    /// Whether a leader recorded less than the whole TTL.
+    pub fn is_recorded(&self) -> bool {
+        self.left_ms < self.ttl_ms
+    }
 }
 
 impl std::fmt::Debug for SessionTimer {
@@ -89,6 +101,7 @@ impl std::fmt::Debug for SessionTimer {
         f.debug_struct("SessionTimer")
             .field("session", &self.session)
             .field("ttl_ms", &self.ttl_ms)
+            .field("left_ms", &self.left_ms)
             .finish_non_exhaustive()
     }
 }
@@ -102,6 +115,9 @@ pub struct LeaseTimer {
     pub token: Token,
     /// The lease, in milliseconds.
     pub lease_ms: u64,
+    /// What a leader last recorded of the lease's countdown, in
+    /// milliseconds; `lease_ms` when nothing is recorded.
+    pub left_ms: u64,
 }
 
 /// A lock-delay in force, guarded by `token`.
@@ -149,13 +165,9 @@ pub(crate) fn query<S: Store>(store: &S, q: &LockQuery) -> Result<CommandResult,
         }
         LockQuery::TimerState => LockOutcome::Timers(timer_state(store)?),
         LockQuery::Census => LockOutcome::Census(census(store)?),
-        LockQuery::SessionTimer { session } => {
-            LockOutcome::SessionTimer(session::load(store, *session)?.map(|r| SessionTimer {
-                session: *session,
-                ttl_ms: r.ttl_ms,
-                secret: r.secret,
-            }))
-        }
+        LockQuery::SessionTimer { session } => LockOutcome::SessionTimer(
+            session::load(store, *session)?.map(|r| session_timer(*session, &r)),
+        ),
     };
     Ok(Ok(crate::Outcome::Lock(outcome)))
 }
@@ -267,6 +279,16 @@ fn census<S: Store>(store: &S) -> Result<LockCensus, StoreError> {
     Ok(c)
 }
 
+/// A live session's countdown, as the leader resumes it.
+fn session_timer(session: SessionId, rec: &SessionRecord) -> SessionTimer {
+    SessionTimer {
+        session,
+        ttl_ms: rec.ttl_ms,
+        secret: rec.secret,
+        left_ms: rec.left_ms.unwrap_or(rec.ttl_ms).min(rec.ttl_ms),
+    }
+}
+
 fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
     let mut state = TimerState::default();
     for (key, value) in record::scan_prefix(store, &[SESSION])? {
@@ -276,11 +298,7 @@ fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
             .ok_or_else(|| record::corrupt(&key, "session key has no id"))?;
         let rec: SessionRecord =
             crate::codec::decode(&value).map_err(|e| record::corrupt(&key, e))?;
-        state.sessions.push(SessionTimer {
-            session: SessionId(session),
-            ttl_ms: rec.ttl_ms,
-            secret: rec.secret,
-        });
+        state.sessions.push(session_timer(SessionId(session), &rec));
     }
     for (key, value) in record::scan_prefix(store, &[LOCK])? {
         let name = lock_name(&key)?;
@@ -291,6 +309,7 @@ fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {
                     name: name.clone(),
                     token: h.token,
                     lease_ms,
+                    left_ms: h.lease_left_ms.unwrap_or(lease_ms).min(lease_ms),
                 });
             }
         }

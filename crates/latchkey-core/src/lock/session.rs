@@ -145,6 +145,10 @@ pub(crate) struct SessionRecord {
     pub kept_below: Vec<u64>,
     /// The session's secret.
     pub secret: SessionSecret,
+    /// What the leader last recorded of the session's countdown
+    /// ([`crate::lock::LockCommand::Checkpoint`]): `None`, the whole TTL
+    /// from whenever a new leader takes over.
+    pub left_ms: Option<u64>,
 }
 
 impl SessionRecord {
@@ -266,6 +270,7 @@ pub(crate) fn open<S: Store>(
             forgotten_below: 0,
             kept_below: Vec::new(),
             secret,
+            left_ms: None,
         },
     )?;
     events.push(Event::SessionOpened {

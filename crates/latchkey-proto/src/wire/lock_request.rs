@@ -169,10 +169,11 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
         LockCommand::ExpireSession { .. }
         | LockCommand::ExpireWait { .. }
         | LockCommand::ExpireLockLease { .. }
-        | LockCommand::EndLockDelay { .. } => {
+        | LockCommand::EndLockDelay { .. }
+        | LockCommand::Checkpoint { .. } => {
             return Err(invalid(
-                "session, wait and lock-lease expiry and lock-delay ends are proposed by the \
-                 leader alone, not by clients",
+                "session, wait and lock-lease expiry, lock-delay ends and countdown checkpoints \
+                 are proposed by the leader alone, not by clients",
             ))
         }
     })

@@ -156,7 +156,8 @@ impl Rpc {
                 LockCommand::ExpireSession { .. }
                 | LockCommand::ExpireWait { .. }
                 | LockCommand::ExpireLockLease { .. }
-                | LockCommand::EndLockDelay { .. } => return None,
+                | LockCommand::EndLockDelay { .. }
+                | LockCommand::Checkpoint { .. } => return None,
             },
             Command::Once { command, .. } => return Self::of_command(command),
             Command::Group { .. } | Command::Auth(_) | Command::As { .. } => return None,

@@ -41,8 +41,9 @@ pub(crate) trait LockHost: Send + Sync + 'static {
     /// One leadership confirmation round (for keep-alives).
     fn confirm_leadership(&self) -> impl Future<Output = Result<(), ReplicaFailure>> + Send;
 
-    /// Propose one of the leader's expiry commands.
-    fn propose_expiry(
+    /// Propose one of the leader's own commands (an expiry or a countdown
+    /// checkpoint).
+    fn propose_own(
         &self,
         command: LockCommand,
     ) -> impl Future<Output = Result<CommandResult, ReplicaFailure>> + Send;

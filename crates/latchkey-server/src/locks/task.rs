@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use latchkey_core::limits::MAX_CHECKPOINT_ITEMS;
 use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo, TimerState};
 use latchkey_core::{CommandError, CommandResult, Event, Outcome};
 use latchkey_proto::ReplicaFailure;
@@ -42,14 +43,23 @@ enum Internal {
         term: u64,
         state: Result<TimerState, String>,
     },
+    /// A leadership confirmation round begun in `epoch` ended.
     Confirmed {
-        term: u64,
+        epoch: u64,
         batch: Vec<(KeepAlive, Duration)>,
         result: Result<(), ReplicaFailure>,
     },
     RetryExpiry {
         term: u64,
         key: TimerKey,
+    },
+    /// A checkpoint proposed in `epoch` is committed or failed; `resets`:
+    /// the keep-alives it answers, `reset`: their sessions.
+    Recorded {
+        epoch: u64,
+        resets: Vec<(KeepAlive, Duration)>,
+        reset: Vec<SessionId>,
+        result: Result<CommandResult, ReplicaFailure>,
     },
     Rebuild {
         term: u64,
@@ -59,12 +69,24 @@ enum Internal {
 struct Task<H> {
     replica: Arc<H>,
     role: Role,
+    /// Counts the tables this task has built and dropped: a round begun
+    /// for one table (a confirmation, a checkpoint) vouches for nothing in
+    /// the next, whose countdowns were read afresh from the state.
+    epoch: u64,
     timers: Timers,
     /// Sessions whose `ExpireSession` is proposed: keep-alives for them are
     /// refused, even before the expiry is applied.
     expiring: BTreeSet<SessionId>,
     pending: Vec<(KeepAlive, Duration)>,
     confirming: bool,
+    /// Countdowns due to be recorded in the next checkpoint.
+    due_records: BTreeSet<TimerKey>,
+    /// Keep-alives of recorded sessions, answered once a checkpoint that
+    /// resets their session commits.
+    resets: Vec<(KeepAlive, Duration)>,
+    /// Whether a checkpoint is in flight (one at a time: records must
+    /// reach the log in the order they were taken).
+    recording: bool,
     internal: mpsc::UnboundedSender<Internal>,
 }
 
@@ -83,10 +105,14 @@ pub(crate) async fn run<H: LockHost>(
     let mut task = Task {
         replica,
         role: Role::Follower,
+        epoch: 0,
         timers: Timers::default(),
         expiring: BTreeSet::new(),
         pending: Vec::new(),
         confirming: false,
+        due_records: BTreeSet::new(),
+        resets: Vec::new(),
+        recording: false,
         internal,
     };
     task.on_metrics(&metrics.borrow_and_update().clone());
@@ -193,6 +219,7 @@ impl<H: LockHost> Task<H> {
             "no longer leader: dropping lock countdowns"
         );
         let old = std::mem::replace(&mut self.role, Role::Follower);
+        self.epoch += 1;
         self.timers.clear();
         self.expiring.clear();
         // Clients waiting here ask again (at the new leader): a deposed
@@ -206,7 +233,8 @@ impl<H: LockHost> Task<H> {
                 }));
             }
         }
-        for (ka, _) in self.pending.drain(..) {
+        self.due_records.clear();
+        for (ka, _) in self.pending.drain(..).chain(self.resets.drain(..)) {
             let _ = ka.reply.send(Err(ReplicaFailure::NotLeader {
                 leader: leader.clone(),
             }));
@@ -214,12 +242,22 @@ impl<H: LockHost> Task<H> {
     }
 
     /// Become leader of `term`: read the timer state once everything
-    /// committed before this term is applied, then restart every countdown.
+    /// committed before this term is applied, then resume every countdown.
+    /// Keep-alives not answered yet are judged again on the new table
+    /// (their receipt time is kept): the extensions the old table gave them
+    /// are not in the state the new one is read from.
     fn start_building(&mut self, term: u64) {
-        let keep_alives = match std::mem::replace(&mut self.role, Role::Follower) {
+        let mut keep_alives = match std::mem::replace(&mut self.role, Role::Follower) {
             Role::Building { keep_alives, .. } => keep_alives,
             _ => Vec::new(),
         };
+        keep_alives.extend(
+            self.pending
+                .drain(..)
+                .chain(self.resets.drain(..))
+                .map(|(ka, _)| ka),
+        );
+        self.epoch += 1;
         self.role = Role::Building {
             term,
             events: Vec::new(),
@@ -227,6 +265,7 @@ impl<H: LockHost> Task<H> {
         };
         self.timers.clear();
         self.expiring.clear();
+        self.due_records.clear();
         let replica = self.replica.clone();
         let internal = self.internal.clone();
         tokio::spawn(async move {
@@ -239,30 +278,12 @@ impl<H: LockHost> Task<H> {
         match msg {
             Internal::Built { term, state } => self.on_built(term, state),
             Internal::Confirmed {
-                term,
+                epoch,
                 batch,
                 result,
             } => {
                 self.confirming = false;
-                let still = self.leader_term() == Some(term);
-                for (ka, ttl) in batch {
-                    let answer = match (&result, still) {
-                        (Ok(()), true) if self.expiring.contains(&ka.session) => {
-                            session_ended(ka.session)
-                        }
-                        (Ok(()), true) => {
-                            Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
-                                session: ka.session,
-                                ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                            })))))
-                        }
-                        (Err(f), _) => Err(f.clone()),
-                        (Ok(()), false) => Err(ReplicaFailure::NotLeader {
-                            leader: self.replica.leader(),
-                        }),
-                    };
-                    let _ = ka.reply.send(answer);
-                }
+                self.answer_kept(epoch, batch, &result);
                 self.confirm_pending();
             }
             Internal::RetryExpiry { term, key } => {
@@ -279,12 +300,148 @@ impl<H: LockHost> Task<H> {
                     self.timers.set(key, Instant::now() + RETRY_EXPIRY);
                 }
             }
+            Internal::Recorded {
+                epoch,
+                resets,
+                reset,
+                result,
+            } => self.on_recorded(epoch, resets, &reset, result),
             Internal::Rebuild { term } => {
                 if matches!(self.role, Role::Building { term: t, .. } if t == term) {
                     self.start_building(term);
                 }
             }
         }
+    }
+
+    /// Answer keep-alives once the round that vouches for them (a
+    /// leadership confirmation or a committed reset, begun in `epoch` after
+    /// they arrived) ended with `result`. If the table was rebuilt since,
+    /// they are judged again on the new one instead.
+    fn answer_kept(
+        &mut self,
+        epoch: u64,
+        kept: Vec<(KeepAlive, Duration)>,
+        result: &Result<(), ReplicaFailure>,
+    ) {
+        if epoch != self.epoch && self.leader_term().is_some() {
+            for (ka, _) in kept {
+                self.on_keep_alive(ka, false);
+            }
+            return;
+        }
+        let still = epoch == self.epoch && self.leader_term().is_some();
+        for (ka, ttl) in kept {
+            let gone = self.expiring.contains(&ka.session) || !self.timers.counts(ka.session);
+            let answer = match (result, still) {
+                (Ok(()), true) if gone => session_ended(ka.session),
+                (Ok(()), true) => Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+                    session: ka.session,
+                    ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                }))))),
+                (Err(f), _) => Err(f.clone()),
+                (Ok(()), false) => Err(ReplicaFailure::NotLeader {
+                    leader: self.replica.leader(),
+                }),
+            };
+            let _ = ka.reply.send(answer);
+        }
+    }
+
+    /// A checkpoint of `term` ended: answer the keep-alives it reset, and
+    /// take the next one.
+    fn on_recorded(
+        &mut self,
+        epoch: u64,
+        resets: Vec<(KeepAlive, Duration)>,
+        reset: &[SessionId],
+        result: Result<CommandResult, ReplicaFailure>,
+    ) {
+        self.recording = false;
+        let result = match result {
+            Ok(Ok(_)) => {
+                if epoch == self.epoch && self.leader_term().is_some() {
+                    self.timers.reset_done(reset);
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                // The core never refuses a checkpoint the leader built; if
+                // it does, the records stay as they were, and the
+                // keep-alives fail as unavailable (their clients retry; a
+                // refusal would tell them their session is over).
+                tracing::error!(error = %e, "the state machine refused a countdown checkpoint");
+                Err(ReplicaFailure::Unavailable(format!(
+                    "the leader could not record the session's countdown: {e}"
+                )))
+            }
+            Err(f) => {
+                if !matches!(f, ReplicaFailure::NotLeader { .. }) {
+                    tracing::warn!(failure = %f, "checkpoint not committed");
+                }
+                Err(f)
+            }
+        };
+        self.answer_kept(epoch, resets, &result);
+        self.record();
+    }
+
+    /// Propose the next checkpoint if countdowns are due to be recorded or
+    /// keep-alives wait for a reset, unless one is in flight (its end
+    /// starts the next).
+    fn record(&mut self) {
+        if self.recording {
+            return;
+        }
+        if self.leader_term().is_none() {
+            return;
+        }
+        let epoch = self.epoch;
+        // A caller that gave up needs no answer and no write.
+        self.resets.retain(|(ka, _)| !ka.reply.is_closed());
+        let mut sessions: Vec<SessionId> = Vec::new();
+        let mut take = 0;
+        for (ka, _) in &self.resets {
+            if !sessions.contains(&ka.session) {
+                if sessions.len() == MAX_CHECKPOINT_ITEMS {
+                    break;
+                }
+                sessions.push(ka.session);
+            }
+            take += 1;
+        }
+        let resets: Vec<(KeepAlive, Duration)> = self.resets.drain(..take).collect();
+        let now = Instant::now();
+        let built = self
+            .timers
+            .checkpoint(&mut self.due_records, &mut sessions, now);
+        let reset: BTreeSet<SessionId> = built
+            .as_ref()
+            .map(|(_, r)| r.iter().copied().collect())
+            .unwrap_or_default();
+        // A keep-alive whose session is no longer counted here (its end was
+        // applied while it waited) is not vouched for by this checkpoint.
+        let (resets, gone): (Vec<_>, Vec<_>) = resets
+            .into_iter()
+            .partition(|(ka, _)| reset.contains(&ka.session));
+        for (ka, _) in gone {
+            let _ = ka.reply.send(session_ended(ka.session));
+        }
+        let Some((command, reset)) = built else {
+            return;
+        };
+        self.recording = true;
+        let replica = self.replica.clone();
+        let internal = self.internal.clone();
+        tokio::spawn(async move {
+            let result = replica.propose_own(command).await;
+            let _ = internal.send(Internal::Recorded {
+                epoch,
+                resets,
+                reset,
+                result,
+            });
+        });
     }
 
     fn on_built(&mut self, term: u64, state: Result<TimerState, String>) {
@@ -323,7 +480,7 @@ impl<H: LockHost> Task<H> {
             term,
             sessions = state.sessions.len(),
             countdowns = self.timers.len(),
-            "leader restarted every lock countdown at full length"
+            "leader resumed every lock countdown from the last record"
         );
         for ka in keep_alives {
             self.on_keep_alive(ka, false);
@@ -346,12 +503,21 @@ impl<H: LockHost> Task<H> {
                     return;
                 }
                 let ttl = match self.timers.keep_alive(ka.session, &ka.secret, ka.received) {
-                    KeptAlive::Extended { ttl, margin } => {
+                    KeptAlive::Extended {
+                        ttl,
+                        margin,
+                        recorded,
+                    } => {
                         // Not for keep-alives held while the table was
                         // built: their margin is the new leader's, not the
                         // client's.
                         if let (Some(margin), true) = (margin, timed) {
                             self.replica.metrics().keep_alive_margin(margin);
+                        }
+                        if recorded {
+                            self.resets.push((ka, ttl));
+                            self.record();
+                            return;
                         }
                         ttl
                     }
@@ -370,6 +536,12 @@ impl<H: LockHost> Task<H> {
                             let ttl = Duration::from_millis(s.ttl_ms);
                             self.timers
                                 .open_session(ka.session, ttl, s.secret, ka.received);
+                            if s.is_recorded() {
+                                self.timers.mark_recorded(ka.session);
+                                self.resets.push((ka, ttl));
+                                self.record();
+                                return;
+                            }
                             ttl
                         }
                         Ok(None) => {
@@ -394,9 +566,10 @@ impl<H: LockHost> Task<H> {
         if self.confirming || self.pending.is_empty() {
             return;
         }
-        let Some(term) = self.leader_term() else {
+        if self.leader_term().is_none() {
             return;
-        };
+        }
+        let epoch = self.epoch;
         self.confirming = true;
         let batch = std::mem::take(&mut self.pending);
         let replica = self.replica.clone();
@@ -404,7 +577,7 @@ impl<H: LockHost> Task<H> {
         tokio::spawn(async move {
             let result = replica.confirm_leadership().await;
             let _ = internal.send(Internal::Confirmed {
-                term,
+                epoch,
                 batch,
                 result,
             });
@@ -416,6 +589,10 @@ impl<H: LockHost> Task<H> {
             return;
         };
         for key in self.timers.take_due(Instant::now()) {
+            let Some(expiry) = key.expiry() else {
+                self.due_records.insert(key);
+                continue;
+            };
             if let TimerKey::Session(s) = &key {
                 self.expiring.insert(*s);
             }
@@ -423,7 +600,7 @@ impl<H: LockHost> Task<H> {
             let replica = self.replica.clone();
             let internal = self.internal.clone();
             tokio::spawn(async move {
-                match replica.propose_expiry(key.expiry()).await {
+                match replica.propose_own(expiry).await {
                     Ok(_) => {}
                     Err(ReplicaFailure::NotLeader { .. }) => {}
                     Err(f) => {
@@ -433,5 +610,6 @@ impl<H: LockHost> Task<H> {
                 }
             });
         }
+        self.record();
     }
 }

@@ -35,6 +35,7 @@
 //! | `latchkey_requests` | counter | `rpc`, `outcome` | calls answered (gRPC and in-process), by RPC and outcome (`ok` or the typed error's kind, such as `stale_fence`, `not_leader`, `permission_denied`) |
 //! | `latchkey_request_duration_seconds` | histogram | `rpc` | time to answer a call, from decoding to the reply |
 //! | `latchkey_lock_expiries` | counter | `kind` | on the leader: sessions, waits, lock leases and lock delays it expired |
+//! | `latchkey_lock_checkpoints` | counter | | on the leader: entries recording how long lagging sessions and leases have left (see `locks`) |
 //! | `latchkey_lock_sessions` | gauge | | live sessions in the replica's state (every replica; counted when scraped) |
 //! | `latchkey_lock_locks` | gauge | | locks in use in the replica's state: held, waited for or in lock-delay |
 //! | `latchkey_lock_held` | gauge | | locks with at least one holder |

@@ -154,6 +154,7 @@ pub struct Metrics {
     hold: Family<EndLabel, Histogram, fn() -> Histogram>,
     keepalive_margin: Histogram,
     leader_changes: Counter,
+    checkpoints: Counter,
     condition: Family<ConditionLabel, Gauge>,
     tls_failures: Counter,
     refused: Counter,
@@ -209,6 +210,7 @@ impl Metrics {
             hold: Family::new_with_constructor(long_seconds_histogram),
             keepalive_margin: long_seconds_histogram(),
             leader_changes: Counter::default(),
+            checkpoints: Counter::default(),
             condition,
             tls_failures: Counter::default(),
             refused: Counter::default(),
@@ -378,6 +380,11 @@ impl Metrics {
             m.expiries.clone(),
         );
         r.register(
+            "latchkey_lock_checkpoints",
+            "Entries in which the leader recorded how long sessions and leases have left",
+            m.checkpoints.clone(),
+        );
+        r.register(
             "latchkey_tls_handshake_failures",
             "TLS handshakes refused or timed out (whole process)",
             m.tls_failures.clone(),
@@ -439,6 +446,11 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// Count one countdown checkpoint the leader committed.
+    pub(crate) fn checkpoint(&self) {
+        self.checkpoints.inc();
     }
 
     /// Count one change of the leader this replica knows.

@@ -43,10 +43,10 @@ impl LockHost for Replica {
         Replica::confirm_leadership(self)
     }
 
-    fn propose_expiry(
+    fn propose_own(
         &self,
         command: LockCommand,
     ) -> impl Future<Output = Result<CommandResult, ReplicaFailure>> + Send {
-        Replica::propose_expiry(self, command)
+        Replica::propose_own(self, command)
     }
 }

@@ -89,21 +89,25 @@ impl Replica {
         self.propose(command, Origin::Client).await
     }
 
-    /// Propose one of the leader's expiry commands.
-    pub(crate) async fn propose_expiry(
+    /// Propose one of the leader's own commands: an expiry or a countdown
+    /// checkpoint.
+    pub(crate) async fn propose_own(
         &self,
         command: LockCommand,
     ) -> Result<CommandResult, ReplicaFailure> {
         let kind = match &command {
-            LockCommand::ExpireSession { .. } => "session",
-            LockCommand::ExpireWait { .. } => "wait",
-            LockCommand::ExpireLockLease { .. } => "lock_lease",
-            LockCommand::EndLockDelay { .. } => "lock_delay",
-            _ => "other",
+            LockCommand::ExpireSession { .. } => Some("session"),
+            LockCommand::ExpireWait { .. } => Some("wait"),
+            LockCommand::ExpireLockLease { .. } => Some("lock_lease"),
+            LockCommand::EndLockDelay { .. } => Some("lock_delay"),
+            _ => None,
         };
         let result = self.propose(Command::Lock(command), Origin::Leader).await;
         if matches!(result, Ok(Ok(_))) {
-            self.metrics.expiry(kind);
+            match kind {
+                Some(kind) => self.metrics.expiry(kind),
+                None => self.metrics.checkpoint(),
+            }
         }
         result
     }

@@ -334,6 +334,10 @@ fn internal_operations() -> Vec<Operation> {
             name: "a".into(),
             token: Token(1),
         })),
+        Operation::Write(Command::Lock(LockCommand::Checkpoint {
+            sessions: Vec::new(),
+            leases: Vec::new(),
+        })),
         Operation::Write(Command::Group {
             commands: Vec::new(),
         }),

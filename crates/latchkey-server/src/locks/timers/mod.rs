@@ -5,6 +5,8 @@
 //! decides what the expiry does, and refuses or ignores an expiry whose
 //! target is gone. A spurious deadline is therefore harmless, a missing one
 //! is not: every rule below errs towards keeping a countdown.
+//!
+//! `record` builds the leader's countdown checkpoints from this table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -13,6 +15,10 @@ use latchkey_core::lock::{
     HoldEnd, LockCommand, SessionEnd, SessionId, SessionSecret, TimerState, Token, WaitEnd,
 };
 use latchkey_core::Event;
+
+use super::checkpoints::{lagging_after, record_every, MIN_RECORD_EVERY};
+
+mod record;
 
 /// What a countdown expires.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -30,6 +36,10 @@ pub(crate) enum TimerKey {
         name: String,
         request_id: u64,
     },
+    /// When to record how long a session has left (see `checkpoints`).
+    RecordSession(SessionId),
+    /// When to record how long a grant's lease has left.
+    RecordLease { name: String, token: Token },
 }
 
 impl TimerKey {
@@ -43,9 +53,10 @@ impl TimerKey {
         }
     }
 
-    /// The leader's command that ends what this countdown guards.
-    pub(crate) fn expiry(&self) -> LockCommand {
-        match self {
+    /// The leader's command that ends what this countdown guards; `None`
+    /// for a countdown to a checkpoint (see [`Timers::checkpoint`]).
+    pub(crate) fn expiry(&self) -> Option<LockCommand> {
+        Some(match self {
             TimerKey::Session(session) => LockCommand::ExpireSession { session: *session },
             TimerKey::Lease { name, token } => LockCommand::ExpireLockLease {
                 name: name.clone(),
@@ -66,7 +77,8 @@ impl TimerKey {
                 name: name.clone(),
                 request_id: *request_id,
             },
-        }
+            TimerKey::RecordSession(_) | TimerKey::RecordLease { .. } => return None,
+        })
     }
 }
 
@@ -77,6 +89,14 @@ pub(crate) struct Timers {
     queue: BTreeSet<(Instant, TimerKey)>,
     /// The TTL and secret of every live session, for keep-alives.
     sessions: BTreeMap<SessionId, (Duration, SessionSecret)>,
+    /// The full length of every lease counted down, for its checkpoints.
+    leases: BTreeMap<(String, Token), Duration>,
+    /// Where this table's record slots start (see [`Timers::set`]).
+    slots_from: Option<Instant>,
+    /// Sessions whose last record in the log (committed or proposed) holds
+    /// less than their TTL: a keep-alive for one is answered only once a
+    /// later record of it commits (see [`Timers::checkpoint`]).
+    recorded: BTreeSet<SessionId>,
     /// When each grant made while this table leads began, for the
     /// hold-time histogram (grants made before are not here).
     granted: BTreeMap<(String, Token), Instant>,
@@ -99,6 +119,12 @@ pub(crate) enum Observation {
     HoldEnded { end: &'static str, held: Duration },
 }
 
+/// `d` in whole milliseconds, rounded up: a record never holds less than
+/// the leader counted.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
 /// The `end` label of `latchkey_lock_hold_seconds` for `why`.
 fn hold_end(why: HoldEnd) -> &'static str {
     match why {
@@ -115,10 +141,13 @@ fn hold_end(why: HoldEnd) -> &'static str {
 pub(crate) enum KeptAlive {
     /// The session's deadline is now at least `received + ttl`; `margin`
     /// is how much of the TTL was left when it arrived (at most the TTL;
-    /// `None` if it had no countdown).
+    /// `None` if it had no countdown). `recorded`: the log holds less than
+    /// the TTL for it, so the keep-alive may be answered only once a reset
+    /// is committed (see [`Timers::checkpoint`]).
     Extended {
         ttl: Duration,
         margin: Option<Duration>,
+        recorded: bool,
     },
     /// The keep-alive did not carry the session's secret: nothing changed.
     WrongSecret,
@@ -127,12 +156,32 @@ pub(crate) enum KeptAlive {
 }
 
 impl Timers {
-    /// Set `key` to fire at `deadline`, replacing an earlier setting.
+    /// Set `key` to fire at `deadline`, replacing an earlier setting. A
+    /// countdown to a checkpoint is rounded up to the table's next record
+    /// slot (see [`MIN_RECORD_EVERY`]), so that records due close together
+    /// share one checkpoint: at most four a second, however many sessions
+    /// and leases there are.
     pub(crate) fn set(&mut self, key: TimerKey, deadline: Instant) {
+        let deadline = if key.expiry().is_none() {
+            self.slot(deadline)
+        } else {
+            deadline
+        };
         if let Some(old) = self.at.insert(key.clone(), deadline) {
             self.queue.remove(&(old, key.clone()));
         }
         self.queue.insert((deadline, key));
+    }
+
+    /// The first record slot at or after `at`: slots are
+    /// [`MIN_RECORD_EVERY`] apart from the first one this table set.
+    fn slot(&mut self, at: Instant) -> Instant {
+        let origin = *self.slots_from.get_or_insert(at);
+        let since = at.saturating_duration_since(origin).as_nanos();
+        let every = MIN_RECORD_EVERY.as_nanos();
+        let slots = since.div_ceil(every);
+        let offset = u64::try_from(slots.saturating_mul(every)).unwrap_or(u64::MAX);
+        origin + Duration::from_nanos(offset)
     }
 
     /// Stop the countdown of `key`, if any.
@@ -162,6 +211,48 @@ impl Timers {
     ) {
         self.sessions.insert(session, (ttl, secret));
         self.set(TimerKey::Session(session), now + ttl);
+        self.set(TimerKey::RecordSession(session), now + lagging_after(ttl));
+    }
+
+    /// Start counting down the lease of grant `token` of `name`: `full`
+    /// long, of which `left` remain from `now`.
+    fn start_lease(
+        &mut self,
+        name: &str,
+        token: Token,
+        full: Duration,
+        left: Duration,
+        now: Instant,
+    ) {
+        let id = (name.to_string(), token);
+        self.leases.insert(id, full);
+        self.set(
+            TimerKey::Lease {
+                name: name.to_string(),
+                token,
+            },
+            now + left,
+        );
+        self.set(
+            TimerKey::RecordLease {
+                name: name.to_string(),
+                token,
+            },
+            now + record_every(full),
+        );
+    }
+
+    /// Stop counting down the lease of grant `token` of `name`.
+    fn end_lease(&mut self, name: &str, token: Token) {
+        self.leases.remove(&(name.to_string(), token));
+        self.remove(&TimerKey::Lease {
+            name: name.to_string(),
+            token,
+        });
+        self.remove(&TimerKey::RecordLease {
+            name: name.to_string(),
+            token,
+        });
     }
 
     /// A keep-alive for `session` carrying `secret`, received at
@@ -187,7 +278,19 @@ impl Timers {
             Some(d) if d >= deadline => {}
             _ => self.set(key, deadline),
         }
-        KeptAlive::Extended { ttl, margin }
+        let recorded = self.recorded.contains(&session);
+        if !recorded {
+            let next = received + lagging_after(ttl);
+            let record = TimerKey::RecordSession(session);
+            if self.deadline(&record).is_none_or(|d| d < next) {
+                self.set(record, next);
+            }
+        }
+        KeptAlive::Extended {
+            ttl,
+            margin,
+            recorded,
+        }
     }
 
     /// The earliest deadline.
@@ -215,6 +318,8 @@ impl Timers {
         self.at.clear();
         self.queue.clear();
         self.sessions.clear();
+        self.leases.clear();
+        self.recorded.clear();
         self.granted.clear();
         self.queued.clear();
     }
@@ -224,26 +329,48 @@ impl Timers {
         self.at.len()
     }
 
+    /// Take every expiry due at `now` (not the countdowns to checkpoints).
+    #[cfg(test)]
+    fn take_due_expiries(&mut self, now: Instant) -> Vec<TimerKey> {
+        let mut due = self.take_due(now);
+        due.retain(|k| k.expiry().is_some());
+        due
+    }
+
     /// How many grants and queued acquires are being timed.
     #[cfg(test)]
     fn timed(&self) -> (usize, usize) {
         (self.granted.len(), self.queued.len())
     }
 
-    /// A new leader's table: every countdown of `state` at full length from
-    /// `now` (failover lengthens leases, never shortens them).
+    /// A new leader's table: every session and lease resumes from what
+    /// the last leader recorded of it (its full length if nothing), every
+    /// lock-delay and wait restarts at full length, all from `now`, and
+    /// every session and lease is recorded [`record_every`] from now unless
+    /// a keep-alive comes first. Failover lengthens a countdown (by the
+    /// time since it was last recorded and the time without a leader),
+    /// never shortens it.
     pub(crate) fn restart(&mut self, state: &TimerState, now: Instant) {
         self.clear();
         for s in &state.sessions {
-            self.open_session(s.session, Duration::from_millis(s.ttl_ms), s.secret, now);
+            let ttl = Duration::from_millis(s.ttl_ms);
+            self.sessions.insert(s.session, (ttl, s.secret));
+            self.set(
+                TimerKey::Session(s.session),
+                now + Duration::from_millis(s.left_ms.min(s.ttl_ms)),
+            );
+            self.set(TimerKey::RecordSession(s.session), now + record_every(ttl));
+            if s.is_recorded() {
+                self.recorded.insert(s.session);
+            }
         }
         for l in &state.leases {
-            self.set(
-                TimerKey::Lease {
-                    name: l.name.clone(),
-                    token: l.token,
-                },
-                now + Duration::from_millis(l.lease_ms),
+            self.start_lease(
+                &l.name,
+                l.token,
+                Duration::from_millis(l.lease_ms),
+                Duration::from_millis(l.left_ms.min(l.lease_ms)),
+                now,
             );
         }
         for d in &state.lock_delays {
@@ -285,7 +412,9 @@ impl Timers {
             } => self.open_session(*session, Duration::from_millis(*ttl_ms), *secret, now),
             Event::SessionEnded { session, .. } => {
                 self.sessions.remove(session);
+                self.recorded.remove(session);
                 self.remove(&TimerKey::Session(*session));
+                self.remove(&TimerKey::RecordSession(*session));
             }
             Event::Granted {
                 session,
@@ -316,13 +445,8 @@ impl Timers {
                     self.granted.entry((name.clone(), *token)).or_insert(now);
                 }
                 if let Some(lease) = lease_ms {
-                    self.set(
-                        TimerKey::Lease {
-                            name: name.clone(),
-                            token: *token,
-                        },
-                        now + Duration::from_millis(*lease),
-                    );
+                    let full = Duration::from_millis(*lease);
+                    self.start_lease(name, *token, full, full, now);
                 }
             }
             Event::Queued {
@@ -361,10 +485,7 @@ impl Timers {
             Event::Released {
                 name, token, why, ..
             } => {
-                self.remove(&TimerKey::Lease {
-                    name: name.clone(),
-                    token: *token,
-                });
+                self.end_lease(name, *token);
                 if let Some(since) = self.granted.remove(&(name.clone(), *token)) {
                     seen = Some(Observation::HoldEnded {
                         end: hold_end(*why),
@@ -411,15 +532,15 @@ mod tests {
         t.open_session(SessionId(2), ms(300), SECRET, t0);
         t.open_session(SessionId(1), ms(100), SECRET, t0);
         assert_eq!(t.next_deadline(), Some(t0 + ms(100)));
-        assert!(t.take_due(t0 + ms(50)).is_empty());
+        assert!(t.take_due_expiries(t0 + ms(50)).is_empty());
         assert_eq!(
-            t.take_due(t0 + ms(300)),
+            t.take_due_expiries(t0 + ms(300)),
             vec![
                 TimerKey::Session(SessionId(1)),
                 TimerKey::Session(SessionId(2))
             ]
         );
-        assert!(t.take_due(t0 + ms(1000)).is_empty());
+        assert!(t.take_due_expiries(t0 + ms(1000)).is_empty());
         assert_eq!(t.len(), 0);
     }
 
@@ -436,7 +557,8 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: Some(ms(100))
+                margin: Some(ms(100)),
+                recorded: false,
             }
         );
         assert_eq!(
@@ -447,7 +569,8 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0 + ms(80)),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: Some(ms(70))
+                margin: Some(ms(70)),
+                recorded: false,
             }
         );
         assert_eq!(
@@ -459,7 +582,8 @@ mod tests {
             t.keep_alive(SessionId(1), &SECRET, t0 + ms(200)),
             KeptAlive::Extended {
                 ttl: ms(100),
-                margin: Some(ms(0))
+                margin: Some(ms(0)),
+                recorded: false,
             }
         );
     }
@@ -524,7 +648,12 @@ mod tests {
             token: Token(3),
         };
         assert_eq!(t.deadline(&lease), Some(t0 + ms(2030)));
-        assert_eq!(t.len(), 2, "the wait ended with the grant");
+        assert_eq!(
+            t.len(),
+            4,
+            "the wait ended with the grant: the session and the lease, each \
+             with its countdown to a checkpoint"
+        );
         assert_eq!(
             granted,
             Some(Observation::WaitEnded {
@@ -569,7 +698,7 @@ mod tests {
         );
         assert!(!t.counts(s));
         assert_eq!(
-            t.take_due(t0 + ms(10)),
+            t.take_due_expiries(t0 + ms(10)),
             vec![TimerKey::Delay {
                 name: "a".into(),
                 token: Token(3)
@@ -588,6 +717,7 @@ mod tests {
                 session: SessionId(1),
                 ttl_ms: 3000,
                 secret: SECRET,
+                left_ms: 3000,
             }],
             waits: vec![WaitTimer {
                 session: SessionId(1),
@@ -601,7 +731,7 @@ mod tests {
         t.restart(&state, t0);
         assert!(!t.counts(SessionId(99)), "old table dropped");
         assert_eq!(
-            t.take_due(t0 + ms(3000)).len(),
+            t.take_due_expiries(t0 + ms(3000)).len(),
             2,
             "session and wait restarted from now"
         );
@@ -696,16 +826,19 @@ mod tests {
         };
         assert_eq!(
             key.expiry(),
-            LockCommand::ExpireWait {
+            Some(LockCommand::ExpireWait {
                 session: SessionId(1),
                 owner: 2,
                 name: "n".into(),
                 request_id: 3
-            }
+            })
         );
         assert_eq!(
-            TimerKey::Session(SessionId(7)).expiry().proposer(),
-            latchkey_core::lock::Proposer::Leader
+            TimerKey::Session(SessionId(7))
+                .expiry()
+                .map(|c| c.proposer()),
+            Some(latchkey_core::lock::Proposer::Leader)
         );
+        assert_eq!(TimerKey::RecordSession(SessionId(7)).expiry(), None);
     }
 }
