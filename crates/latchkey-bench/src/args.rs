@@ -19,11 +19,14 @@ USAGE:
                                      under a write load, SIGKILL the leader --kills
                                      times: time to the first acknowledged write,
                                      and elections (spurious ones counted apart)
+    latchkey-bench churn [OPTIONS]   a dead holder's lock, while the leader is SIGKILLed
+                                     --kills times, --lead after each takes over:
+                                     time until the next waiter holds it
     latchkey-bench watch [OPTIONS]   put x64 with and without --watchers watchers
                                      on the prefix (interleaved), the delay from a
                                      put's acknowledgement to each watcher; then
                                      one writer and one watcher
-    cargo xtask bench [kv|lock|all|failover|watch] [OPTIONS]
+    cargo xtask bench [kv|lock|all|failover|churn|watch] [OPTIONS]
                                      the usual way: builds the server first
 
 OPTIONS:
@@ -51,7 +54,11 @@ OPTIONS:
                        long-lived row to compare with a fresh cluster
     --age-keys N       keys --aged writes (default 1000000)
     --age-sessions N   sessions --aged opens and closes (default 100000)
-    --kills N          failover: leaders killed (default 10)
+    --kills N          failover and churn: leaders killed (default 10)
+    --ttl D            churn: the dead holder's session TTL (default 5s)
+    --lead D           churn: how long each leader leads before it is killed
+                       (default 1s)
+    --rounds N         churn: rounds, each with a holder of its own (default 3)
     --settle D         failover: quiet load before and after each kill, in which
                        any election is spurious (default 5s)
     --writers N        failover: writer tasks of the load (default 8)
@@ -78,6 +85,7 @@ pub enum Workload {
     Lock,
     All,
     Failover,
+    Churn,
     Watch,
 }
 
@@ -132,6 +140,12 @@ pub struct Options {
     pub failover_writers: usize,
     /// --watchers: the watch benchmark's watchers.
     pub watchers: usize,
+    /// --ttl: churn's dead holder's TTL.
+    pub churn_ttl: Duration,
+    /// --lead: how long churn lets each leader lead.
+    pub churn_lead: Duration,
+    /// --rounds: churn's rounds.
+    pub rounds: usize,
     /// --serve-arg: extra arguments of every `latchkey serve`.
     pub serve_args: Vec<String>,
     /// --aged: lock ages the cluster first.
@@ -159,6 +173,9 @@ impl Default for Options {
             settle: Duration::from_secs(5),
             failover_writers: 8,
             watchers: 1_000,
+            churn_ttl: Duration::from_secs(5),
+            churn_lead: Duration::from_secs(1),
+            rounds: 3,
             serve_args: Vec::new(),
             aged: false,
             age_keys: 1_000_000,
@@ -208,7 +225,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     }
     let Some((first, rest)) = strings.split_first() else {
-        return Err("missing workload: kv, lock, all, failover or watch".into());
+        return Err("missing workload: kv, lock, all, failover, churn or watch".into());
     };
     let workload = match first.as_str() {
         "-h" | "--help" | "help" => return Ok(Parsed::Help),
@@ -216,10 +233,11 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         "lock" => Workload::Lock,
         "all" => Workload::All,
         "failover" => Workload::Failover,
+        "churn" => Workload::Churn,
         "watch" => Workload::Watch,
         other => {
             return Err(format!(
-                "unknown workload `{other}`: choose kv, lock, all, failover or watch"
+                "unknown workload `{other}`: choose kv, lock, all, failover, churn or watch"
             ))
         }
     };
@@ -268,6 +286,9 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--settle",
             "--writers",
             "--watchers",
+            "--ttl",
+            "--lead",
+            "--rounds",
             "--serve-arg",
             "--age-keys",
             "--age-sessions",
@@ -297,6 +318,9 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--settle" => opts.settle = parse_duration(&value)?,
             "--writers" => opts.failover_writers = parse_count(flag, &value, 1024)?,
             "--watchers" => opts.watchers = parse_count(flag, &value, 10_000)?,
+            "--ttl" => opts.churn_ttl = parse_duration(&value)?,
+            "--lead" => opts.churn_lead = parse_duration(&value)?,
+            "--rounds" => opts.rounds = parse_count(flag, &value, 100)?,
             "--serve-arg" => opts.serve_args.push(value),
             "--age-keys" => opts.age_keys = parse_count(flag, &value, 100_000_000)? as u64,
             "--age-sessions" => opts.age_sessions = parse_count(flag, &value, 10_000_000)? as u64,

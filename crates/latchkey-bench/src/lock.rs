@@ -8,19 +8,26 @@
 //! * `contended`: every task on one lock (`bench/contended`), queueing in
 //!   its FIFO queue; the latency is the acquire's, from sending it to
 //!   holding the lock, and the throughput is grants per second.
+//! * `semaphore`: every task on one semaphore of [`SEMAPHORE_PERMITS`]
+//!   permits (`bench/semaphore`); latency and throughput as `contended`.
+//! * `multi-lock`: each task takes its own lock and its neighbour's at once
+//!   (`bench/multi/<task>` and `bench/multi/<task + 1>`, a ring), so each
+//!   lock is wanted by two tasks; the latency is the whole cycle (one
+//!   acquire of both, one release of both).
 //!
-//! Both check, cheaply, what a lock promises: a [`Witness`] per lock notes
-//! a grant that finds another task still inside, and a fencing token not
-//! above the previous grant's of the same lock. Per-task grant counts show
+//! Each checks, cheaply, what it promises: a [`Witness`] per lock notes a
+//! grant that finds more tasks inside than it admits (one, or the
+//! semaphore's permits), and, for locks, a fencing token not above the
+//! previous grant's of the same lock. Per-task grant counts show
 //! the FIFO queue's fairness (round robin: near-equal counts).
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use latchkey::{Client, Error, Lock, Session};
+use latchkey::{Client, Error, Lock, LockGuard, MultiLock, MultiLockGuard, Semaphore, Session};
 use serde::Serialize;
 
 use crate::args::Options;
@@ -38,6 +45,8 @@ pub const SESSION_TTL: Duration = Duration::from_secs(10);
 /// (`acquire_timeout`, i.e. `acquire` with a bounded wait, so that a stuck
 /// cluster cannot stall the benchmark).
 pub const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
+/// Permits of the semaphore run's semaphore.
+pub const SEMAPHORE_PERMITS: u32 = 4;
 /// Pause after a failed iteration, so that an error that comes back at once
 /// does not become a busy loop stealing the servers' CPU.
 const ERROR_PAUSE: Duration = Duration::from_millis(10);
@@ -65,8 +74,10 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
     let runs = cycle_counts
         .iter()
         .map(|&c| (Kind::Cycle, c))
-        .chain(contended_counts.iter().map(|&c| (Kind::Contended, c)));
-    let mut results = Vec::with_capacity(cycle_counts.len() + contended_counts.len());
+        .chain(contended_counts.iter().map(|&c| (Kind::Contended, c)))
+        .chain(contended_counts.iter().map(|&c| (Kind::Semaphore, c)))
+        .chain(contended_counts.iter().map(|&c| (Kind::MultiLock, c)));
+    let mut results = Vec::with_capacity(cycle_counts.len() + 3 * contended_counts.len());
     for (kind, c) in runs {
         eprintln!(
             "latchkey-bench: {}, {c} clients, {:.1}s...",
@@ -103,7 +114,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
 /// iteration that waits its longest; plus slack.
 pub fn budget(opts: &Options) -> Duration {
     let per_run = opts.duration + ACQUIRE_WAIT + REQUEST_TIMEOUT * 4 + Duration::from_secs(5);
-    let runs = opts.lock_cycle_clients().len() + opts.contended_clients().len();
+    let runs = opts.lock_cycle_clients().len() + 3 * opts.contended_clients().len();
     // Aging at a pessimistic 200 sessions or 5,000 keys a second, and the
     // longest wait for the stores to settle.
     let aging = if opts.aged {
@@ -283,6 +294,14 @@ impl Params for LockParams {
             t,
             "contended:  OPS = grants of one lock shared by all tasks; latency = acquire, from send to holding"
         );
+        let _ = writeln!(
+            t,
+            "semaphore:  OPS = grants of one {SEMAPHORE_PERMITS}-permit semaphore shared by all tasks; latency = acquire"
+        );
+        let _ = writeln!(
+            t,
+            "multi-lock: OPS = cycles taking two locks at once, each shared with a neighbour in a ring; latency = the cycle"
+        );
         for r in results {
             let Some(d) = &r.lock else { continue };
             let _ = writeln!(
@@ -299,7 +318,9 @@ impl Params for LockParams {
                 d.max_task_ops,
                 d.sessions_reopened,
             );
-            if r.workload == Kind::Contended.name() && d.ops_per_s_within_duration > 0.0 {
+            if (r.workload == Kind::Contended.name() || r.workload == Kind::Semaphore.name())
+                && d.ops_per_s_within_duration > 0.0
+            {
                 let _ = writeln!(
                     t,
                     "{} x{}: {:.0} grants/s within the duration, i.e. a hand-off (release committed, \
@@ -323,7 +344,7 @@ impl Params for LockParams {
                 None => {
                     let _ = writeln!(
                         t,
-                        "{} x{}: safety ok: no grant found another holder inside, tokens strictly increasing per lock",
+                        "{} x{}: safety ok: no grant found more holders inside than admitted, tokens strictly increasing per lock",
                         r.workload, r.clients
                     );
                 }
@@ -342,8 +363,8 @@ pub struct LockDetail {
     pub acquire_latency_us: Latency,
     /// The release call, of completed cycles.
     pub release_latency_us: Latency,
-    /// Grants that found another task of the benchmark still holding the
-    /// same lock. Must be 0.
+    /// Grants that found as many tasks of the benchmark inside as the lock
+    /// admits (one; a semaphore's permits). Must be 0.
     pub overlapping_grants: u64,
     /// Grants whose fencing token was not above every earlier token seen
     /// on the same lock. Must be 0.
@@ -384,6 +405,11 @@ enum Kind {
     Cycle,
     /// All tasks on one lock; latency of the acquire.
     Contended,
+    /// All tasks on one semaphore; latency of the acquire.
+    Semaphore,
+    /// Each task on its lock and its neighbour's at once; latency of
+    /// acquire + release.
+    MultiLock,
 }
 
 impl Kind {
@@ -391,47 +417,151 @@ impl Kind {
         match self {
             Kind::Cycle => "lock-cycle",
             Kind::Contended => "contended",
+            Kind::Semaphore => "semaphore",
+            Kind::MultiLock => "multi-lock",
         }
     }
 
-    fn lock_name(self, task: usize) -> String {
+    /// The locks task `task` of `tasks` takes, as indexes into the run's
+    /// witnesses, and their names.
+    fn locks(self, task: usize, tasks: usize) -> Vec<(usize, String)> {
         match self {
-            Kind::Cycle => format!("bench/cycle/{task}"),
-            Kind::Contended => "bench/contended".to_string(),
+            Kind::Cycle => vec![(task, format!("bench/cycle/{task}"))],
+            Kind::Contended => vec![(0, "bench/contended".to_string())],
+            Kind::Semaphore => vec![(0, "bench/semaphore".to_string())],
+            Kind::MultiLock => {
+                let ring = tasks.max(2);
+                let next = (task + 1) % ring;
+                vec![
+                    (task, format!("bench/multi/{task}")),
+                    (next, format!("bench/multi/{next}")),
+                ]
+            }
         }
+    }
+
+    /// The witnesses of a run of `tasks` tasks.
+    fn witnesses(self, tasks: usize) -> Vec<Witness> {
+        let (n, witness): (usize, fn() -> Witness) = match self {
+            Kind::Cycle => (tasks, Witness::lock),
+            Kind::MultiLock => (tasks.max(2), Witness::lock),
+            Kind::Contended => (1, Witness::lock),
+            Kind::Semaphore => (1, || Witness::new(SEMAPHORE_PERMITS, false)),
+        };
+        (0..n).map(|_| witness()).collect()
     }
 
     fn latency_of(self) -> &'static str {
         match self {
             Kind::Cycle => "acquire + release",
-            Kind::Contended => "acquire (send to holding)",
+            Kind::Contended | Kind::Semaphore => "acquire (send to holding)",
+            Kind::MultiLock => "acquire of both + release of both",
+        }
+    }
+
+    /// Whether the run's latency is the acquire's alone.
+    fn times_acquire(self) -> bool {
+        matches!(self, Kind::Contended | Kind::Semaphore)
+    }
+
+    /// What task `task` of `tasks` acquires in `session`.
+    fn handle(self, session: &Session, task: usize, tasks: usize) -> Handle {
+        let names: Vec<String> = self
+            .locks(task, tasks)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        match self {
+            Kind::Cycle | Kind::Contended => Handle::Lock(session.lock(names.concat().as_str())),
+            Kind::Semaphore => {
+                Handle::Semaphore(session.semaphore(names.concat(), SEMAPHORE_PERMITS))
+            }
+            Kind::MultiLock => Handle::Multi(session.lock_all(names)),
         }
     }
 }
 
-/// Sees every grant of one lock within the benchmark: who is inside, and
-/// the highest fencing token so far.
-#[derive(Default)]
+/// What one task acquires and releases.
+enum Handle {
+    Lock(Lock),
+    Semaphore(Semaphore),
+    Multi(MultiLock),
+}
+
+/// What one task holds.
+enum Held {
+    One(LockGuard),
+    All(MultiLockGuard),
+}
+
+impl Handle {
+    async fn acquire_timeout(&self, wait: Duration) -> Result<Option<Held>, Error> {
+        Ok(match self {
+            Handle::Lock(l) => l.acquire_timeout(wait).await?.map(Held::One),
+            Handle::Semaphore(s) => s.acquire_timeout(wait).await?.map(Held::One),
+            Handle::Multi(m) => m.acquire_timeout(wait).await?.map(Held::All),
+        })
+    }
+}
+
+impl Held {
+    /// The grants' tokens, in the order of [`Kind::locks`].
+    fn tokens(&self) -> Vec<u64> {
+        match self {
+            Held::One(g) => vec![g.token().into()],
+            Held::All(g) => g.tokens().into_iter().map(u64::from).collect(),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::One(g) => g.release().await,
+            Held::All(g) => g.release().await,
+        }
+    }
+}
+
+/// Sees every grant of one lock within the benchmark: how many are
+/// inside, and the highest fencing token so far.
 struct Witness {
-    inside: AtomicBool,
+    inside: AtomicU32,
+    /// How many may be inside at once.
+    admits: u32,
+    /// Whether tokens must grow grant by grant (an exclusive lock's do; a
+    /// semaphore's concurrent permits are seen in any order).
+    ordered: bool,
     /// The highest token seen, plus one (0: none yet).
     highest: AtomicU64,
 }
 
 impl Witness {
-    /// A grant of token `token` begins: (someone else was inside, the token
-    /// is not above every earlier one).
+    fn new(admits: u32, ordered: bool) -> Witness {
+        Witness {
+            inside: AtomicU32::new(0),
+            admits,
+            ordered,
+            highest: AtomicU64::new(0),
+        }
+    }
+
+    /// An exclusive lock's.
+    fn lock() -> Witness {
+        Witness::new(1, true)
+    }
+
+    /// A grant of token `token` begins: (more were inside than the lock
+    /// admits, the token is not above every earlier one).
     fn enter(&self, token: u64) -> (bool, bool) {
-        let overlap = self.inside.swap(true, Ordering::SeqCst);
+        let before_inside = self.inside.fetch_add(1, Ordering::SeqCst);
         let before = self
             .highest
             .fetch_max(token.saturating_add(1), Ordering::SeqCst);
-        (overlap, before > token)
+        (before_inside >= self.admits, self.ordered && before > token)
     }
 
     /// The holder is about to release: from here on another may enter.
     fn leave(&self) {
-        self.inside.store(false, Ordering::SeqCst);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -492,20 +622,19 @@ async fn run(
         });
     }
 
-    let shared = Arc::new(Witness::default());
+    let witnesses = Arc::new(kind.witnesses(tasks));
     let started = Instant::now();
     let deadline = started + duration;
     let mut handles = Vec::with_capacity(tasks);
     for (task, (session, state)) in sessions.into_iter().zip(states).enumerate() {
-        let witness = match kind {
-            Kind::Cycle => Arc::new(Witness::default()),
-            Kind::Contended => Arc::clone(&shared),
-        };
         let client = clients.for_task(task);
-        let name = kind.lock_name(task);
-        handles.push(tokio::spawn(cycle(
-            kind, client, name, session, witness, deadline, state,
-        )));
+        let job = Job {
+            kind,
+            task,
+            tasks,
+            witnesses: Arc::clone(&witnesses),
+        };
+        handles.push(tokio::spawn(cycle(job, client, session, deadline, state)));
     }
     let done = join_all(kind.name(), handles).await?;
     let mut result = summarize(kind.name(), tasks, started, done.iter().map(|t| &t.stats))?;
@@ -548,27 +677,39 @@ async fn run(
     Ok(result)
 }
 
-/// One task: acquire → release on `name` until `deadline`.
-async fn cycle(
+/// What one task does, and the witnesses of its run.
+struct Job {
     kind: Kind,
+    task: usize,
+    tasks: usize,
+    witnesses: Arc<Vec<Witness>>,
+}
+
+/// One task: acquire → release of its locks until `deadline`.
+async fn cycle(
+    job: Job,
     client: Client,
-    name: String,
     session: Session,
-    witness: Arc<Witness>,
     deadline: Instant,
     mut t: LockTask,
 ) -> LockTask {
-    let mut current: Option<(Session, Lock)> = {
-        let lock = session.lock(name.as_str());
-        Some((session, lock))
+    let kind = job.kind;
+    let witnesses: Vec<usize> = kind
+        .locks(job.task, job.tasks)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect();
+    let mut current: Option<(Session, Handle)> = {
+        let handle = kind.handle(&session, job.task, job.tasks);
+        Some((session, handle))
     };
     while Instant::now() < deadline {
         let Some((_, lock)) = &current else {
             match client.session(SESSION_TTL).await {
                 Ok(s) => {
                     t.reopened += 1;
-                    let lock = s.lock(name.as_str());
-                    current = Some((s, lock));
+                    let handle = kind.handle(&s, job.task, job.tasks);
+                    current = Some((s, handle));
                 }
                 Err(e) => {
                     t.stats
@@ -598,10 +739,19 @@ async fn cycle(
             }
         };
         let t1 = Instant::now();
-        let (overlap, regression) = witness.enter(guard.token().into());
-        t.overlaps += u64::from(overlap);
-        t.regressions += u64::from(regression);
-        witness.leave();
+        let tokens = guard.tokens();
+        for (w, token) in witnesses.iter().zip(&tokens) {
+            if let Some(witness) = job.witnesses.get(*w) {
+                let (overlap, regression) = witness.enter(*token);
+                t.overlaps += u64::from(overlap);
+                t.regressions += u64::from(regression);
+            }
+        }
+        for w in &witnesses {
+            if let Some(witness) = job.witnesses.get(*w) {
+                witness.leave();
+            }
+        }
 
         let released = guard.release().await;
         let t2 = Instant::now();
@@ -609,9 +759,10 @@ async fn cycle(
             Ok(()) => {
                 t.acquire.saturating_record(micros(t1 - t0));
                 t.release.saturating_record(micros(t2 - t1));
-                t.stats.success(match kind {
-                    Kind::Cycle => t2 - t0,
-                    Kind::Contended => t1 - t0,
+                t.stats.success(if kind.times_acquire() {
+                    t1 - t0
+                } else {
+                    t2 - t0
                 });
                 t.in_window += u64::from(t2 <= deadline);
             }
@@ -635,12 +786,13 @@ mod tests {
 
     #[test]
     fn witness_sees_overlaps_and_token_regressions() {
-        let w = Witness::default();
+        let w = Witness::lock();
         assert_eq!(w.enter(0), (false, false));
         w.leave();
         assert_eq!(w.enter(5), (false, false));
         // A second grant while the first holder is inside, with a lower token.
         assert_eq!(w.enter(4), (true, true));
+        w.leave();
         w.leave();
         assert_eq!(w.enter(5), (false, true));
         w.leave();
@@ -648,9 +800,37 @@ mod tests {
     }
 
     #[test]
+    fn a_semaphore_witness_admits_its_permits() {
+        let w = Witness::new(2, false);
+        assert_eq!(w.enter(7), (false, false));
+        assert_eq!(w.enter(5), (false, false));
+        assert_eq!(w.enter(9), (true, false));
+        w.leave();
+        w.leave();
+        w.leave();
+        assert_eq!(w.enter(1), (false, false));
+    }
+
+    #[test]
     fn lock_names() {
-        assert_eq!(Kind::Cycle.lock_name(3), "bench/cycle/3");
-        assert_eq!(Kind::Contended.lock_name(3), "bench/contended");
-        assert_eq!(Kind::Contended.lock_name(0), Kind::Contended.lock_name(9));
+        let names = |kind: Kind, task, tasks| -> Vec<String> {
+            kind.locks(task, tasks)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect()
+        };
+        assert_eq!(names(Kind::Cycle, 3, 8), ["bench/cycle/3"]);
+        assert_eq!(names(Kind::Contended, 3, 8), ["bench/contended"]);
+        assert_eq!(names(Kind::Contended, 0, 8), names(Kind::Contended, 9, 8));
+        assert_eq!(names(Kind::Semaphore, 2, 8), ["bench/semaphore"]);
+        assert_eq!(
+            names(Kind::MultiLock, 7, 8),
+            ["bench/multi/7", "bench/multi/0"]
+        );
+        assert_eq!(
+            names(Kind::MultiLock, 0, 1),
+            ["bench/multi/0", "bench/multi/1"]
+        );
+        assert_eq!(Kind::MultiLock.locks(7, 8)[1].0, 0);
     }
 }

@@ -31,6 +31,14 @@
 //! it took, and the spurious elections (term changes in quiet load between
 //! kills). See the `failover` module.
 //!
+//! ## What `churn` measures
+//!
+//! A holder cut off from the cluster (dead to it) holds a lock another
+//! client waits for; the leader is SIGKILLed `--kills` times, `--lead`
+//! after each takes over: the time until the waiter holds the lock, beside
+//! the earliest a leader restarting every countdown at full length could
+//! have freed it. See the `churn` module.
+//!
 //! ## What `lock` measures
 //!
 //! The same disk probe, on a fresh cluster; then every task opens its own
@@ -123,6 +131,7 @@
 
 mod args;
 mod chart;
+mod churn;
 mod cluster;
 mod failover;
 mod fsync;
@@ -222,6 +231,7 @@ fn time_budget(workload: Workload, opts: &Options) -> Duration {
         Workload::Lock => lock::budget(opts),
         Workload::All => kv::budget(opts) + lock::budget(opts),
         Workload::Failover => failover::budget(opts),
+        Workload::Churn => churn::budget(opts),
         Workload::Watch => watch::budget(opts),
     }
 }
@@ -233,6 +243,7 @@ async fn run(workload: Workload, opts: &Options) -> Result<(), String> {
         Workload::Kv => kv::bench(opts).await,
         Workload::Lock => lock::bench(opts).await,
         Workload::Failover => failover::bench(opts).await,
+        Workload::Churn => churn::bench(opts).await,
         Workload::Watch => watch::bench(opts).await,
         Workload::All => {
             let kv = kv::bench(opts).await;

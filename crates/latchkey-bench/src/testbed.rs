@@ -116,6 +116,11 @@ impl Testbed {
         &mut self.cluster
     }
 
+    /// The `latchkey` binary the servers run (its CLI too).
+    pub fn server_bin(&self) -> &std::path::Path {
+        &self.server_bin
+    }
+
     /// The servers' client addresses.
     pub fn endpoints(&self) -> Vec<String> {
         self.cluster.endpoints()

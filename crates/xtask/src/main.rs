@@ -132,7 +132,7 @@ OPTIONS:
 ";
 
 const BENCH_HELP: &str = "\
-cargo xtask bench [kv|lock|all|failover|watch] [ARGS...]
+cargo xtask bench [kv|lock|all|failover|churn|watch] [ARGS...]
 
 First builds the server (`cargo build --workspace --bin latchkey`, the dev
 profile like every other command), then runs
@@ -151,6 +151,10 @@ WORKLOADS (each starts its own three-process cluster on loopback):
     failover  under a write load, SIGKILL the leader 10 times (--kills): time
             to the first acknowledged write (p50, p90, max) and elections,
             spurious ones (in --settle of quiet load) counted apart
+    churn   a holder cut off from the cluster holds a lock another client
+            waits for (TTL 5s, --ttl); the leader is SIGKILLed 10 times
+            (--kills), 1s (--lead) after each takes over: time until the
+            waiter holds the lock, 3 rounds (--rounds)
     watch   put x64 with no watcher and with 1,000 (--watchers) on its prefix,
             interleaved; the delay from each put's acknowledgement to each
             watcher; then one writer and one watcher
@@ -264,7 +268,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("multilock", &["transfer", "multi_lock"], "transfer"),
 ];
 
-const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "watch"];
+const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "churn", "watch"];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();

@@ -23,12 +23,21 @@ pub(crate) fn lagging_after(ttl: Duration) -> Duration {
     (ttl / 2).max(MIN_RECORD_EVERY)
 }
 
-/// How often a recorded countdown `full` long is recorded again, and how
-/// soon a new leader first records every countdown it took over: an
-/// eighth of its full length, at least [`MIN_RECORD_EVERY`]. This, plus
-/// the wait for a record slot, is the most a failover stretches a countdown
-/// that was recorded before it, on top of the time the cluster had no ready
-/// leader.
+/// How often a lagging session is recorded again, and how soon a new
+/// leader first records every session it took over: every record slot.
+/// This, plus the wait for a slot, is the most a failover stretches a
+/// session that was recorded before it, on top of the time the cluster had
+/// no ready leader. As short as the slots allow because leaders that fail
+/// one after another make progress only while they lead: a leader killed
+/// before its first record leaves the countdown where it found it. It
+/// costs at most one small entry per slot while any session lags (a dead
+/// client's session lags until it expires).
+pub(crate) const RECORD_SESSIONS_EVERY: Duration = MIN_RECORD_EVERY;
+
+/// How often a lease `full` long is recorded, and how soon a new leader
+/// first records every lease it took over: an eighth of its length, at
+/// least [`MIN_RECORD_EVERY`] (a lease is held by a live client, recorded
+/// for as long as it is held, and each record rewrites its lock's record).
 pub(crate) fn record_every(full: Duration) -> Duration {
     (full / 8).max(MIN_RECORD_EVERY)
 }

@@ -31,11 +31,15 @@
 //! keep-alive: valid until `send + ttl - margin`. The leader that
 //! acknowledged it counts from the receipt time, which is later. A leader
 //! elected afterwards needs a vote from the quorum that confirmed the old
-//! leader after the receipt, so it is elected after the send time; it
-//! resumes every countdown once it has applied everything committed before
-//! it (`Timers::restart` after `ensure_linearizable`), from what the log
-//! says is left, which is never less than what the old leader counted when
-//! it recorded it (next section). So no leader expires a session before the
+//! leader after the receipt, so it is elected after the send time. Once it
+//! has applied everything committed before it (`ensure_linearizable`), it
+//! resumes every countdown (`Timers::restart`) from what the log says is
+//! left, counted from the moment its lock task saw it lead. Every record
+//! it reads was taken before that moment: a record reaches this replica's
+//! log only before it starts its own election (a replica that has moved to
+//! a newer term accepts no entry of an older one), or it is this leader's
+//! own. And a record never holds less than what the leader that took it
+//! counted (next section). So no leader expires a session before the
 //! client's own deadline.
 //!
 //! # Why failovers stretch a countdown only a little
@@ -48,27 +52,26 @@
 //! one entry for many countdowns, see [`checkpoints`]):
 //!
 //! - a session that has gone half its TTL without a keep-alive, then every
-//!   eighth of its TTL until it expires or a keep-alive comes (a healthy
-//!   client renews every third of its TTL, so its session is never
-//!   recorded while the leader stays: keep-alives still write nothing);
-//! - every lease, every eighth of its length;
-//! - after taking over, every session and lease an eighth of its length
-//!   later, unless a keep-alive comes first (the new leader does not know
-//!   which clients are alive);
-//! - never more often than every 250 ms per countdown, and in one entry for
-//!   every countdown due in the same 250 ms slot.
+//!   250 ms until it expires or a keep-alive comes (a healthy client renews
+//!   every third of its TTL, so its session is never recorded while the
+//!   leader stays: keep-alives still write nothing);
+//! - every lease, every eighth of its length (at least 250 ms);
+//! - after taking over, every session 250 ms later and every lease an
+//!   eighth of its length later, unless a keep-alive comes first (the new
+//!   leader does not know which clients are alive);
+//! - in one entry for every countdown due in the same 250 ms slot, so at
+//!   most four entries a second however many sessions and leases there are.
 //!
 //! A new leader resumes each session and lease from its last record (the
-//! full length if none), counted from when it has caught up. Each leader
+//! full length if none), counted from when it saw itself lead. Each leader
 //! change therefore lengthens a countdown by at most the time since its
-//! last record (half the TTL for the first change after a keep-alive, an
-//! eighth of the TTL or lease for the next ones) plus the time the cluster
-//! had no ready leader, plus up to 250 ms: records are rounded up to the
-//! leader's 250 ms record slots, so that the leader writes at most four
-//! checkpoints a second however many sessions and leases it counts. With a
-//! 5 s TTL and nine leaders in a row killed about a second after each took
-//! over, the simulation in `failover_sim` ends a dead holder's session after
-//! 10.1 s where restarting at full length took 19.1 s.
+//! last record (half the TTL for the first change after a keep-alive, 250
+//! ms for a session's next ones, an eighth of a lease) plus up to 250 ms
+//! waiting for a record slot, plus the time the cluster had no ready
+//! leader. Leaders that fail one after another make progress only while
+//! they lead: the time between a leader's death and its successor's first
+//! record is lost each time, and nothing can count it without synchronized
+//! clocks.
 //!
 //! A record must never let a new leader expire a session before its
 //! client's deadline. So once a session is recorded with less than its

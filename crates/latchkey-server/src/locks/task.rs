@@ -30,6 +30,9 @@ enum Role {
     /// that arrive meanwhile wait here.
     Building {
         term: u64,
+        /// When this replica saw itself lead: the countdowns resume from
+        /// here (see `Timers::restart`).
+        since: Instant,
         events: Vec<Event>,
         keep_alives: Vec<KeepAlive>,
     },
@@ -260,6 +263,7 @@ impl<H: LockHost> Task<H> {
         self.epoch += 1;
         self.role = Role::Building {
             term,
+            since: Instant::now(),
             events: Vec::new(),
             keep_alives,
         };
@@ -464,6 +468,7 @@ impl<H: LockHost> Task<H> {
             }
         };
         let Role::Building {
+            since,
             events,
             keep_alives,
             ..
@@ -472,7 +477,9 @@ impl<H: LockHost> Task<H> {
             return;
         };
         let now = Instant::now();
-        self.timers.restart(&state, now);
+        // From `since`, not `now`: the time spent reading the state counts
+        // (every record in it was taken before this replica was elected).
+        self.timers.restart(&state, since);
         for e in &events {
             self.timers.apply(e, now, false);
         }
@@ -480,6 +487,7 @@ impl<H: LockHost> Task<H> {
             term,
             sessions = state.sessions.len(),
             countdowns = self.timers.len(),
+            read_ms = now.saturating_duration_since(since).as_millis(),
             "leader resumed every lock countdown from the last record"
         );
         for ka in keep_alives {

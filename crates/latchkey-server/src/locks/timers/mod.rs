@@ -16,7 +16,7 @@ use latchkey_core::lock::{
 };
 use latchkey_core::Event;
 
-use super::checkpoints::{lagging_after, record_every, MIN_RECORD_EVERY};
+use super::checkpoints::{lagging_after, record_every, MIN_RECORD_EVERY, RECORD_SESSIONS_EVERY};
 
 mod record;
 
@@ -359,7 +359,10 @@ impl Timers {
                 TimerKey::Session(s.session),
                 now + Duration::from_millis(s.left_ms.min(s.ttl_ms)),
             );
-            self.set(TimerKey::RecordSession(s.session), now + record_every(ttl));
+            self.set(
+                TimerKey::RecordSession(s.session),
+                now + RECORD_SESSIONS_EVERY,
+            );
             if s.is_recorded() {
                 self.recorded.insert(s.session);
             }

@@ -9,7 +9,7 @@ use latchkey_core::limits::MAX_CHECKPOINT_ITEMS;
 use latchkey_core::lock::{LeaseLeft, LockCommand, SessionId, SessionLeft};
 
 use super::{millis, TimerKey, Timers};
-use crate::locks::checkpoints::{lagging_after, record_every};
+use crate::locks::checkpoints::{lagging_after, record_every, RECORD_SESSIONS_EVERY};
 
 impl Timers {
     /// Count `session` as recorded with less than its TTL in the log.
@@ -69,9 +69,9 @@ impl Timers {
             }
             match key {
                 TimerKey::RecordSession(session) => {
-                    let Some((ttl, _)) = self.sessions.get(&session).copied() else {
+                    if !self.sessions.contains_key(&session) {
                         continue;
-                    };
+                    }
                     let Some(deadline) = self.deadline(&TimerKey::Session(session)) else {
                         continue;
                     };
@@ -80,7 +80,10 @@ impl Timers {
                         left_ms: millis(deadline.saturating_duration_since(now)),
                     });
                     self.recorded.insert(session);
-                    self.set(TimerKey::RecordSession(session), now + record_every(ttl));
+                    self.set(
+                        TimerKey::RecordSession(session),
+                        now + RECORD_SESSIONS_EVERY,
+                    );
                 }
                 TimerKey::RecordLease { name, token } => {
                     let Some(full) = self.leases.get(&(name.clone(), token)).copied() else {

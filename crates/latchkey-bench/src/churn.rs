@@ -1,0 +1,303 @@
+//! The churn workload: how long a dead holder keeps its lock while the
+//! leader keeps failing.
+//!
+//! On a fresh three-replica cluster, `--rounds` times: a holder, a `latchkey
+//! lock NAME --ttl TTL -- sleep 600` process (TTL `--ttl`, default 5 s),
+//! takes a lock, and a waiter (a client of the benchmark, TTL 10 s) queues
+//! for it. Then the holder is SIGKILLed (with its command). From then,
+//! `--kills` times, the leader is SIGKILLed `--lead` after it was first
+//! seen leading, and started again once the next leader is seen.
+//!
+//! The figure of a round: from the holder's kill to the waiter's grant. Beside it,
+//! the time before which a leader that restarts every countdown at full
+//! length could not have freed the lock: the last takeover seen plus the
+//! TTL (each takeover came before the previous full-length countdown ran
+//! out, so each would have restarted it). Results on stdout and in
+//! `churn.json` in `--out`: every round, and the medians.
+
+use std::time::{Duration, Instant};
+
+use latchkey::{Client, ClientOptions};
+use serde::Serialize;
+
+use crate::args::Options;
+use crate::testbed::{setup_budget, Testbed, LEADER_WAIT};
+
+/// The waiter's session TTL: longer than the holder's, so that its own
+/// session survives the churn comfortably.
+const WAITER_TTL: Duration = Duration::from_secs(10);
+/// How long the waiter may wait for the lock before the round fails.
+const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// One round.
+#[derive(Debug, Clone, Serialize)]
+struct Round {
+    /// From the holder's kill to the waiter's grant, in seconds.
+    freed_after_s: f64,
+    /// When each new leader was first seen, in seconds after the kill.
+    takeovers_s: Vec<f64>,
+    /// The last takeover seen plus the TTL: the earliest a full-length
+    /// restart at every takeover could have freed the lock, in seconds.
+    full_length_floor_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ChurnReport {
+    benchmark: &'static str,
+    serve_args: Vec<String>,
+    ttl_s: f64,
+    lead_s: f64,
+    kills: usize,
+    rounds: Vec<Round>,
+    median_freed_after_s: f64,
+    median_full_length_floor_s: f64,
+}
+
+/// The churn benchmark (see the module docs).
+pub async fn bench(opts: &Options) -> Result<(), String> {
+    let mut bed = Testbed::start("churn", opts).await?;
+    let mut rounds = Vec::with_capacity(opts.rounds);
+    let result = async {
+        for round in 0..opts.rounds {
+            let r = one_round(&mut bed, opts, round).await?;
+            eprintln!(
+                "latchkey-bench: churn round {}/{}: freed {:.2} s after the holder died, {} \
+                 takeovers; full-length restarts could not have freed it before {:.2} s",
+                round + 1,
+                opts.rounds,
+                r.freed_after_s,
+                r.takeovers_s.len(),
+                r.full_length_floor_s
+            );
+            rounds.push(r);
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    result.map_err(|e| format!("{e}\n{}", bed.logs_tail()))?;
+    drop(bed);
+
+    let report = ChurnReport {
+        benchmark: "churn",
+        serve_args: opts.serve_args.clone(),
+        ttl_s: opts.churn_ttl.as_secs_f64(),
+        lead_s: opts.churn_lead.as_secs_f64(),
+        kills: opts.kills,
+        median_freed_after_s: median(rounds.iter().map(|r| r.freed_after_s).collect()),
+        median_full_length_floor_s: median(rounds.iter().map(|r| r.full_length_floor_s).collect()),
+        rounds,
+    };
+    println!(
+        "churn ({} rounds, TTL {:.1} s, {} leaders killed {:.1} s after each was seen leading, \
+         serve args {:?}): a dead holder's lock freed after median {:.2} s; restarting every \
+         countdown at full length could not have freed it before median {:.2} s",
+        report.rounds.len(),
+        report.ttl_s,
+        report.kills,
+        report.lead_s,
+        report.serve_args,
+        report.median_freed_after_s,
+        report.median_full_length_floor_s
+    );
+    std::fs::create_dir_all(&opts.out)
+        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
+    let path = opts.out.join("churn.json");
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| format!("cannot encode the report: {e}"))?;
+    std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("latchkey-bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// An upper bound of a healthy churn benchmark.
+pub fn budget(opts: &Options) -> Duration {
+    let per_kill = LEADER_WAIT * 2 + opts.churn_lead;
+    let per_round = WAIT_LIMIT
+        + per_kill.saturating_mul(u32::try_from(opts.kills).unwrap_or(u32::MAX))
+        + Duration::from_secs(30);
+    setup_budget() + per_round.saturating_mul(u32::try_from(opts.rounds).unwrap_or(u32::MAX))
+}
+
+async fn one_round(bed: &mut Testbed, opts: &Options, round: usize) -> Result<Round, String> {
+    if opts.tls {
+        return Err("churn runs without --tls (its holder is a `latchkey lock` process)".into());
+    }
+    let name = format!("bench/churn/{round}");
+    let endpoints = bed.endpoints();
+    let mut holder = Holder::spawn(bed.server_bin(), &endpoints, &name, opts.churn_ttl)?;
+    let waiter_client = client(&endpoints, bed.tls())?;
+    let held = held_by(&waiter_client, &name).await?;
+    let waiter = waiter_client
+        .session(WAITER_TTL)
+        .await
+        .map_err(|e| format!("the waiter cannot open a session: {e}"))?;
+    let wanted = name.clone();
+    let wait = tokio::spawn(async move {
+        let got = waiter.lock(&wanted).acquire_timeout(WAIT_LIMIT).await;
+        let at = Instant::now();
+        let token = match got {
+            Ok(Some(g)) => {
+                let token = g.token();
+                let _ = g.release().await;
+                Ok(token)
+            }
+            Ok(None) => Err(format!("the waiter was not granted within {WAIT_LIMIT:?}")),
+            Err(e) => Err(format!("the waiter failed: {e}")),
+        };
+        (at, token)
+    });
+    queued(&waiter_client, &name).await?;
+
+    holder.kill();
+    let killed = Instant::now();
+    let mut takeovers = Vec::with_capacity(opts.kills);
+    for _ in 0..opts.kills {
+        let leader = bed.cluster_mut().wait_for_leader(LEADER_WAIT).await?;
+        tokio::time::sleep(opts.churn_lead).await;
+        bed.cluster_mut().kill(&leader)?;
+        bed.cluster_mut().wait_for_leader(LEADER_WAIT).await?;
+        takeovers.push(killed.elapsed().as_secs_f64());
+        bed.cluster_mut().restart(&leader)?;
+    }
+    let (granted_at, token) = wait
+        .await
+        .map_err(|e| format!("the waiter's task failed: {e}"))?;
+    let token = token?;
+    if token <= held {
+        return Err(format!(
+            "the waiter's token {token} is not above the dead holder's {held}"
+        ));
+    }
+    let last = takeovers.last().copied().unwrap_or(0.0);
+    Ok(Round {
+        freed_after_s: granted_at.saturating_duration_since(killed).as_secs_f64(),
+        takeovers_s: takeovers,
+        full_length_floor_s: last + opts.churn_ttl.as_secs_f64(),
+    })
+}
+
+/// Wait until `name` is held; its holder's token.
+async fn held_by(client: &Client, name: &str) -> Result<latchkey::Token, String> {
+    let started = Instant::now();
+    loop {
+        let locks = client
+            .locks(name)
+            .await
+            .map_err(|e| format!("cannot list the locks: {e}"))?;
+        if let Some(h) = locks
+            .iter()
+            .find(|l| l.name == name)
+            .and_then(|l| l.holders.first())
+        {
+            return Ok(h.token);
+        }
+        if started.elapsed() > LEADER_WAIT {
+            return Err(format!("the holder did not take {name}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Wait until the waiter is queued for `name`.
+async fn queued(client: &Client, name: &str) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        let locks = client
+            .locks(name)
+            .await
+            .map_err(|e| format!("cannot list the locks: {e}"))?;
+        if locks.iter().any(|l| l.name == name && l.waiters == 1) {
+            return Ok(());
+        }
+        if started.elapsed() > LEADER_WAIT {
+            return Err(format!("the waiter did not queue for {name}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn client(endpoints: &[String], tls: Option<&latchkey::TlsOptions>) -> Result<Client, String> {
+    let mut options = ClientOptions::default()
+        .with_request_timeout(Duration::from_secs(60))
+        .with_attempt_timeout(Duration::from_secs(2))
+        .with_connect_timeout(Duration::from_millis(200))
+        .with_initial_backoff(Duration::from_millis(5))
+        .with_max_backoff(Duration::from_millis(50));
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.clone());
+    }
+    Client::with_options(endpoints, options).map_err(|e| format!("cannot build a client: {e}"))
+}
+
+/// The median of `values` (the lower middle one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n => values[(n - 1) / 2],
+    }
+}
+
+/// The holder: a `latchkey lock NAME --ttl TTL -- sleep 600` process in a
+/// process group of its own, SIGKILLed (with its command) to die.
+struct Holder {
+    child: std::process::Child,
+}
+
+impl Holder {
+    fn spawn(
+        bin: &std::path::Path,
+        endpoints: &[String],
+        name: &str,
+        ttl: Duration,
+    ) -> Result<Holder, String> {
+        use std::os::unix::process::CommandExt;
+        let ttl = format!("{}ms", ttl.as_millis());
+        let child = std::process::Command::new(bin)
+            .args([
+                "--endpoints",
+                &endpoints.join(","),
+                "lock",
+                name,
+                "--ttl",
+                &ttl,
+            ])
+            .args(["--", "sleep", "600"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start the holder ({} lock): {e}", bin.display()))?;
+        Ok(Holder { child })
+    }
+
+    /// SIGKILL the holder and its command, and reap the holder.
+    fn kill(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the holder's own process group, by id.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_lower_middle() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.0);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+}
