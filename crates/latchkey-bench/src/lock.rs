@@ -329,7 +329,13 @@ impl Params for LockParams {
                     r.clients,
                     d.ops_per_s_within_duration,
                     1000.0 / d.ops_per_s_within_duration,
-                    r.clients.saturating_sub(1)
+                    // Every other task is ahead of it, less the ones
+                    // holding with it (a semaphore's other permits).
+                    if r.workload == Kind::Semaphore.name() {
+                        r.clients.saturating_sub(SEMAPHORE_PERMITS as usize)
+                    } else {
+                        r.clients.saturating_sub(1)
+                    }
                 );
                 let _ = writeln!(
                     t,
