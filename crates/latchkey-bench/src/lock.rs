@@ -746,6 +746,15 @@ async fn cycle(
         };
         let t1 = Instant::now();
         let tokens = guard.tokens();
+        if tokens.len() != witnesses.len() {
+            t.stats.failure(|| {
+                format!(
+                    "acquire: {} grants for {} locks",
+                    tokens.len(),
+                    witnesses.len()
+                )
+            });
+        }
         for (w, token) in witnesses.iter().zip(&tokens) {
             if let Some(witness) = job.witnesses.get(*w) {
                 let (overlap, regression) = witness.enter(*token);
@@ -753,6 +762,9 @@ async fn cycle(
                 t.regressions += u64::from(regression);
             }
         }
+        // Inside for a moment: another task scheduled meanwhile that was
+        // granted too would find this one there.
+        tokio::task::yield_now().await;
         for w in &witnesses {
             if let Some(witness) = job.witnesses.get(*w) {
                 witness.leave();

@@ -427,6 +427,30 @@ proptest! {
 }
 
 #[test]
+fn a_record_in_flight_across_a_rebuild_is_followed_by_a_reset() {
+    // The first leader records the lagging session; its successor rebuilds
+    // its table in place while its own record is on its way to the log,
+    // so the state it reads lacks that record. The next keep-alive must
+    // still wait for a reset behind it, or a later leader resumes from the
+    // stale record before the client's deadline.
+    let reigns = [
+        Reign {
+            lifetime: Duration::from_millis(1_700),
+            outage: Duration::ZERO,
+            loses_in_flight: false,
+            rebuilds_after: None,
+        },
+        Reign {
+            lifetime: Duration::from_millis(320),
+            outage: Duration::ZERO,
+            loses_in_flight: false,
+            rebuilds_after: Some(Duration::from_millis(260)),
+        },
+    ];
+    run(3_000, 2_100, 60, &reigns);
+}
+
+#[test]
 fn a_table_rebuilt_in_place_judges_waiting_keep_alives_again() {
     // A 3 s TTL; the first leader records the session 375 ms after taking
     // over (t = 0.375 s), so the keep-alive at 1 s waits for a reset,

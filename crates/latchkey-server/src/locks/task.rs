@@ -135,13 +135,15 @@ pub(crate) async fn run<H: LockHost>(
                 Some(c) => task.on_change(c),
                 None => break,
             },
-            msg = internal_rx.recv() => {
-                if let Some(m) = msg { task.on_internal(m) }
-            }
+            // Leadership changes before the lock task's own results: a
+            // round's answer must be judged against the role it is for.
             changed = metrics.changed() => {
                 if changed.is_err() { break }
                 let m = metrics.borrow_and_update().clone();
                 task.on_metrics(&m);
+            }
+            msg = internal_rx.recv() => {
+                if let Some(m) = msg { task.on_internal(m) }
             }
             ka = keep_alives.recv() => match ka {
                 Some(ka) => task.on_keep_alive(ka, true),
@@ -328,7 +330,7 @@ impl<H: LockHost> Task<H> {
         kept: Vec<(KeepAlive, Duration)>,
         result: &Result<(), ReplicaFailure>,
     ) {
-        if epoch != self.epoch && self.leader_term().is_some() {
+        if epoch != self.epoch && !matches!(self.role, Role::Follower) {
             for (ka, _) in kept {
                 self.on_keep_alive(ka, false);
             }
@@ -540,17 +542,16 @@ impl<H: LockHost> Task<H> {
                         }
                         // Live in the state but not counted down here: count
                         // it down from now (errs towards a longer lease).
+                        // Counted as recorded whatever the state says, as
+                        // `Timers::restart` does.
                         Ok(Some(s)) => {
                             let ttl = Duration::from_millis(s.ttl_ms);
                             self.timers
                                 .open_session(ka.session, ttl, s.secret, ka.received);
-                            if s.is_recorded() {
-                                self.timers.mark_recorded(ka.session);
-                                self.resets.push((ka, ttl));
-                                self.record();
-                                return;
-                            }
-                            ttl
+                            self.timers.mark_recorded(ka.session);
+                            self.resets.push((ka, ttl));
+                            self.record();
+                            return;
                         }
                         Ok(None) => {
                             let _ = ka.reply.send(session_ended(ka.session));

@@ -320,6 +320,7 @@ impl Timers {
         self.sessions.clear();
         self.leases.clear();
         self.recorded.clear();
+        self.slots_from = None;
         self.granted.clear();
         self.queued.clear();
     }
@@ -352,6 +353,7 @@ impl Timers {
     /// never shortens it.
     pub(crate) fn restart(&mut self, state: &TimerState, now: Instant) {
         self.clear();
+        self.slots_from = Some(now);
         for s in &state.sessions {
             let ttl = Duration::from_millis(s.ttl_ms);
             self.sessions.insert(s.session, (ttl, s.secret));
@@ -363,9 +365,12 @@ impl Timers {
                 TimerKey::RecordSession(s.session),
                 now + RECORD_SESSIONS_EVERY,
             );
-            if s.is_recorded() {
-                self.recorded.insert(s.session);
-            }
+            // Every session counts as recorded, not only those the state
+            // says are: a record taken by the table before this one may
+            // still be on its way to the log, unseen by the state read, and
+            // the next keep-alive must be answered only after a reset that
+            // lands behind it.
+            self.recorded.insert(s.session);
         }
         for l in &state.leases {
             self.start_lease(
