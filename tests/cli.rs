@@ -822,7 +822,7 @@ async fn cli_body(c: &mut Cluster) -> Result<()> {
     ensure!(first < last, "the CLI's write opened no session");
     for id in first..last {
         let id = id.to_string();
-        let out = c.cli(&["session", "end", &id]).await?;
+        let out = c.cli(&["sessions", "end", &id]).await?;
         ensure!(
             out.code == Some(1) && out.stderr.contains("is not live"),
             "the CLI's write session {id} outlived it: {out:?}"
@@ -994,7 +994,7 @@ async fn cli_access_control(c: &Cluster) -> Result<()> {
         "app's put outside its prefix: {out:?}"
     );
     // Ending a session is an operator's act, even for its owner.
-    let out = app(&["session", "end", "1"]).await?;
+    let out = app(&["sessions", "end", "1"]).await?;
     ensure!(
         out.code == Some(2)
             && out.stderr.contains("permission denied")

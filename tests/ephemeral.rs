@@ -189,7 +189,7 @@ async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch
     };
     // Without access control, only a caller with the cluster secret may.
     let id = session.to_string();
-    let stranger = c.cli_with(false, &["session", "end", &id], None).await?;
+    let stranger = c.cli_with(false, &["sessions", "end", &id], None).await?;
     ensure!(
         stranger.code == Some(2)
             && stranger.stderr.contains("permission denied")
@@ -201,7 +201,7 @@ async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch
         "a refused `session end` took the key"
     );
     // The owner's own secret is not needed: the operator's end is enough.
-    let ended = c.cli(&["session", "end", &id]).await?;
+    let ended = c.cli(&["sessions", "end", &id]).await?;
     let said = ended.ok()?;
     ensure!(
         said.contains(&format!("session {session} ended")),
@@ -223,12 +223,12 @@ async fn operator_ends(c: &Cluster, client: &Client, watch: &mut latchkey::Watch
         "`put --ephemeral` after its session was ended: {exited:?}"
     );
     // Again: the session is not live any more.
-    let again = c.cli(&["session", "end", &id]).await?;
+    let again = c.cli(&["sessions", "end", &id]).await?;
     ensure!(
         again.code == Some(1) && again.stderr.contains("is not live"),
         "a second `session end`: {again:?}"
     );
-    let never = c.cli(&["session", "end", "999999"]).await?;
+    let never = c.cli(&["sessions", "end", "999999"]).await?;
     ensure!(
         never.code != Some(0) && never.stderr.contains("999999"),
         "`session end` of a session never opened: {never:?}"

@@ -39,6 +39,33 @@ async fn wait_for_waiters(client: &Client, name: &str, n: u32) -> Result<()> {
     .await
 }
 
+/// Start `latchkey lock NAME ARGS -- sleep 600` in its own process group
+/// and wait until it holds the lock: the group and the grant's token.
+async fn cli_holder(
+    c: &Cluster,
+    client: &Client,
+    name: &str,
+    args: &[&str],
+) -> Result<(Group, Token)> {
+    let mut cmd = Command::new(bin());
+    cmd.args(["--endpoints", &c.endpoints_arg(), "lock", name])
+        .args(args)
+        .args(["--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let holder = Group::spawn(cmd)?;
+    let held = eventually(
+        Duration::from_secs(30),
+        "the CLI holds the lock",
+        async || {
+            let info = lock_info(client, name).await?.context("not held yet")?;
+            info.holders.first().map(|h| h.token).context("no holder")
+        },
+    )
+    .await?;
+    Ok((holder, held))
+}
+
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,32 +82,8 @@ async fn killed_holder(c: &mut Cluster) -> Result<()> {
     const DELAY: Duration = Duration::from_secs(2);
     c.wait_for_leader(LEADER_WAIT).await?;
     let client = Client::with_options(c.endpoints(), client_options())?;
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "--endpoints",
-        &c.endpoints_arg(),
-        "lock",
-        "jobs",
-        "--ttl",
-        "3s",
-        "--lock-delay",
-        "2s",
-        "--",
-        "sleep",
-        "600",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let holder = Group::spawn(cmd)?;
-    let held = eventually(
-        Duration::from_secs(30),
-        "the CLI holds the lock",
-        async || {
-            let info = lock_info(&client, "jobs").await?.context("not held yet")?;
-            info.holders.first().map(|h| h.token).context("no holder")
-        },
-    )
-    .await?;
+    let (holder, held) =
+        cli_holder(c, &client, "jobs", &["--ttl", "3s", "--lock-delay", "2s"]).await?;
 
     let session = client.session(Duration::from_secs(10)).await?;
     let waiter = tokio::spawn(async move {
@@ -117,6 +120,124 @@ async fn killed_holder(c: &mut Cluster) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_lists_sessions_and_force_releases_a_hung_holder() {
+    let mut c = Cluster::start("lock-force-release", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, force_release(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// A CLI holder (`lock jobs --ttl 5s -- sleep 600`) is listed by
+/// `sessions` with the lock it holds and the name it opened under;
+/// `locks release jobs --force` is refused without the cluster secret and
+/// works with it: the holder's command is stopped (exit 206, lost while it
+/// ran) though its process and session live on until then, and the waiter
+/// is granted under a higher token, never before the holder's TTL (the
+/// forced release's lock-delay) has passed.
+async fn force_release(c: &mut Cluster) -> Result<()> {
+    const TTL: Duration = Duration::from_secs(5);
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = Client::with_options(c.endpoints(), client_options())?;
+    let (mut holder, held) = cli_holder(c, &client, "jobs", &["--ttl", "5s"]).await?;
+
+    let listed = c.cli(&["-w", "json", "sessions"]).await?;
+    let rows: serde_json::Value = serde_json::from_str(listed.ok()?)
+        .with_context(|| format!("`sessions -w json` printed {:?}", listed.stdout))?;
+    let row = rows
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r["held"][0]["token"].as_u64() == Some(held.0))
+        })
+        .with_context(|| format!("the holder is not listed: {rows}"))?;
+    let pid = holder.pid().to_string();
+    ensure!(
+        row["name"]
+            .as_str()
+            .is_some_and(|n| n.contains("latchkey") && n.contains(&pid))
+            && row["held"][0]["name"] == "jobs"
+            && row["held"][0]["kind"] == "lock"
+            && row["ttl_ms"] == 5_000
+            && row["left_ms"].as_u64().is_some_and(|l| l <= 5_000),
+        "the holder's row (pid {pid}): {row}"
+    );
+    let table = c.cli(&["sessions"]).await?;
+    ensure!(
+        table.ok()?.contains(&format!("jobs#{}", held.0)),
+        "`sessions` table: {:?}",
+        table.stdout
+    );
+
+    let session = client.session(Duration::from_secs(10)).await?;
+    let waiter = tokio::spawn(async move {
+        let guard = session
+            .lock("jobs")
+            .acquire_timeout(Duration::from_secs(60))
+            .await?;
+        Ok::<_, latchkey::Error>((Instant::now(), guard))
+    });
+    wait_for_waiters(&client, "jobs", 1).await?;
+
+    let stranger = c
+        .cli_with(false, &["locks", "release", "jobs", "--force"], None)
+        .await?;
+    ensure!(
+        stranger.code == Some(2) && stranger.stderr.contains("cluster secret"),
+        "a forced release without the cluster secret: {stranger:?}"
+    );
+    let info = lock_info(&client, "jobs").await?.context("lock vanished")?;
+    ensure!(
+        info.holders.first().map(|h| h.token) == Some(held),
+        "a refused forced release released: {info:?}"
+    );
+    let forced = c.cli(&["locks", "release", "jobs", "--force"]).await?;
+    let released_at = Instant::now();
+    ensure!(
+        forced
+            .ok()?
+            .contains(&format!("token {} of session", held.0)),
+        "`locks release --force` said {:?}",
+        forced.stdout
+    );
+    // The holder hears at its next keep-alive (every TTL/3) and stops its
+    // command: lost while CMD ran.
+    let exited = eventually(Duration::from_secs(30), "the holder exits", async || {
+        holder.child.try_wait()?.context("still running")
+    })
+    .await?;
+    ensure!(
+        exited.code() == Some(206),
+        "the force-released holder exited {exited:?}"
+    );
+    let (granted_at, guard) = waiter.await??;
+    let guard = guard.context("the waiter was never granted")?;
+    ensure!(guard.token() > held, "token did not increase");
+    let waited = granted_at.duration_since(released_at);
+    // The lock-delay (the holder's TTL) began before the command returned.
+    ensure!(
+        waited >= TTL - Duration::from_millis(500),
+        "granted {waited:?} after the forced release, sooner than the holder's TTL {TTL:?}"
+    );
+    let again = c
+        .cli(&[
+            "locks",
+            "release",
+            "jobs",
+            "--force",
+            "--token",
+            &held.0.to_string(),
+        ])
+        .await?;
+    ensure!(
+        again.code == Some(1) && again.stderr.contains("has no grant"),
+        "a second forced release of the same grant: {again:?}"
+    );
+    guard.release().await?;
+    Ok(())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaders_killed_in_a_row_keep_a_live_holder_and_free_a_dead_one() {
@@ -159,32 +280,11 @@ async fn rolling_failovers(c: &mut Cluster) -> Result<()> {
     const TTL: Duration = Duration::from_secs(6);
     c.wait_for_leader(LEADER_WAIT).await?;
     let client = Client::with_options(c.endpoints(), client_options())?;
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "--endpoints",
-        &c.endpoints_arg(),
-        "lock",
+    let (holder, held) = cli_holder(
+        c,
+        &client,
         "rolling",
-        "--ttl",
-        "6s",
-        "--at-risk-signal",
-        "none",
-        "--",
-        "sleep",
-        "600",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let holder = Group::spawn(cmd)?;
-    let held = eventually(
-        Duration::from_secs(30),
-        "the CLI holds the lock",
-        async || {
-            let info = lock_info(&client, "rolling")
-                .await?
-                .context("not held yet")?;
-            info.holders.first().map(|h| h.token).context("no holder")
-        },
+        &["--ttl", "6s", "--at-risk-signal", "none"],
     )
     .await?;
     let session = client.session(TTL).await?;

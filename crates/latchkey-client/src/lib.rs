@@ -106,7 +106,8 @@ pub use watch::Watch;
 pub use latchkey_core::auth::Permission;
 pub use latchkey_core::history::KeyChange;
 pub use latchkey_core::lock::{
-    HolderInfo, Leader, LockInfo, LockMode, Sequencer, SessionId, SessionSecret, Token,
+    HeldLock, HolderInfo, Leader, LockInfo, LockMode, Sequencer, SessionId, SessionListing,
+    SessionSecret, Token,
 };
 pub use latchkey_core::watch::Selection;
 pub use latchkey_core::{

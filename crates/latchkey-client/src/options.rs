@@ -45,6 +45,11 @@ pub struct ClientOptions {
     /// once past the point where it may have been applied, and costs no
     /// session.
     pub retry_safe_writes: bool,
+    /// The name every session this client opens carries, shown to
+    /// operators by `latchkey sessions` ([`Client::sessions`](crate::Client::sessions)):
+    /// control characters are dropped and it is cut to 256 bytes. Default: the program's name, its pid and the host
+    /// name, as in `worker (pid 4242 on db-3)`.
+    pub session_name: String,
 }
 
 /// A user's name and password (its `Debug` form does not show the
@@ -113,8 +118,41 @@ impl Default for ClientOptions {
             tls: None,
             user: None,
             retry_safe_writes: true,
+            session_name: default_session_name(),
         }
     }
+}
+
+/// `program (pid N on host)`, from what this process knows of itself
+/// (the host name from Linux's `/proc`, left out elsewhere).
+fn default_session_name() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "latchkey client".to_string());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty());
+    let pid = std::process::id();
+    fit_session_name(&match host {
+        Some(host) => format!("{program} (pid {pid} on {host})"),
+        None => format!("{program} (pid {pid})"),
+    })
+}
+
+/// `name` as the cluster takes it: control characters dropped, cut to
+/// [`MAX_SESSION_NAME_BYTES`](latchkey_core::limits::MAX_SESSION_NAME_BYTES)
+/// on a character boundary.
+pub(crate) fn fit_session_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > latchkey_core::limits::MAX_SESSION_NAME_BYTES {
+            break;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Setters, for callers outside this crate (the struct is
@@ -164,6 +202,12 @@ impl ClientOptions {
     /// ```
     pub fn with_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some(UserCredentials::new(name, password));
+        self
+    }
+
+    /// Set [`ClientOptions::session_name`].
+    pub fn with_session_name(mut self, name: impl Into<String>) -> Self {
+        self.session_name = name.into();
         self
     }
 

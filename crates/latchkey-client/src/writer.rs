@@ -302,6 +302,10 @@ impl Writer {
             ttl_ms: u64::try_from(WRITER_SESSION_TTL.as_millis()).unwrap_or(u64::MAX),
             // The replica draws the secret; this one is not sent.
             secret: SessionSecret::default(),
+            name: crate::options::fit_session_name(&format!(
+                "{} retry-safe writes",
+                self.router.options().session_name
+            )),
         }));
         // A retried open after a lost reply may open a second session,
         // which holds nothing and expires after its TTL.

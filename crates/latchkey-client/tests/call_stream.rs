@@ -170,6 +170,7 @@ fn answer(script: &Script, request: Req, via: Via) -> Result<Rep, Status> {
             Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
                 session,
                 ttl_ms: 3000,
+                forced: Default::default(),
             })))
         }
         _ => return Err(Status::internal("unexpected call")),

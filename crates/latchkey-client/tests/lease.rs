@@ -177,6 +177,7 @@ impl Script {
         Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
             session,
             ttl_ms: TTL.as_millis() as u64,
+            forced: Default::default(),
         }))))
     }
 

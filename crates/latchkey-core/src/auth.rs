@@ -749,7 +749,9 @@ impl<S: Store> Checker<'_, S> {
             })),
             LockCommand::CloseSession { session, .. } => session_and(*session, None),
             // An operator's: whoever owns the session.
-            LockCommand::EndSession { .. } => Ok(self.need(Permission::Admin, Target::Any)),
+            LockCommand::EndSession { .. } | LockCommand::ForceRelease { .. } => {
+                Ok(self.need(Permission::Admin, Target::Any))
+            }
             LockCommand::Acquire { session, name, .. }
             | LockCommand::Release { session, name, .. }
             | LockCommand::CancelWait { session, name, .. }
@@ -797,6 +799,8 @@ impl<S: Store> Checker<'_, S> {
                 self.need(Lock, Target::LockPrefix(prefix))
             }
             Query::Lock(LockQuery::Session { session }) => return self.owns(*session),
+            // Every session's name and locks: an operator's view.
+            Query::Lock(LockQuery::Sessions { .. }) => self.need(Admin, Target::Any),
             Query::Lock(
                 LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census,
             ) => Err(CommandError::invalid(

@@ -47,7 +47,12 @@ use serde::{de::DeserializeOwned, Serialize};
 /// 11: countdown checkpoints: a session record keeps `left_ms` and a lock
 /// record's holder `lease_left_ms`; `LockCommand::Checkpoint` and
 /// `LockOutcome::Checkpointed` are appended.
-pub const FORMAT_VERSION: u8 = 11;
+///
+/// 12: operator tools: `OpenSession` carries a `name`; a session record
+/// keeps `name`, `forced_total` and `forced`; `LockCommand::ForceRelease`,
+/// `LockQuery::Sessions`, their outcomes and `HoldEnd::Forced` are
+/// appended.
+pub const FORMAT_VERSION: u8 = 12;
 
 /// Largest value [`decode`] accepts, so a hostile length prefix cannot make
 /// the decoder allocate without bound.

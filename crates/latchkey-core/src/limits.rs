@@ -103,6 +103,21 @@ pub const MAX_REMEMBERED_REQUESTS: u32 = 256;
 /// Most locks one [`crate::lock::LockQuery::Locks`] returns; also the default
 /// when it asks for 0.
 pub const MAX_LOCK_LIST_LIMIT: u32 = 1_000;
+/// Most sessions one [`crate::lock::LockQuery::Sessions`] returns; also the
+/// default when it asks for 0. Small, because each listed session costs a
+/// read of every lock it holds or waits for.
+pub const MAX_SESSION_LIST_LIMIT: u32 = 100;
+/// Most held or awaited locks listed per session by
+/// [`crate::lock::LockQuery::Sessions`]; the counts cover them all.
+pub const MAX_SESSION_LISTED_LOCKS: usize = 64;
+/// Longest session name ([`crate::lock::LockCommand::OpenSession`]), in
+/// bytes.
+pub const MAX_SESSION_NAME_BYTES: usize = 256;
+/// How many of its most recent force-released grants a session remembers
+/// and reports with every keep-alive ([`crate::lock::SessionInfo::forced`]);
+/// a client that missed more than this many between two keep-alives
+/// counts its session lost.
+pub const MAX_FORCED_REMEMBERED: usize = 16;
 /// Longest printable [`crate::lock::Sequencer`], in bytes: the prefix, two
 /// u64s, the mode and a name of [`MAX_LOCK_NAME_LEN`] bytes, each escaped as
 /// `%XX`.

@@ -206,6 +206,23 @@ fn check_multi_lock_names<'a>(
     Ok(total)
 }
 
+/// A session's name: at most [`MAX_SESSION_NAME_BYTES`], no control
+/// characters (it is printed in operators' terminals).
+fn check_session_name(name: &str) -> Result<usize, CommandError> {
+    if name.len() > MAX_SESSION_NAME_BYTES {
+        return Err(CommandError::invalid(format!(
+            "session name is {} bytes, more than the maximum {MAX_SESSION_NAME_BYTES}",
+            name.len()
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(CommandError::invalid(
+            "session name contains a control character",
+        ));
+    }
+    Ok(name.len())
+}
+
 fn check_sequencer(sequencer: &Sequencer) -> Result<usize, CommandError> {
     check_token(sequencer.token)?;
     check_lock_name(&sequencer.name)
@@ -213,7 +230,7 @@ fn check_sequencer(sequencer: &Sequencer) -> Result<usize, CommandError> {
 
 fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
     match command {
-        LockCommand::OpenSession { ttl_ms, .. } => {
+        LockCommand::OpenSession { ttl_ms, name, .. } => {
             if !(MIN_SESSION_TTL_MS..=MAX_SESSION_TTL_MS).contains(ttl_ms) {
                 return Err(CommandError::TtlOutOfRange {
                     ttl_ms: *ttl_ms,
@@ -221,7 +238,11 @@ fn check_lock_command(command: &LockCommand) -> Result<usize, CommandError> {
                     max: MAX_SESSION_TTL_MS,
                 });
             }
-            Ok(0)
+            check_session_name(name)
+        }
+        LockCommand::ForceRelease { name, token } => {
+            check_token(*token)?;
+            check_lock_name(name)
         }
         LockCommand::CloseSession { .. }
         | LockCommand::ExpireSession { .. }
@@ -378,6 +399,13 @@ fn check_lock_query(query: &LockQuery) -> Result<(), CommandError> {
             if *limit > MAX_LOCK_LIST_LIMIT {
                 return Err(CommandError::invalid(format!(
                     "lock list limit {limit} is above the maximum {MAX_LOCK_LIST_LIMIT}"
+                )));
+            }
+        }
+        LockQuery::Sessions { limit, .. } => {
+            if *limit > MAX_SESSION_LIST_LIMIT {
+                return Err(CommandError::invalid(format!(
+                    "session list limit {limit} is above the maximum {MAX_SESSION_LIST_LIMIT}"
                 )));
             }
         }

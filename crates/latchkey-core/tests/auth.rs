@@ -3,7 +3,7 @@
 //! and role; and a property test of the prefix rules against a model.
 
 use latchkey_core::auth::{AuthCommand, Grant, Permission, ROOT};
-use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
+use latchkey_core::lock::{LockCommand, LockOutcome, LockQuery, SessionId, SessionSecret, Token};
 use latchkey_core::{apply, query, Command, CommandError, MemStore, Outcome, Query, Request, Test};
 use proptest::prelude::*;
 
@@ -164,6 +164,7 @@ fn open_as(store: &mut MemStore, user: &str, secret: SessionSecret) -> SessionId
             Command::Lock(LockCommand::OpenSession {
                 ttl_ms: 10_000,
                 secret,
+                name: String::new(),
             }),
         ),
     );
@@ -213,12 +214,49 @@ fn only_an_admin_ends_another_users_session() {
 }
 
 #[test]
+fn only_an_admin_forces_a_release_or_lists_sessions() {
+    let mut store = store_with(&[(Permission::Lock, "")]);
+    let force = Command::Lock(LockCommand::ForceRelease {
+        name: "jobs".into(),
+        token: Token(1),
+    });
+    // A lock user may not, even on locks it may take.
+    assert!(is_denied(
+        &run(&mut store, as_user("app", force.clone())),
+        Permission::Admin
+    ));
+    assert!(matches!(
+        run(&mut store, as_user(ROOT, force)),
+        Ok(Outcome::Lock(LockOutcome::ForceReleased { .. }))
+    ));
+    let list = |user: &str| {
+        query(
+            &store,
+            &Query::As {
+                user: user.into(),
+                query: Box::new(Query::Lock(LockQuery::Sessions {
+                    start_after: None,
+                    limit: 0,
+                })),
+            },
+        )
+        .expect("the store works")
+    };
+    assert!(is_denied(&list("app"), Permission::Admin));
+    assert!(matches!(
+        list(ROOT),
+        Ok(Outcome::Lock(LockOutcome::Sessions { .. }))
+    ));
+}
+
+#[test]
 fn a_writer_opens_a_session_for_retry_safe_writes_and_a_reader_cannot() {
     let mut store = store_with(&[(Permission::Write, "jobs/")]);
     let secret = SessionSecret([5; SessionSecret::LEN]);
     let open = Command::Lock(LockCommand::OpenSession {
         ttl_ms: 10_000,
         secret,
+        name: String::new(),
     });
     let opened = run(&mut store, as_user("app", open.clone()));
     let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = opened else {
@@ -267,6 +305,7 @@ fn only_root_makes_roots_and_unowned_sessions_are_roots() {
     let open = Command::Lock(LockCommand::OpenSession {
         ttl_ms: 10_000,
         secret,
+        name: String::new(),
     });
     let Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) = run(&mut store, open)
     else {

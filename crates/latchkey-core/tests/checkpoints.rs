@@ -32,35 +32,6 @@ const TTL_MS: u64 = 10_000;
 const LEASE_MS: u64 = 5_000;
 
 impl Cluster {
-    /// Apply `command` at the next leader time, with its events.
-    fn step(&mut self, command: Command) -> (CommandResult, Vec<Event>) {
-        self.now += 1;
-        let request = Request {
-            now: self.now,
-            command,
-        };
-        apply_with_events(&mut self.store, &request).expect("MemStore never fails")
-    }
-
-    /// Apply a lock command, expecting success; its outcome and events.
-    fn ok(&mut self, command: LockCommand) -> (LockOutcome, Vec<Event>) {
-        let shown = format!("{command:?}");
-        match self.step(Command::Lock(command)) {
-            (Ok(Outcome::Lock(o)), events) => (o, events),
-            (other, _) => panic!("{shown}: unexpected {other:?}"),
-        }
-    }
-
-    /// Apply a lock command expecting a refusal that writes nothing and
-    /// reports no event.
-    fn refused(&mut self, command: LockCommand) -> CommandError {
-        let before = self.store.clone();
-        let (result, events) = self.step(Command::Lock(command));
-        assert!(events.is_empty(), "a refusal reported {events:?}");
-        assert_eq!(self.store, before, "a refusal wrote something");
-        result.expect_err("a refusal")
-    }
-
     /// The id the next `OpenSession` gets.
     fn next_session(&self) -> SessionId {
         let last = self
@@ -78,6 +49,7 @@ impl Cluster {
         let opened = self.lock(LockCommand::OpenSession {
             ttl_ms: TTL_MS,
             secret: secret(expected.0),
+            name: String::new(),
         });
         match opened {
             Ok(LockOutcome::SessionOpened { session, .. }) if session == expected => session,
@@ -114,7 +86,7 @@ impl Cluster {
     fn grant(&mut self, session: SessionId, name: &str, lease_ms: Option<u64>) -> Token {
         let command =
             self.acquire_command(session, name, LockMode::Exclusive, lease_ms, None, false);
-        match self.ok(command).0 {
+        match self.succeed(command).0 {
             LockOutcome::Granted { sequencer, .. } => sequencer.token,
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -141,7 +113,7 @@ impl Cluster {
     /// A checkpoint, which must succeed without an event: how many of its
     /// items it recorded.
     fn checkpoint(&mut self, sessions: Vec<SessionLeft>, leases: Vec<LeaseLeft>) -> u32 {
-        match self.ok(LockCommand::Checkpoint { sessions, leases }) {
+        match self.succeed(LockCommand::Checkpoint { sessions, leases }) {
             (LockOutcome::Checkpointed { recorded }, events) => {
                 assert!(events.is_empty(), "a checkpoint reported {events:?}");
                 recorded
@@ -348,11 +320,11 @@ fn ended_and_unknown_sessions_are_skipped_and_never_resurrected() {
     let closed = c.open();
     let expired = c.open();
     let live = c.open();
-    c.ok(LockCommand::CloseSession {
+    c.succeed(LockCommand::CloseSession {
         session: closed,
         secret: secret(closed.0),
     });
-    c.ok(LockCommand::ExpireSession { session: expired });
+    c.succeed(LockCommand::ExpireSession { session: expired });
     let live_before = c.census().sessions;
     assert_eq!(live_before, 1);
     let live_row = c.store.map.get(keyspace::META_LIVE_SESSIONS).cloned();
@@ -412,7 +384,7 @@ fn a_lease_left_is_recorded_for_its_own_grant_only() {
     let plain = c.grant(b, "plain", None);
     let released = c.grant(a, "gone", Some(LEASE_MS));
     let release = c.release_command(a, 0, "gone", released);
-    c.ok(release);
+    c.succeed(release);
     // A semaphore of two leased permits: each grant has its own lease.
     let permit = |c: &mut Cluster, session: SessionId| -> Token {
         let mut command = c.acquire_command(
@@ -426,7 +398,7 @@ fn a_lease_left_is_recorded_for_its_own_grant_only() {
         if let LockCommand::Acquire { permits, .. } = &mut command {
             *permits = Some(2);
         }
-        match c.ok(command).0 {
+        match c.succeed(command).0 {
             LockOutcome::Granted { sequencer, .. } => sequencer.token,
             other => panic!("expected a permit, got {other:?}"),
         }
@@ -635,23 +607,23 @@ fn a_checkpoint_changes_nothing_but_the_records_it_names() {
             Some(100),
             false,
         );
-        match c.ok(command).0 {
+        match c.succeed(command).0 {
             LockOutcome::Granted { sequencer, .. } => sequencer,
             other => panic!("{other:?}"),
         }
     };
     let waits = c.acquire_command(w, "x", LockMode::Exclusive, None, None, true);
-    c.ok(waits);
+    c.succeed(waits);
     let y = {
         let command = c.acquire_command(b, "y", LockMode::Shared, Some(LEASE_MS), None, false);
-        match c.ok(command).0 {
+        match c.succeed(command).0 {
             LockOutcome::Granted { sequencer, .. } => sequencer,
             other => panic!("{other:?}"),
         }
     };
     let delayed = c.acquire_command(e, "d", LockMode::Exclusive, None, Some(60_000), false);
-    c.ok(delayed);
-    c.ok(LockCommand::ExpireSession { session: e });
+    c.succeed(delayed);
+    c.succeed(LockCommand::ExpireSession { session: e });
     for command in [
         Command::Put {
             key: b"k".to_vec(),
@@ -1067,6 +1039,7 @@ impl Twins {
                 LockCommand::OpenSession {
                     ttl_ms: TTL_MS + 1_000 * *slot as u64,
                     secret: secret(id),
+                    name: String::new(),
                 }
             }
             Step::Acquire {

@@ -8,9 +8,10 @@ mod strategies;
 
 use latchkey_core::codec::{decode, encode, CodecError, FORMAT_VERSION};
 use latchkey_core::lock::{
-    Event, HoldEnd, HolderInfo, LeaseLeft, LeaseTimer, LockCommand, LockDelayTimer, LockInfo,
-    LockMode, LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId, SessionInfo, SessionLeft,
-    SessionSecret, SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
+    Event, ForcedReleases, HeldLock, HoldEnd, HolderInfo, LeaseLeft, LeaseTimer, LockCommand,
+    LockDelayTimer, LockInfo, LockMode, LockOutcome, LockQuery, Sequencer, SessionEnd, SessionId,
+    SessionInfo, SessionLeft, SessionListing, SessionSecret, SessionTimer, TimerKind, TimerState,
+    Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
     BatchOp, Command, CommandError, CommandResult, Compare, Condition, Outcome, Query, Request,
@@ -178,6 +179,7 @@ fn commands() -> Vec<Command> {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 3_000,
             secret: SessionSecret::default(),
+            name: String::new(),
         }),
         Command::Lock(LockCommand::CloseSession {
             session: SessionId(1),
@@ -251,6 +253,14 @@ fn commands() -> Vec<Command> {
                 left_ms: 0,
             }],
         }),
+        Command::Lock(LockCommand::ForceRelease {
+            name: "l".to_string(),
+            token: Token(9),
+        }),
+        Command::Lock(LockCommand::ForceRelease {
+            name: "m".to_string(),
+            token: Token(u64::MAX),
+        }),
     ]
 }
 
@@ -308,6 +318,10 @@ fn queries() -> Vec<Query> {
             session: SessionId(1),
         }),
         Query::Lock(LockQuery::TimerState),
+        Query::Lock(LockQuery::Sessions {
+            start_after: Some(SessionId(3)),
+            limit: 5,
+        }),
     ]
 }
 
@@ -429,7 +443,35 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
             session: SessionId(1),
             ttl_ms: 3_000,
+            forced: ForcedReleases {
+                total: 3,
+                recent: vec![Token(7), Token(9)],
+            },
         }))),
+        Outcome::Lock(LockOutcome::ForceReleased {
+            released: vec![holder()],
+        }),
+        Outcome::Lock(LockOutcome::Sessions {
+            sessions: vec![SessionListing {
+                session: SessionId(2),
+                name: "worker-1 (pid 7)".to_string(),
+                ttl_ms: 10_000,
+                held: vec![HeldLock {
+                    name: "l".to_string(),
+                    owner: 1,
+                    mode: LockMode::Shared,
+                    token: Token(5),
+                    permits: Some(3),
+                }],
+                holds: 1,
+                waiting: vec!["m".to_string()],
+                waits: 1,
+                keys: 2,
+                forced: 0,
+                left_ms: Some(1_500),
+            }],
+            more: false,
+        }),
         Outcome::Lock(LockOutcome::Session(None)),
         Outcome::Lock(LockOutcome::Timers(TimerState {
             sessions: vec![SessionTimer {
@@ -437,6 +479,7 @@ fn outcomes() -> Vec<Outcome> {
                 ttl_ms: 3_000,
                 secret: SessionSecret([9; 16]),
                 left_ms: 2_000,
+                forced: ForcedReleases::default(),
             }],
             leases: vec![LeaseTimer {
                 name: "l".to_string(),
@@ -675,8 +718,8 @@ fn large_values_round_trip() {
 }
 
 /// The log and snapshots outlive builds: a change of these bytes is a format
-/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 10
-/// since multi-lock waiters keep their group).
+/// change and must come with a new [`FORMAT_VERSION`] (the leading byte; 12
+/// since sessions carry a name and forced releases).
 #[test]
 fn format_is_frozen() {
     let bytes = encode(&Request {
@@ -687,27 +730,30 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [11, 1, 0, 1, b'k', 1, b'v']);
+    assert_eq!(bytes, [12, 1, 0, 1, b'k', 1, b'v']);
     let bytes = encode(&Ok::<_, CommandError>(Outcome::Sequence {
         start: 0,
         end: 300,
     }))
     .expect("encodes");
     // Ok, variant 6, 0, varint 300 (0xfb + u16 little-endian).
-    assert_eq!(bytes, [11, 0, 6, 0, 0xfb, 0x2c, 0x01]);
+    assert_eq!(bytes, [12, 0, 6, 0, 0xfb, 0x2c, 0x01]);
     // Lock commands come after every KV command: Command variant 8, then
     // LockCommand variant 0 (OpenSession), ttl 3000, then the secret's 16
-    // bytes as they are.
+    // bytes as they are, then the name.
     let bytes = encode(&Request {
         now: 1,
         command: Command::Lock(LockCommand::OpenSession {
             ttl_ms: 3_000,
             secret: SessionSecret([0xaa; 16]),
+            name: String::new(),
         }),
     })
     .expect("encodes");
-    let mut expected = vec![11, 1, 8, 0, 0xfb, 0xb8, 0x0b];
+    let mut expected = vec![12, 1, 8, 0, 0xfb, 0xb8, 0x0b];
     expected.extend([0xaa; 16]);
+    // Then the name: an empty string.
+    expected.push(0);
     assert_eq!(bytes, expected);
     // Lock errors come after the KV errors: CommandError variant 2 is
     // UnknownSession.
@@ -715,13 +761,13 @@ fn format_is_frozen() {
         session: SessionId(5),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [11, 1, 2, 5]);
+    assert_eq!(bytes, [12, 1, 2, 5]);
     // KeyAbsent was appended after every other error: variant 23.
     let bytes = encode(&Err::<Outcome, _>(CommandError::KeyAbsent {
         key: "k".to_string(),
     }))
     .expect("encodes");
-    assert_eq!(bytes, [11, 1, 23, 1, b'k']);
+    assert_eq!(bytes, [12, 1, 23, 1, b'k']);
     // A compare-and-put by revision: Command variant 2, key, then the test
     // (Test variant 2, Revision: RevisionField variant 1 = Mod, Compare
     // variant 0 = Equal, varint 41), then the value.
@@ -734,7 +780,7 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    assert_eq!(bytes, [11, 1, 2, 1, b'k', 2, 1, 0, 41, 1, b'v']);
+    assert_eq!(bytes, [12, 1, 2, 1, b'k', 2, 1, 0, 41, 1, b'v']);
     // A batch (Command variant 6) whose conditions are (key, test) structs:
     // "a" ValueIs(None) (Test variant 0, None), "b" Exists(true) (Test
     // variant 1, true), "c" Version Greater 300 (Test variant 2, field 2,
@@ -764,7 +810,7 @@ fn format_is_frozen() {
     assert_eq!(
         bytes,
         [
-            11, 1, 6, // version, now, Batch
+            12, 1, 6, // version, now, Batch
             3, // three conditions
             1, b'a', 0, 0, // "a": ValueIs(None)
             1, b'b', 1, 1, // "b": Exists(true)
@@ -784,13 +830,13 @@ fn format_is_frozen() {
         revision: 2,
     }))
     .expect("encodes");
-    assert_eq!(bytes, [11, 0, 7, 1, 1, b'v', 1, 2, 3, 2]);
+    assert_eq!(bytes, [12, 0, 7, 1, 1, b'v', 1, 2, 3, 2]);
     // A write's outcome carries the revision after it: Ok, Outcome variant 1
     // (Written; 0 is Done, the answer to an entry no client proposed),
     // revision 251 (0xfb + u16).
     let bytes =
         encode(&Ok::<_, CommandError>(Outcome::Written { revision: 251 })).expect("encodes");
-    assert_eq!(bytes, [11, 0, 1, 0xfb, 0xfb, 0x00]);
+    assert_eq!(bytes, [12, 0, 1, 0xfb, 0xfb, 0x00]);
     // A put bound to a session was appended after every other command:
     // variant 12, key, value, session 9, then the secret's 16 bytes.
     let bytes = encode(&Request {
@@ -803,7 +849,7 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    let mut expected = vec![11, 1, 12, 1, b'k', 1, b'v', 9];
+    let mut expected = vec![12, 1, 12, 1, b'k', 1, b'v', 9];
     expected.extend([0xbb; 16]);
     assert_eq!(bytes, expected);
     // TooManySessionKeys was appended after KeyAbsent: variant 24.
@@ -812,7 +858,7 @@ fn format_is_frozen() {
         max: 1_000,
     }))
     .expect("encodes");
-    assert_eq!(bytes, [11, 1, 24, 9, 0xfb, 0xe8, 0x03]);
+    assert_eq!(bytes, [12, 1, 24, 9, 0xfb, 0xe8, 0x03]);
     // A retry-safe write was appended after the bound put: variant 13,
     // session 9, the secret's 16 bytes, request id 3, then the write.
     let bytes = encode(&Request {
@@ -825,7 +871,7 @@ fn format_is_frozen() {
         },
     })
     .expect("encodes");
-    let mut expected = vec![11, 1, 13, 9];
+    let mut expected = vec![12, 1, 13, 9];
     expected.extend([0xcc; 16]);
     expected.extend([3, 4, 1, b'k']);
     assert_eq!(bytes, expected);
@@ -849,7 +895,7 @@ fn format_is_frozen() {
     .expect("encodes");
     assert_eq!(
         bytes,
-        [11, 1, 8, 14, 1, 3, 0xfb, 0xb0, 0x04, 1, 1, b'l', 4, 0]
+        [12, 1, 8, 14, 1, 3, 0xfb, 0xb0, 0x04, 1, 1, b'l', 4, 0]
     );
 }
 
@@ -1072,9 +1118,10 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
     let name = ".{0,8}";
     let opt = || prop::option::of(any::<u64>());
     prop_oneof![
-        any::<u64>().prop_map(|ttl_ms| LockCommand::OpenSession {
+        (any::<u64>(), name).prop_map(|(ttl_ms, name)| LockCommand::OpenSession {
             ttl_ms,
-            secret: SessionSecret::default()
+            secret: SessionSecret::default(),
+            name: name.to_string(),
         }),
         session
             .clone()
@@ -1088,6 +1135,7 @@ fn arb_lock_command() -> impl Strategy<Value = LockCommand> {
         session
             .clone()
             .prop_map(|session| LockCommand::EndSession { session }),
+        (name, token.clone()).prop_map(|(name, token)| LockCommand::ForceRelease { name, token }),
         (
             session.clone(),
             any::<u64>(),

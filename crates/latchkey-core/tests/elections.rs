@@ -22,6 +22,7 @@ impl Cluster {
         match self.lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: secret(id),
+            name: String::new(),
         }) {
             Ok(LockOutcome::SessionOpened { session, .. }) => {
                 assert_eq!(session, SessionId(id));

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 
 use latchkey_core::codec::FORMAT_VERSION;
 use latchkey_core::lock::{
-    Event, LeaseLeft, LeaseTimer, LockCommand, LockDelayTimer, LockMode, LockOutcome, LockQuery,
-    Sequencer, SessionId, SessionLeft, SessionSecret, SessionTimer, TimerState, Token, WaitTimer,
+    Event, ForcedReleases, LeaseLeft, LeaseTimer, LockCommand, LockDelayTimer, LockMode,
+    LockOutcome, LockQuery, Sequencer, SessionId, SessionLeft, SessionSecret, SessionTimer,
+    TimerState, Token, WaitTimer,
 };
 use latchkey_core::{
     apply_with_events, query, Command, MemStore, Outcome, Query, Request, Versioned,
@@ -113,14 +114,17 @@ fn script() -> Vec<Request> {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: secret(S1),
+            name: "app".to_string(),
         }),
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 5_000,
             secret: secret(S2),
+            name: String::new(),
         }),
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 3_000,
             secret: secret(S3),
+            name: String::new(),
         }),
         // Session 1 holds "a" (token 1) with a lease; session 2 waits for it.
         acquire(S1, 1, 1, "a", None, Some(60_000), None),
@@ -206,7 +210,7 @@ const ROWS: &[(&str, &str)] = &[
     // with Versioned { value, create, mod, version }.
     (
         "57 0000000000000001",
-        "0b 01 01           # revision 1, 1 change:
+        "0c 01 01           # revision 1, 1 change:
          01 6b              #   key \"k\",
          01 01 76 01 01 01  #   current Some { \"v\", 1, 1, 1 },
          00                 #   previous None
@@ -214,33 +218,33 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "57 0000000000000002",
-        "0b 02 01  01 6a  01 01 77 02 02 01  00  00",
+        "0c 02 01  01 6a  01 01 77 02 02 01  00  00",
     ),
     (
         "57 0000000000000003",
-        "0b 03 01  01 6b
+        "0c 03 01  01 6b
          01 01 76 01 03 02  #   current Some { \"v\", create 1, mod 3, version 2 },
          01 01 76 01 01 01  #   previous Some { \"v\", 1, 1, 1 }
          00",
     ),
     (
         "57 0000000000000004",
-        "0b 04 01  01 65  01 01 78 04 04 01  00  00",
+        "0c 04 01  01 65  01 01 78 04 04 01  00  00",
     ),
     (
         "57 0000000000000005",
-        "0b 05 01  01 74  01 01 79 05 05 01  00  00",
+        "0c 05 01  01 74  01 01 79 05 05 01  00  00",
     ),
     (
         "57 0000000000000006",
-        "0b 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
+        "0c 06 01  01 74    # revision 6 (session 3 expired), 1 change: \"t\"
          00                 #   current None (deleted),
          01 01 79 05 05 01  #   previous Some { \"y\", 5, 5, 1 }
          00",
     ),
     (
         "57 0000000000000007",
-        "0b 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
+        "0c 07 01  01 6a    # revision 7 (the retry-safe delete), 1 change: \"j\"
          00                 #   current None (deleted),
          01 01 77 02 02 01  #   previous Some { \"w\", 2, 2, 1 }
          00",
@@ -254,7 +258,7 @@ const ROWS: &[(&str, &str)] = &[
     // L + lock name -> codec(LockRecord { holders, queue, delay, permits }).
     (
         "4c 61",
-        "0b
+        "0c
          01                 # holders: 1
          01 01 00 01 01 01  #   session 1, owner 1, Exclusive, token 1, count 1, request 1,
          01 fb60ea  00      #   lease_ms Some(60000), lock_delay_ms None,
@@ -271,7 +275,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "4c 62",
-        "0b
+        "0c
          00 00              # no holders, no queue
          01 02 fbd007       # delay: Some({ token 2, delay_ms 2000 }),
          00                 # permits: None",
@@ -290,7 +294,7 @@ const ROWS: &[(&str, &str)] = &[
     // request, answer }).
     (
         "52 0000000000000001 0000000000000001",
-        "0b
+        "0c
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          01                 # session 1,
          11111111111111111111111111111111 # secret,
@@ -304,7 +308,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000001 0000000000000002",
-        "0b
+        "0c
          01                 # request: Asked::Write, the SHA-256 of the delete:
          1cef68fe585f6770c237a0d02da18d078d26740ceeb92daa5a6411efe4dcf2f6
          02                 # answer: Answer::Written
@@ -312,7 +316,7 @@ const ROWS: &[(&str, &str)] = &[
     ),
     (
         "52 0000000000000002 0000000000000001",
-        "0b
+        "0c
          00 03              # request: Asked::Lock(LockCommand::Acquire)
          02                 # session 2,
          22222222222222222222222222222222 # secret,
@@ -325,18 +329,22 @@ const ROWS: &[(&str, &str)] = &[
          01 61 01 00        #   { name \"a\", request_id 1, position 0 }",
     ),
     // S + session id (u64 BE) -> codec(SessionRecord { ttl_ms, remembered,
-    // forgotten_below, kept_below, secret, left_ms }).
+    // forgotten_below, kept_below, secret, left_ms, name, forced_total,
+    // forced }).
     (
         "53 0000000000000001",
-        "0b fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
+        "0c fb1027 02 00 00     # ttl 10000, 2 remembered, 0, [],
          11111111111111111111111111111111 # secret,
-         01 fba00f              # left_ms Some(4000) (recorded by the leader)",
+         01 fba00f              # left_ms Some(4000) (recorded by the leader),
+         03 617070              # name \"app\",
+         00 00                  # forced_total 0, forced []",
     ),
     (
         "53 0000000000000002",
-        "0b fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
+        "0c fb8813 01 00 00     # ttl 5000, 1 remembered, 0, [],
          22222222222222222222222222222222 # secret,
-         00                     # left_ms None (the whole TTL)",
+         00                     # left_ms None (the whole TTL),
+         00  00 00              # name \"\", forced_total 0, forced []",
     ),
 ];
 
@@ -358,7 +366,7 @@ fn golden_store() -> MemStore {
 /// a migration or refuse old data.
 #[test]
 fn stored_records_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 11);
+    assert_eq!(FORMAT_VERSION, 12);
     let mut store = MemStore::default();
     for request in script() {
         let now = request.now;
@@ -406,12 +414,14 @@ fn stored_records_read_back() {
                     ttl_ms: 10_000,
                     secret: secret(S1),
                     left_ms: 4_000,
+                    forced: ForcedReleases::default(),
                 },
                 SessionTimer {
                     session: S2,
                     ttl_ms: 5_000,
                     secret: secret(S2),
                     left_ms: 5_000,
+                    forced: ForcedReleases::default(),
                 },
             ],
             leases: vec![LeaseTimer {
@@ -545,6 +555,7 @@ fn stored_records_read_back() {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 3_000,
             secret: latchkey_core::lock::SessionSecret::default(),
+            name: String::new(),
         }),
     );
     assert_eq!(

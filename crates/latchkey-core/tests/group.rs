@@ -13,6 +13,7 @@ fn open() -> Command {
     Command::Lock(LockCommand::OpenSession {
         ttl_ms: 10_000,
         secret: SessionSecret::default(),
+        name: String::new(),
     })
 }
 

@@ -4,8 +4,8 @@
 use latchkey_core::keyspace::{self, META_LAST_TOKEN, META_NOW};
 use latchkey_core::limits::*;
 use latchkey_core::lock::{
-    Event, HoldEnd, LockCensus, LockCommand, LockDelayTimer, LockInfo, LockMode, LockOutcome,
-    LockQuery, Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret,
+    Event, ForcedReleases, HoldEnd, LockCensus, LockCommand, LockDelayTimer, LockInfo, LockMode,
+    LockOutcome, LockQuery, Proposer, Sequencer, SessionEnd, SessionId, SessionInfo, SessionSecret,
     SessionTimer, TimerKind, TimerState, Token, WaitCancel, WaitEnd, WaitTimer,
 };
 use latchkey_core::{
@@ -83,6 +83,7 @@ impl Cluster {
             .ok(LockCommand::OpenSession {
                 ttl_ms: 10_000,
                 secret: secret_of(self.next_session()),
+                name: String::new(),
             })
             .0
         {
@@ -268,7 +269,8 @@ fn sessions_are_numbered_from_one_and_never_reused() {
         c.ask(LockQuery::Session { session: a }),
         LockOutcome::Session(Some(SessionInfo {
             session: a,
-            ttl_ms: 10_000
+            ttl_ms: 10_000,
+            forced: ForcedReleases::default(),
         }))
     );
     assert_eq!(
@@ -283,6 +285,7 @@ fn open_session_reports_an_event() {
     let (o, events) = c.ok(LockCommand::OpenSession {
         ttl_ms: 4_000,
         secret: secret_of(SessionId(1)),
+        name: String::new(),
     });
     assert_eq!(
         o,
@@ -315,7 +318,8 @@ fn session_ttl_out_of_range_is_refused() {
         assert_eq!(
             c.refused(LockCommand::OpenSession {
                 ttl_ms,
-                secret: SessionSecret::default()
+                secret: SessionSecret::default(),
+                name: String::new(),
             }),
             CommandError::TtlOutOfRange {
                 ttl_ms,
@@ -329,6 +333,7 @@ fn session_ttl_out_of_range_is_refused() {
         c.ok(LockCommand::OpenSession {
             ttl_ms,
             secret: SessionSecret::default(),
+            name: String::new(),
         });
     }
 }
@@ -549,6 +554,7 @@ fn live_sessions_are_counted_and_capped() {
     let refused = c.refused(LockCommand::OpenSession {
         ttl_ms: 10_000,
         secret: secret_of(next),
+        name: String::new(),
     });
     assert_eq!(
         refused,
@@ -945,7 +951,8 @@ fn validation_agrees_with_apply() {
     assert!(matches!(
         validate_command(&Command::Lock(LockCommand::OpenSession {
             ttl_ms: 0,
-            secret: SessionSecret::default()
+            secret: SessionSecret::default(),
+            name: String::new(),
         })),
         Err(CommandError::TtlOutOfRange { .. })
     ));
@@ -2073,6 +2080,7 @@ fn timer_state_lists_every_countdown() {
             ttl_ms: 10_000,
             secret: secret_of(b),
             left_ms: 10_000,
+            forced: ForcedReleases::default(),
         }]
     );
     // a's lease went with a; b was granted "leased" (no lease of its own).
@@ -2243,7 +2251,8 @@ fn payload_len_counts_names_and_batch_bytes() {
     assert_eq!(
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 5_000,
-            secret: SessionSecret::default()
+            secret: SessionSecret::default(),
+            name: String::new(),
         })
         .payload_len(),
         0

@@ -34,6 +34,7 @@ impl Cluster {
         let opened = self.lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: secret(id),
+            name: String::new(),
         });
         match opened {
             Ok(LockOutcome::SessionOpened { session, .. }) if session == SessionId(id) => session,

@@ -21,8 +21,18 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
 /// The session record: ttl_ms, remembered, forgotten_below, kept_below,
-/// secret, left_ms.
-type Record = (u64, u32, u64, Vec<u64>, [u8; 16], Option<u64>);
+/// secret, left_ms, name, forced_total, forced.
+type Record = (
+    u64,
+    u32,
+    u64,
+    Vec<u64>,
+    [u8; 16],
+    Option<u64>,
+    String,
+    u64,
+    Vec<u64>,
+);
 
 fn config(cases: u32) -> Config {
     fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -142,6 +152,7 @@ fn open(n: &mut Node) -> SessionId {
     match n.run(&LockCommand::OpenSession {
         ttl_ms: 60_000,
         secret: SessionSecret::default(),
+        name: String::new(),
     }) {
         Ok(Outcome::Lock(LockOutcome::SessionOpened { session, .. })) => session,
         other => panic!("open: {other:?}"),

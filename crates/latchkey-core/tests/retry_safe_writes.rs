@@ -44,6 +44,7 @@ fn with_session() -> MemStore {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: SECRET,
+            name: String::new(),
         }),
     );
     assert!(

@@ -851,6 +851,7 @@ fn locked() -> (MemStore, Sequencer, SessionSecret) {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret,
+            name: String::new(),
         }),
     );
     assert!(

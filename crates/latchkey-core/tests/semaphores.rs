@@ -20,6 +20,7 @@ impl Cluster {
         let opened = self.lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: secret(id),
+            name: String::new(),
         });
         assert!(
             matches!(opened, Ok(LockOutcome::SessionOpened { session, .. }) if session == SessionId(id)),

@@ -130,6 +130,7 @@ impl Model {
                 let command = Command::Lock(LockCommand::OpenSession {
                     ttl_ms: 5_000,
                     secret: secret(self.last),
+                    name: String::new(),
                 });
                 (command, Expected::Opened(self.last), Vec::new())
             }
@@ -378,6 +379,7 @@ fn a_put_bound_to_a_dead_or_foreign_session_writes_nothing() {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 5_000,
             secret: secret(1),
+            name: String::new(),
         }),
     )
     .expect("opens");
@@ -418,6 +420,7 @@ fn a_session_holds_at_most_its_limit_of_keys() {
     run(Command::Lock(LockCommand::OpenSession {
         ttl_ms: 5_000,
         secret: secret(1),
+        name: String::new(),
     }))
     .expect("opens");
     let put = |i: u64| Command::PutBound {

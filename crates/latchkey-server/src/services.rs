@@ -352,6 +352,8 @@ unary_service!(Lock for LockService {
     fenced_write(v1::FencedWriteRequest) -> v1::BatchReply = FencedWrite;
     check_sequencer(v1::CheckSequencerRequest) -> v1::CheckSequencerReply = CheckSequencer;
     list_locks(v1::ListLocksRequest) -> v1::ListLocksReply = ListLocks;
+    force_release(v1::ForceReleaseRequest) -> v1::ForceReleaseReply = ForceRelease;
+    list_sessions(v1::ListSessionsRequest) -> v1::ListSessionsReply = ListSessions;
 });
 
 /// The `Pipeline` service: the same calls, many at once on one stream.

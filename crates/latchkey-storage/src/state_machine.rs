@@ -479,6 +479,7 @@ mod tests {
                     Op::Open => Command::Lock(LockCommand::OpenSession {
                         ttl_ms: 10_000,
                         secret: SessionSecret([i as u8; 16]),
+                        name: String::new(),
                     }),
                     Op::Close(slot) => Command::Lock(LockCommand::CloseSession {
                         session: session(slot).0,
@@ -564,7 +565,7 @@ mod tests {
                 log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
                 payload: EntryPayload::Normal(Request {
                     now: 1,
-                    command: Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000, secret: SessionSecret([7; 16]) }),
+                    command: Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000, secret: SessionSecret([7; 16]), name: String::new() }),
                 }),
             }])).unwrap();
             rt.block_on(async {

@@ -27,6 +27,7 @@ fn events_are_published_after_commit() {
                 Command::Lock(LockCommand::OpenSession {
                     ttl_ms: 10_000,
                     secret: latchkey_core::lock::SessionSecret::default(),
+                    name: String::new(),
                 }),
             ),
             blank(1, 3),
@@ -80,6 +81,7 @@ fn events_are_published_after_commit() {
             Command::Lock(LockCommand::OpenSession {
                 ttl_ms: 10_000,
                 secret: latchkey_core::lock::SessionSecret::default(),
+                name: String::new(),
             }),
         )])
         .await

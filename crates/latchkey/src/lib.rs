@@ -46,10 +46,11 @@
 // stay behind `Node`.
 pub use latchkey_client::{
     Admission, Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency,
-    EndedSession, Error, FenceError, FenceGate, FileFenceGate, HolderInfo, Identity, KeyRead, Lock,
-    LockGuard, LockInfo, LockMode, MemberInfo, MemoryFenceGate, NodeStatus, Permission,
-    RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId, SessionSecret, Swap, Test,
-    TlsError, TlsOptions, Token, TransportStats, UserCredentials, UserInfo, Versioned,
+    EndedSession, Error, FenceError, FenceGate, FileFenceGate, HeldLock, HolderInfo, Identity,
+    KeyRead, Lock, LockGuard, LockInfo, LockMode, MemberInfo, MemoryFenceGate, NodeStatus,
+    Permission, RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId, SessionListing,
+    SessionSecret, Swap, Test, TlsError, TlsOptions, Token, TransportStats, UserCredentials,
+    UserInfo, Versioned,
 };
 pub use latchkey_client::{
     Election, KeyChange, Leader, LeaderChange, LeaderStream, Leadership, MultiLock, MultiLockGuard,

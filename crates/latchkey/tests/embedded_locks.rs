@@ -66,6 +66,7 @@ async fn bare_session(
         .execute(Command::Lock(LockCommand::OpenSession {
             ttl_ms: TTL.as_millis() as u64,
             secret: SessionSecret::default(),
+            name: String::new(),
         }))
         .await?
     {

@@ -719,7 +719,10 @@ async fn calls_stream_answers_by_id_and_refuses_bad_calls() -> TestResult {
         // secret, without one, and of a session never opened.
         let open = call(
             40,
-            Req::OpenSession(latchkey_proto::v1::OpenSessionRequest { ttl_ms: 10_000 }),
+            Req::OpenSession(latchkey_proto::v1::OpenSessionRequest {
+                ttl_ms: 10_000,
+                name: String::new(),
+            }),
         );
         frames.send(frame(vec![open])).await?;
         let got = replies(&mut answers, 1).await?;

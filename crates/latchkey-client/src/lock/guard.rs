@@ -235,12 +235,14 @@ impl LockGuard {
     }
 
     /// True while this client can vouch that it holds the lock: not
-    /// released, the session's lease valid, and the lock lease (if any) not
-    /// run out on the local clock. Even so, a paused process can act after
+    /// released, not force-released by an operator (the cluster says so
+    /// in the first keep-alive answer after it), the session's lease
+    /// valid, and the lock lease (if any) not run out on the local clock. Even so, a paused process can act after
     /// this turns false: only fencing protects storage.
     pub fn is_held(&self) -> bool {
         !self.released.load(Ordering::SeqCst)
             && self.session.is_live()
+            && !self.session.is_revoked(self.sequencer.token)
             && self.lease_until.is_none_or(|t| lease_clock::now() < t)
     }
 
@@ -262,14 +264,19 @@ impl LockGuard {
     }
 
     /// Resolves once the lock can no longer be relied on: the session is
-    /// lost, or the lock lease ran out on the local clock.
+    /// lost, an operator force-released the grant, or the lock lease ran
+    /// out on the local clock.
     pub async fn lost(&self) {
-        match self.lease_until {
-            Some(t) => tokio::select! {
-                _ = self.session.lost() => {}
-                _ = tokio::time::sleep_until(lease_clock::timer(t)) => {}
-            },
-            None => self.session.lost().await,
+        let lease_end = async {
+            match self.lease_until {
+                Some(t) => tokio::time::sleep_until(lease_clock::timer(t)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.session.lost() => {}
+            _ = self.session.revoked(self.sequencer.token) => {}
+            _ = lease_end => {}
         }
     }
 

@@ -136,7 +136,9 @@ impl LockGuard {
 
     /// Why this lock can no longer be relied on.
     fn lost_lock(&self) -> Error {
-        let reason = if self.session().is_live() {
+        let reason = if self.session().is_revoked(self.token()) {
+            "an operator force-released it".to_string()
+        } else if self.session().is_live() {
             "its lease ran out or it was released".to_string()
         } else {
             self.session().lost_error().to_string()

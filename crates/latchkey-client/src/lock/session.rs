@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use latchkey_core::limits::{MAX_SESSION_TTL_MS, MIN_SESSION_TTL_MS};
-use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret};
+use latchkey_core::lock::{LockCommand, LockOutcome, SessionId, SessionSecret, Token};
 use latchkey_core::{Command, CommandError, Outcome};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -46,6 +46,7 @@ impl Client {
                     ttl_ms: millis(ttl),
                     // The replica draws the secret; this one is not sent.
                     secret: SessionSecret::default(),
+                    name: crate::options::fit_session_name(&self.router().options().session_name),
                 }),
                 true,
                 || sent = lease_clock::now(),
@@ -66,11 +67,10 @@ impl Client {
         }
         let ttl = Duration::from_millis(ttl_ms);
         let margin = ttl / 10;
-        let (tx, rx) = watch::channel(LeaseState {
-            valid_until: sent + ttl - margin,
-            at_risk_from: at_risk_from(sent, ttl),
-            lost: None,
-        });
+        let (tx, rx) = watch::channel(LeaseState::new(
+            sent + ttl - margin,
+            at_risk_from(sent, ttl),
+        ));
         let watchdog = tokio::spawn(watchdog(self.clone(), id, secret, ttl, margin, sent, tx));
         tracing::debug!(session = id.0, ?ttl, "session opened");
         Ok(Session {
@@ -253,6 +253,27 @@ impl Session {
     /// The lease as the watchdog publishes it.
     pub(super) fn lease(&self) -> watch::Receiver<LeaseState> {
         self.inner.lease.clone()
+    }
+
+    /// Whether an operator force-released this session's grant `token`
+    /// (the cluster said so in a keep-alive answer).
+    pub(super) fn is_revoked(&self, token: Token) -> bool {
+        self.inner.lease.borrow().revoked.contains(&token)
+    }
+
+    /// Resolves once the grant `token` is known to be force-released (or
+    /// never, while it is not).
+    pub(super) async fn revoked(&self, token: Token) {
+        let mut rx = self.inner.lease.clone();
+        loop {
+            if rx.borrow_and_update().revoked.contains(&token) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                // The watchdog is gone: the session's own loss reports it.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Whether the session was closed by this client.

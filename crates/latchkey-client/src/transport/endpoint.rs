@@ -222,6 +222,12 @@ async fn unary(
             Rep::CheckSequencer(lock.check_sequencer(as_user(user, r)).await?.into_inner())
         }
         Req::ListLocks(r) => Rep::ListLocks(lock.list_locks(as_user(user, r)).await?.into_inner()),
+        Req::ForceRelease(r) => {
+            Rep::ForceRelease(lock.force_release(as_user(user, r)).await?.into_inner())
+        }
+        Req::ListSessions(r) => {
+            Rep::ListSessions(lock.list_sessions(as_user(user, r)).await?.into_inner())
+        }
     })
 }
 

@@ -1,7 +1,7 @@
 //! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
 
 use super::event::{Event, SessionEnd};
-use super::{checkpoint, election, fence, lock_table, multi_lock, session, LockCommand};
+use super::{checkpoint, election, fence, force, lock_table, multi_lock, session, LockCommand};
 use crate::data::Change;
 use crate::staged::{self, Staged};
 use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
@@ -94,9 +94,11 @@ fn dispatch<S: Store>(
     events: &mut Vec<Event>,
 ) -> Applied<super::LockOutcome> {
     let outcome = match command {
-        LockCommand::OpenSession { ttl_ms, secret } => {
-            session::open(store, *ttl_ms, *secret, events)?
-        }
+        LockCommand::OpenSession {
+            ttl_ms,
+            secret,
+            name,
+        } => session::open(store, *ttl_ms, *secret, name, events)?,
         LockCommand::CloseSession { session, secret } => {
             session::check_secret(store, *session, secret)?;
             session::end(store, *session, SessionEnd::Closed, change, events)?
@@ -106,6 +108,9 @@ fn dispatch<S: Store>(
         }
         LockCommand::EndSession { session } => {
             session::end(store, *session, SessionEnd::Ended, change, events)?
+        }
+        LockCommand::ForceRelease { name, token } => {
+            force::force_release(store, name, *token, events)?
         }
         LockCommand::Acquire {
             session, secret, ..

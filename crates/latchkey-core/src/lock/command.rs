@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    LeaseLeft, LockCensus, LockInfo, LockMode, Sequencer, SessionId, SessionInfo, SessionLeft,
-    SessionSecret, SessionTimer, TimerState, Token,
+    HolderInfo, LeaseLeft, LockCensus, LockInfo, LockMode, Sequencer, SessionId, SessionInfo,
+    SessionLeft, SessionListing, SessionSecret, SessionTimer, TimerState, Token,
 };
 use crate::command::{BatchOp, Condition};
 
@@ -25,6 +25,12 @@ pub enum LockCommand {
         /// The new session's secret, drawn at random by the replica that
         /// proposes the command (never by the client).
         secret: SessionSecret,
+        /// Who opened it, for operators (`latchkey sessions`): free text
+        /// of at most
+        /// [`MAX_SESSION_NAME_BYTES`](crate::limits::MAX_SESSION_NAME_BYTES)
+        /// bytes, no control characters; may be empty. Not unique, never
+        /// checked against anything.
+        name: String,
     },
     /// End a session by its client's wish: every hold ends at once without
     /// lock-delay and every wait is cancelled. Returns
@@ -172,10 +178,9 @@ pub enum LockCommand {
     /// session's TTL, because its client, not told yet, may count its
     /// lease valid for up to a TTL after its last keep-alive: nobody else
     /// is granted the lock before that client stops counting itself a
-    /// holder. (A shared hold ended while other shared holders remain gets
-    /// no lock-delay: the lock is not free; an exclusive grant after they
-    /// all release may then overlap the ended holder's belief. Fence
-    /// writes.) Needs the admin permission while access control is
+    /// holder. The delay starts even while other shared holders remain
+    /// (they keep their grants; nobody new is granted until it ends).
+    /// Needs the admin permission while access control is
     /// enabled, and an authenticated caller (a user or the cluster secret)
     /// even while it is not; no secret (the operator does not have it).
     /// Returns [`LockOutcome::SessionEnded`]; a session that is not live
@@ -263,6 +268,29 @@ pub enum LockCommand {
         /// Leased grants, with their lease's time left.
         leases: Vec<LeaseLeft>,
     },
+    /// An operator's forced release of lock `name` (Hazelcast's
+    /// `forceUnlock`, done safely): the grant `token` ends as a forced
+    /// release, without the holder's secret. By token only, so that a
+    /// resend after a lost answer never releases the next holder; to free
+    /// every grant, read the holders and force each. Like [`LockCommand::EndSession`] for one lock: the
+    /// lock-delay is at least the holder session's TTL (its client counts
+    /// itself a holder until it hears, at its next keep-alive, see
+    /// [`SessionInfo::forced`]), the queue moves on after it, and the next
+    /// grant takes a higher token like any other, so fenced writes of the
+    /// old holder are refused. The lock-delay starts even if other shared
+    /// holders or permits remain: nothing new is granted until it ends,
+    /// so no more parties than the lock allows ever believe they hold it.
+    /// The holder's session lives on. Needs the
+    /// admin permission while access control is enabled, and an
+    /// authenticated caller even while it is not. Returns
+    /// [`LockOutcome::ForceReleased`], empty if no grant matched (the
+    /// lock was free, or a resend of this very command released it).
+    ForceRelease {
+        /// The lock.
+        name: String,
+        /// The grant to end.
+        token: Token,
+    },
 }
 
 /// Who may propose a [`LockCommand`]. The core applies whatever is in the
@@ -288,7 +316,8 @@ impl LockCommand {
             | LockCommand::CancelWait { .. }
             | LockCommand::Fenced { .. }
             | LockCommand::Proclaim { .. }
-            | LockCommand::EndSession { .. } => Proposer::Client,
+            | LockCommand::EndSession { .. }
+            | LockCommand::ForceRelease { .. } => Proposer::Client,
             LockCommand::ExpireSession { .. }
             | LockCommand::ExpireWait { .. }
             | LockCommand::ExpireLockLease { .. }
@@ -300,8 +329,8 @@ impl LockCommand {
     /// Bytes of names, keys and values this command carries.
     pub fn payload_len(&self) -> usize {
         match self {
-            LockCommand::OpenSession { .. }
-            | LockCommand::CloseSession { .. }
+            LockCommand::OpenSession { name, .. } => name.len(),
+            LockCommand::CloseSession { .. }
             | LockCommand::ExpireSession { .. }
             | LockCommand::EndSession { .. } => 0,
             LockCommand::Acquire { name, value, .. }
@@ -310,7 +339,8 @@ impl LockCommand {
             | LockCommand::CancelWait { name, .. }
             | LockCommand::ExpireWait { name, .. }
             | LockCommand::ExpireLockLease { name, .. }
-            | LockCommand::EndLockDelay { name, .. } => name.len(),
+            | LockCommand::EndLockDelay { name, .. }
+            | LockCommand::ForceRelease { name, .. } => name.len(),
             LockCommand::Fenced {
                 sequencer,
                 conditions,
@@ -367,6 +397,18 @@ pub enum LockQuery {
     /// replica itself (it scans every session and lock), never sent
     /// anywhere.
     Census,
+    /// Live sessions in id order, after `start_after` if given, at most
+    /// `limit` (0 means
+    /// [`MAX_SESSION_LIST_LIMIT`](crate::limits::MAX_SESSION_LIST_LIMIT)),
+    /// each with what it holds, waits for and owns: an operator's view
+    /// (`latchkey sessions`). Returns [`LockOutcome::Sessions`].
+    Sessions {
+        /// Only sessions after this one, to page through the list.
+        start_after: Option<SessionId>,
+        /// At most this many sessions; 0 means
+        /// [`MAX_SESSION_LIST_LIMIT`](crate::limits::MAX_SESSION_LIST_LIMIT).
+        limit: u32,
+    },
 }
 
 /// The successful result of a [`LockCommand`] or [`LockQuery`].
@@ -481,6 +523,19 @@ pub enum LockOutcome {
     Checkpointed {
         /// How many of its sessions and leases were still there to record.
         recorded: u32,
+    },
+    /// What a [`LockCommand::ForceRelease`] ended: each grant as it was
+    /// just before, in grant order. Empty if no grant matched.
+    ForceReleased {
+        /// The grants ended.
+        released: Vec<HolderInfo>,
+    },
+    /// Live sessions, as [`LockQuery::Sessions`] lists them.
+    Sessions {
+        /// In id order.
+        sessions: Vec<SessionListing>,
+        /// Whether more sessions are live beyond the limit.
+        more: bool,
     },
 }
 

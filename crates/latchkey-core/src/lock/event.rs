@@ -160,4 +160,7 @@ pub enum HoldEnd {
     SessionEnded(SessionEnd),
     /// Its lock lease (maximum hold time) ran out.
     LeaseExpired,
+    /// An operator's [`crate::lock::LockCommand::ForceRelease`]; the
+    /// holder's session lives on and hears of it at its next keep-alive.
+    Forced,
 }

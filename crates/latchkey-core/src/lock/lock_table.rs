@@ -20,6 +20,9 @@
 //!   holder and one of the released grants asked for a delay; it lasts the
 //!   longest such delay, is guarded by the newest such token, and no grant
 //!   happens until [`crate::lock::LockCommand::EndLockDelay`] with that token.
+//!   An operator's forced release or end of a session starts one even while
+//!   other holders remain (see `start_operator_delay`): the remaining
+//!   holders keep their grants, but nobody new is granted until it ends.
 
 use std::collections::BTreeSet;
 
@@ -196,9 +199,6 @@ impl LockRecord {
                 || self.queue.iter().any(|w| w.mode != LockMode::Shared))
         {
             return Some("a semaphore with an exclusive holder or waiter");
-        }
-        if self.delay.is_some() && !self.holders.is_empty() {
-            return Some("holders during a lock-delay");
         }
         if let Some(head) = self.queue.first() {
             // A multi-lock's waiter may head this queue while another of its
@@ -527,7 +527,7 @@ fn heads_all<S: Store>(
 /// `min_delay_ms`: a lock-delay every removed grant gets at least (an
 /// operator's end of a session: the session's TTL, see
 /// [`LockCommand::EndSession`]); 0 for none beyond the grants' own.
-fn start_lock_delay(
+pub(crate) fn start_lock_delay(
     lock: &mut LockState,
     removed: &[Holder],
     min_delay_ms: u64,
@@ -554,6 +554,44 @@ fn start_lock_delay(
             delay_ms,
         });
     }
+}
+
+/// An operator's forced end of the grants `removed` of `lock`
+/// ([`LockCommand::ForceRelease`], [`LockCommand::EndSession`]): a
+/// lock-delay of at least `min_delay_ms` (the holder's TTL: its client
+/// counts itself a holder until it hears) or the grants' own, longer
+/// delay, even while other holders remain: nothing new is granted
+/// meanwhile, so a freed place (a shared hold, a permit) is not taken
+/// while its old holder may still believe it holds it. A delay already
+/// running is replaced by one of at least its length from now, under the
+/// newer token.
+pub(crate) fn start_operator_delay(
+    lock: &mut LockState,
+    removed: &[Holder],
+    min_delay_ms: u64,
+    events: &mut Vec<Event>,
+) {
+    let Some(mut token) = removed.iter().map(|h| h.token).max() else {
+        return;
+    };
+    let mut delay_ms = removed
+        .iter()
+        .map(|h| h.lock_delay_ms.unwrap_or(0).max(min_delay_ms))
+        .max()
+        .unwrap_or(0);
+    if let Some(running) = lock.rec.delay {
+        delay_ms = delay_ms.max(running.delay_ms);
+        token = token.max(running.token);
+    }
+    if delay_ms == 0 {
+        return;
+    }
+    lock.rec.delay = Some(LockDelay { token, delay_ms });
+    events.push(Event::LockDelayStarted {
+        name: lock.name.clone(),
+        token,
+        delay_ms,
+    });
 }
 
 /// The [`CommandError::Busy`] for a try-once acquire of `lock`.
@@ -992,7 +1030,7 @@ pub(crate) fn drop_session<S: Store>(
         SessionEnd::Expired => start_lock_delay(lock, &gone, 0, events),
         // The holder's client may count its lease valid for up to a TTL
         // after its last keep-alive: nobody gets the lock before that.
-        SessionEnd::Ended => start_lock_delay(lock, &gone, ttl_ms, events),
+        SessionEnd::Ended => start_operator_delay(lock, &gone, ttl_ms, events),
         SessionEnd::Closed => {}
     }
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);

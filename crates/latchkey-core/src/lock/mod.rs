@@ -22,6 +22,7 @@
 //! | `election.rs` | elections: the leader key kept in step with an election's lock |
 //! | `multi_lock.rs` | multi-locks: several locks acquired in one entry or none, released together |
 //! | `checkpoint.rs` | the leader's record of how long sessions and leases have left |
+//! | `force.rs` | an operator's forced release of a lock |
 //! | `fence.rs` | [`Token`], the token counter, fenced writes |
 //! | `sequencer.rs` | [`Sequencer`] and its printable form |
 //! | `dedup.rs` | per-session memory of request outcomes |
@@ -71,6 +72,32 @@
 //!   and forget its request memory. Locks are visited in
 //!   name order; within a lock holds end before waits are cancelled, then
 //!   the queue moves on.
+//! - A session carries the name its opener gave (at most
+//!   [`MAX_SESSION_NAME_BYTES`](crate::limits::MAX_SESSION_NAME_BYTES),
+//!   no control characters), shown to operators by
+//!   [`LockQuery::Sessions`] and never checked.
+//!
+//! ## An operator's forced release
+//!
+//! - [`LockCommand::ForceRelease`] ends one grant of a lock, by token,
+//!   without the holder's secret (never "every grant": a resend after a
+//!   lost answer must not release the next holder). It ends as a forced
+//!   release ([`HoldEnd::Forced`]) with a lock-delay of at least its
+//!   session's TTL (and its own lock-delay if longer), started even while
+//!   other holders remain (they keep their grants; nobody new is granted
+//!   meanwhile), then the queue moves on and the next grant takes the next
+//!   token like any other: the old holder's fenced writes are refused from
+//!   then on. An operator's `EndSession` starts its delays the same way.
+//! - The holder's session lives on and records the release
+//!   ([`ForcedReleases`]): its total count and its last
+//!   [`MAX_FORCED_REMEMBERED`](crate::limits::MAX_FORCED_REMEMBERED)
+//!   tokens, which every keep-alive and session read reports
+//!   ([`SessionInfo::forced`]), so its client learns which grants it lost.
+//! - Nothing matching (a free lock, an unknown token, a resend that finds
+//!   its work done) is not an error: the answer lists no grant.
+//! - A lock-delay may therefore run while the lock has holders (only an
+//!   operator's act starts one so); it blocks new grants, never the
+//!   holders' own releases or re-entrant acquires.
 //!
 //! ## Acquire
 //!
@@ -238,7 +265,11 @@
 //! };
 //! // The replica draws the secret at random; the core only keeps it.
 //! let secret = SessionSecret([42; 16]);
-//! let (opened, _) = run(LockCommand::OpenSession { ttl_ms: 10_000, secret });
+//! let (opened, _) = run(LockCommand::OpenSession {
+//!     ttl_ms: 10_000,
+//!     secret,
+//!     name: "reports".to_string(),
+//! });
 //! assert_eq!(
 //!     opened,
 //!     Ok(Outcome::Lock(LockOutcome::SessionOpened {
@@ -280,6 +311,7 @@ mod dedup;
 mod election;
 mod event;
 mod fence;
+mod force;
 pub(crate) mod lock_table;
 mod mode;
 mod multi_lock;
@@ -299,12 +331,12 @@ pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
 pub use fence::Token;
 pub use mode::LockMode;
 pub use query::{
-    HolderInfo, LeaseTimer, LockCensus, LockDelayTimer, LockInfo, SessionInfo, SessionTimer,
-    TimerState, WaitTimer,
+    HeldLock, HolderInfo, LeaseTimer, LockCensus, LockDelayTimer, LockInfo, SessionInfo,
+    SessionListing, SessionTimer, TimerState, WaitTimer,
 };
 pub use sequencer::{Sequencer, SequencerParseError};
 pub(crate) use session::check_live;
-pub use session::{SessionId, SessionSecret};
+pub use session::{ForcedReleases, SessionId, SessionSecret};
 
 pub(crate) use apply::apply;
 pub(crate) use query::query;

@@ -6,10 +6,10 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use super::lock_table::{self, LockRecord};
-use super::session::{self, SessionRecord};
+use super::session::{self, ForcedReleases, SessionRecord};
 use super::{record, LockMode, LockOutcome, LockQuery, Sequencer, SessionId, SessionSecret, Token};
 use crate::keyspace::{self, LOCK, SESSION};
-use crate::limits::MAX_LOCK_LIST_LIMIT;
+use crate::limits::{MAX_LOCK_LIST_LIMIT, MAX_SESSION_LISTED_LOCKS, MAX_SESSION_LIST_LIMIT};
 use crate::{CommandResult, Store, StoreError};
 
 /// One current holder of a lock.
@@ -46,13 +46,63 @@ pub struct LockInfo {
     pub permits: Option<u32>,
 }
 
-/// A live session.
+/// A live session, as a keep-alive or a session read answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
     /// The session.
     pub session: SessionId,
     /// Its TTL, in milliseconds.
     pub ttl_ms: u64,
+    /// Its grants operators force-released: the client must count those
+    /// lost ([`LockCommand::ForceRelease`](crate::lock::LockCommand::ForceRelease)).
+    pub forced: ForcedReleases,
+}
+
+/// A live session, as [`LockQuery::Sessions`](crate::lock::LockQuery::Sessions)
+/// lists it for operators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionListing {
+    /// The session.
+    pub session: SessionId,
+    /// The name its opener gave.
+    pub name: String,
+    /// Its TTL, in milliseconds.
+    pub ttl_ms: u64,
+    /// The grants it holds, in lock name order, at most
+    /// [`MAX_SESSION_LISTED_LOCKS`] (with `waits`); `holds` counts them all.
+    pub held: Vec<HeldLock>,
+    /// How many grants it holds.
+    pub holds: u32,
+    /// The locks it waits for, in name order, at most
+    /// [`MAX_SESSION_LISTED_LOCKS`] (with `held`); `waits` counts them all
+    /// (a multi-lock's wait is counted in each of its locks).
+    pub waiting: Vec<String>,
+    /// How many waits it has queued.
+    pub waits: u32,
+    /// How many keys are bound to it (deleted when it ends).
+    pub keys: u64,
+    /// How many of its grants operators force-released.
+    pub forced: u64,
+    /// How long it has left before it expires, in milliseconds: never set
+    /// by the core (it has no clock); the replica that answers sets it from
+    /// its countdowns if it leads.
+    pub left_ms: Option<u64>,
+}
+
+/// One grant a listed session holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLock {
+    /// The lock (an election's lock for a leadership, see
+    /// [`election_of`](crate::lock::election_of)).
+    pub name: String,
+    /// The owner within the session.
+    pub owner: u64,
+    /// The grant's mode.
+    pub mode: LockMode,
+    /// The grant's fencing token.
+    pub token: Token,
+    /// The semaphore's permit count if the lock is a semaphore.
+    pub permits: Option<u32>,
 }
 
 /// Everything a newly elected leader needs to restart every countdown:
@@ -87,6 +137,8 @@ pub struct SessionTimer {
     /// `ttl_ms` when nothing is recorded (a new leader then counts the
     /// whole TTL).
     pub left_ms: u64,
+    /// Its grants operators force-released, which keep-alives report.
+    pub forced: ForcedReleases,
 }
 
 impl SessionTimer {
@@ -102,6 +154,7 @@ impl std::fmt::Debug for SessionTimer {
             .field("session", &self.session)
             .field("ttl_ms", &self.ttl_ms)
             .field("left_ms", &self.left_ms)
+            .field("forced", &self.forced)
             .finish_non_exhaustive()
     }
 }
@@ -161,8 +214,10 @@ pub(crate) fn query<S: Store>(store: &S, q: &LockQuery) -> Result<CommandResult,
             LockOutcome::Session(session::load(store, *session)?.map(|r| SessionInfo {
                 session: *session,
                 ttl_ms: r.ttl_ms,
+                forced: r.forced_releases(),
             }))
         }
+        LockQuery::Sessions { start_after, limit } => sessions(store, *start_after, *limit)?,
         LockQuery::TimerState => LockOutcome::Timers(timer_state(store)?),
         LockQuery::Census => LockOutcome::Census(census(store)?),
         LockQuery::SessionTimer { session } => LockOutcome::SessionTimer(
@@ -286,7 +341,110 @@ fn session_timer(session: SessionId, rec: &SessionRecord) -> SessionTimer {
         ttl_ms: rec.ttl_ms,
         secret: rec.secret,
         left_ms: rec.left_ms.unwrap_or(rec.ttl_ms).min(rec.ttl_ms),
+        forced: rec.forced_releases(),
     }
+}
+
+/// [`LockQuery::Sessions`]: live sessions after `start_after`, at most
+/// `limit` (0: the maximum), each with its grants and waits read from the
+/// locks in its index.
+fn sessions<S: Store>(
+    store: &S,
+    start_after: Option<SessionId>,
+    limit: u32,
+) -> Result<LockOutcome, StoreError> {
+    let limit = if limit == 0 {
+        MAX_SESSION_LIST_LIMIT
+    } else {
+        limit
+    } as usize;
+    let lower = match start_after {
+        Some(s) => Bound::Excluded(keyspace::session_key(s.0)),
+        None => Bound::Included(vec![SESSION]),
+    };
+    let upper = [SESSION + 1];
+    let lower_ref = match &lower {
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let mut rows = store.scan(lower_ref, Bound::Excluded(&upper[..]), false, limit + 1)?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let mut out = Vec::with_capacity(rows.len());
+    for (key, value) in rows {
+        let id = key
+            .get(1..)
+            .and_then(keyspace::read_u64)
+            .ok_or_else(|| record::corrupt(&key, "session key has no id"))?;
+        let rec: SessionRecord =
+            crate::codec::decode(&value).map_err(|e| record::corrupt(&key, e))?;
+        out.push(listing(store, SessionId(id), &rec)?);
+    }
+    Ok(LockOutcome::Sessions {
+        sessions: out,
+        more,
+    })
+}
+
+/// One session's listing: the locks in its index, read one by one.
+fn listing<S: Store>(
+    store: &S,
+    session: SessionId,
+    rec: &SessionRecord,
+) -> Result<SessionListing, StoreError> {
+    let mut l = SessionListing {
+        session,
+        name: rec.name.clone(),
+        ttl_ms: rec.ttl_ms,
+        held: Vec::new(),
+        holds: 0,
+        waiting: Vec::new(),
+        waits: 0,
+        keys: 0,
+        forced: rec.forced_total,
+        left_ms: None,
+    };
+    let prefix = keyspace::session_locks_prefix(session.0);
+    record::for_each_in_prefix(store, &prefix, |key, _| {
+        let name = key
+            .get(prefix.len()..)
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .ok_or_else(|| record::corrupt(key, "lock name is not UTF-8"))?;
+        let lock = lock_table::load(store, name)?;
+        for h in lock.rec.holders.iter().filter(|h| h.session == session) {
+            l.holds = l.holds.saturating_add(1);
+            if l.held.len() + l.waiting.len() < MAX_SESSION_LISTED_LOCKS {
+                l.held.push(HeldLock {
+                    name: name.to_string(),
+                    owner: h.owner,
+                    mode: h.mode,
+                    token: h.token,
+                    permits: lock.rec.permits,
+                });
+            }
+        }
+        let waits = lock
+            .rec
+            .queue
+            .iter()
+            .filter(|w| w.session == session)
+            .count();
+        if waits > 0 {
+            l.waits = l
+                .waits
+                .saturating_add(u32::try_from(waits).unwrap_or(u32::MAX));
+            if l.held.len() + l.waiting.len() < MAX_SESSION_LISTED_LOCKS {
+                l.waiting.push(name.to_string());
+            }
+        }
+        Ok(())
+    })?;
+    record::for_each_in_prefix(store, &keyspace::session_keys_prefix(session.0), |_, _| {
+        l.keys = l.keys.saturating_add(1);
+        Ok(())
+    })?;
+    Ok(l)
 }
 
 fn timer_state<S: Store>(store: &S) -> Result<TimerState, StoreError> {

@@ -6,9 +6,10 @@
 //! - Ids come from a durable counter ([`crate::keyspace::META_LAST_SESSION`]):
 //!   the first session is 1, ids are never reused, 0 is never issued.
 //! - The record keeps only what the state machine needs: the TTL (for the
-//!   leader's countdown, see [`crate::lock::TimerState`]) and the bookkeeping
-//!   of the session's request memory ([`crate::lock::dedup`]). Keep-alives
-//!   never reach the log.
+//!   leader's countdown, see [`crate::lock::TimerState`]), the bookkeeping
+//!   of the session's request memory ([`crate::lock::dedup`]), the name it
+//!   was opened under (for operators) and the grants operators
+//!   force-released ([`ForcedReleases`]). Keep-alives never reach the log.
 //! - An id at or below the counter without a record has ended:
 //!   [`CommandError::SessionEnded`]. Any other id (0, or above the counter)
 //!   is [`CommandError::UnknownSession`].
@@ -39,9 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use super::apply::{Applied, ApplyError};
 use super::event::{Event, SessionEnd};
-use super::{dedup, lock_table, record, LockOutcome};
+use super::{dedup, lock_table, record, LockOutcome, Token};
 use crate::keyspace::{self, META_LAST_SESSION, META_LIVE_SESSIONS};
-use crate::limits::MAX_LIVE_SESSIONS;
+use crate::limits::{MAX_FORCED_REMEMBERED, MAX_LIVE_SESSIONS};
 use crate::store::read_counter;
 use crate::{CommandError, Store, StoreError};
 
@@ -149,6 +150,59 @@ pub(crate) struct SessionRecord {
     /// ([`crate::lock::LockCommand::Checkpoint`]): `None`, the whole TTL
     /// from whenever a new leader takes over.
     pub left_ms: Option<u64>,
+    /// Who opened it ([`crate::lock::LockCommand::OpenSession`]).
+    pub name: String,
+    /// Its grants force-released so far
+    /// ([`crate::lock::LockCommand::ForceRelease`]).
+    pub forced_total: u64,
+    /// The tokens of the most recent of them, oldest first, at most
+    /// [`MAX_FORCED_REMEMBERED`].
+    pub forced: Vec<Token>,
+}
+
+impl SessionRecord {
+    /// What its keep-alives report of forced releases.
+    pub(crate) fn forced_releases(&self) -> ForcedReleases {
+        ForcedReleases {
+            total: self.forced_total,
+            recent: self.forced.clone(),
+        }
+    }
+}
+
+/// The grants of one session that operators force-released
+/// ([`crate::lock::LockCommand::ForceRelease`]), as every keep-alive and
+/// session read reports them, so that the holder's client learns it lost
+/// them: `total` counts them all, `recent` names the last few (at most
+/// [`MAX_FORCED_REMEMBERED`], oldest first). A client that last saw
+/// `seen` of them learns the tokens of the `total - seen` newest; if that
+/// is more than `recent` holds, it cannot tell which grants it lost, and
+/// must count every grant of the session lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForcedReleases {
+    /// How many of the session's grants were force-released, ever.
+    pub total: u64,
+    /// The tokens of the most recent, oldest first.
+    pub recent: Vec<Token>,
+}
+
+/// Note in `session`'s record that its grant `token` was force-released.
+/// A session that is gone is left alone (none of its grants can hold).
+pub(crate) fn record_forced<S: Store>(
+    store: &mut S,
+    session: SessionId,
+    token: Token,
+) -> Result<(), StoreError> {
+    let Some(mut rec) = load(store, session)? else {
+        return Ok(());
+    };
+    rec.forced_total = rec.forced_total.saturating_add(1);
+    rec.forced.push(token);
+    if rec.forced.len() > MAX_FORCED_REMEMBERED {
+        let extra = rec.forced.len() - MAX_FORCED_REMEMBERED;
+        rec.forced.drain(..extra);
+    }
+    save(store, session, &rec)
 }
 
 impl SessionRecord {
@@ -243,6 +297,7 @@ pub(crate) fn open<S: Store>(
     store: &mut S,
     ttl_ms: u64,
     secret: SessionSecret,
+    name: &str,
     events: &mut Vec<Event>,
 ) -> Applied<LockOutcome> {
     let live = live_sessions(store)?;
@@ -271,6 +326,9 @@ pub(crate) fn open<S: Store>(
             kept_below: Vec::new(),
             secret,
             left_ms: None,
+            name: name.to_string(),
+            forced_total: 0,
+            forced: Vec::new(),
         },
     )?;
     events.push(Event::SessionOpened {

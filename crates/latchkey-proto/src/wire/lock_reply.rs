@@ -2,8 +2,8 @@
 //! reads) to their typed reply messages and back.
 
 use latchkey_core::lock::{
-    LockDelayTimer, LockInfo, LockOutcome, Sequencer, SessionId, SessionInfo, SessionSecret, Token,
-    WaitCancel,
+    ForcedReleases, HeldLock, LockDelayTimer, LockInfo, LockOutcome, Sequencer, SessionId,
+    SessionInfo, SessionListing, SessionSecret, Token, WaitCancel,
 };
 
 use super::fault::malformed;
@@ -33,6 +33,8 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
             ttl_ms,
             live: true,
             secret: secret.0.to_vec(),
+            forced_total: 0,
+            forced: Vec::new(),
         }),
         (Rpc::KeepAlive, L::Session(info)) => Rep::KeepAlive(session_reply(info)),
         (Rpc::GetSession, L::Session(info)) => Rep::GetSession(session_reply(info)),
@@ -154,6 +156,19 @@ pub(super) fn outcome_to_wire(rpc: Rpc, outcome: LockOutcome) -> Result<Rep, Loc
             locks: locks.into_iter().map(lock_info_to_wire).collect(),
             more,
         }),
+        (Rpc::ForceRelease, L::ForceReleased { released }) => {
+            Rep::ForceRelease(v1::ForceReleaseReply {
+                error: None,
+                released: released.into_iter().map(holder_to_wire).collect(),
+            })
+        }
+        (Rpc::ListSessions, L::Sessions { sessions, more }) => {
+            Rep::ListSessions(v1::ListSessionsReply {
+                error: None,
+                sessions: sessions.into_iter().map(listing_to_wire).collect(),
+                more,
+            })
+        }
         (_, other) => return Err(other),
     })
 }
@@ -177,6 +192,8 @@ fn session_reply(info: Option<SessionInfo>) -> v1::SessionReply {
             ttl_ms: info.ttl_ms,
             live: true,
             secret: Vec::new(),
+            forced_total: info.forced.total,
+            forced: info.forced.recent.iter().map(|t| t.0).collect(),
         },
         None => v1::SessionReply::default(),
     }
@@ -187,7 +204,88 @@ pub(super) fn session_from_wire(r: v1::SessionReply) -> LockOutcome {
     LockOutcome::Session(r.live.then_some(SessionInfo {
         session: SessionId(r.session),
         ttl_ms: r.ttl_ms,
+        forced: ForcedReleases {
+            total: r.forced_total,
+            recent: r.forced.into_iter().map(Token).collect(),
+        },
     }))
+}
+
+/// A typed forced release's outcome.
+pub(super) fn force_released_from_wire(
+    r: v1::ForceReleaseReply,
+) -> Result<LockOutcome, ReplicaFailure> {
+    Ok(LockOutcome::ForceReleased {
+        released: r
+            .released
+            .into_iter()
+            .map(holder_from_wire)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// A typed session listing's outcome.
+pub(super) fn sessions_from_wire(r: v1::ListSessionsReply) -> Result<LockOutcome, ReplicaFailure> {
+    Ok(LockOutcome::Sessions {
+        sessions: r
+            .sessions
+            .into_iter()
+            .map(listing_from_wire)
+            .collect::<Result<_, _>>()?,
+        more: r.more,
+    })
+}
+
+fn listing_to_wire(l: SessionListing) -> v1::SessionListing {
+    v1::SessionListing {
+        session: l.session.0,
+        name: l.name,
+        ttl_ms: l.ttl_ms,
+        held: l
+            .held
+            .into_iter()
+            .map(|h| v1::HeldLock {
+                name: h.name,
+                owner: h.owner,
+                mode: mode_to_wire(h.mode).into(),
+                token: h.token.0,
+                permits: h.permits,
+            })
+            .collect(),
+        holds: l.holds,
+        waiting: l.waiting,
+        waits: l.waits,
+        keys: l.keys,
+        forced: l.forced,
+        left_ms: l.left_ms,
+    }
+}
+
+fn listing_from_wire(l: v1::SessionListing) -> Result<SessionListing, ReplicaFailure> {
+    Ok(SessionListing {
+        session: SessionId(l.session),
+        name: l.name,
+        ttl_ms: l.ttl_ms,
+        held: l
+            .held
+            .into_iter()
+            .map(|h| {
+                Ok(HeldLock {
+                    mode: reply_mode(h.mode)?,
+                    name: h.name,
+                    owner: h.owner,
+                    token: Token(h.token),
+                    permits: h.permits,
+                })
+            })
+            .collect::<Result<_, ReplicaFailure>>()?,
+        holds: l.holds,
+        waiting: l.waiting,
+        waits: l.waits,
+        keys: l.keys,
+        forced: l.forced,
+        left_ms: l.left_ms,
+    })
 }
 
 /// A typed session close's outcome.

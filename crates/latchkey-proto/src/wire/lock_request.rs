@@ -33,9 +33,10 @@ pub(super) fn hold_ms(hold: Duration) -> u64 {
 pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req, ReplicaFailure> {
     Ok(match command {
         // The replica draws the secret: the request has no room for one.
-        LockCommand::OpenSession { ttl_ms, .. } => {
-            Req::OpenSession(v1::OpenSessionRequest { ttl_ms: *ttl_ms })
-        }
+        LockCommand::OpenSession { ttl_ms, name, .. } => Req::OpenSession(v1::OpenSessionRequest {
+            ttl_ms: *ttl_ms,
+            name: name.clone(),
+        }),
         LockCommand::CloseSession { session, secret } => {
             Req::CloseSession(v1::CloseSessionRequest {
                 session: session.0,
@@ -110,6 +111,10 @@ pub(super) fn command_to_wire(command: &LockCommand, hold_ms: u64) -> Result<Req
         LockCommand::EndSession { session } => {
             Req::EndSession(v1::EndSessionRequest { session: session.0 })
         }
+        LockCommand::ForceRelease { name, token } => Req::ForceRelease(v1::ForceReleaseRequest {
+            name: name.clone(),
+            token: token.0,
+        }),
         LockCommand::Proclaim {
             session,
             secret,
@@ -201,6 +206,11 @@ pub(super) fn query_to_wire(query: &LockQuery, stale: bool) -> Result<Req, Repli
             session: session.0,
             stale,
         }),
+        LockQuery::Sessions { start_after, limit } => Req::ListSessions(v1::ListSessionsRequest {
+            start_after: start_after.map(|s| s.0),
+            limit: *limit,
+            stale,
+        }),
         LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census => {
             return Err(invalid(
                 "the timer state and the census are read by the replica itself, not by clients",
@@ -232,6 +242,7 @@ pub(super) fn open_session_from_wire(r: v1::OpenSessionRequest) -> Operation {
     Operation::Write(Command::Lock(LockCommand::OpenSession {
         ttl_ms: r.ttl_ms,
         secret: SessionSecret::default(),
+        name: r.name,
     }))
 }
 
@@ -250,6 +261,25 @@ pub(super) fn end_session_from_wire(r: v1::EndSessionRequest) -> Operation {
     Operation::Write(Command::Lock(LockCommand::EndSession {
         session: SessionId(r.session),
     }))
+}
+
+/// A typed operator's forced release.
+pub(super) fn force_release_from_wire(r: v1::ForceReleaseRequest) -> Operation {
+    Operation::Write(Command::Lock(LockCommand::ForceRelease {
+        name: r.name,
+        token: Token(r.token),
+    }))
+}
+
+/// A typed session listing.
+pub(super) fn list_sessions_from_wire(r: v1::ListSessionsRequest) -> Operation {
+    read(
+        LockQuery::Sessions {
+            start_after: r.start_after.map(SessionId),
+            limit: r.limit,
+        },
+        r.stale,
+    )
 }
 
 /// A typed session read.

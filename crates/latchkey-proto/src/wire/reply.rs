@@ -149,6 +149,14 @@ pub fn reply_from_wire(reply: Rep) -> Result<CommandResult, ReplicaFailure> {
             checked!(r);
             Outcome::Lock(lock::locks_from_wire(r)?)
         }
+        Rep::ForceRelease(r) => {
+            checked!(r);
+            Outcome::Lock(lock::force_released_from_wire(r)?)
+        }
+        Rep::ListSessions(r) => {
+            checked!(r);
+            Outcome::Lock(lock::sessions_from_wire(r)?)
+        }
     };
     Ok(Ok(outcome))
 }
@@ -384,6 +392,14 @@ pub fn error_reply(rpc: Rpc, error: v1::Error) -> Rep {
             ..Default::default()
         }),
         Rpc::ReleaseAll => Rep::ReleaseAll(v1::ReleaseAllReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::ForceRelease => Rep::ForceRelease(v1::ForceReleaseReply {
+            error,
+            ..Default::default()
+        }),
+        Rpc::ListSessions => Rep::ListSessions(v1::ListSessionsReply {
             error,
             ..Default::default()
         }),

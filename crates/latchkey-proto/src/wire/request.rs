@@ -118,6 +118,8 @@ pub fn request_from_wire(request: Req) -> Result<(Operation, Rpc), ReplicaFailur
         Req::KeepAlive(r) => lock::keep_alive_from_wire(r)?,
         Req::CloseSession(r) => lock::close_session_from_wire(r)?,
         Req::EndSession(r) => lock::end_session_from_wire(r),
+        Req::ForceRelease(r) => lock::force_release_from_wire(r),
+        Req::ListSessions(r) => lock::list_sessions_from_wire(r),
         Req::Proclaim(r) => lock::proclaim_from_wire(r)?,
         Req::GetSession(r) => lock::get_session_from_wire(r),
         Req::Acquire(r) => lock::acquire_from_wire(r)?,

@@ -36,6 +36,8 @@ pub enum Rpc {
     Proclaim,
     AcquireAll,
     ReleaseAll,
+    ForceRelease,
+    ListSessions,
 }
 
 impl Rpc {
@@ -68,6 +70,8 @@ impl Rpc {
             Rpc::Proclaim => "proclaim",
             Rpc::AcquireAll => "acquire_all",
             Rpc::ReleaseAll => "release_all",
+            Rpc::ForceRelease => "force_release",
+            Rpc::ListSessions => "list_sessions",
         }
     }
 
@@ -83,6 +87,7 @@ impl Rpc {
                 | Rpc::GetSession
                 | Rpc::CheckSequencer
                 | Rpc::ListLocks
+                | Rpc::ListSessions
         )
     }
 
@@ -114,6 +119,8 @@ impl Rpc {
             Req::Proclaim(_) => Rpc::Proclaim,
             Req::AcquireAll(_) => Rpc::AcquireAll,
             Req::ReleaseAll(_) => Rpc::ReleaseAll,
+            Req::ForceRelease(_) => Rpc::ForceRelease,
+            Req::ListSessions(_) => Rpc::ListSessions,
         }
     }
 
@@ -153,6 +160,7 @@ impl Rpc {
                 LockCommand::Proclaim { .. } => Rpc::Proclaim,
                 LockCommand::AcquireAll { .. } => Rpc::AcquireAll,
                 LockCommand::ReleaseAll { .. } => Rpc::ReleaseAll,
+                LockCommand::ForceRelease { .. } => Rpc::ForceRelease,
                 LockCommand::ExpireSession { .. }
                 | LockCommand::ExpireWait { .. }
                 | LockCommand::ExpireLockLease { .. }
@@ -173,6 +181,7 @@ impl Rpc {
                 LockQuery::CheckSequencer(_) => Rpc::CheckSequencer,
                 LockQuery::Locks { .. } => Rpc::ListLocks,
                 LockQuery::Session { .. } => Rpc::GetSession,
+                LockQuery::Sessions { .. } => Rpc::ListSessions,
                 LockQuery::TimerState | LockQuery::SessionTimer { .. } | LockQuery::Census => {
                     return None
                 }

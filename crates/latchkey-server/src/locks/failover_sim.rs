@@ -99,6 +99,7 @@ impl Sim {
         let opened = sim.apply(LockCommand::OpenSession {
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             secret: SECRET,
+            name: String::new(),
         });
         if let LockOutcome::SessionOpened { session, .. } = opened {
             sim.session = session;

@@ -107,7 +107,7 @@ use latchkey_core::lock::LockQuery;
 use latchkey_core::Query;
 
 pub(crate) use host::LockHost;
-pub(crate) use shared::{KeepAlive, LockShared};
+pub(crate) use shared::{KeepAlive, LockInbox, LockShared};
 pub(crate) use task::run;
 pub(crate) use waiters::WaitOutcome;
 

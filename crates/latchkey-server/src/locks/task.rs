@@ -16,7 +16,7 @@ use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};
 
 use super::host::LockHost;
-use super::shared::KeepAlive;
+use super::shared::{CountdownAsk, KeepAlive, LockInbox};
 use super::timers::{KeptAlive, Observation, TimerKey, Timers};
 
 /// Pause before proposing an expiry again after a failed proposal.
@@ -98,9 +98,13 @@ struct Task<H> {
 pub(crate) async fn run<H: LockHost>(
     replica: Arc<H>,
     mut changes: mpsc::UnboundedReceiver<StateChange>,
-    mut keep_alives: mpsc::UnboundedReceiver<KeepAlive>,
+    inbox: LockInbox,
     mut stop: oneshot::Receiver<()>,
 ) {
+    let LockInbox {
+        mut keep_alives,
+        mut countdowns,
+    } = inbox;
     let (internal, mut internal_rx) = mpsc::unbounded_channel();
     // Server metrics change with the vote, state and leader only, not with
     // every applied entry.
@@ -147,6 +151,10 @@ pub(crate) async fn run<H: LockHost>(
             }
             ka = keep_alives.recv() => match ka {
                 Some(ka) => task.on_keep_alive(ka, true),
+                None => break,
+            },
+            ask = countdowns.recv() => match ask {
+                Some(ask) => task.on_countdown_ask(ask),
                 None => break,
             },
             _ = sleep, if next.is_some() => task.fire_due(),
@@ -341,10 +349,7 @@ impl<H: LockHost> Task<H> {
             let gone = self.expiring.contains(&ka.session) || !self.timers.counts(ka.session);
             let answer = match (result, still) {
                 (Ok(()), true) if gone => session_ended(ka.session),
-                (Ok(()), true) => Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
-                    session: ka.session,
-                    ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                }))))),
+                (Ok(()), true) => self.kept_alive(ka.session, ttl),
                 (Err(f), _) => Err(f.clone()),
                 (Ok(()), false) => Err(ReplicaFailure::NotLeader {
                     leader: self.replica.leader(),
@@ -352,6 +357,27 @@ impl<H: LockHost> Task<H> {
             };
             let _ = ka.reply.send(answer);
         }
+    }
+
+    /// The answer to a keep-alive of `session` (of `ttl`) that is vouched
+    /// for: with the grants operators force-released, read from the state
+    /// now (it holds every entry applied before this answer), so the
+    /// client learns of a forced release at its first keep-alive after it.
+    fn kept_alive(
+        &self,
+        session: SessionId,
+        ttl: Duration,
+    ) -> Result<CommandResult, ReplicaFailure> {
+        let forced = match self.replica.local_session(session) {
+            Ok(Some(s)) => s.forced,
+            Ok(None) => return session_ended(session),
+            Err(f) => return Err(f),
+        };
+        Ok(Ok(Outcome::Lock(LockOutcome::Session(Some(SessionInfo {
+            session,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            forced,
+        })))))
     }
 
     /// A checkpoint of `term` ended: answer the keep-alives it reset, and
@@ -495,6 +521,24 @@ impl<H: LockHost> Task<H> {
         for ka in keep_alives {
             self.on_keep_alive(ka, false);
         }
+    }
+
+    /// Answer how long the sessions asked about have left: from the
+    /// table if this replica leads and has built it, else nothing.
+    fn on_countdown_ask(&self, ask: CountdownAsk) {
+        let now = Instant::now();
+        let leading = self.leader_term().is_some();
+        let left = ask
+            .sessions
+            .iter()
+            .map(|s| {
+                leading
+                    .then(|| self.timers.deadline(&TimerKey::Session(*s)))
+                    .flatten()
+                    .map(|d| d.saturating_duration_since(now))
+            })
+            .collect();
+        let _ = ask.reply.send(left);
     }
 
     /// `timed`: whether the keep-alive's margin is measured (see

@@ -44,7 +44,7 @@
 //! | `latchkey_lock_delayed` | gauge | | locks in lock-delay |
 //! | `latchkey_lock_waiting_calls` | gauge | | acquire calls waiting for their grant on this replica |
 //! | `latchkey_lock_acquire_wait_seconds` | histogram | `outcome` | on the leader: how long each acquire waited, by how the wait ended: `granted` (0 for a grant without waiting), `cancelled` (given up or timed out), `session_ended` |
-//! | `latchkey_lock_hold_seconds` | histogram | `end` | on the leader: from a grant to its end, by how it ended (`released`, `session_closed`, `session_expired`, `session_ended_by_operator`, `lease_expired`) |
+//! | `latchkey_lock_hold_seconds` | histogram | `end` | on the leader: from a grant to its end, by how it ended (`released`, `session_closed`, `session_expired`, `session_ended_by_operator`, `lease_expired`, `forced_by_operator`) |
 //! | `latchkey_lock_keepalive_margin_seconds` | histogram | | on the leader: how much of its session's TTL (by the leader's countdown) was left when a keep-alive arrived (near 0: clients about to lose their sessions) |
 //! | `latchkey_storage_wal_sync_seconds` | histogram | | each write-ahead-log sync (RocksDB `FlushWAL` with sync) of the group-commit flusher, failed ones included: the fsync latency |
 //! | `latchkey_storage_group_commit_batch` | histogram | | appends each of those syncs made durable (the group-commit batch size) |

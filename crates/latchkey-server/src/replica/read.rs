@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use latchkey_core::auth::{AuthOutcome, AuthQuery};
-use latchkey_core::lock::{LockInfo, LockOutcome, LockQuery, SessionId, SessionTimer, TimerState};
+use latchkey_core::lock::{
+    LockInfo, LockOutcome, LockQuery, SessionId, SessionListing, SessionTimer, TimerState,
+};
 use latchkey_core::{validate_query, CommandError, CommandResult, Outcome, Query};
 use latchkey_proto::ReplicaFailure;
 use latchkey_storage::StateReader;
@@ -60,7 +62,8 @@ impl Replica {
                     .into(),
             ));
         }
-        match caller {
+        let lists_sessions = matches!(query, Query::Lock(LockQuery::Sessions { .. }));
+        let result = match caller {
             Caller::User(user) => self.local_query(&Query::As {
                 user: user.clone(),
                 query: Box::new(query),
@@ -73,7 +76,27 @@ impl Replica {
                 }
                 self.local_query(&query)
             }
+        };
+        match result {
+            Ok(Ok(Outcome::Lock(LockOutcome::Sessions { sessions, more }))) if lists_sessions => {
+                Ok(Ok(Outcome::Lock(LockOutcome::Sessions {
+                    sessions: self.with_time_left(sessions).await,
+                    more,
+                })))
+            }
+            other => other,
         }
+    }
+
+    /// `sessions` with how long each has left on this replica's
+    /// countdowns, if it leads (the core has no clock to say).
+    async fn with_time_left(&self, mut sessions: Vec<SessionListing>) -> Vec<SessionListing> {
+        let ids = sessions.iter().map(|s| s.session).collect();
+        let left = self.locks.countdowns(ids).await;
+        for (s, left) in sessions.iter_mut().zip(left) {
+            s.left_ms = left.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        }
+        sessions
     }
 
     /// Confirm leadership with a quorum round begun after this call (shared

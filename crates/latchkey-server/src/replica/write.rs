@@ -43,13 +43,22 @@ impl Replica {
                 *secret = draw_session_secret()?;
             }
         }
-        if let Command::Lock(LockCommand::EndSession { session }) = &command {
+        if let Command::Lock(
+            op @ (LockCommand::EndSession { .. } | LockCommand::ForceRelease { .. }),
+        ) = &command
+        {
             // Session ids are small and listed by `locks`; a session's
-            // secret guards it even while access control is off, so its
-            // end without the secret is for the trusted only then: the
+            // secret guards it even while access control is off, so an
+            // operator's act without the secret (ending a session, forcing
+            // a lock's release) is for the trusted only then: the
             // application in this process or a caller with the cluster
             // secret. With access control on, the admin permission decides
             // where the command is applied.
+            let what = match op {
+                LockCommand::EndSession { session } => format!("session {}", session.0),
+                LockCommand::ForceRelease { name, .. } => format!("lock {name:?}"),
+                _ => String::new(),
+            };
             let trusted = matches!(caller, Caller::Internal) || self.auth_enabled()?;
             if !trusted {
                 return Ok(Err(CommandError::PermissionDenied {
@@ -59,13 +68,12 @@ impl Replica {
                     },
                     permission: latchkey_core::auth::Permission::Admin,
                     on: format!(
-                        "session {} (while access control is off, only a caller with the \
-                         cluster secret ends another's session)",
-                        session.0
+                        "{what} (while access control is off, only a caller with the cluster \
+                         secret ends another's session or forces a lock's release)"
                     ),
                 }));
             }
-            tracing::info!(session = session.0, caller = ?caller, "an operator ends a session");
+            tracing::info!(target_of = %what, caller = ?caller, command = ?op, "an operator's act");
         }
         let command = match caller {
             Caller::User(user) => Command::As {

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic_health::server::HealthReporter;
 
-use crate::locks::{KeepAlive, LockShared};
+use crate::locks::{LockInbox, LockShared};
 use crate::network::PeerNetwork;
 use crate::peer_auth::PeerCredentials;
 use crate::raft_view::RaftView;
@@ -53,7 +53,7 @@ struct Opened {
     sentinel: PathBuf,
     /// Every entry the state machine applies, for the lock task.
     changes: mpsc::UnboundedReceiver<StateChange>,
-    keep_alives: mpsc::UnboundedReceiver<KeepAlive>,
+    inbox: LockInbox,
     db_closed: DbClosed,
     pace: latchkey_storage::SnapshotPace,
 }
@@ -81,7 +81,7 @@ impl ServerBuilder {
         let listeners = self.bind_listeners(&credentials)?;
         let opened = self.open_replica(data_dir, credentials, &listeners).await?;
         let replica = Arc::clone(&opened.replica);
-        let locks = start_lock_task(&replica, opened.changes, opened.keep_alives);
+        let locks = start_lock_task(&replica, opened.changes, opened.inbox);
         let mut serving = self
             .serve_grpc(&replica, listeners.clients, listeners.peers)
             .await?;
@@ -249,7 +249,7 @@ impl ServerBuilder {
         let revisions = state_machine.revisions();
         let db_closed = state_machine.closed_signal();
         let pace = log_store.snapshot_pace();
-        let (locks, keep_alives) = LockShared::new();
+        let (locks, inbox) = LockShared::new();
         let config = self.raft.to_config()?;
         let raft = openraft::Raft::new(id, config, network.clone(), log_store, state_machine)
             .await
@@ -282,7 +282,7 @@ impl ServerBuilder {
             replica,
             sentinel,
             changes,
-            keep_alives,
+            inbox,
             db_closed,
             pace,
         })
@@ -389,15 +389,10 @@ impl ServerBuilder {
 fn start_lock_task(
     replica: &Arc<Replica>,
     changes: mpsc::UnboundedReceiver<StateChange>,
-    keep_alives: mpsc::UnboundedReceiver<KeepAlive>,
+    inbox: LockInbox,
 ) -> Task {
     let (stop, stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(crate::locks::run(
-        replica.clone(),
-        changes,
-        keep_alives,
-        stop_rx,
-    ));
+    let task = tokio::spawn(crate::locks::run(replica.clone(), changes, inbox, stop_rx));
     Task { stop, task }
 }
 

@@ -271,18 +271,50 @@ pub enum Cmd {
     #[command(subcommand)]
     Snapshot(SnapshotCmd),
     /// List locks in use: holders with their tokens, and queue lengths.
+    /// `locks release NAME --force`: an operator's forced release.
     Locks {
         /// Only locks whose names start with this.
         #[arg(long, default_value = "")]
         prefix: String,
+        #[command(subcommand)]
+        cmd: Option<LocksCmd>,
     },
-    /// An operator's hand on sessions.
-    #[command(subcommand)]
-    Session(SessionCmd),
+    /// List live sessions: id, the name each was opened under, TTL, time
+    /// left on the leader's countdown, what each holds and waits for, and
+    /// the keys bound to it. `sessions end ID`: an operator ends one. Needs
+    /// the admin permission under access control.
+    Sessions {
+        #[command(subcommand)]
+        cmd: Option<SessionsCmd>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SessionCmd {
+pub enum LocksCmd {
+    /// Release lock NAME from whoever holds it, without their secret (a
+    /// hung holder): every grant it has now (each by its token), or the
+    /// one of --token. Each ends with a lock-delay of at least its
+    /// session's TTL (even if other holders remain), then the next
+    /// waiter gets it under a higher token, so the old holder's fenced
+    /// writes are refused; the holder's client hears at its next
+    /// keep-alive (`lock -- CMD` then stops CMD). Its session lives on.
+    /// Needs the admin permission under access control; without access
+    /// control, only a caller with the cluster secret may. Prints what it
+    /// released; exit 1 if nothing held the lock.
+    Release {
+        /// The lock (an election's is `latchkey.election/NAME`).
+        name: String,
+        /// Required: releasing someone else's lock is an operator's act.
+        #[arg(long, required = true)]
+        force: bool,
+        /// Only the grant with this token (default: every grant).
+        #[arg(long)]
+        token: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCmd {
     /// End session ID now, as if its TTL ran out: its locks are released
     /// (their lock-delay applies), its waits cancelled and its keys
     /// deleted. For a hung holder; `locks` shows holders' sessions as

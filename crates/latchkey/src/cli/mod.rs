@@ -15,13 +15,14 @@ mod certs;
 mod connect;
 mod failure;
 mod fencing;
+mod force_release;
 mod kv;
 pub mod lock;
 mod locks;
 mod members;
 mod output;
 mod serve;
-mod session;
+mod sessions;
 mod snapshot;
 mod status;
 mod watch;
@@ -109,8 +110,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Failure> {
         Cmd::Sem(s) => lock::run_semaphore(&args, s).await,
         Cmd::LockGuard { fd, command } => Ok(lock::guard::run(*fd, command)),
         Cmd::CheckSequencer { sequencer } => locks::check_sequencer(&args, sequencer).await,
-        Cmd::Locks { prefix } => locks::list(&args, prefix, json).await,
-        Cmd::Session(cmd) => session::run(&args, cmd, json).await,
+        Cmd::Locks { prefix, cmd: None } => locks::list(&args, prefix, json).await,
+        Cmd::Locks { cmd: Some(cmd), .. } => force_release::run(&args, cmd, json).await,
+        Cmd::Sessions { cmd } => sessions::run(&args, cmd.as_ref(), json).await,
         Cmd::Snapshot(cmd) => snapshot::run(cmd, || connect::client(&args), json).await,
     }
 }

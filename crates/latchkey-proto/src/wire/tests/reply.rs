@@ -131,9 +131,53 @@ fn results() -> Vec<(Rpc, CommandResult)> {
             Ok(Outcome::Lock(L::Session(Some(SessionInfo {
                 session: SessionId(3),
                 ttl_ms: 10_000,
+                forced: latchkey_core::lock::ForcedReleases {
+                    total: 5,
+                    recent: vec![
+                        latchkey_core::lock::Token(8),
+                        latchkey_core::lock::Token(11),
+                    ],
+                },
             })))),
         ),
         (Rpc::GetSession, Ok(Outcome::Lock(L::Session(None)))),
+        (
+            Rpc::ForceRelease,
+            Ok(Outcome::Lock(L::ForceReleased {
+                released: vec![latchkey_core::lock::HolderInfo {
+                    session: SessionId(3),
+                    owner: 2,
+                    mode: latchkey_core::lock::LockMode::Shared,
+                    token: latchkey_core::lock::Token(9),
+                    hold_count: 1,
+                    lease_ms: Some(4_000),
+                }],
+            })),
+        ),
+        (
+            Rpc::ListSessions,
+            Ok(Outcome::Lock(L::Sessions {
+                sessions: vec![latchkey_core::lock::SessionListing {
+                    session: SessionId(3),
+                    name: "worker (pid 7 on db-1)".into(),
+                    ttl_ms: 10_000,
+                    held: vec![latchkey_core::lock::HeldLock {
+                        name: "pool".into(),
+                        owner: 2,
+                        mode: latchkey_core::lock::LockMode::Shared,
+                        token: latchkey_core::lock::Token(9),
+                        permits: Some(3),
+                    }],
+                    holds: 1,
+                    waiting: vec!["jobs".into()],
+                    waits: 1,
+                    keys: 4,
+                    forced: 5,
+                    left_ms: Some(7_250),
+                }],
+                more: true,
+            })),
+        ),
         (
             Rpc::CloseSession,
             Ok(Outcome::Lock(L::SessionEnded {

@@ -108,6 +108,7 @@ fn operations() -> Vec<Operation> {
         Command::Lock(LockCommand::OpenSession {
             ttl_ms: 10_000,
             secret: SessionSecret::default(),
+            name: String::new(),
         }),
         Command::Lock(LockCommand::CloseSession {
             session: SessionId(4),

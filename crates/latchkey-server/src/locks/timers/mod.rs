@@ -133,6 +133,7 @@ fn hold_end(why: HoldEnd) -> &'static str {
         HoldEnd::SessionEnded(SessionEnd::Expired) => "session_expired",
         HoldEnd::SessionEnded(SessionEnd::Ended) => "session_ended_by_operator",
         HoldEnd::LeaseExpired => "lease_expired",
+        HoldEnd::Forced => "forced_by_operator",
     }
 }
 
@@ -726,6 +727,7 @@ mod tests {
                 ttl_ms: 3000,
                 secret: SECRET,
                 left_ms: 3000,
+                forced: Default::default(),
             }],
             waits: vec![WaitTimer {
                 session: SessionId(1),
