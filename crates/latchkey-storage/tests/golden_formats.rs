@@ -119,7 +119,7 @@ const LOG_ID_3_1_7: &str = "03 01 07";
 
 /// codec(entry 7).
 const NORMAL_ENTRY: &str = "
-    0b              # FORMAT_VERSION
+    0c              # FORMAT_VERSION
     03 01 07        # log id: term 3, node 1, index 7
     01              # EntryPayload::Normal
     fb e803         # Request.now = 1000 (varint u16)
@@ -129,7 +129,7 @@ const NORMAL_ENTRY: &str = "
 
 /// codec(entry 8).
 const MEMBERSHIP_ENTRY: &str = "
-    0b              # FORMAT_VERSION
+    0c              # FORMAT_VERSION
     03 01 08        # log id: term 3, node 1, index 8
     02              # EntryPayload::Membership
     01 02 01 02     # configs: one config, voters {1, 2}
@@ -144,7 +144,7 @@ const MEMBERSHIP_ENTRY: &str = "
 
 /// codec(entry 9).
 const BLANK_ENTRY: &str = "
-    0b
+    0c
     03 01 09        # log id
     00              # EntryPayload::Blank
 ";
@@ -160,7 +160,7 @@ const BLANK_ENTRY: &str = "
 /// a migration or refuse old data.
 #[test]
 fn log_entries_are_frozen() {
-    assert_eq!(FORMAT_VERSION, 11);
+    assert_eq!(FORMAT_VERSION, 12);
     let cases = [
         ("normal entry", normal_entry(), NORMAL_ENTRY),
         ("membership entry", membership_entry(), MEMBERSHIP_ENTRY),
@@ -195,23 +195,23 @@ fn raw(db: &DB, cf: &str, key: &[u8]) -> Vec<u8> {
 
 /// codec(`Vote`) of a committed vote for leader 1 in term 3.
 const VOTE: &str = "
-    0b              # FORMAT_VERSION
+    0c              # FORMAT_VERSION
     03 01           # leader id: term 3, node 1
     01              # committed: true
 ";
 /// codec(`Option<LogId>`): the committed log id (3, 1, 8).
 const COMMITTED: &str = "
-    0b
+    0c
     01 03 01 08     # Some(log id (3, 1, 8))
 ";
 /// codec(`LogId`) of the last applied entry (3, 1, 8).
 const LAST_APPLIED: &str = "
-    0b
+    0c
     03 01 08        # log id (3, 1, 8)
 ";
 /// codec(`StoredMembership`): entry 8's membership.
 const STORED_MEMBERSHIP: &str = "
-    0b
+    0c
     01 03 01 08     # log id of the entry that introduced it: Some((3, 1, 8))
     01 02 01 02     # configs
     03              # nodes, as in the membership entry
@@ -315,7 +315,7 @@ fn the_log_and_the_state_machine_are_stored_as_pinned() {
 const SNAPSHOT: &str = "
     4c4b534e41503031            # magic \"LKSNAP01\"
     00000073                    # header frame: 115 bytes
-      0b 00                     #   version, Frame::Header
+      0c 00                     #   version, Frame::Header
       01 03 01 08               #   meta.last_log_id: Some((3, 1, 8))
       01 03 01 08               #   meta.last_membership: log id Some((3, 1, 8)),
       01 02 01 02  03           #     configs, 3 nodes:
@@ -327,7 +327,7 @@ const SNAPSHOT: &str = "
          0d 31302e302e302e333a37313031  fb2c01
       07 332d312d382d30         #   meta.snapshot_id: \"3-1-8-0\"
     00000073                    # rows frame: 115 bytes
-      0b 01                     #   version, Frame::Rows
+      0c 01                     #   version, Frame::Rows
       05                        #   5 rows, keys ascending:
       02 446b  21               #   \"Dk\" = 33 bytes: create revision 1, mod revision 1,
          0000000000000001 0000000000000001 0000000000000001  # version 1,
@@ -337,18 +337,18 @@ const SNAPSHOT: &str = "
       04 4d6e6f77  08 00000000000003e8  # \"Mnow\" = 1000 (u64 big-endian)
       04 4d726576  08 0000000000000001  # \"Mrev\" = 1 (u64 big-endian)
       09 570000000000000001  0d #   \"W\" + revision 1 = 13 bytes: codec(Record {
-         0b 01 01 01 6b         #     revision 1, 1 change: key \"k\",
+         0c 01 01 01 6b         #     revision 1, 1 change: key \"k\",
          01 01 76 01 01 01 00   #     current Some(\"v\", 1, 1, 1), previous None,
          00                     #     previous_dropped false })
     00000003                    # end frame: 3 bytes
-      0b 02 05                  #   version, Frame::End, rows: 5
-    d10673c1d95c86d1            # FNV-1a 64 of everything above, big-endian
+      0c 02 05                  #   version, Frame::End, rows: 5
+    57ad664409fa0ae5            # FNV-1a 64 of everything above, big-endian
 ";
 
 /// codec(Frame::Header { meta }) up to the snapshot id, the meta's last
 /// field: last log id (3, 1, 8), membership of entry 8.
 const SNAPSHOT_HEADER_BEFORE_ID: &str = "
-    0b 00
+    0c 00
     01 03 01 08
     01 03 01 08  01 02 01 02  03
     01 0d 31302e302e302e313a37323031
@@ -361,13 +361,13 @@ const SNAPSHOT_HEADER_BEFORE_ID: &str = "
 /// codec(Frame::Rows([("Dk", the row of "v" at revision 1), ("Mhist",
 /// oldest 1 and 13 bytes), ("Mnow", 1000 big-endian), ("Mrev", 1
 /// big-endian), ("W" + revision 1, the record of the put)])).
-const SNAPSHOT_ROWS: &str = "0b 01 05  02 446b 21
+const SNAPSHOT_ROWS: &str = "0c 01 05  02 446b 21
     0000000000000001 0000000000000001 0000000000000001 0000000000000000 76
     05 4d68697374 10 0000000000000001 000000000000000d
     04 4d6e6f77 08 00000000000003e8  04 4d726576 08 0000000000000001
-    09 570000000000000001 0d 0b 01 01 01 6b 01 01 76 01 01 01 00 00";
+    09 570000000000000001 0d 0c 01 01 01 6b 01 01 76 01 01 01 00 00";
 /// codec(Frame::End { rows: 5 }).
-const SNAPSHOT_END: &str = "0b 02 05";
+const SNAPSHOT_END: &str = "0c 02 05";
 
 /// The data row of "k" = "v" put at revision 1: create revision 1, mod
 /// revision 1, version 1, bound to no session (u64 big-endian each), then
@@ -396,7 +396,7 @@ fn history_key() -> Vec<u8> {
 
 /// codec(Record { revision 1, [k: None -> Some("v", 1, 1, 1)], false }).
 fn history_record() -> Vec<u8> {
-    unhex("0b 01 01 01 6b 01 01 76 01 01 01 00 00")
+    unhex("0c 01 01 01 6b 01 01 76 01 01 01 00 00")
 }
 
 /// FNV-1a, 64 bit, as the blob's trailer.
@@ -536,22 +536,22 @@ const MARK_SLOT_1: &str = "
     4c4b4d41524b3031        # magic \"LKMARK01\"
     0100000000000000        # seq 1 (u64 little-endian)
     10000000                # payload: 16 bytes (u32 little-endian)
-    0b                      # codec(MarkRecord): FORMAT_VERSION
+    0c                      # codec(MarkRecord): FORMAT_VERSION
     fd 8877665544332211     #   incarnation (varint u64, little-endian)
     01 03 02 01             #   vote: Some({ term 3, node 2, committed })
     0a                      #   log_index 10
     07                      #   floor 7
-    ac62b31a                # CRC-32 (little-endian)
+    d99a4ae7                # CRC-32 (little-endian)
 ";
 /// Slot with sequence 2: the same directory, log index 12, floor 12.
 const MARK_SLOT_2: &str = "
     4c4b4d41524b3031
     0200000000000000        # seq 2
     10000000
-    0b fd 8877665544332211 01 03 02 01
+    0c fd 8877665544332211 01 03 02 01
     0c                      # log_index 12
     0c                      # floor 12
-    851be5d9
+    f0e31c24
 ";
 
 fn mark_record(log_index: u64, floor: u64) -> MarkRecord {
@@ -680,14 +680,14 @@ const MARK_VOTE_3_2: &str = "01 03 02 01";
 
 /// codec(VoteRequest): candidate 2 in term 4, last log id (3, 1, 9).
 const VOTE_REQUEST: &str = "
-    0b
+    0c
     04 02 00        # vote: term 4, node 2, not committed
     01 03 01 09     # last_log_id: Some((3, 1, 9))
 ";
 /// codec(AppendEntriesRequest): leader 1 in term 3, after (3, 1, 6),
 /// entries 7 and 8, committed up to 6.
 const APPEND_ENTRIES: &str = "
-    0b
+    0c
     03 01 01        # vote: term 3, node 1, committed
     01 03 01 06     # prev_log_id: Some((3, 1, 6))
     02              # 2 entries:
