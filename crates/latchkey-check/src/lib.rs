@@ -14,9 +14,13 @@
 //!   never goes back;
 //! - [`durability`]: no acknowledged put is missing after a full restart;
 //! - [`watch`]: every watcher receives exactly the committed changes of its
-//!   prefix, in revision order, with no gap or duplicate across reconnects.
+//!   prefix, in revision order, with no gap or duplicate across reconnects;
+//! - [`semaphores`]: never more permits proven held at once (by writes the
+//!   store accepted) than the semaphore has;
+//! - [`elections`]: every election observer is told the terms in increasing
+//!   order, none granted in between left out.
 //!
-//! [`check_all`] runs the five. A history may hold several workloads at
+//! [`check_all`] runs the seven. A history may hold several workloads at
 //! once: each checker reads only its own operations.
 //!
 //! What must never live here: I/O, clocks, randomness, threads. Time comes
@@ -51,10 +55,12 @@
 #![warn(missing_docs)]
 
 pub mod durability;
+pub mod elections;
 pub mod history;
 pub mod linearizable;
 pub mod lock_safety;
 mod order;
+pub mod semaphores;
 pub mod sequences;
 mod verdict;
 pub mod watch;
@@ -64,14 +70,23 @@ pub use history::{
 };
 pub use verdict::{Status, Verdict};
 
-/// Runs every checker with its defaults: lock safety, linearizability,
-/// sequences, durability, watch, in that order.
+/// A checker: a history in, a verdict out.
+pub type Checker = fn(&History) -> Verdict;
+
+/// Every checker with its defaults, by name: lock safety,
+/// linearizability, sequences, durability, watch, semaphores, election
+/// observers, in that order.
+pub const CHECKERS: [(&str, Checker); 7] = [
+    (lock_safety::NAME, lock_safety::check),
+    (linearizable::NAME, linearizable::check),
+    (sequences::NAME, sequences::check),
+    (durability::NAME, durability::check),
+    (watch::NAME, watch::check),
+    (semaphores::NAME, semaphores::check),
+    (elections::NAME, elections::check),
+];
+
+/// Runs every checker of [`CHECKERS`], in that order.
 pub fn check_all(history: &History) -> Vec<Verdict> {
-    vec![
-        lock_safety::check(history),
-        linearizable::check(history),
-        sequences::check(history),
-        durability::check(history),
-        watch::check(history),
-    ]
+    CHECKERS.iter().map(|(_, check)| check(history)).collect()
 }

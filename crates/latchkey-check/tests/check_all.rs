@@ -43,6 +43,20 @@ fn correct_run() -> HistoryBuilder {
     h.invoke(9, at(), ops::watch_write(&[("w/a", Some("1"))], None));
     h.ok(9, at(), ops::watch_write(&[("w/a", Some("1"))], Some(31)));
     h.ok(8, at(), ops::watch_changes(31, &[("w/a", Some("1"))]));
+    // Semaphore workload: a permit and a write it fences.
+    h.invoke(10, at(), ops::permit("S", 2, "s10", None));
+    h.ok(10, at(), ops::permit("S", 2, "s10", Some(40)));
+    h.invoke(10, at(), ops::permit_write("S", "sem/a", "s10", 40, None));
+    h.ok(
+        10,
+        at(),
+        ops::permit_write("S", "sem/a", "s10", 40, Some(true)),
+    );
+    // Election observers: one is told of a campaign's term.
+    h.ok(11, at(), ops::observed("E", None, false));
+    h.invoke(12, at(), ops::acquire("E", "s12", None));
+    h.ok(12, at(), ops::acquire("E", "s12", Some(41)));
+    h.ok(11, at(), ops::observed("E", Some(41), false));
     h
 }
 
@@ -68,6 +82,8 @@ fn a_correct_run_passes_every_checker() {
             ("sequences", Status::Pass),
             ("durability", Status::Pass),
             ("watch", Status::Pass),
+            ("semaphores", Status::Pass),
+            ("election observers", Status::Pass),
         ],
         "{verdicts:?}"
     );
@@ -91,6 +107,8 @@ fn each_checker_reads_only_its_own_workload() {
             ("sequences", Status::Pass),
             ("durability", Status::Pass),
             ("watch", Status::Pass),
+            ("semaphores", Status::Pass),
+            ("election observers", Status::Pass),
         ],
         "{verdicts:?}"
     );

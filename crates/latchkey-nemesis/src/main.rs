@@ -15,8 +15,11 @@
 //! kill,pause,partition,disk]`; `cargo xtask test` runs a 100-second
 //! version with every kind.
 //!
-//! The workloads (see [`worker`]): lock clients that take a lock, write
-//! through a fence gate and to a fenced KV key, and release; a register
+//! The workloads (see [`worker`]): lock clients that take a lock (or two at
+//! once, or campaign in an election that one task per client observes),
+//! write through a fence gate and to a fenced KV key, and release;
+//! semaphore clients that take a permit and make fenced writes with it
+//! (both kinds of clients are what a pause targets); a register
 //! workload (read, write, compare-and-put) for linearizability;
 //! `next_sequence` allocations; puts read back after every replica was
 //! killed and restarted at once; watchers of a prefix, with writers
@@ -86,7 +89,7 @@ enum Cmd {
         /// Run on loopback (no partitions) even as root.
         #[arg(long)]
         loopback: bool,
-        /// Lock client processes (2 tasks each).
+        /// Lock client processes (2 tasks each, and an election observer).
         #[arg(long, default_value_t = 3)]
         lock_workers: usize,
         /// Session TTL of the lock clients (pauses outlast it).

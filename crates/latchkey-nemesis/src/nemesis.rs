@@ -219,7 +219,8 @@ pub struct PlanInput {
     pub duration: Duration,
     /// The lock clients' session TTL: pauses last longer.
     pub ttl: Duration,
-    /// The worker numbers of the lock clients (pause targets).
+    /// The worker numbers of the clients that hold locks or permits (pause
+    /// targets).
     pub lock_workers: Vec<usize>,
 }
 

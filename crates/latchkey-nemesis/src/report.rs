@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use latchkey_check::history::{DurabilityOp, LockOp, RegisterOp, SequenceOp, WatchOp};
+use latchkey_check::history::{
+    DurabilityOp, ElectionOp, LockOp, RegisterOp, SemaphoreOp, SequenceOp, WatchOp,
+};
 use latchkey_check::{History, Op, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -138,13 +140,31 @@ pub struct Counts {
     pub gate_refused: u64,
     pub kv_accepted: u64,
     pub kv_refused: u64,
+    pub permits: u64,
+    pub permit_accepted: u64,
+    pub permit_refused: u64,
+    /// Leaders election observers were told of.
+    pub observed: u64,
     pub acked_puts: u64,
     pub read_back: Option<u64>,
 }
 
 /// Counts a history's operations.
 pub fn count(history: &History) -> Counts {
-    let mut c = Counts::default();
+    let observed = history
+        .instants()
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.op,
+                Op::Election(ElectionOp::Observed { term: Some(_), .. })
+            )
+        })
+        .count() as u64;
+    let mut c = Counts {
+        observed,
+        ..Counts::default()
+    };
     for op in history.operations() {
         let outcome = match op.outcome() {
             Outcome::Ok => "ok",
@@ -169,6 +189,9 @@ pub fn count(history: &History) -> Counts {
             Op::Watch(WatchOp::Gone { .. }) => "watch/gone-after-close",
             Op::Watch(WatchOp::Leftover { .. }) => "watch/leftover-bound-keys",
             Op::Watch(_) => continue,
+            Op::Semaphore(SemaphoreOp::Acquire { .. }) => "semaphore/acquire",
+            Op::Semaphore(SemaphoreOp::FencedWrite { .. }) => "semaphore/fenced-write",
+            Op::Election(_) => continue,
         };
         *c.ops
             .entry(name.to_owned())
@@ -192,6 +215,12 @@ pub fn count(history: &History) -> Counts {
                     _ => {}
                 }
             }
+            Op::Semaphore(SemaphoreOp::Acquire { token: Some(_), .. }) => c.permits += 1,
+            Op::Semaphore(SemaphoreOp::FencedWrite { accepted, .. }) => match accepted {
+                Some(true) => c.permit_accepted += 1,
+                Some(false) => c.permit_refused += 1,
+                None => {}
+            },
             Op::Durability(DurabilityOp::Put { .. }) => c.acked_puts += 1,
             Op::Durability(DurabilityOp::ReadAll { values: Some(v) }) => {
                 c.read_back = Some(v.len() as u64)
@@ -218,6 +247,12 @@ pub fn activity_problems(c: &Counts) -> Vec<String> {
     }
     if c.gate_accepted == 0 || c.kv_accepted == 0 {
         problems.push("no fenced write was ever accepted".to_owned());
+    }
+    if c.permits == 0 || c.permit_accepted == 0 {
+        problems.push("the semaphore workload never wrote with a permit".to_owned());
+    }
+    if c.observed == 0 {
+        problems.push("no election observer was ever told of a leader".to_owned());
     }
     if ok("register/read") == 0 || ok("register/write") + ok("register/cas") == 0 {
         problems.push("the register workload never completed a read and a write".to_owned());
@@ -286,19 +321,9 @@ pub fn write(
     Ok(passed)
 }
 
-/// A checker of `latchkey-check`.
-type Checker = fn(&History) -> Verdict;
-
 /// Runs every checker, printing how long each took.
 fn timed_checks(history: &History) -> Vec<Verdict> {
-    let checkers: [(&str, Checker); 5] = [
-        ("lock safety", latchkey_check::lock_safety::check),
-        ("linearizability", latchkey_check::linearizable::check),
-        ("sequences", latchkey_check::sequences::check),
-        ("durability", latchkey_check::durability::check),
-        ("watch", latchkey_check::watch::check),
-    ];
-    checkers
+    latchkey_check::CHECKERS
         .iter()
         .map(|(name, check)| {
             let started = std::time::Instant::now();
@@ -401,6 +426,12 @@ pub fn summary(
         "- {} grants; fence gate: {} writes accepted, {} stale writes refused; fenced KV: {} \
          accepted, {} stale refused",
         c.grants, c.gate_accepted, c.gate_refused, c.kv_accepted, c.kv_refused
+    );
+    let _ = writeln!(
+        s,
+        "- semaphore: {} permits granted; writes fenced by a permit: {} accepted, {} stale \
+         refused; election observers told of {} leaders",
+        c.permits, c.permit_accepted, c.permit_refused, c.observed
     );
     let _ = writeln!(
         s,
@@ -531,13 +562,23 @@ mod tests {
         h.ok(1, 6, ops::gate_write("r", "a", 2, Some(false)));
         h.invoke(2, 7, ops::put("d/1", "v"));
         h.ok(2, 8, ops::put("d/1", "v"));
+        h.invoke(3, 9, ops::permit("s", 2, "b", None));
+        h.ok(3, 10, ops::permit("s", 2, "b", Some(4)));
+        h.invoke(3, 11, ops::permit_write("s", "k", "b", 4, None));
+        h.ok(3, 12, ops::permit_write("s", "k", "b", 4, Some(false)));
+        h.ok(4, 13, ops::observed("r", None, false));
+        h.ok(4, 14, ops::observed("r", Some(3), false));
         let history = h.build().unwrap();
         let c = count(&history);
         assert_eq!(c.grants, 1);
         assert_eq!(c.gate_accepted, 1);
         assert_eq!(c.gate_refused, 1);
         assert_eq!(c.acked_puts, 1);
+        assert_eq!((c.permits, c.permit_accepted, c.permit_refused), (1, 0, 1));
+        assert_eq!(c.observed, 1);
         let problems = activity_problems(&c);
+        assert!(problems.iter().any(|p| p.contains("semaphore")));
+        assert!(!problems.iter().any(|p| p.contains("observer")));
         assert!(problems.iter().any(|p| p.contains("register")));
         assert!(problems.iter().any(|p| p.contains("read-back")));
         assert!(!problems.iter().any(|p| p.contains("granted")));

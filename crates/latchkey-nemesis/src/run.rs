@@ -127,7 +127,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     let lock_workers: Vec<usize> = workers
         .0
         .iter()
-        .filter(|w| w.role == Role::Lock)
+        .filter(|w| matches!(w.role, Role::Lock | Role::Semaphore))
         .map(|w| w.index)
         .collect();
 
@@ -318,7 +318,8 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
 }
 
 /// Starts the workload processes: the lock clients first (w0..), then one
-/// register, one sequence, one durability and one watch worker.
+/// register, one sequence, one durability, one watch and one semaphore
+/// worker.
 /// With `certs`, they talk TLS, trusting its CA.
 fn start_workers(
     cfg: &RunConfig,
@@ -334,6 +335,7 @@ fn start_workers(
     roles.push((Role::Sequence, 2, 20));
     roles.push((Role::Durability, 2, 20));
     roles.push((Role::Watch, 6, 20));
+    roles.push((Role::Semaphore, 4, 5));
     let mut workers = Vec::new();
     for (index, (role, tasks, pace)) in roles.into_iter().enumerate() {
         let history = cfg.out.join(format!("workers/w{index}.jsonl"));

@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use latchkey::{Client, ClientOptions, Error as ClientError, LockGuard, MultiLockGuard, Session};
 use latchkey_check::history::ops;
 use latchkey_check::EventKind;
@@ -56,6 +57,11 @@ pub enum Role {
     /// sessions it closes or abandons, watchers list and watch it (tasks 0
     /// and 1 write, task 2 binds, the others watch).
     Watch,
+    /// Take a permit of [`SEMAPHORE`] (of [`SEMAPHORE_PERMITS`]), make
+    /// fenced KV writes with it, release: more tasks than permits, so they
+    /// queue, and a paused worker's permits return to the others while it
+    /// still believes it holds them.
+    Semaphore,
 }
 
 /// The resource the lock workers campaign for as an election.
@@ -71,6 +77,10 @@ pub const LOCK_PLANS: [&[&str]; 5] = [
     &["res0", "res2"],
     &["res2", "res0"],
 ];
+/// The semaphore of the semaphore workers.
+pub const SEMAPHORE: &str = "sem0";
+/// Its permits: fewer than the semaphore worker's tasks.
+pub const SEMAPHORE_PERMITS: u32 = 2;
 /// The register keys of one generation: `reg/<generation>/<i>`.
 pub const REGISTERS: usize = 3;
 /// How long the register workload stays on one generation of keys. The
@@ -180,17 +190,25 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
     });
     let base = Rng::new(args.seed).fork(args.index);
     let mut tasks = tokio::task::JoinSet::new();
-    for t in 0..args.tasks.min(TASK_SLOTS) {
+    // A lock worker has one more task: an observer of the election its
+    // other tasks campaign in.
+    let tasks_of_role = match args.role {
+        Role::Lock => args.tasks + 1,
+        _ => args.tasks,
+    };
+    for t in 0..tasks_of_role.min(TASK_SLOTS) {
         let process = 1 + args.index * TASK_SLOTS + t;
         let rng = base.fork(t);
         let ctx = ctx.clone();
         tasks.spawn(async move {
             match ctx.args.role {
+                Role::Lock if t == ctx.args.tasks => observer_task(&ctx, process).await,
                 Role::Lock => lock_task(&ctx, process, rng).await,
                 Role::Register => register_task(&ctx, process, rng).await,
                 Role::Sequence => sequence_task(&ctx, process, rng).await,
                 Role::Durability => durability_task(&ctx, process).await,
                 Role::Watch => watch_task(&ctx, process, t, rng).await,
+                Role::Semaphore => semaphore_task(&ctx, process, rng).await,
             }
         });
     }
@@ -353,29 +371,11 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
         return;
     };
     let mut gate = GateClient::new(socket);
-    let ttl = Duration::from_millis(ctx.args.ttl_ms);
     let mut session: Option<Session> = None;
     let mut n = 0u64;
     while !ctx.stopping() {
-        let s = match &session {
-            Some(s) if s.is_live() => s.clone(),
-            _ => match ctx.client.session(ttl).await {
-                Ok(s) => {
-                    session = Some(s.clone());
-                    s
-                }
-                Err(e @ (ClientError::InvalidArgument(_) | ClientError::Refused(_))) => {
-                    // Not a fault of the run: a bad setting. Stop loudly.
-                    tracing::error!(%e, "the cluster refuses to open a session");
-                    std::process::exit(3);
-                }
-                Err(e) => {
-                    tracing::debug!(%e, "cannot open a session yet");
-                    session = None;
-                    ctx.pace().await;
-                    continue;
-                }
-            },
+        let Some(s) = live_session(ctx, &mut session).await else {
+            continue;
         };
         let plan = LOCK_PLANS[rng.below(LOCK_PLANS.len())];
         let holder = format!("p{process}/s{}", s.id());
@@ -473,6 +473,130 @@ async fn lock_task(ctx: &Ctx, process: u64, mut rng: Rng) {
         }
         if !s.is_live() {
             session = None;
+        }
+        ctx.pace().await;
+    }
+    if let Some(s) = session {
+        let _ = s.close().await;
+    }
+}
+
+/// The task's session, opened again once it is no longer live; `None`
+/// (after a pause) while the cluster cannot open one. A refusal is a bad
+/// setting, not a fault of the run: the worker stops loudly.
+async fn live_session(ctx: &Ctx, session: &mut Option<Session>) -> Option<Session> {
+    if let Some(s) = session.as_ref().filter(|s| s.is_live()) {
+        return Some(s.clone());
+    }
+    match ctx
+        .client
+        .session(Duration::from_millis(ctx.args.ttl_ms))
+        .await
+    {
+        Ok(s) => {
+            *session = Some(s.clone());
+            Some(s)
+        }
+        Err(e @ (ClientError::InvalidArgument(_) | ClientError::Refused(_))) => {
+            tracing::error!(%e, "the cluster refuses to open a session");
+            std::process::exit(3);
+        }
+        Err(e) => {
+            tracing::debug!(%e, "cannot open a session yet");
+            *session = None;
+            ctx.pace().await;
+            None
+        }
+    }
+}
+
+/// Follows who leads [`ELECTION_RESOURCE`], recording every leader it is
+/// told of. A stream that ends (an error trying again cannot cure) is
+/// opened again; its first report may follow missed changes, so it is
+/// recorded as after a gap.
+async fn observer_task(ctx: &Ctx, process: u64) {
+    let mut fresh = false;
+    while !ctx.stopping() {
+        let mut changes = ctx.client.observe_leader(ELECTION_RESOURCE);
+        let mut stop = ctx.stop.clone();
+        loop {
+            let next = tokio::select! {
+                next = changes.next() => next,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            match next {
+                Some(Ok(change)) => {
+                    let term = change.leader.map(|l| u64::from(l.term));
+                    let skipped = change.skipped || std::mem::take(&mut fresh);
+                    ctx.rec.record(
+                        process,
+                        EventKind::Ok,
+                        ops::observed(ELECTION_RESOURCE, term, skipped),
+                    );
+                }
+                Some(Err(ClientError::Unavailable { .. })) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(%e, "observing the election");
+                    break;
+                }
+                None => break,
+            }
+        }
+        fresh = true;
+        ctx.pace().await;
+    }
+}
+
+/// Takes a permit of [`SEMAPHORE`], makes fenced writes with it (each to
+/// this task's own key: several permits are current at once), releases.
+async fn semaphore_task(ctx: &Ctx, process: u64, mut rng: Rng) {
+    let mut session: Option<Session> = None;
+    let mut n = 0u64;
+    while !ctx.stopping() {
+        let Some(s) = live_session(ctx, &mut session).await else {
+            continue;
+        };
+        let holder = format!("p{process}/s{}", s.id());
+        let acquire = |token| ops::permit(SEMAPHORE, SEMAPHORE_PERMITS, &holder, token);
+        ctx.rec.invoke(process, acquire(None));
+        let granted = s
+            .semaphore(SEMAPHORE, SEMAPHORE_PERMITS)
+            .acquire_timeout(Duration::from_secs(3))
+            .await;
+        let guard = match granted {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                // A late grant is withdrawn in the background.
+                ctx.rec.record(process, EventKind::Unknown, acquire(None));
+                continue;
+            }
+            Err(e) => {
+                let kind = match e {
+                    ClientError::Refused(_) => EventKind::Fail,
+                    _ => EventKind::Unknown,
+                };
+                ctx.rec.record(process, kind, acquire(None));
+                ctx.pace().await;
+                continue;
+            }
+        };
+        let token = u64::from(guard.token());
+        ctx.rec.record(process, EventKind::Ok, acquire(Some(token)));
+        let key = format!("semfenced/p{process}");
+        for _ in 0..WRITES_PER_HOLD {
+            tokio::time::sleep(Duration::from_millis(rng.between(2, 10))).await;
+            n += 1;
+            let write = |accepted| ops::permit_write(SEMAPHORE, &key, &holder, token, accepted);
+            ctx.rec.invoke(process, write(None));
+            let (kind, accepted) = match guard.put(&key, format!("p{process}-{n}")).await {
+                Ok(_) => (EventKind::Ok, Some(true)),
+                Err(e) if e.is_stale_fence() => (EventKind::Ok, Some(false)),
+                Err(e) => (write_failure(&e), None),
+            };
+            ctx.rec.record(process, kind, write(accepted));
+        }
+        if let Err(e) = guard.release().await {
+            tracing::debug!(%e, "release failed");
         }
         ctx.pace().await;
     }

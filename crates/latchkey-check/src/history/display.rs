@@ -3,8 +3,8 @@
 use std::fmt;
 
 use super::{
-    DurabilityOp, Event, EventKind, FenceTarget, LockOp, Op, RegisterOp, SequenceOp, Value,
-    WatchChange, WatchOp,
+    DurabilityOp, ElectionOp, Event, EventKind, FenceTarget, LockOp, Op, RegisterOp, SemaphoreOp,
+    SequenceOp, Value, WatchChange, WatchOp,
 };
 
 fn opt(v: &Option<Value>) -> &str {
@@ -45,6 +45,22 @@ impl Op {
                     });
                     op.render(f, true)
                 }
+                Op::Semaphore(SemaphoreOp::Acquire {
+                    semaphore,
+                    permits,
+                    holder,
+                    ..
+                }) => write!(f, "acquire a permit of {semaphore:?}/{permits} by {holder}"),
+                Op::Semaphore(SemaphoreOp::FencedWrite {
+                    semaphore,
+                    key,
+                    holder,
+                    token,
+                    ..
+                }) => write!(
+                    f,
+                    "write {key:?} fenced by a permit of {semaphore:?} by {holder} token {token}"
+                ),
                 Op::Sequence(SequenceOp::Alloc { key, step, .. }) => {
                     write!(f, "next_sequence {key:?} step {step}")
                 }
@@ -138,6 +154,49 @@ impl Op {
                 None => write!(f, "read-all"),
             },
             Op::Watch(op) => op.render(f),
+            Op::Semaphore(SemaphoreOp::Acquire {
+                semaphore,
+                permits,
+                holder,
+                token,
+            }) => {
+                write!(f, "acquire a permit of {semaphore:?}/{permits} by {holder}")?;
+                match token {
+                    Some(t) => write!(f, " -> token {t}"),
+                    None => Ok(()),
+                }
+            }
+            Op::Semaphore(SemaphoreOp::FencedWrite {
+                semaphore,
+                key,
+                holder,
+                token,
+                accepted,
+            }) => {
+                write!(
+                    f,
+                    "write {key:?} fenced by a permit of {semaphore:?} by {holder} token {token}"
+                )?;
+                match accepted {
+                    Some(true) => write!(f, " (accepted)"),
+                    Some(false) => write!(f, " (refused)"),
+                    None => Ok(()),
+                }
+            }
+            Op::Election(ElectionOp::Observed {
+                election,
+                term,
+                skipped,
+            }) => {
+                match term {
+                    Some(t) => write!(f, "observed {election:?} led by term {t}")?,
+                    None => write!(f, "observed {election:?} without a leader")?,
+                }
+                if *skipped {
+                    write!(f, " (after a gap)")?;
+                }
+                Ok(())
+            }
         }
     }
 }

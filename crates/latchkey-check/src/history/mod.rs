@@ -34,6 +34,8 @@ use serde::{Deserialize, Serialize};
 
 mod display;
 pub mod ops;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// A key of the register, sequence or durability workloads.
 pub type Key = String;
@@ -87,6 +89,10 @@ pub enum Op {
     Durability(DurabilityOp),
     /// Watch workload (every watcher sees exactly the committed changes).
     Watch(WatchOp),
+    /// Semaphore workload (never more accepted fenced writers than permits).
+    Semaphore(SemaphoreOp),
+    /// Election observers (terms in order, none skipped).
+    Election(ElectionOp),
 }
 
 /// Register operations on independent keys. A key that was never written
@@ -192,6 +198,62 @@ pub enum LockOp {
         /// Whether the store accepted the write.
         #[serde(default)]
         accepted: Option<bool>,
+    },
+}
+
+/// Semaphore operations: permits of a semaphore, each a grant with a token
+/// of its own, and the fenced writes a permit holder makes with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SemaphoreOp {
+    /// An acquire of one permit; its ok completion is the grant, with the
+    /// permit's token (`None` on the invocation, required on ok).
+    Acquire {
+        /// The semaphore's name.
+        semaphore: String,
+        /// The permit count the acquire named.
+        permits: u32,
+        /// Who asked.
+        holder: String,
+        /// The permit's fencing token.
+        #[serde(default)]
+        token: Option<u64>,
+    },
+    /// A KV write fenced by a permit: the store applies it only while the
+    /// permit is held. `accepted` is `None` on the invocation, required on
+    /// ok (`Some(false)`: refused as stale).
+    FencedWrite {
+        /// The semaphore whose permit fences the write.
+        semaphore: String,
+        /// The KV key written.
+        key: Key,
+        /// Who wrote.
+        holder: String,
+        /// The permit's token.
+        token: u64,
+        /// Whether the store accepted the write.
+        #[serde(default)]
+        accepted: Option<bool>,
+    },
+}
+
+/// What an election's observer was told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ElectionOp {
+    /// Instant: from here on the observer (the event's process) was told
+    /// that `term` leads `election` (`None`: nobody leads).
+    Observed {
+        /// The election.
+        election: String,
+        /// The leader's term; `None` while nobody leads.
+        #[serde(default)]
+        term: Option<u64>,
+        /// True when changes before this one may have been missed (the
+        /// cluster's history no longer held them and the observer read the
+        /// leader again): no gap is judged across it.
+        #[serde(default)]
+        skipped: bool,
     },
 }
 
@@ -339,6 +401,7 @@ impl Op {
                 | Op::Watch(
                     WatchOp::Open { .. } | WatchOp::Changes { .. } | WatchOp::Progress { .. }
                 )
+                | Op::Election(ElectionOp::Observed { .. })
         )
     }
 
@@ -403,6 +466,36 @@ impl Op {
                     key: k2, step: s2, ..
                 }),
             ) => k1 == k2 && s1 == s2,
+            (
+                Op::Semaphore(SemaphoreOp::Acquire {
+                    semaphore: s1,
+                    permits: n1,
+                    holder: h1,
+                    ..
+                }),
+                Op::Semaphore(SemaphoreOp::Acquire {
+                    semaphore: s2,
+                    permits: n2,
+                    holder: h2,
+                    ..
+                }),
+            ) => s1 == s2 && n1 == n2 && h1 == h2,
+            (
+                Op::Semaphore(SemaphoreOp::FencedWrite {
+                    semaphore: s1,
+                    key: k1,
+                    holder: h1,
+                    token: t1,
+                    ..
+                }),
+                Op::Semaphore(SemaphoreOp::FencedWrite {
+                    semaphore: s2,
+                    key: k2,
+                    holder: h2,
+                    token: t2,
+                    ..
+                }),
+            ) => s1 == s2 && k1 == k2 && h1 == h2 && t1 == t2,
             (Op::Durability(a @ D::Put { .. }), Op::Durability(b @ D::Put { .. })) => a == b,
             (Op::Durability(D::ReadAll { .. }), Op::Durability(D::ReadAll { .. })) => true,
             (
@@ -446,6 +539,8 @@ impl Op {
             Op::Register(RegisterOp::Cas { succeeded, .. }) => succeeded.is_some(),
             Op::Lock(LockOp::Acquire { token, .. }) => token.is_some(),
             Op::Lock(LockOp::FencedWrite { accepted, .. }) => accepted.is_some(),
+            Op::Semaphore(SemaphoreOp::Acquire { token, .. }) => token.is_some(),
+            Op::Semaphore(SemaphoreOp::FencedWrite { accepted, .. }) => accepted.is_some(),
             Op::Sequence(SequenceOp::Alloc { range, .. }) => range.is_some(),
             Op::Durability(DurabilityOp::ReadAll { values }) => values.is_some(),
             Op::Watch(WatchOp::Write { revision, .. }) => revision.is_some(),

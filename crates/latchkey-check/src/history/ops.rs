@@ -1,6 +1,7 @@
 //! Convenience constructors for ops, so recorders and tests read naturally.
 use super::{
-    DurabilityOp, FenceTarget, LockOp, Op, RegisterOp, SeqRange, SequenceOp, WatchChange, WatchOp,
+    DurabilityOp, ElectionOp, FenceTarget, LockOp, Op, RegisterOp, SemaphoreOp, SeqRange,
+    SequenceOp, WatchChange, WatchOp,
 };
 
 /// A register read; `value` is the result (ignored on the invocation).
@@ -53,6 +54,44 @@ pub fn hold_end(resource: &str, holder: &str, token: u64) -> Op {
         resource: resource.into(),
         holder: holder.into(),
         token,
+    })
+}
+
+/// An acquire of a permit of `semaphore` (of `permits`); `token` is the
+/// grant (`None` on invocation).
+pub fn permit(semaphore: &str, permits: u32, holder: &str, token: Option<u64>) -> Op {
+    Op::Semaphore(SemaphoreOp::Acquire {
+        semaphore: semaphore.into(),
+        permits,
+        holder: holder.into(),
+        token,
+    })
+}
+
+/// A KV write to `key` fenced by the permit of `semaphore` with `token`.
+pub fn permit_write(
+    semaphore: &str,
+    key: &str,
+    holder: &str,
+    token: u64,
+    accepted: Option<bool>,
+) -> Op {
+    Op::Semaphore(SemaphoreOp::FencedWrite {
+        semaphore: semaphore.into(),
+        key: key.into(),
+        holder: holder.into(),
+        token,
+        accepted,
+    })
+}
+
+/// What an observer of `election` was told: `term` leads (`None`: nobody);
+/// `skipped`: changes before it may have been missed.
+pub fn observed(election: &str, term: Option<u64>, skipped: bool) -> Op {
+    Op::Election(ElectionOp::Observed {
+        election: election.into(),
+        term,
+        skipped,
     })
 }
 

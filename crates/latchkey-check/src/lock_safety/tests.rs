@@ -1,63 +1,7 @@
 use super::*;
 use crate::history::ops::{acquire, gate_write, hold_end, hold_start, kv_write};
-use crate::history::{EventKind, HistoryBuilder};
-
-/// A recorder with its own clock: every event 10ns after the previous.
-struct Rec {
-    b: HistoryBuilder,
-    t: u64,
-}
-
-impl Rec {
-    fn new() -> Rec {
-        Rec {
-            b: HistoryBuilder::new(),
-            t: 0,
-        }
-    }
-
-    fn tick(&mut self) -> u64 {
-        self.t += 10;
-        self.t
-    }
-
-    fn invoke(&mut self, p: u64, op: Op) -> u64 {
-        let t = self.tick();
-        self.b.invoke(p, t, op)
-    }
-
-    fn ok(&mut self, p: u64, op: Op) -> u64 {
-        let t = self.tick();
-        self.b.ok(p, t, op)
-    }
-
-    fn unknown(&mut self, p: u64, op: Op) -> u64 {
-        let t = self.tick();
-        self.b.unknown(p, t, op)
-    }
-
-    /// An acquire that is granted `token`.
-    fn grant(&mut self, p: u64, resource: &str, holder: &str, token: u64) {
-        self.invoke(p, acquire(resource, holder, None));
-        self.ok(p, acquire(resource, holder, Some(token)));
-    }
-
-    /// A gate write, accepted or refused.
-    fn gate(&mut self, p: u64, resource: &str, holder: &str, token: u64, accepted: bool) {
-        self.invoke(p, gate_write(resource, holder, token, None));
-        self.ok(p, gate_write(resource, holder, token, Some(accepted)));
-    }
-
-    /// A fenced KV write, accepted or refused.
-    fn kv(&mut self, p: u64, resource: &str, holder: &str, token: u64, accepted: bool) {
-        self.invoke(p, kv_write(resource, "data", holder, token, None));
-        self.ok(p, kv_write(resource, "data", holder, token, Some(accepted)));
-    }
-
-    fn check(self) -> Verdict {
-        check(&self.b.build().expect("well-formed test history"))
-    }
-}
+use crate::history::testing::Rec;
+use crate::history::EventKind;
 
 fn indices(v: &Verdict) -> Vec<u64> {
     v.witness.iter().map(|e| e.index).collect()
@@ -88,7 +32,7 @@ fn the_paused_holder_story_passes() {
     // Unknown operations prove nothing.
     r.invoke(4, kv_write("L", "data", "c4", 1, None));
     r.unknown(4, kv_write("L", "data", "c4", 1, None));
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_pass(), "{v}");
     assert_eq!(v.ops_checked, 12);
     // The overlap of the two hold windows is reported, not failed on.
@@ -104,7 +48,7 @@ fn a_gate_accepting_a_lower_token_after_a_higher_one_fails() {
     r.gate(2, "L", "c2", 2, true); // 4, 5
     r.gate(3, "L", "c3", 7, false);
     r.gate(1, "L", "c1", 1, true); // 8, 9
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("fence gate"), "{v}");
     assert_eq!(indices(&v), vec![4, 5, 8, 9]);
@@ -119,7 +63,7 @@ fn concurrent_gate_writes_may_land_in_either_order() {
     r.invoke(1, gate_write("L", "c1", 1, None));
     r.ok(2, gate_write("L", "c2", 2, Some(true)));
     r.ok(1, gate_write("L", "c1", 1, Some(true)));
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_pass(), "{v}");
     // A gate write with a token older than a grant is noted.
     assert!(v.notes.iter().any(|n| n.contains("fence-gate")), "{v}");
@@ -130,7 +74,7 @@ fn a_token_granted_to_two_holders_fails() {
     let mut r = Rec::new();
     r.grant(1, "L", "c1", 5);
     r.grant(2, "L", "c2", 5);
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("token 5 belongs to two holders"), "{v}");
     assert_eq!(indices(&v), vec![0, 1, 2, 3]);
@@ -141,7 +85,7 @@ fn a_write_with_someone_elses_token_fails() {
     let mut r = Rec::new();
     r.grant(1, "L", "c1", 5);
     r.kv(2, "L", "c2", 5, true);
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("two holders"), "{v}");
 }
@@ -152,7 +96,7 @@ fn a_fenced_kv_write_accepted_after_a_higher_grant_fails() {
     r.grant(1, "L", "c1", 1);
     r.grant(2, "L", "c2", 2); // 2, 3
     r.kv(1, "L", "c1", 1, true); // 4, 5
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("fenced KV write"), "{v}");
     assert_eq!(indices(&v), vec![2, 3, 4, 5]);
@@ -165,7 +109,7 @@ fn a_kv_write_concurrent_with_the_higher_grant_is_fine() {
     r.invoke(2, acquire("L", "c2", None));
     r.kv(1, "L", "c1", 1, true);
     r.ok(2, acquire("L", "c2", Some(2)));
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_pass(), "{v}");
 }
 
@@ -174,7 +118,7 @@ fn tokens_going_back_across_grants_fail() {
     let mut r = Rec::new();
     r.grant(1, "L", "c1", 9);
     r.grant(2, "M", "c2", 3);
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("token went back"), "{v}");
     assert_eq!(v.witness.len(), 4);
@@ -184,7 +128,7 @@ fn tokens_going_back_across_grants_fail() {
 fn token_zero_fails() {
     let mut r = Rec::new();
     r.grant(1, "L", "c1", 0);
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.contains("token 0"), "{v}");
     assert_eq!(indices(&v), vec![0, 1]);
@@ -200,7 +144,7 @@ fn the_shortest_of_several_violations_is_the_witness() {
     }
     r.gate(3, "L", "c3", 4, true); // 14, 15: far from the first gate write
     r.kv(4, "M", "m1", 21, true); // 16, 17: soon after the grant of 24
-    let v = r.check();
+    let v = check(&r.build());
     assert!(v.is_fail(), "{v}");
     assert!(v.message.starts_with("2 violations; the shortest"), "{v}");
     // The KV write (token 21) right after the grant of 24.
@@ -219,7 +163,7 @@ fn hold_windows_and_overlaps() {
     r.ok(4, hold_start("M", "c4", 4));
     r.ok(4, hold_end("M", "c4", 4));
     r.ok(5, hold_end("M", "c5", 5)); // no start: ignored
-    let h = r.b.build().unwrap();
+    let h = r.build();
     let windows = hold_windows(&h);
     assert_eq!(windows.len(), 4);
     assert_eq!(windows[2].holder, "c3");

@@ -240,6 +240,11 @@ pub struct LeaderChange {
     pub revision: u64,
     /// The leader from then on; `None`: nobody leads.
     pub leader: Option<Leader>,
+    /// True when changes before this one may have been missed: the
+    /// cluster's history no longer held the revisions after the last item
+    /// (the observer fell too far behind), so the leader was read again and
+    /// terms in between are not reported. False on the first item.
+    pub skipped: bool,
 }
 
 /// The stream of [`Client::observe_leader`].
@@ -290,8 +295,9 @@ impl Client {
     /// [`Error::Unavailable`] and goes on trying (also for its first read);
     /// if the history no longer holds the next revision it reads the leader
     /// again and goes on from there (the terms in between are not
-    /// reported). It ends only after reporting an error that trying again
-    /// cannot cure (access refused, an invalid name).
+    /// reported; the next change says so with [`LeaderChange::skipped`]).
+    /// It ends only after reporting an error that trying again cannot cure
+    /// (access refused, an invalid name).
     pub fn observe_leader(&self, name: &str) -> LeaderStream {
         let start = Observing {
             client: self.clone(),
@@ -299,6 +305,7 @@ impl Client {
             key: election_lock_name(name),
             watch: None,
             last: None,
+            gap: false,
             pending: VecDeque::new(),
             done: false,
         };
@@ -318,6 +325,8 @@ struct Observing {
     watch: Option<Watch>,
     /// The leader last reported, once anything was.
     last: Option<Option<Leader>>,
+    /// The history lost revisions since the last item reported.
+    gap: bool,
     /// Changes decoded and not yet reported.
     pending: VecDeque<LeaderChange>,
     /// A permanent error was reported: the stream is over.
@@ -329,7 +338,12 @@ impl Observing {
     fn note(&mut self, revision: u64, leader: Option<Leader>) {
         if self.last.as_ref() != Some(&leader) {
             self.last = Some(leader.clone());
-            self.pending.push_back(LeaderChange { revision, leader });
+            let skipped = std::mem::take(&mut self.gap);
+            self.pending.push_back(LeaderChange {
+                revision,
+                leader,
+                skipped,
+            });
         }
     }
 
@@ -381,7 +395,10 @@ impl Observing {
                 Some(Ok(WatchMessage::Progress { .. })) => {}
                 // The history no longer holds the next revision: read who
                 // leads now (terms in between are not reported).
-                Some(Err(Error::Compacted { .. })) => self.watch = None,
+                Some(Err(Error::Compacted { .. })) => {
+                    self.watch = None;
+                    self.gap = true;
+                }
                 Some(Err(e @ Error::Unavailable { .. })) => return Some((Err(e), self)),
                 Some(Err(e)) => return self.fail(e),
                 None => {

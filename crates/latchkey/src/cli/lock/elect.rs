@@ -118,6 +118,13 @@ async fn observe(args: &Args, e: &ElectArgs) -> Result<ExitCode, Failure> {
         tokio::select! {
             next = changes.next() => match next {
                 Some(Ok(change)) => {
+                    if change.skipped {
+                        tracing::warn!(
+                            revision = change.revision,
+                            "the cluster's history no longer held every change since the last \
+                             line: leaders in between may be missing"
+                        );
+                    }
                     print(args.write_out, Some(change.revision), change.leader.as_ref())?;
                 }
                 // Transient: the stream goes on trying by itself.
