@@ -22,11 +22,15 @@ USAGE:
     latchkey-bench churn [OPTIONS]   a dead holder's lock, while the leader is SIGKILLed
                                      --kills times, --lead after each takes over:
                                      time until the next waiter holds it
+    latchkey-bench elect [OPTIONS]   election hand-over: a leader (a `latchkey elect`
+                                     process, TTL --ttl) is SIGKILLed while a
+                                     candidate waits; time until it leads, --rounds
+                                     times (default 10)
     latchkey-bench watch [OPTIONS]   put x64 with and without --watchers watchers
                                      on the prefix (interleaved), the delay from a
                                      put's acknowledgement to each watcher; then
                                      one writer and one watcher
-    cargo xtask bench [kv|lock|all|failover|churn|watch] [OPTIONS]
+    cargo xtask bench [kv|lock|all|failover|churn|elect|watch] [OPTIONS]
                                      the usual way: builds the server first
 
 OPTIONS:
@@ -55,10 +59,12 @@ OPTIONS:
     --age-keys N       keys --aged writes (default 1000000)
     --age-sessions N   sessions --aged opens and closes (default 100000)
     --kills N          failover and churn: leaders killed (default 10)
-    --ttl D            churn: the dead holder's session TTL (default 5s)
+    --ttl D            churn and elect: the dead holder's or leader's session
+                       TTL (default 5s)
     --lead D           churn: how long each leader leads before it is killed
                        (default 1s)
-    --rounds N         churn: rounds, each with a holder of its own (default 3)
+    --rounds N         churn and elect: rounds, each with a holder or leader of
+                       its own (default 3 for churn, 10 for elect)
     --settle D         failover: quiet load before and after each kill, in which
                        any election is spurious (default 5s)
     --writers N        failover: writer tasks of the load (default 8)
@@ -86,6 +92,7 @@ pub enum Workload {
     All,
     Failover,
     Churn,
+    Elect,
     Watch,
 }
 
@@ -140,12 +147,12 @@ pub struct Options {
     pub failover_writers: usize,
     /// --watchers: the watch benchmark's watchers.
     pub watchers: usize,
-    /// --ttl: churn's dead holder's TTL.
-    pub churn_ttl: Duration,
+    /// --ttl: the dead holder's TTL (churn), the dead leader's (elect).
+    pub ttl: Duration,
     /// --lead: how long churn lets each leader lead.
     pub churn_lead: Duration,
-    /// --rounds: churn's rounds.
-    pub rounds: usize,
+    /// --rounds: churn's and elect's rounds (each has its default).
+    pub rounds: Option<usize>,
     /// --serve-arg: extra arguments of every `latchkey serve`.
     pub serve_args: Vec<String>,
     /// --aged: lock ages the cluster first.
@@ -173,9 +180,9 @@ impl Default for Options {
             settle: Duration::from_secs(5),
             failover_writers: 8,
             watchers: 1_000,
-            churn_ttl: Duration::from_secs(5),
+            ttl: Duration::from_secs(5),
             churn_lead: Duration::from_secs(1),
-            rounds: 3,
+            rounds: None,
             serve_args: Vec::new(),
             aged: false,
             age_keys: 1_000_000,
@@ -225,7 +232,7 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     }
     let Some((first, rest)) = strings.split_first() else {
-        return Err("missing workload: kv, lock, all, failover, churn or watch".into());
+        return Err("missing workload: kv, lock, all, failover, churn, elect or watch".into());
     };
     let workload = match first.as_str() {
         "-h" | "--help" | "help" => return Ok(Parsed::Help),
@@ -234,10 +241,11 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         "all" => Workload::All,
         "failover" => Workload::Failover,
         "churn" => Workload::Churn,
+        "elect" => Workload::Elect,
         "watch" => Workload::Watch,
         other => {
             return Err(format!(
-                "unknown workload `{other}`: choose kv, lock, all, failover, churn or watch"
+                "unknown workload `{other}`: choose kv, lock, all, failover, churn, elect or watch"
             ))
         }
     };
@@ -318,9 +326,9 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
             "--settle" => opts.settle = parse_duration(&value)?,
             "--writers" => opts.failover_writers = parse_count(flag, &value, 1024)?,
             "--watchers" => opts.watchers = parse_count(flag, &value, 10_000)?,
-            "--ttl" => opts.churn_ttl = parse_duration(&value)?,
+            "--ttl" => opts.ttl = parse_duration(&value)?,
             "--lead" => opts.churn_lead = parse_duration(&value)?,
-            "--rounds" => opts.rounds = parse_count(flag, &value, 100)?,
+            "--rounds" => opts.rounds = Some(parse_count(flag, &value, 100)?),
             "--serve-arg" => opts.serve_args.push(value),
             "--age-keys" => opts.age_keys = parse_count(flag, &value, 100_000_000)? as u64,
             "--age-sessions" => opts.age_sessions = parse_count(flag, &value, 10_000_000)? as u64,

@@ -18,11 +18,16 @@
 
 use std::time::{Duration, Instant};
 
-use latchkey::{Client, ClientOptions};
+use latchkey::Client;
 use serde::Serialize;
 
 use crate::args::Options;
+use crate::cli_process::CliProcess;
+use crate::measure::median;
 use crate::testbed::{setup_budget, Testbed, LEADER_WAIT};
+
+/// Rounds unless `--rounds` says otherwise.
+const DEFAULT_ROUNDS: usize = 3;
 
 /// The waiter's session TTL: longer than the holder's, so that its own
 /// session survives the churn comfortably.
@@ -57,15 +62,15 @@ struct ChurnReport {
 /// The churn benchmark (see the module docs).
 pub async fn bench(opts: &Options) -> Result<(), String> {
     let mut bed = Testbed::start("churn", opts).await?;
-    let mut rounds = Vec::with_capacity(opts.rounds);
+    let mut rounds = Vec::with_capacity(round_count(opts));
     let result = async {
-        for round in 0..opts.rounds {
+        for round in 0..round_count(opts) {
             let r = one_round(&mut bed, opts, round).await?;
             eprintln!(
                 "latchkey-bench: churn round {}/{}: freed {:.2} s after the holder died, {} \
                  takeovers; full-length restarts could not have freed it before {:.2} s",
                 round + 1,
-                opts.rounds,
+                round_count(opts),
                 r.freed_after_s,
                 r.takeovers_s.len(),
                 r.full_length_floor_s
@@ -81,7 +86,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
     let report = ChurnReport {
         benchmark: "churn",
         serve_args: opts.serve_args.clone(),
-        ttl_s: opts.churn_ttl.as_secs_f64(),
+        ttl_s: opts.ttl.as_secs_f64(),
         lead_s: opts.churn_lead.as_secs_f64(),
         kills: opts.kills,
         median_freed_after_s: median(rounds.iter().map(|r| r.freed_after_s).collect()),
@@ -110,13 +115,17 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
     Ok(())
 }
 
+fn round_count(opts: &Options) -> usize {
+    opts.rounds.unwrap_or(DEFAULT_ROUNDS)
+}
+
 /// An upper bound of a healthy churn benchmark.
 pub fn budget(opts: &Options) -> Duration {
     let per_kill = LEADER_WAIT * 2 + opts.churn_lead;
     let per_round = WAIT_LIMIT
         + per_kill.saturating_mul(u32::try_from(opts.kills).unwrap_or(u32::MAX))
         + Duration::from_secs(30);
-    setup_budget() + per_round.saturating_mul(u32::try_from(opts.rounds).unwrap_or(u32::MAX))
+    setup_budget() + per_round.saturating_mul(u32::try_from(round_count(opts)).unwrap_or(u32::MAX))
 }
 
 async fn one_round(bed: &mut Testbed, opts: &Options, round: usize) -> Result<Round, String> {
@@ -125,8 +134,13 @@ async fn one_round(bed: &mut Testbed, opts: &Options, round: usize) -> Result<Ro
     }
     let name = format!("bench/churn/{round}");
     let endpoints = bed.endpoints();
-    let mut holder = Holder::spawn(bed.server_bin(), &endpoints, &name, opts.churn_ttl)?;
-    let waiter_client = client(&endpoints, bed.tls())?;
+    let ttl = format!("{}ms", opts.ttl.as_millis());
+    let mut holder = CliProcess::spawn(
+        bed.server_bin(),
+        &endpoints,
+        &["lock", &name, "--ttl", &ttl, "--", "sleep", "600"],
+    )?;
+    let waiter_client = bed.patient_client()?;
     let held = held_by(&waiter_client, &name).await?;
     let waiter = waiter_client
         .session(WAITER_TTL)
@@ -169,7 +183,7 @@ async fn one_round(bed: &mut Testbed, opts: &Options, round: usize) -> Result<Ro
             "the waiter's token {token} is not above the dead holder's {held}"
         ));
     }
-    let full_length_floor_s = full_length_floor(&takeovers, opts.churn_ttl.as_secs_f64());
+    let full_length_floor_s = full_length_floor(&takeovers, opts.ttl.as_secs_f64());
     Ok(Round {
         freed_after_s: granted_at.saturating_duration_since(killed).as_secs_f64(),
         takeovers_s: takeovers,
@@ -231,88 +245,6 @@ async fn queued(client: &Client, name: &str) -> Result<(), String> {
     }
 }
 
-fn client(endpoints: &[String], tls: Option<&latchkey::TlsOptions>) -> Result<Client, String> {
-    let mut options = ClientOptions::default()
-        .with_request_timeout(Duration::from_secs(60))
-        .with_attempt_timeout(Duration::from_secs(2))
-        .with_connect_timeout(Duration::from_millis(200))
-        .with_initial_backoff(Duration::from_millis(5))
-        .with_max_backoff(Duration::from_millis(50));
-    if let Some(tls) = tls {
-        options = options.with_tls(tls.clone());
-    }
-    Client::with_options(endpoints, options).map_err(|e| format!("cannot build a client: {e}"))
-}
-
-/// The median of `values` (the lower middle one of an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n => values[(n - 1) / 2],
-    }
-}
-
-/// The holder: a `latchkey lock NAME --ttl TTL -- sleep 600` process in a
-/// process group of its own, SIGKILLed to die (its command, in a group of
-/// its own, dies when the holder's guard is gone).
-struct Holder {
-    child: std::process::Child,
-    killed: bool,
-}
-
-impl Holder {
-    fn spawn(
-        bin: &std::path::Path,
-        endpoints: &[String],
-        name: &str,
-        ttl: Duration,
-    ) -> Result<Holder, String> {
-        use std::os::unix::process::CommandExt;
-        let ttl = format!("{}ms", ttl.as_millis());
-        let child = std::process::Command::new(bin)
-            .args([
-                "--endpoints",
-                &endpoints.join(","),
-                "lock",
-                name,
-                "--ttl",
-                &ttl,
-            ])
-            .args(["--", "sleep", "600"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot start the holder ({} lock): {e}", bin.display()))?;
-        Ok(Holder {
-            child,
-            killed: false,
-        })
-    }
-
-    /// SIGKILL the holder's process group and reap the holder, once.
-    fn kill(&mut self) {
-        if std::mem::replace(&mut self.killed, true) {
-            return;
-        }
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) on the holder's own process group, by id.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,12 +255,5 @@ mod tests {
         assert_eq!(full_length_floor(&[2.0, 4.0], 5.0), 9.0);
         // A takeover after the countdown ran out restarts nothing.
         assert_eq!(full_length_floor(&[2.0, 8.0], 5.0), 7.0);
-    }
-
-    #[test]
-    fn the_median_is_the_lower_middle() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.0);
-        assert_eq!(median(Vec::new()), 0.0);
     }
 }

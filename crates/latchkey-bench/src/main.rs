@@ -39,6 +39,12 @@
 //! the earliest a leader restarting every countdown at full length could
 //! have freed it. See the `churn` module.
 //!
+//! ## What `elect` measures
+//!
+//! A leader (a `latchkey elect` process) is SIGKILLed while a standby
+//! campaigns: the time until the standby leads, over ten rounds. See the
+//! `elect` module.
+//!
 //! ## What `lock` measures
 //!
 //! The same disk probe, on a fresh cluster; then every task opens its own
@@ -132,7 +138,9 @@
 mod args;
 mod chart;
 mod churn;
+mod cli_process;
 mod cluster;
+mod elect;
 mod failover;
 mod fsync;
 mod kv;
@@ -232,6 +240,7 @@ fn time_budget(workload: Workload, opts: &Options) -> Duration {
         Workload::All => kv::budget(opts) + lock::budget(opts),
         Workload::Failover => failover::budget(opts),
         Workload::Churn => churn::budget(opts),
+        Workload::Elect => elect::budget(opts),
         Workload::Watch => watch::budget(opts),
     }
 }
@@ -244,6 +253,7 @@ async fn run(workload: Workload, opts: &Options) -> Result<(), String> {
         Workload::Lock => lock::bench(opts).await,
         Workload::Failover => failover::bench(opts).await,
         Workload::Churn => churn::bench(opts).await,
+        Workload::Elect => elect::bench(opts).await,
         Workload::Watch => watch::bench(opts).await,
         Workload::All => {
             let kv = kv::bench(opts).await;

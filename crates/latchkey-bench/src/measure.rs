@@ -249,3 +249,25 @@ pub fn progress(r: &RunResult) {
         r.errors
     );
 }
+
+/// The median of `values` (the lower middle one of an even count; 0 for
+/// none).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n => values[(n - 1) / 2],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_is_the_lower_middle() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.0);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+}

@@ -131,6 +131,23 @@ impl Testbed {
         self.cluster.tls()
     }
 
+    /// A client for the one-off calls of the churn and election benchmarks:
+    /// it retries through elections (attempts of 2 s, backoff 5 to 50 ms)
+    /// for up to a minute per request.
+    pub fn patient_client(&self) -> Result<latchkey::Client, String> {
+        let mut options = latchkey::ClientOptions::default()
+            .with_request_timeout(Duration::from_secs(60))
+            .with_attempt_timeout(Duration::from_secs(2))
+            .with_connect_timeout(Duration::from_millis(200))
+            .with_initial_backoff(Duration::from_millis(5))
+            .with_max_backoff(Duration::from_millis(50));
+        if let Some(tls) = self.tls() {
+            options = options.with_tls(tls.clone());
+        }
+        latchkey::Client::with_options(self.endpoints(), options)
+            .map_err(|e| format!("cannot build a client: {e}"))
+    }
+
     /// The end of every server's log.
     pub fn logs_tail(&self) -> String {
         self.cluster.logs_tail()

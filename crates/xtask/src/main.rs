@@ -132,7 +132,7 @@ OPTIONS:
 ";
 
 const BENCH_HELP: &str = "\
-cargo xtask bench [kv|lock|all|failover|churn|watch] [ARGS...]
+cargo xtask bench [kv|lock|all|failover|churn|elect|watch] [ARGS...]
 
 First builds the server (`cargo build --workspace --bin latchkey`, the dev
 profile like every other command), then runs
@@ -155,6 +155,9 @@ WORKLOADS (each starts its own three-process cluster on loopback):
             waits for (TTL 5s, --ttl); the leader is SIGKILLed 10 times
             (--kills), 1s (--lead) after each takes over: time until the
             waiter holds the lock, 3 rounds (--rounds)
+    elect   election hand-over: a `latchkey elect` leader (TTL 5s, --ttl) is
+            SIGKILLed while a standby campaigns: time until the standby
+            leads, 10 rounds (--rounds), median, lowest and highest
     watch   put x64 with no watcher and with 1,000 (--watchers) on its prefix,
             interleaved; the delay from each put's acknowledgement to each
             watcher; then one writer and one watcher
@@ -268,7 +271,7 @@ const DEMOS: &[(&str, &[&str], &str)] = &[
     ("multilock", &["transfer", "multi_lock"], "transfer"),
 ];
 
-const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "churn", "watch"];
+const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "churn", "elect", "watch"];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
