@@ -1,6 +1,8 @@
 //! The gRPC API from another language: tests/python/latchkey_client_test.py,
 //! examples/python/lock_example.py and examples/python/config_sync.py, run
-//! with Python's grpcio against a real three-process cluster.
+//! with Python's grpcio against a real three-process cluster; and the
+//! Python package of clients/python, built from this checkout's .proto and
+//! tested with pytest against a cluster of its own.
 //!
 //! Ignored by a plain `cargo test` (it needs a Python environment):
 //! `cargo xtask test` runs it with LATCHKEY_PYTHON naming the python of a
@@ -25,6 +27,10 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(180);
 const EXAMPLE_LIMIT: Duration = Duration::from_secs(60);
 /// Bound on generating the stubs.
 const PROTOC_LIMIT: Duration = Duration::from_secs(60);
+/// Bound on building and installing the package (stubs included).
+const INSTALL_LIMIT: Duration = Duration::from_secs(120);
+/// Bound on the package's pytest run (about 40 s on an idle machine).
+const PYTEST_LIMIT: Duration = Duration::from_secs(240);
 
 /// The whole body: the script, the example and the wait for a leader.
 const BODY_LIMIT: Duration = Duration::from_secs(300);
@@ -101,6 +107,142 @@ async fn python_client_and_example() {
     )
     .await;
     c.finish(outcome, BODY_LIMIT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with grpcio-tools, setuptools and pytest: run it via `cargo xtask test`"]
+async fn python_package_against_a_cluster() {
+    let Some(python) = std::env::var_os("LATCHKEY_PYTHON").filter(|p| !p.is_empty()) else {
+        panic!("LATCHKEY_PYTHON is not set: run this test via `cargo xtask test`");
+    };
+    let work = tempfile::Builder::new()
+        .prefix("latchkey-python-package-")
+        .tempdir()
+        .expect("create a temporary directory");
+    let site = work.path().join("site");
+    let package = install_package(&python, work.path(), &site)
+        .await
+        .unwrap_or_else(|e| panic!("installing clients/python failed: {e:#}"));
+    let mut c = Cluster::start("python-package", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(
+        BODY_LIMIT,
+        pytest(&mut c, &python, &package, &site, work.path()),
+    )
+    .await;
+    c.finish(outcome, BODY_LIMIT);
+}
+
+/// Copy clients/python into `work` (so the build writes nothing into the
+/// checkout) and `pip install` it into `site`, its stubs generated from
+/// this checkout's .proto; the copy's path.
+async fn install_package(python: &OsString, work: &Path, site: &Path) -> Result<PathBuf> {
+    let package = work.join("package");
+    copy_tree(&repo_root().join("clients/python"), &package)?;
+    let proto = repo_root().join("crates/latchkey-proto/proto/latchkey.proto");
+    let args: Vec<OsString> = vec![
+        "-m".into(),
+        "pip".into(),
+        "install".into(),
+        "--quiet".into(),
+        "--no-deps".into(),
+        "--no-build-isolation".into(),
+        "--no-index".into(),
+        "--disable-pip-version-check".into(),
+        "--target".into(),
+        site.into(),
+        package.clone().into(),
+    ];
+    run_python_with(
+        "pip install clients/python",
+        python,
+        &args,
+        &package,
+        &[("LATCHKEY_PROTO", proto.into())],
+        INSTALL_LIMIT,
+        &work.join("install.log"),
+    )
+    .await?;
+    Ok(package)
+}
+
+/// A copy of `from` in `to`, without build outputs and caches.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("create {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("read {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let skip = name == "build"
+            || name == "__pycache__"
+            || name == ".pytest_cache"
+            || name.to_string_lossy().ends_with(".egg-info");
+        if skip {
+            continue;
+        }
+        let (src, dst) = (entry.path(), to.join(&name));
+        if entry.file_type()?.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)
+                .with_context(|| format!("copy {} to {}", src.display(), dst.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The package's pytest suite against `c`, the replicas' pids given so its
+/// last test can kill the leader.
+async fn pytest(
+    c: &mut Cluster,
+    python: &OsString,
+    package: &Path,
+    site: &Path,
+    work: &Path,
+) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let example = repo_root().join("examples/python/fenced_lock.py");
+    let out = run_python_with(
+        "fenced_lock.py",
+        python,
+        &[example.into(), c.endpoints_arg().into()],
+        site,
+        &[],
+        EXAMPLE_LIMIT,
+        &work.join("fenced_lock.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("released and closed"),
+        "fenced_lock.py exited 0 without finishing:\n{out}"
+    );
+    let pids: Vec<String> = c
+        .ids()
+        .into_iter()
+        .filter_map(|id| c.pid(id).map(|pid| format!("{}={pid}", c.addr(id))))
+        .collect();
+    let args: Vec<OsString> = vec![
+        "-m".into(),
+        "pytest".into(),
+        "-q".into(),
+        "-p".into(),
+        "no:cacheprovider".into(),
+        package.join("tests").into(),
+    ];
+    run_python_with(
+        "pytest clients/python/tests",
+        python,
+        &args,
+        site,
+        &[
+            ("LATCHKEY_ENDPOINTS", c.endpoints_arg().into()),
+            ("LATCHKEY_PIDS", pids.join(",").into()),
+        ],
+        PYTEST_LIMIT,
+        &work.join("pytest.log"),
+    )
+    .await?;
+    Ok(())
 }
 
 async fn example_over_tls(
@@ -252,16 +394,31 @@ async fn run_python(
     limit: Duration,
     log: &Path,
 ) -> Result<String> {
+    run_python_with(what, python, args, stubs, &[], limit, log).await
+}
+
+/// [`run_python`] with more environment (`env`), in `stubs`' parent.
+async fn run_python_with(
+    what: &str,
+    python: &OsString,
+    args: &[OsString],
+    path: &Path,
+    env: &[(&str, OsString)],
+    limit: Duration,
+    log: &Path,
+) -> Result<String> {
     let file = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
     let file2 = file.try_clone().context("clone a file handle")?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(python)
         .arg("-u")
         .args(args)
-        .env("PYTHONPATH", stubs)
+        .current_dir(path.parent().unwrap_or(path))
+        .env("PYTHONPATH", path)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("LATCHKEY_ENDPOINTS")
         .env_remove("LATCHKEY_PY_STUBS")
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(file2)

@@ -102,11 +102,12 @@ Runs, in order, stopping at the first failure (exit code = that step's):
     3. cargo test --workspace [CARGO_TEST_ARGS...]
     4. python: the gRPC API from Python (grpcio) against a three-process
        cluster, tests/python/latchkey_client_test.py and
-       examples/python/lock_example.py, as
+       examples/python/lock_example.py; and the Python package (clients/python,
+       built from the checkout) with its pytest suite on a cluster of its own, as
        `cargo test --workspace --test python -- --ignored --nocapture` with
        LATCHKEY_PYTHON=<TARGET_DIR>/python-venv/bin/python. That virtualenv is
-       made with `python3 -m venv` when missing, and grpcio, grpcio-tools and
-       grpcio-reflection are installed into it with its pip (from PyPI, no
+       made with `python3 -m venv` when missing, and grpcio, grpcio-tools,
+       grpcio-reflection, pytest and setuptools are installed into it with its pip (from PyPI, no
        versions pinned) when they do not import; on Debian/Ubuntu a missing
        python3 or python3-venv is installed with apt-get, as `setup` does.
        Runs with --quick too: about 10 s once the virtualenv exists (10 s

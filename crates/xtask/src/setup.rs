@@ -212,9 +212,17 @@ fn install_with_apt(packages: &[&str], sudo: bool) -> Result {
 // ---------------------------------------------------------------- Python
 
 /// What the Python step of `cargo xtask test` needs to import...
-const PYTHON_IMPORTS: &str = "import grpc, grpc_tools, grpc_reflection";
-/// ... and the PyPI packages that provide it (no versions pinned).
-const PYTHON_PACKAGES: &[&str] = &["grpcio", "grpcio-tools", "grpcio-reflection"];
+const PYTHON_IMPORTS: &str = "import grpc, grpc_tools, grpc_reflection, pytest, setuptools";
+/// ... and the PyPI packages that provide it (no versions pinned): the
+/// client package of clients/python is built with grpcio-tools and
+/// setuptools, without build isolation, and tested with pytest.
+const PYTHON_PACKAGES: &[&str] = &[
+    "grpcio",
+    "grpcio-tools",
+    "grpcio-reflection",
+    "pytest",
+    "setuptools",
+];
 
 /// The python of the virtualenv `venv`, ready for the Python step: the
 /// virtualenv is made with `python3 -m venv` if it is missing (or has no

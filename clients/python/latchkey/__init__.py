@@ -1,0 +1,51 @@
+"""latchkey: the Python client of a latchkey cluster.
+
+A linearizable key-value store, and on it sessions with leases, locks with
+fencing tokens, shared locks and semaphores, waited for in FIFO order
+without polling::
+
+    import latchkey
+
+    with latchkey.Client(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]) as c:
+        with c.session(ttl=10) as s, s.lock("reports/nightly") as guard:
+            guard.put("reports/nightly/owner", "host-a")   # refused once the lock is lost
+
+What it must not do: hold state beyond what a session needs, or retry a
+write whose outcome is unknown (it raises :class:`OutcomeUnknown`).
+"""
+
+from latchkey.client import Client, Delete, KeyValue, Put
+from latchkey.errors import (
+    InvalidArgument,
+    LatchkeyError,
+    LockError,
+    NotFound,
+    OutcomeUnknown,
+    PermissionDenied,
+    SessionEnded,
+    StaleFence,
+    Unavailable,
+)
+from latchkey.lock import Guard, Lock
+from latchkey.session import Session
+from latchkey.tls import Tls
+
+__all__ = [
+    "Client",
+    "Delete",
+    "Guard",
+    "InvalidArgument",
+    "KeyValue",
+    "LatchkeyError",
+    "Lock",
+    "LockError",
+    "NotFound",
+    "OutcomeUnknown",
+    "PermissionDenied",
+    "Put",
+    "Session",
+    "SessionEnded",
+    "StaleFence",
+    "Tls",
+    "Unavailable",
+]

@@ -1,0 +1,207 @@
+"""The client: a cluster's keys and values, and the sessions that hold
+locks. See the package's README for a tour."""
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+from latchkey._proto import latchkey_pb2 as pb
+from latchkey._router import Router
+from latchkey.session import Session
+from latchkey.tls import Tls
+
+Bytes = Union[bytes, str]
+
+#: Entries per scan page unless told otherwise (the server allows 10,000).
+SCAN_PAGE = 1000
+
+
+def as_bytes(value: Bytes) -> bytes:
+    """Keys and values are bytes; a ``str`` is sent as UTF-8."""
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """A key, its value, and its revisions (etcd's meaning): the cluster
+    revision that created it and that last changed it, and how many times
+    it was written since it was created."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+
+    @staticmethod
+    def of(kv: "pb.KeyValue") -> "KeyValue":
+        return KeyValue(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version)
+
+
+@dataclass(frozen=True)
+class Put:
+    """A put in a :meth:`Client.batch`."""
+
+    key: Bytes
+    value: Bytes
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A delete in a :meth:`Client.batch`."""
+
+    key: Bytes
+
+
+def put_op(op: Union[Put, Delete]) -> "pb.BatchOp":
+    """The wire form of a batch's operation."""
+    if isinstance(op, Put):
+        return pb.BatchOp(put=pb.PutRequest(key=as_bytes(op.key), value=as_bytes(op.value)))
+    if isinstance(op, Delete):
+        return pb.BatchOp(delete=pb.DeleteRequest(key=as_bytes(op.key)))
+    raise TypeError(f"latchkey: a batch holds Put and Delete, not {type(op).__name__}")
+
+
+def conditions(expect: Mapping[Bytes, Optional[Bytes]]) -> "list[pb.Condition]":
+    """Conditions that each key holds the value given (``None``: absent)."""
+    out = []
+    for key, value in expect.items():
+        test = pb.Test(absent=pb.Absent()) if value is None else pb.Test(value=as_bytes(value))
+        out.append(pb.Condition(key=as_bytes(key), test=test))
+    return out
+
+
+class Client:
+    """A client of one latchkey cluster.
+
+    ``endpoints`` are its replicas (``host:port``); calls go to the leader
+    and follow it across elections. ``tls`` trusts a CA (and presents a
+    client certificate), ``credentials`` is a ``(user, password)`` pair
+    when access control is on. A call retries what is safe to retry for
+    at most ``patience`` seconds, each attempt bounded by ``timeout``.
+
+    Writes are sent once: when their outcome is unknown (the leader or the
+    connection was lost on the way) they raise :class:`OutcomeUnknown`
+    rather than risk applying twice. Reads and lock calls are retried.
+
+    >>> with Client(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]) as c:
+    ...     c.put("config/mode", "active")
+    ...     c.get("config/mode")
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        tls: Optional[Tls] = None,
+        credentials: Optional[Tuple[str, str]] = None,
+        patience: float = 30.0,
+        timeout: float = 10.0,
+    ):
+        self._router = Router(
+            endpoints,
+            tls.credentials() if tls is not None else None,
+            credentials,
+            patience,
+            timeout,
+        )
+
+    def close(self) -> None:
+        """Close the connections (sessions opened from it stop renewing)."""
+        self._router.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, method: str, request: object) -> object:
+        return self._router.call("Kv", method, request, idempotent=True)
+
+    def _write(self, method: str, request: object) -> object:
+        return self._router.call("Kv", method, request, idempotent=False)
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(self, key: Bytes, *, stale: bool = False) -> Optional[bytes]:
+        """The value of ``key``, or ``None``. Linearizable unless ``stale``
+        (any replica answers from its own state, possibly behind)."""
+        kv = self.get_kv(key, stale=stale)
+        return kv.value if kv is not None else None
+
+    def get_kv(self, key: Bytes, *, stale: bool = False) -> Optional[KeyValue]:
+        """``key`` with its revisions, or ``None``."""
+        reply = self._read("Get", pb.GetRequest(key=as_bytes(key), stale=stale))
+        return KeyValue.of(reply.kv) if reply.HasField("kv") else None
+
+    def scan(
+        self,
+        prefix: Bytes = b"",
+        *,
+        start: Optional[Bytes] = None,
+        end: Optional[Bytes] = None,
+        page: int = SCAN_PAGE,
+        stale: bool = False,
+    ) -> Iterator[KeyValue]:
+        """Every key under ``prefix`` (and from ``start``, before ``end``),
+        in key order, fetched ``page`` entries at a time. Each page is a
+        linearizable read of its own: the whole is not one snapshot."""
+        if not 1 <= page <= 10_000:
+            raise ValueError("latchkey: a scan page holds 1 to 10,000 entries")
+        after = as_bytes(start) if start is not None else b""
+        while True:
+            request = pb.ScanRequest(start=after, prefix=as_bytes(prefix), limit=page, stale=stale)
+            if end is not None:
+                request.end = as_bytes(end)
+            reply = self._read("Scan", request)
+            for kv in reply.entries:
+                yield KeyValue.of(kv)
+            if not reply.more or not reply.entries:
+                return
+            # The smallest key after the last one.
+            after = reply.entries[-1].key + b"\x00"
+
+    # -- writes --------------------------------------------------------------
+
+    def put(self, key: Bytes, value: Bytes) -> int:
+        """Set ``key`` to ``value``; the revision of the write."""
+        reply = self._write("Put", pb.PutRequest(key=as_bytes(key), value=as_bytes(value)))
+        return reply.revision
+
+    def compare_and_put(self, key: Bytes, expected: Optional[Bytes], value: Bytes) -> bool:
+        """Set ``key`` to ``value`` only if it holds ``expected`` (``None``:
+        only if it is absent). True if it was written."""
+        (condition,) = conditions({key: expected})
+        request = pb.CompareAndPutRequest(key=condition.key, test=condition.test, value=as_bytes(value))
+        return self._write("CompareAndPut", request).succeeded
+
+    def delete(self, key: Bytes) -> bool:
+        """Remove ``key``; True if it existed."""
+        return self._write("Delete", pb.DeleteRequest(key=as_bytes(key))).deleted > 0
+
+    def batch(
+        self,
+        ops: Sequence[Union[Put, Delete]],
+        *,
+        expect: Mapping[Bytes, Optional[Bytes]] = {},
+    ) -> bool:
+        """Apply every one of ``ops`` in one step, if every key of
+        ``expect`` holds its value (``None``: is absent). False, writing
+        nothing, when a condition fails."""
+        request = pb.BatchRequest(conditions=conditions(expect), ops=[put_op(o) for o in ops])
+        reply = self._write("Batch", request)
+        return not reply.HasField("failed_condition")
+
+    def next_sequence(self, key: Bytes, step: int = 1) -> range:
+        """The next ``step`` numbers of the sequence ``key``: never handed
+        out twice, increasing."""
+        reply = self._write("NextSequence", pb.NextSequenceRequest(key=as_bytes(key), step=step))
+        return range(reply.start, reply.end)
+
+    # -- sessions ------------------------------------------------------------
+
+    def session(self, ttl: float = 10.0, *, name: str = "") -> Session:
+        """Open a session that lives ``ttl`` seconds (3 to 600) past the last
+        keep-alive the cluster received; a background thread keeps it
+        alive. ``name`` is shown to operators (``latchkey sessions``)."""
+        return Session(self._router, ttl, name)

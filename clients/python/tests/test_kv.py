@@ -1,0 +1,70 @@
+"""Keys and values: reads, writes, conditions, paging, sequences, and bad
+input refused with a typed error."""
+
+import pytest
+
+import latchkey
+from latchkey import Delete, Put
+
+
+def test_put_get_delete(client, ns):
+    key = ns + "a"
+    assert client.get(key) is None
+    revision = client.put(key, "1")
+    kv = client.get_kv(key)
+    assert kv.value == b"1" and kv.mod_revision == revision and kv.version == 1
+    client.put(key, b"2")
+    assert client.get(key) == b"2"
+    assert client.get_kv(key).version == 2
+    assert client.delete(key) is True
+    assert client.delete(key) is False
+    assert client.get(key) is None
+
+
+def test_compare_and_put(client, ns):
+    key = ns + "cas"
+    assert client.compare_and_put(key, None, "first") is True
+    assert client.compare_and_put(key, None, "again") is False
+    assert client.compare_and_put(key, "wrong", "x") is False
+    assert client.compare_and_put(key, "first", "second") is True
+    assert client.get(key) == b"second"
+
+
+def test_scan_pages_by_itself(client, ns):
+    keys = [f"{ns}scan/{i:02}".encode() for i in range(7)]
+    for i, k in enumerate(keys):
+        client.put(k, str(i))
+    client.put(ns + "scanx", "outside the prefix")
+    seen = [kv.key for kv in client.scan(ns + "scan/", page=2)]
+    assert seen == keys
+    assert [kv.key for kv in client.scan(ns + "scan/", start=keys[3], end=keys[5])] == keys[3:5]
+
+
+def test_batch_all_or_nothing(client, ns):
+    a, b = ns + "ba", ns + "bb"
+    assert client.batch([Put(a, "1"), Put(b, "1")], expect={a: None}) is True
+    # A failed condition writes nothing.
+    assert client.batch([Put(a, "2"), Delete(b)], expect={a: "nope"}) is False
+    assert (client.get(a), client.get(b)) == (b"1", b"1")
+    assert client.batch([Put(a, "2"), Delete(b)], expect={a: "1"}) is True
+    assert (client.get(a), client.get(b)) == (b"2", None)
+
+
+def test_sequences_never_repeat(client, ns):
+    first = client.next_sequence(ns + "seq", 10)
+    second = client.next_sequence(ns + "seq")
+    assert len(first) == 10 and len(second) == 1
+    assert second.start >= first.stop
+
+
+def test_bad_input_is_refused_with_a_typed_error(client, ns):
+    with pytest.raises(latchkey.InvalidArgument):
+        client.put(b"k" * 5000, "too long a key")
+    with pytest.raises(latchkey.InvalidArgument):
+        client.put(b"", "an empty key")
+    with pytest.raises(ValueError):
+        list(client.scan(ns, page=0))
+    with pytest.raises(ValueError):
+        client.session(ttl=1)
+    with pytest.raises(TypeError):
+        client.batch(["not an op"])
