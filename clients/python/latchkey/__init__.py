@@ -14,8 +14,10 @@ What it must not do: hold state beyond what a session needs, or retry a
 write whose outcome is unknown (it raises :class:`OutcomeUnknown`).
 """
 
-from latchkey.client import Client, Delete, KeyValue, Put
+from latchkey.client import Client
+from latchkey.election import Election, Leader, LeaderChange, LeaderStream, Leadership
 from latchkey.errors import (
+    Compacted,
     InvalidArgument,
     LatchkeyError,
     LockError,
@@ -26,16 +28,26 @@ from latchkey.errors import (
     StaleFence,
     Unavailable,
 )
+from latchkey.kv import Delete, KeyValue, Put
 from latchkey.lock import Guard, Lock
 from latchkey.session import Session
 from latchkey.tls import Tls
+from latchkey.watch import Changes, Event, Watch
 
 __all__ = [
+    "Changes",
     "Client",
+    "Compacted",
     "Delete",
+    "Election",
+    "Event",
     "Guard",
     "InvalidArgument",
     "KeyValue",
+    "Leader",
+    "LeaderChange",
+    "LeaderStream",
+    "Leadership",
     "LatchkeyError",
     "Lock",
     "LockError",
@@ -48,4 +60,5 @@ __all__ = [
     "StaleFence",
     "Tls",
     "Unavailable",
+    "Watch",
 ]

@@ -1,73 +1,18 @@
 """The client: a cluster's keys and values, and the sessions that hold
 locks. See the package's README for a tour."""
 
-from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from latchkey._proto import latchkey_pb2 as pb
 from latchkey._router import Router
+from latchkey.election import Leader, LeaderStream, read_leader
+from latchkey.kv import Bytes, Delete, KeyValue, Put, as_bytes, conditions, put_op
 from latchkey.session import Session
 from latchkey.tls import Tls
-
-Bytes = Union[bytes, str]
+from latchkey.watch import Watch
 
 #: Entries per scan page unless told otherwise (the server allows 10,000).
 SCAN_PAGE = 1000
-
-
-def as_bytes(value: Bytes) -> bytes:
-    """Keys and values are bytes; a ``str`` is sent as UTF-8."""
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
-@dataclass(frozen=True)
-class KeyValue:
-    """A key, its value, and its revisions (etcd's meaning): the cluster
-    revision that created it and that last changed it, and how many times
-    it was written since it was created."""
-
-    key: bytes
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-
-    @staticmethod
-    def of(kv: "pb.KeyValue") -> "KeyValue":
-        return KeyValue(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version)
-
-
-@dataclass(frozen=True)
-class Put:
-    """A put in a :meth:`Client.batch`."""
-
-    key: Bytes
-    value: Bytes
-
-
-@dataclass(frozen=True)
-class Delete:
-    """A delete in a :meth:`Client.batch`."""
-
-    key: Bytes
-
-
-def put_op(op: Union[Put, Delete]) -> "pb.BatchOp":
-    """The wire form of a batch's operation."""
-    if isinstance(op, Put):
-        return pb.BatchOp(put=pb.PutRequest(key=as_bytes(op.key), value=as_bytes(op.value)))
-    if isinstance(op, Delete):
-        return pb.BatchOp(delete=pb.DeleteRequest(key=as_bytes(op.key)))
-    raise TypeError(f"latchkey: a batch holds Put and Delete, not {type(op).__name__}")
-
-
-def conditions(expect: Mapping[Bytes, Optional[Bytes]]) -> "list[pb.Condition]":
-    """Conditions that each key holds the value given (``None``: absent)."""
-    out = []
-    for key, value in expect.items():
-        test = pb.Test(absent=pb.Absent()) if value is None else pb.Test(value=as_bytes(value))
-        out.append(pb.Condition(key=as_bytes(key), test=test))
-    return out
 
 
 class Client:
@@ -197,6 +142,46 @@ class Client:
         out twice, increasing."""
         reply = self._write("NextSequence", pb.NextSequenceRequest(key=as_bytes(key), step=step))
         return range(reply.start, reply.end)
+
+    # -- watch and elections -------------------------------------------------
+
+    def watch(
+        self,
+        *,
+        key: Optional[Bytes] = None,
+        prefix: Optional[Bytes] = None,
+        start: Optional[Bytes] = None,
+        end: Optional[Bytes] = None,
+        start_revision: int = 0,
+        prev_value: bool = False,
+    ) -> Watch:
+        """Every change of ``key``, of the keys under ``prefix``, or of the
+        keys in [``start``, ``end``) (exactly one of the three), from
+        ``start_revision`` on (0: changes after the watch is in place), as
+        an iterator of :class:`Changes` that resumes at another replica
+        when one fails. With ``prev_value``, each event has the key before
+        the change."""
+        chosen = [x is not None for x in (key, prefix, start)]
+        if sum(chosen) != 1 or (end is not None and start is None):
+            raise ValueError("latchkey: watch one key=, prefix= or start= (with an optional end=)")
+        request = pb.WatchRequest(start_revision=start_revision, prev_value=prev_value)
+        if key is not None:
+            request.key = as_bytes(key)
+        elif prefix is not None:
+            request.prefix = as_bytes(prefix)
+        else:
+            request.range.start = as_bytes(start)
+            if end is not None:
+                request.range.end = as_bytes(end)
+        return Watch(self._router, request)
+
+    def leader(self, election: str) -> Optional[Leader]:
+        """Who leads ``election`` now (a linearizable read)."""
+        return read_leader(self._router, election)[0]
+
+    def observe(self, election: str) -> LeaderStream:
+        """Who leads ``election`` now, then every change (etcd's Observe)."""
+        return LeaderStream(self._router, election)
 
     # -- sessions ------------------------------------------------------------
 

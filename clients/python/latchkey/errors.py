@@ -81,6 +81,16 @@ class LockError(LatchkeyError):
         self.name = name
 
 
+class Compacted(LatchkeyError):
+    """A watch (or an observation) asked for revisions the cluster's
+    history no longer holds (``oldest`` is the oldest it keeps): read the
+    keys again and watch from the revision that read saw plus one."""
+
+    def __init__(self, message: str, kind: Optional[str] = None, oldest: int = 0):
+        super().__init__(message, kind)
+        self.oldest = oldest
+
+
 class PermissionDenied(LatchkeyError):
     """Access control refused the call (no user, a wrong password, or a
     role that does not grant it). Nothing was done."""
@@ -115,6 +125,8 @@ def from_error(error: "pb.Error", what: str) -> LatchkeyError:
     if kind == "ERROR_KIND_STALE_FENCE":
         current = error.current_token if error.HasField("current_token") else None
         return StaleFence(message, kind, error.name, error.token, current)
+    if kind == "ERROR_KIND_COMPACTED":
+        return Compacted(message, kind, error.min)
     if kind == "ERROR_KIND_SESSION_ENDED":
         return SessionEnded(message, kind, error.session)
     if kind in _NOT_FOUND:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from latchkey._proto import latchkey_pb2 as pb
 from latchkey.errors import LatchkeyError
+from latchkey.kv import Bytes, Delete, Put, put_op
 
 if TYPE_CHECKING:
     from latchkey.session import Session
@@ -30,12 +31,19 @@ class Lock:
     :meth:`acquire`, :meth:`try_acquire`, or ``with``."""
 
     def __init__(
-        self, session: "Session", name: str, *, shared: bool = False, permits: Optional[int] = None
+        self,
+        session: "Session",
+        name: str,
+        *,
+        shared: bool = False,
+        permits: Optional[int] = None,
+        value: bytes = b"",
     ):
         self.session = session
         self.name = name
         self.shared = shared
         self.permits = permits
+        self.value = value
         self._held: Optional[Guard] = None
 
     def _request(self, wait_ms: Optional[int], hold: float) -> "pb.AcquireRequest":
@@ -48,6 +56,7 @@ class Lock:
             name=self.name,
             mode=pb.LOCK_MODE_SHARED if self.shared else pb.LOCK_MODE_EXCLUSIVE,
             hold_ms=max(1, int(hold * 1000)),
+            value=self.value,
         )
         if self.permits is not None:
             request.permits = self.permits
@@ -163,17 +172,13 @@ class Guard:
         reply = self.session._router.call("Lock", "FencedWrite", request, idempotent=False)
         return reply.revision
 
-    def put(self, key: "bytes | str", value: "bytes | str") -> int:
+    def put(self, key: Bytes, value: Bytes) -> int:
         """Put ``key`` only while this grant is current (else
         :class:`StaleFence`, writing nothing); the revision."""
-        from latchkey.client import Put, put_op
-
         return self._fenced([put_op(Put(key, value))])
 
-    def delete(self, key: "bytes | str") -> int:
+    def delete(self, key: Bytes) -> int:
         """Delete ``key`` only while this grant is current; the revision."""
-        from latchkey.client import Delete, put_op
-
         return self._fenced([put_op(Delete(key))])
 
     def release(self) -> None:

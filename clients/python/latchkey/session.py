@@ -21,6 +21,7 @@ from typing import Optional
 from latchkey._proto import latchkey_pb2 as pb
 from latchkey._router import Router
 from latchkey.errors import LatchkeyError, SessionEnded
+from latchkey.election import Election
 from latchkey.lock import Lock
 
 
@@ -130,6 +131,10 @@ class Session:
         if not 1 <= permits <= 1024:
             raise ValueError("latchkey: a semaphore has 1 to 1,024 permits")
         return Lock(self, name, shared=True, permits=permits)
+
+    def election(self, name: str) -> Election:
+        """A candidacy in the election ``name`` from this session."""
+        return Election(self, name)
 
     # -- closing -------------------------------------------------------------
 

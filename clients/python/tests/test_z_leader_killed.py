@@ -1,6 +1,8 @@
 """The last test (it leaves a replica dead): the leader is SIGKILLed while
-a lock is held; the session survives the election, the grant stays
-current and fences writes at the new leader, and nobody else gets it."""
+a lock is held and a watch is open; the session survives the election,
+the grant stays current and fences writes at the new leader, nobody else
+gets it, and the watch goes on (at another replica if it was on the dead
+one) without a gap or a repeat."""
 
 import os
 import signal
@@ -20,7 +22,10 @@ def test_a_held_lock_survives_the_leaders_death(client, ns):
     name = ns + "failover"
     with client.session(ttl=8) as holder, client.session(ttl=8) as rival:
         guard = holder.lock(name).acquire()
-        guard.put(ns + "failover/data", "before")
+        before = guard.put(ns + "failover/data", "before")
+        watch = client.watch(prefix=ns + "failover/", start_revision=before)
+        # The watch is open (at the leader, where the client's calls go).
+        assert next(watch).events[0].kv.value == b"before"
         leader = client._router.leader  # where the last write was answered
         os.kill(by_addr[leader], signal.SIGKILL)
         # A write sent to the dead leader would raise OutcomeUnknown (it may
@@ -36,3 +41,6 @@ def test_a_held_lock_survives_the_leaders_death(client, ns):
         guard.put(ns + "failover/data", "still mine")
         guard.release()
         assert rival.lock(name).acquire(timeout=10) is not None
+        with watch:
+            values = [next(watch).events[0].kv.value for _ in range(2)]
+        assert values == [b"after", b"still mine"]

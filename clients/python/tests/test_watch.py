@@ -1,0 +1,66 @@
+"""Watch: every change in revision order, from a start revision, with
+previous values; bad selections refused."""
+
+import threading
+
+import pytest
+
+
+def test_a_prefix_watch_sees_every_change_in_order(client, ns):
+    first = client.put(ns + "w/a", "0")
+    with client.watch(prefix=ns + "w/", start_revision=first, prev_value=True) as watch:
+        second = client.put(ns + "w/b", "1")
+        client.put(ns + "other", "not watched")
+        client.delete(ns + "w/a")
+        got = [next(watch) for _ in range(3)]
+    assert [c.revision for c in got][:2] == [first, second]
+    assert [(e.kind, e.key) for c in got for e in c.events] == [
+        ("put", (ns + "w/a").encode()),
+        ("put", (ns + "w/b").encode()),
+        ("delete", (ns + "w/a").encode()),
+    ]
+    deleted = got[2].events[0]
+    assert deleted.kv is None and deleted.prev.value == b"0"
+    assert got[0].revision < got[1].revision < got[2].revision
+
+
+def test_a_key_watch_from_now_and_close_from_another_thread(client, ns):
+    key = ns + "k"
+    watch = client.watch(key=key)
+    seen = []
+
+    def follow():
+        for changes in watch:
+            seen.append(changes)
+
+    t = threading.Thread(target=follow)
+    t.start()
+    # The watch is in place once its first (progress) reply came; writing
+    # repeatedly until one is seen covers that without a sleep.
+    for i in range(200):
+        client.put(key, str(i))
+        if seen:
+            break
+    watch.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert seen and seen[0].events[0].key == key.encode()
+
+
+def test_a_batch_is_one_revision(client, ns):
+    from latchkey import Put
+
+    start = client.put(ns + "b/0", "x") + 1
+    with client.watch(prefix=ns + "b/", start_revision=start) as watch:
+        client.batch([Put(ns + "b/1", "1"), Put(ns + "b/2", "2")])
+        changes = next(watch)
+    assert [e.key for e in changes.events] == [(ns + "b/1").encode(), (ns + "b/2").encode()]
+
+
+def test_bad_selections_are_refused(client, ns):
+    with pytest.raises(ValueError):
+        client.watch()
+    with pytest.raises(ValueError):
+        client.watch(key="a", prefix="b")
+    with pytest.raises(ValueError):
+        client.watch(end="z")
