@@ -29,7 +29,7 @@ from latchkey.errors import (
     Unavailable,
 )
 from latchkey.kv import Delete, KeyValue, Put
-from latchkey.lock import Guard, Lock
+from latchkey.lock import Guard, Lock, MultiGuard, MultiLock
 from latchkey.session import Session
 from latchkey.tls import Tls
 from latchkey.watch import Changes, Event, Watch
@@ -51,6 +51,8 @@ __all__ = [
     "LatchkeyError",
     "Lock",
     "LockError",
+    "MultiGuard",
+    "MultiLock",
     "NotFound",
     "OutcomeUnknown",
     "PermissionDenied",

@@ -10,7 +10,7 @@ its lock (a pause, a partition) cannot overwrite its successor's work.
 """
 
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from latchkey._proto import latchkey_pb2 as pb
 from latchkey.errors import LatchkeyError
@@ -26,9 +26,107 @@ HOLD = 30.0
 FOREVER_MS = 86_400_000
 
 
-class Lock:
+class _Acquirable:
+    """What a lock and a multi-lock share: FIFO waits held by the replica,
+    asked again with the same request id while queued, withdrawn at the
+    timeout (keeping a grant that came first). Subclasses say how to ask
+    (``_method``, ``_request``), what a grant is (``_grant``), and under
+    which name a wait is cancelled (``_wait_name``)."""
+
+    _method = "Acquire"
+
+    def __init__(self, session: "Session"):
+        self.session = session
+        self._held: Optional[object] = None
+
+    def _request(self, wait_ms: Optional[int]) -> Any:
+        raise NotImplementedError
+
+    def _grant(self, reply: Any) -> Any:
+        raise NotImplementedError
+
+    def _wait_name(self) -> str:
+        raise NotImplementedError
+
+    def try_acquire(self) -> Optional[Any]:
+        """The grant if it is free for this session now, else ``None``
+        (never waits, never overtakes a waiter)."""
+        self.session.check()
+        try:
+            reply = self._call(self._method, self._request(None), HOLD)
+        except LatchkeyError as e:
+            if e.kind == "ERROR_KIND_BUSY":
+                return None
+            raise
+        return self._keep(self._grant(reply.granted))
+
+    def acquire(self, timeout: Optional[float] = None) -> Optional[Any]:
+        """Wait in FIFO order for the grant; with ``timeout`` (seconds), at
+        most that long: ``None`` if not granted by then (the wait is
+        withdrawn). Raises :class:`SessionEnded` if the session is lost."""
+        if timeout is not None and timeout < 0:
+            raise ValueError("latchkey: a timeout is not negative")
+        self.session.check()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait_ms = FOREVER_MS if timeout is None else max(1, min(FOREVER_MS, int(timeout * 1000)))
+        request = self._request(wait_ms)
+        while True:
+            left = HOLD if deadline is None else max(0.0, deadline - time.monotonic())
+            request.hold_ms = max(1, int(min(HOLD, left) * 1000))
+            try:
+                reply = self._call(self._method, request, min(HOLD, left))
+            except LatchkeyError as e:
+                if e.kind in ("ERROR_KIND_WAIT_CANCELLED", "ERROR_KIND_BUSY"):
+                    return None  # the server's wait ran out
+                raise
+            if reply.WhichOneof("result") == "granted":
+                return self._keep(self._grant(reply.granted))
+            self.session.check()
+            if deadline is not None and time.monotonic() >= deadline:
+                return self._withdraw(request.request_id)
+
+    def _withdraw(self, request_id: int) -> Optional[Any]:
+        """Cancel the wait ``request_id``; the grant if it came first."""
+        s = self.session
+        request = pb.CancelWaitRequest(
+            session=s.id,
+            session_secret=s.secret,
+            owner=0,
+            name=self._wait_name(),
+            request_id=request_id,
+        )
+        reply = self._call("CancelWait", request, HOLD)
+        result = reply.WhichOneof("result")
+        if result == "already_granted":
+            return self._keep(self._grant(pb.Granted(sequencer=reply.already_granted)))
+        if result == "already_granted_all":
+            return self._keep(self._grant(reply.already_granted_all))
+        return None
+
+    def _call(self, method: str, request: object, hold: float) -> Any:
+        router = self.session._router
+        return router.call("Lock", method, request, idempotent=True, timeout=hold + router.timeout)
+
+    def _keep(self, grant: Any) -> Any:
+        self._held = grant
+        return grant
+
+    def __enter__(self) -> Any:
+        grant = self.acquire()
+        if grant is None:  # only with a timeout, which `with` never gives
+            raise LatchkeyError(f"{self._wait_name()!r}: not granted")
+        return grant
+
+    def __exit__(self, *exc: object) -> None:
+        grant, self._held = self._held, None
+        if grant is not None:
+            grant._exit(exc[0] is not None)
+
+
+class Lock(_Acquirable):
     """A lock (or a semaphore) as seen from one session; acquire it with
-    :meth:`acquire`, :meth:`try_acquire`, or ``with``."""
+    :meth:`acquire`, :meth:`try_acquire`, or ``with``. A grant is a
+    :class:`Guard`."""
 
     def __init__(
         self,
@@ -39,14 +137,13 @@ class Lock:
         permits: Optional[int] = None,
         value: bytes = b"",
     ):
-        self.session = session
+        super().__init__(session)
         self.name = name
         self.shared = shared
         self.permits = permits
         self.value = value
-        self._held: Optional[Guard] = None
 
-    def _request(self, wait_ms: Optional[int], hold: float) -> "pb.AcquireRequest":
+    def _request(self, wait_ms: Optional[int]) -> "pb.AcquireRequest":
         s = self.session
         request = pb.AcquireRequest(
             session=s.id,
@@ -55,7 +152,6 @@ class Lock:
             request_id=s.next_request_id(),
             name=self.name,
             mode=pb.LOCK_MODE_SHARED if self.shared else pb.LOCK_MODE_EXCLUSIVE,
-            hold_ms=max(1, int(hold * 1000)),
             value=self.value,
         )
         if self.permits is not None:
@@ -64,79 +160,45 @@ class Lock:
             request.wait_ms = wait_ms
         return request
 
-    def try_acquire(self) -> Optional["Guard"]:
-        """The grant if the lock is free for this session now, else
-        ``None`` (never waits, never overtakes a waiter)."""
-        self.session.check()
-        request = self._request(None, HOLD)
-        try:
-            reply = self._call("Acquire", request, HOLD)
-        except LatchkeyError as e:
-            if e.kind == "ERROR_KIND_BUSY":
-                return None
-            raise
-        return self._granted(reply.granted)
+    def _grant(self, granted: "pb.Granted") -> "Guard":
+        return Guard(self.session, granted.sequencer)
 
-    def acquire(self, timeout: Optional[float] = None) -> Optional["Guard"]:
-        """Wait in FIFO order for the grant; with ``timeout`` (seconds), at
-        most that long: ``None`` if not granted by then (the wait is
-        withdrawn). Raises :class:`SessionEnded` if the session is lost."""
-        self.session.check()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        wait_ms = FOREVER_MS if timeout is None else max(1, min(FOREVER_MS, int(timeout * 1000)))
-        request = self._request(wait_ms, HOLD)
-        while True:
-            left = HOLD if deadline is None else max(0.0, deadline - time.monotonic())
-            request.hold_ms = max(1, int(min(HOLD, left) * 1000))
-            try:
-                reply = self._call("Acquire", request, min(HOLD, left))
-            except LatchkeyError as e:
-                if e.kind in ("ERROR_KIND_WAIT_CANCELLED", "ERROR_KIND_BUSY"):
-                    return None  # the server's wait ran out
-                raise
-            if reply.WhichOneof("result") == "granted":
-                return self._granted(reply.granted)
-            self.session.check()
-            if deadline is not None and time.monotonic() >= deadline:
-                return self._withdraw(request.request_id)
-            if deadline is None and reply.WhichOneof("result") == "queued":
-                continue
+    def _wait_name(self) -> str:
+        return self.name
 
-    def _withdraw(self, request_id: int) -> Optional["Guard"]:
-        """Cancel the wait `request_id`; the grant if it came first."""
+
+class MultiLock(_Acquirable):
+    """Several locks taken in one step or not at all; see
+    :meth:`Session.lock_all`. A grant is a :class:`MultiGuard`."""
+
+    _method = "AcquireAll"
+
+    def __init__(self, session: "Session", names: Sequence[str], *, shared: bool = False):
+        if not 2 <= len(names) <= 32 or len(set(names)) != len(names):
+            raise ValueError("latchkey: a multi-lock takes 2 to 32 distinct lock names")
+        super().__init__(session)
+        self.names = list(names)
+        self.shared = shared
+
+    def _request(self, wait_ms: Optional[int]) -> "pb.AcquireAllRequest":
         s = self.session
-        reply = self._call(
-            "CancelWait",
-            pb.CancelWaitRequest(
-                session=s.id, session_secret=s.secret, owner=0, name=self.name, request_id=request_id
-            ),
-            HOLD,
+        request = pb.AcquireAllRequest(
+            session=s.id,
+            session_secret=s.secret,
+            owner=0,
+            request_id=s.next_request_id(),
+            names=self.names,
+            mode=pb.LOCK_MODE_SHARED if self.shared else pb.LOCK_MODE_EXCLUSIVE,
         )
-        if reply.WhichOneof("result") == "already_granted":
-            return self._granted_sequencer(reply.already_granted)
-        return None
+        if wait_ms is not None:
+            request.wait_ms = wait_ms
+        return request
 
-    def _call(self, method: str, request: object, hold: float) -> object:
-        router = self.session._router
-        return router.call("Lock", method, request, idempotent=True, timeout=hold + router.timeout)
+    def _grant(self, granted: "pb.Sequencers") -> "MultiGuard":
+        return MultiGuard(self.session, [Guard(self.session, q) for q in granted.sequencers])
 
-    def _granted(self, granted: "pb.Granted") -> "Guard":
-        return self._granted_sequencer(granted.sequencer)
-
-    def _granted_sequencer(self, sequencer: "pb.Sequencer") -> "Guard":
-        self._held = Guard(self.session, sequencer)
-        return self._held
-
-    def __enter__(self) -> "Guard":
-        guard = self.acquire()
-        if guard is None:  # only with a timeout, which `with` never gives
-            raise LatchkeyError(f"lock {self.name!r}: not granted")
-        return guard
-
-    def __exit__(self, *exc: object) -> None:
-        guard, self._held = self._held, None
-        if guard is not None:
-            guard._exit(exc[0] is not None)
+    def _wait_name(self) -> str:
+        return self.names[0]
 
 
 class Guard:
@@ -215,3 +277,53 @@ class Guard:
 
     def __repr__(self) -> str:
         return f"Guard(name={self.name!r}, token={self.token})"
+
+
+class MultiGuard:
+    """The grants of a multi-lock, one :class:`Guard` per lock in the order
+    named (each fences writes with its own token), released together."""
+
+    def __init__(self, session: "Session", guards: List[Guard]):
+        self.session = session
+        self.guards = guards
+
+    @property
+    def tokens(self) -> List[int]:
+        return [g.token for g in self.guards]
+
+    @property
+    def held(self) -> bool:
+        return all(g.held for g in self.guards)
+
+    def release(self) -> None:
+        """Give every lock up in one step. Releasing twice does nothing."""
+        live = [g for g in self.guards if not g._released]
+        if not live:
+            return
+        s = self.session
+        request = pb.ReleaseAllRequest(
+            session=s.id,
+            session_secret=s.secret,
+            owner=0,
+            request_id=s.next_request_id(),
+            grants=[pb.HeldGrant(name=g.name, token=g.token) for g in live],
+        )
+        s._router.call("Lock", "ReleaseAll", request, idempotent=True)
+        for g in live:
+            g._released = True
+
+    def _exit(self, failing: bool) -> None:
+        try:
+            self.release()
+        except LatchkeyError:
+            if not failing and not self.session.lost:
+                raise
+
+    def __enter__(self) -> "MultiGuard":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._exit(exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return f"MultiGuard({[(g.name, g.token) for g in self.guards]})"

@@ -22,7 +22,7 @@ from latchkey._proto import latchkey_pb2 as pb
 from latchkey._router import Router
 from latchkey.errors import LatchkeyError, SessionEnded
 from latchkey.election import Election
-from latchkey.lock import Lock
+from latchkey.lock import Lock, MultiLock
 
 
 class Session:
@@ -123,6 +123,12 @@ class Session:
         """The lock ``name`` (1 to 256 bytes of UTF-8) from this session:
         exclusive, or ``shared`` with other shared holders."""
         return Lock(self, name, shared=shared)
+
+    def lock_all(self, names: "list[str]", *, shared: bool = False) -> MultiLock:
+        """The locks ``names`` (2 to 32, distinct), granted all in one step
+        or none: a waiting multi-lock holds none of them, so multi-locks
+        naming the same locks in any order cannot deadlock each other."""
+        return MultiLock(self, names, shared=shared)
 
     def semaphore(self, name: str, permits: int) -> Lock:
         """A semaphore of ``permits`` permits (1 to 1,024) named ``name``:

@@ -116,3 +116,34 @@ def test_bad_lock_names_are_refused(client):
             s.lock("").try_acquire()
         with pytest.raises(latchkey.InvalidArgument):
             s.lock("x" * 300).try_acquire()
+
+
+def test_multi_locks_are_all_or_nothing_in_any_order(client, ns):
+    a, b = ns + "ma", ns + "mb"
+    with client.session(ttl=5) as s1, client.session(ttl=5) as s2, client.session(ttl=5) as s3:
+        both = s1.lock_all([a, b]).acquire()
+        assert both.held and len(both.tokens) == 2 and [g.name for g in both.guards] == [a, b]
+        # Named in the other order, it waits and holds neither meanwhile.
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(s2.lock_all([b, a]).acquire(timeout=20)))
+        waiter.start()
+        time.sleep(0.5)
+        assert not got
+        assert s3.lock(a).try_acquire() is None
+        both.guards[0].put(ns + "m/data", "s1")  # each lock fences with its own token
+        both.release()
+        waiter.join(timeout=25)
+        (other,) = got
+        assert other is not None and [g.name for g in other.guards] == [b, a]
+        assert min(other.tokens) > max(both.tokens)
+        with pytest.raises(latchkey.StaleFence):
+            both.guards[1].put(ns + "m/data", "s1 again")
+        with other:
+            pass
+        assert not other.held
+        with s3.lock_all([a, b]) as again:
+            assert again.held
+    with pytest.raises(ValueError):
+        s1.lock_all([a])
+    with pytest.raises(ValueError):
+        s1.lock_all([a, a])
