@@ -9,6 +9,7 @@ guard are applied only while the grant is current, so a holder that lost
 its lock (a pause, a partition) cannot overwrite its successor's work.
 """
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
@@ -60,21 +61,28 @@ class _Acquirable:
             raise
         return self._keep(self._grant(reply.granted))
 
-    def acquire(self, timeout: Optional[float] = None) -> Optional[Any]:
+    def acquire(
+        self, timeout: Optional[float] = None, *, cancel: Optional[threading.Event] = None
+    ) -> Optional[Any]:
         """Wait in FIFO order for the grant; with ``timeout`` (seconds), at
         most that long: ``None`` if not granted by then (the wait is
-        withdrawn). Raises :class:`SessionEnded` if the session is lost."""
+        withdrawn). ``cancel``, set from another thread, withdraws the wait
+        within about a second (``None`` then, unless the grant came first).
+        Raises :class:`SessionEnded` if the session is lost."""
         if timeout is not None and timeout < 0:
             raise ValueError("latchkey: a timeout is not negative")
         self.session.check()
         deadline = None if timeout is None else time.monotonic() + timeout
         wait_ms = FOREVER_MS if timeout is None else max(1, min(FOREVER_MS, int(timeout * 1000)))
         request = self._request(wait_ms)
+        # With a cancel event, the replica answers `queued` every second so
+        # that the event is looked at; the same request id keeps the place.
+        hold = HOLD if cancel is None else 1.0
         while True:
-            left = HOLD if deadline is None else max(0.0, deadline - time.monotonic())
-            request.hold_ms = max(1, int(min(HOLD, left) * 1000))
+            left = hold if deadline is None else max(0.0, deadline - time.monotonic())
+            request.hold_ms = max(1, int(min(hold, left) * 1000))
             try:
-                reply = self._call(self._method, request, min(HOLD, left))
+                reply = self._call(self._method, request, min(hold, left))
             except LatchkeyError as e:
                 if e.kind in ("ERROR_KIND_WAIT_CANCELLED", "ERROR_KIND_BUSY"):
                     return None  # the server's wait ran out
@@ -82,7 +90,8 @@ class _Acquirable:
             if reply.WhichOneof("result") == "granted":
                 return self._keep(self._grant(reply.granted))
             self.session.check()
-            if deadline is not None and time.monotonic() >= deadline:
+            timed_out = deadline is not None and time.monotonic() >= deadline
+            if timed_out or (cancel is not None and cancel.is_set()):
                 return self._withdraw(request.request_id)
 
     def _withdraw(self, request_id: int) -> Optional[Any]:
