@@ -237,6 +237,12 @@ async fn pytest(
         &[
             ("LATCHKEY_ENDPOINTS", c.endpoints_arg().into()),
             ("LATCHKEY_PIDS", pids.join(",").into()),
+            (
+                "LATCHKEY_CLUSTER_SECRET",
+                std::fs::read_to_string(c.secret_file())
+                    .context("read the cluster secret")?
+                    .into(),
+            ),
         ],
         PYTEST_LIMIT,
         &work.join("pytest.log"),

@@ -14,7 +14,7 @@ What it must not do: hold state beyond what a session needs, or retry a
 write whose outcome is unknown (it raises :class:`OutcomeUnknown`).
 """
 
-from latchkey.client import Client
+from latchkey.client import Client, SessionListing
 from latchkey.election import Election, Leader, LeaderChange, LeaderStream, Leadership
 from latchkey.errors import (
     Compacted,
@@ -59,6 +59,7 @@ __all__ = [
     "Put",
     "Session",
     "SessionEnded",
+    "SessionListing",
     "StaleFence",
     "Tls",
     "Unavailable",

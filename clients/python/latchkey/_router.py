@@ -38,14 +38,18 @@ class Router:
         user: Optional[Tuple[str, str]],
         patience: float,
         timeout: float,
+        cluster_secret: Optional[str] = None,
     ):
         if not endpoints:
             raise ValueError("latchkey: a client needs at least one endpoint (host:port)")
         self.endpoints: List[str] = list(endpoints)
         self.credentials = credentials
-        self.metadata = (
-            [("latchkey-user", user[0]), ("latchkey-password", user[1])] if user else None
-        )
+        metadata = []
+        if user:
+            metadata += [("latchkey-user", user[0]), ("latchkey-password", user[1])]
+        if cluster_secret:
+            metadata.append(("latchkey-cluster-secret", cluster_secret.strip()))
+        self.metadata = metadata or None
         self.patience = patience
         self.timeout = timeout
         self.leader = self.endpoints[0]  # a guess, corrected by NOT_LEADER

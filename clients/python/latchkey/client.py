@@ -1,6 +1,7 @@
 """The client: a cluster's keys and values, and the sessions that hold
 locks. See the package's README for a tour."""
 
+from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from latchkey._proto import latchkey_pb2 as pb
@@ -15,13 +16,45 @@ from latchkey.watch import Watch
 SCAN_PAGE = 1000
 
 
+@dataclass(frozen=True)
+class SessionListing:
+    """A live session as operators see it: who opened it (``name``), its
+    TTL and the time it has left on the leader's countdown (``None`` when a
+    follower answered), the grants it holds (``(lock, token)``), the locks
+    it waits for, its bound keys, and how many grants operators forced."""
+
+    session: int
+    name: str
+    ttl_ms: int
+    left_ms: Optional[int]
+    held: "list[tuple[str, int]]"
+    waiting: "list[str]"
+    keys: int
+    forced: int
+
+    @staticmethod
+    def of(s: "pb.SessionListing") -> "SessionListing":
+        return SessionListing(
+            session=s.session,
+            name=s.name,
+            ttl_ms=s.ttl_ms,
+            left_ms=s.left_ms if s.HasField("left_ms") else None,
+            held=[(h.name, h.token) for h in s.held],
+            waiting=list(s.waiting),
+            keys=s.keys,
+            forced=s.forced,
+        )
+
+
 class Client:
     """A client of one latchkey cluster.
 
     ``endpoints`` are its replicas (``host:port``); calls go to the leader
     and follow it across elections. ``tls`` trusts a CA (and presents a
     client certificate), ``credentials`` is a ``(user, password)`` pair
-    when access control is on. A call retries what is safe to retry for
+    when access control is on; ``cluster_secret`` (the content of the
+    replicas' ``--cluster-secret-file``) lets an operator end sessions and
+    force releases while access control is off. A call retries what is safe to retry for
     at most ``patience`` seconds, each attempt bounded by ``timeout``.
 
     Writes are sent once: when their outcome is unknown (the leader or the
@@ -39,6 +72,7 @@ class Client:
         *,
         tls: Optional[Tls] = None,
         credentials: Optional[Tuple[str, str]] = None,
+        cluster_secret: Optional[str] = None,
         patience: float = 30.0,
         timeout: float = 10.0,
     ):
@@ -48,6 +82,7 @@ class Client:
             credentials,
             patience,
             timeout,
+            cluster_secret,
         )
 
     def close(self) -> None:
@@ -182,6 +217,39 @@ class Client:
     def observe(self, election: str) -> LeaderStream:
         """Who leads ``election`` now, then every change (etcd's Observe)."""
         return LeaderStream(self._router, election)
+
+    # -- operators -----------------------------------------------------------
+
+    def sessions(self) -> "list[SessionListing]":
+        """Every live session, in id order, with what it holds and waits for
+        (``latchkey sessions``); pages through them all. Needs the admin
+        permission while access control is on."""
+        out: "list[SessionListing]" = []
+        after: Optional[int] = None
+        while True:
+            request = pb.ListSessionsRequest(limit=100)
+            if after is not None:
+                request.start_after = after
+            reply = self._router.call("Lock", "ListSessions", request, idempotent=True)
+            out.extend(SessionListing.of(s) for s in reply.sessions)
+            if not reply.more or not reply.sessions:
+                return out
+            after = reply.sessions[-1].session
+
+    def end_session(self, session: int) -> None:
+        """End a session as an operator (its grants are released, each lock
+        kept in lock-delay for at least the session's TTL). Admin only."""
+        request = pb.EndSessionRequest(session=session)
+        self._router.call("Lock", "EndSession", request, idempotent=False)
+
+    def force_release(self, name: str, token: int) -> bool:
+        """Release the grant ``token`` of lock ``name`` as an operator; its
+        holder's client learns it lost the grant at its next keep-alive,
+        and the next grant takes a higher token. True if it was still held
+        (resending is safe: by token). Admin only."""
+        request = pb.ForceReleaseRequest(name=name, token=token)
+        reply = self._router.call("Lock", "ForceRelease", request, idempotent=True)
+        return len(reply.released) > 0
 
     # -- sessions ------------------------------------------------------------
 

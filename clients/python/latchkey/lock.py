@@ -231,9 +231,14 @@ class Guard:
 
     @property
     def held(self) -> bool:
-        """False once released or once the session is lost (then the lock
-        may be someone else's: stop acting on it)."""
-        return not self._released and not self.session.lost
+        """False once released, once the session is lost, or once an
+        operator force-released this grant (then the lock may be someone
+        else's: stop acting on it)."""
+        return (
+            not self._released
+            and not self.session.lost
+            and not self.session.is_revoked(self.token)
+        )
 
     def _fenced(self, ops: "list[pb.BatchOp]") -> int:
         request = pb.FencedWriteRequest(

@@ -54,6 +54,12 @@ class Session:
         self._last_ack = sent
         self._ended: Optional[str] = None
         self._closed = False
+        # Grants an operator force-released, as keep-alive answers tell:
+        # how many were counted, their tokens, or every grant when more
+        # were forced than an answer lists.
+        self._forced_seen = 0
+        self._revoked: "set[int]" = set()
+        self._all_revoked = False
         self._thread = threading.Thread(
             target=self._keep_alive, name=f"latchkey-keepalive-{self.id}", daemon=True
         )
@@ -88,6 +94,23 @@ class Session:
             if self._lost_locked():
                 raise SessionEnded(f"session {self.id}: {self._ended}", None, self.id)
 
+    def is_revoked(self, token: int) -> bool:
+        """True if an operator force-released the grant ``token`` of this
+        session (``latchkey locks release --force``), as the last
+        keep-alive answer said: the grant is lost though the session lives."""
+        with self._state:
+            return self._all_revoked or token in self._revoked
+
+    def _note_forced(self, total: int, recent: "list[int]") -> None:
+        with self._state:
+            new = total - self._forced_seen
+            if new <= 0:
+                return
+            if new > len(recent):
+                self._all_revoked = True  # cannot tell which: all are lost
+            self._revoked.update(recent[len(recent) - min(new, len(recent)) :])
+            self._forced_seen = total
+
     def next_request_id(self) -> int:
         """Unique and increasing within the session (lock calls use them)."""
         with self._ids_lock:
@@ -105,7 +128,7 @@ class Session:
                     return
             sent = time.monotonic()
             try:
-                self._router.call(
+                reply = self._router.call(
                     "Lock", "KeepAlive", request, idempotent=True, timeout=every, patience=every
                 )
             except SessionEnded as e:
@@ -114,6 +137,7 @@ class Session:
                 return
             except LatchkeyError:
                 continue  # at risk, then lost, as time passes
+            self._note_forced(reply.forced_total, list(reply.forced))
             with self._state:
                 self._last_ack = max(self._last_ack, sent)
 
