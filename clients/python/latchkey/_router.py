@@ -5,8 +5,15 @@ nothing was executed.
 Writes and linearizable reads are answered by the leader only; any other
 replica answers ``ERROR_KIND_NOT_LEADER`` with the leader's address (empty
 while it knows none: try another replica). ``ERROR_KIND_UNAVAILABLE`` and a
-failed connection are retried, elsewhere, with a growing pause (50 ms
-doubling to 1 s), for at most the client's patience.
+replica that cannot be connected to are retried, elsewhere, with a growing
+pause (50 ms doubling to 1 s), for at most the client's patience: a write
+that gRPC failed before sending it (no connection) is retried like a read;
+a write whose connection broke after it was sent raises
+:class:`OutcomeUnknown`.
+
+Channels send HTTP/2 keepalive pings every 5 s, so a replica that stopped
+answering (paused, cut off) is noticed within about 10 s even by a watch
+that waits quietly.
 """
 
 import threading
@@ -17,10 +24,23 @@ import grpc
 
 from latchkey._proto import latchkey_pb2 as pb
 from latchkey._proto import latchkey_pb2_grpc as rpc
-from latchkey.errors import OutcomeUnknown, Unavailable, from_error
+from latchkey.errors import OutcomeUnknown, PermissionDenied, Unavailable, from_error
 
-# gRPC status codes after which a call may or may not have been executed.
+# gRPC status codes after which a call may or may not have been executed,
+# and that another replica may well answer.
 _TRANSPORT_RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# Refusals of the caller by the transport: nothing was executed.
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# Redirects followed without a pause before pausing anyway (two replicas
+# naming each other while an election settles).
+_FREE_REDIRECTS = 3
+
+
+def _never_sent(e: grpc.RpcError) -> bool:
+    """True when gRPC failed the call before sending it: the channel could
+    not connect (its status details say so; grpc-core words them
+    "failed to connect to all addresses")."""
+    return e.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in (e.details() or "")
 
 
 def error_of(reply: Any) -> Optional["pb.Error"]:
@@ -54,16 +74,28 @@ class Router:
         self.timeout = timeout
         self.leader = self.endpoints[0]  # a guess, corrected by NOT_LEADER
         self._channels: Dict[str, grpc.Channel] = {}
-        self._lock = threading.Lock()
+        # Calls in flight, and whether the router is closed: channels are
+        # closed only once no call uses them (grpcio must never be handed a
+        # closed channel).
+        self._state = threading.Condition()
+        self._in_flight = 0
+        self.closed = False
 
     def channel(self, addr: str) -> grpc.Channel:
-        with self._lock:
+        """The channel to ``addr`` (made on first use). Raises
+        :class:`Unavailable` once the router is closed."""
+        with self._state:
+            if self.closed:
+                raise Unavailable("latchkey: the client is closed")
             if addr not in self._channels:
-                # Values go up to 1 MiB and scan pages further: lift grpcio's
-                # 4 MiB receive limit to the server's 64 MiB.
                 options = [
+                    # Values go up to 1 MiB and scan pages further: lift
+                    # grpcio's 4 MiB receive limit to the server's 64 MiB.
                     ("grpc.max_send_message_length", 64 << 20),
                     ("grpc.max_receive_message_length", 64 << 20),
+                    ("grpc.keepalive_time_ms", 5000),
+                    ("grpc.keepalive_timeout_ms", 5000),
+                    ("grpc.keepalive_permit_without_calls", 1),
                 ]
                 if self.credentials is not None:
                     channel = grpc.secure_channel(addr, self.credentials, options)
@@ -72,13 +104,29 @@ class Router:
                 self._channels[addr] = channel
             return self._channels[addr]
 
+    def enter(self) -> None:
+        """Count a call (or stream) in flight; refused once closed."""
+        with self._state:
+            if self.closed:
+                raise Unavailable("latchkey: the client is closed")
+            self._in_flight += 1
+
+    def leave(self) -> None:
+        with self._state:
+            self._in_flight -= 1
+            self._state.notify_all()
+
     def close(self) -> None:
-        with self._lock:
+        """Refuse new calls, wait (up to the call timeout) for those in
+        flight, then close every channel."""
+        with self._state:
+            self.closed = True
+            self._state.wait_for(lambda: self._in_flight == 0, timeout=self.timeout + 1)
             channels, self._channels = list(self._channels.values()), {}
         for c in channels:
             c.close()
 
-    def _next(self, addr: str) -> str:
+    def next_endpoint(self, addr: str) -> str:
         i = self.endpoints.index(addr) if addr in self.endpoints else -1
         return self.endpoints[(i + 1) % len(self.endpoints)]
 
@@ -94,31 +142,36 @@ class Router:
     ) -> Any:
         """The leader's successful reply to ``service.method(request)``.
 
-        Retries ``NOT_LEADER`` and ``UNAVAILABLE`` (nothing was executed).
-        A transport failure or ``UNKNOWN_OUTCOME`` leaves a write's outcome
-        unknown: retried only when ``idempotent`` (reads, and lock calls,
-        which are idempotent by request id), else raised as
-        :class:`OutcomeUnknown`. Any other error is raised as its
-        exception (see :mod:`latchkey.errors`).
+        Retries ``NOT_LEADER``, ``UNAVAILABLE`` and unreachable replicas
+        (nothing was executed). A broken connection after sending, a gRPC
+        failure, or ``UNKNOWN_OUTCOME`` leave a write's outcome unknown:
+        retried only when ``idempotent`` (reads, and lock calls, which are
+        idempotent by request id), else raised as :class:`OutcomeUnknown`.
+        Any other error is raised as its exception (see
+        :mod:`latchkey.errors`).
         """
         what = f"{service}.{method}"
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + (self.patience if patience is None else patience)
         pause = 0.05
+        redirects = 0
         while True:
             addr = self.leader
             redirected = False
-            stub = getattr(rpc, service + "Stub")(self.channel(addr))
+            self.enter()
             try:
+                stub = getattr(rpc, service + "Stub")(self.channel(addr))
                 reply = getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
             except grpc.RpcError as e:
                 code = e.code()
                 last = f"{addr}: gRPC status {code.name}: {e.details()}"
+                self.leader = self.next_endpoint(addr)
+                if code in _REFUSED:
+                    raise PermissionDenied(f"{what}: {last}") from None
+                if not idempotent and not _never_sent(e):
+                    raise OutcomeUnknown(f"{what}: {last}") from None
                 if code not in _TRANSPORT_RETRY:
                     raise Unavailable(f"{what}: {last}") from None
-                if not idempotent:
-                    raise OutcomeUnknown(f"{what}: {last}") from None
-                self.leader = self._next(addr)
             else:
                 error = error_of(reply)
                 if error is None:
@@ -126,15 +179,18 @@ class Router:
                 last = f"{addr}: {error.message}"
                 if error.kind == pb.ERROR_KIND_NOT_LEADER:
                     redirected = bool(error.leader_addr) and error.leader_addr != addr
-                    self.leader = error.leader_addr if redirected else self._next(addr)
+                    self.leader = error.leader_addr if redirected else self.next_endpoint(addr)
                 elif error.kind == pb.ERROR_KIND_UNAVAILABLE:
-                    self.leader = self._next(addr)
+                    self.leader = self.next_endpoint(addr)
                 elif error.kind == pb.ERROR_KIND_UNKNOWN_OUTCOME and idempotent:
-                    self.leader = self._next(addr)
+                    self.leader = self.next_endpoint(addr)
                 else:
                     raise from_error(error, what)
+            finally:
+                self.leave()
             if time.monotonic() + pause > deadline:
                 raise Unavailable(f"{what}: gave up retrying; last answer from {last}")
-            if not redirected:  # straight to a named leader; else pause first
+            redirects = redirects + 1 if redirected else 0
+            if redirects == 0 or redirects > _FREE_REDIRECTS:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)

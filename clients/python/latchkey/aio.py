@@ -187,7 +187,7 @@ class Lock:
 
     def __init__(self, sync: Any):
         self.sync = sync
-        self._held: Optional["Guard"] = None
+        self._held: "list[Guard]" = []  # taken by `async with`, innermost last
 
     async def try_acquire(self) -> Optional["Guard"]:
         grant = await _run(self.sync.try_acquire)
@@ -209,14 +209,14 @@ class Lock:
 
     async def __aenter__(self) -> "Guard":
         guard = await self.acquire()
-        assert guard is not None  # no timeout: granted or raised
-        self._held = guard
+        if guard is None:  # no timeout: granted or raised
+            raise latchkey.LatchkeyError("not granted")
+        self._held.append(guard)
         return guard
 
     async def __aexit__(self, *exc: object) -> None:
-        guard, self._held = self._held, None
-        if guard is not None:
-            await _run(guard.sync._exit, exc[0] is not None)
+        if self._held:
+            await _run(self._held.pop().sync._exit, exc[0] is not None)
 
 
 def _release_late_grant(job: "asyncio.Future[Any]") -> None:

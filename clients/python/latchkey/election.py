@@ -90,7 +90,7 @@ class Leadership:
         request = pb.ProclaimRequest(
             session=s.id,
             session_secret=s.secret,
-            owner=0,
+            owner=self.guard.owner,
             name=self.guard.name,
             term=self.term,
             value=as_bytes(value),
@@ -173,7 +173,10 @@ class LeaderStream:
         self.close()
 
     def _note(self, revision: int, leader: Optional[Leader]) -> None:
-        if self._last != (leader,):
+        if self._last == (leader,):
+            # The same grant (terms only grow): no term can be missing.
+            self._gap = False
+        else:
             self._last = (leader,)
             skipped, self._gap = self._gap, False
             self._pending.append(LeaderChange(revision, leader, skipped))
@@ -200,6 +203,9 @@ class LeaderStream:
                 continue
             except Unavailable:
                 time.sleep(0.05)
+                raise
+            except LatchkeyError:
+                self.close()  # reported once; the stream is over
                 raise
             for e in changes.events:
                 if e.key == key:

@@ -11,8 +11,13 @@ Bytes = Union[bytes, str]
 
 
 def as_bytes(value: Bytes) -> bytes:
-    """Keys and values are bytes; a ``str`` is sent as UTF-8."""
-    return value.encode() if isinstance(value, str) else bytes(value)
+    """Keys and values are bytes; a ``str`` is sent as UTF-8. Anything
+    else (an ``int`` would make that many zero bytes) is a ``TypeError``."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"latchkey: keys and values are bytes or str, not {type(value).__name__}")
 
 
 @dataclass(frozen=True)

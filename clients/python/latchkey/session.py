@@ -49,6 +49,7 @@ class Session:
         self.id: int = reply.session
         self.secret: bytes = reply.secret
         self._request_ids = itertools.count(1)
+        self._owners = itertools.count(1)
         self._ids_lock = threading.Lock()
         self._state = threading.Condition()
         self._last_ack = sent
@@ -116,16 +117,25 @@ class Session:
         with self._ids_lock:
             return next(self._request_ids)
 
+    def next_owner(self) -> int:
+        """A holder id of its own within the session: each acquire is one."""
+        with self._ids_lock:
+            return next(self._owners)
+
     # -- keep-alive ----------------------------------------------------------
 
     def _keep_alive(self) -> None:
         every = self.ttl / 3
         request = pb.KeepAliveRequest(session=self.id, session_secret=self.secret)
+        pause = every
         while True:
             with self._state:
-                self._state.wait_for(lambda: self._closed, timeout=every)
+                self._state.wait_for(lambda: self._closed, timeout=pause)
                 if self._closed or self._lost_locked():
                     return
+            # After a failure, try again soon (the router paces its own
+            # retries): every moment without an acknowledgement counts.
+            pause = min(0.2, every)
             sent = time.monotonic()
             try:
                 reply = self._router.call(
@@ -136,10 +146,13 @@ class Session:
                     self._ended = str(e)
                 return
             except LatchkeyError:
+                if self._router.closed:
+                    return  # the client was closed: nobody renews any more
                 continue  # at risk, then lost, as time passes
             self._note_forced(reply.forced_total, list(reply.forced))
             with self._state:
                 self._last_ack = max(self._last_ack, sent)
+            pause = every
 
     # -- locks ---------------------------------------------------------------
 

@@ -27,6 +27,9 @@ _RESUMABLE = {
     pb.ERROR_KIND_UNAVAILABLE,
     pb.ERROR_KIND_WATCH_TOO_SLOW,
     pb.ERROR_KIND_TOO_MANY_WATCHES,
+    # A replica behind the revision the watch resumes from: another one
+    # (or this one, a moment later) has it.
+    pb.ERROR_KIND_FUTURE_REVISION,
 }
 
 
@@ -99,8 +102,12 @@ class Watch:
         request = pb.WatchRequest()
         request.CopyFrom(self._request)
         request.start_revision = self.next_revision
-        stub = rpc.WatchStub(self._router.channel(self._addr))
-        stream = stub.Watch(request, metadata=self._router.metadata)
+        self._router.enter()  # the channel stays open while the call starts
+        try:
+            stub = rpc.WatchStub(self._router.channel(self._addr))
+            stream = stub.Watch(request, metadata=self._router.metadata)
+        finally:
+            self._router.leave()
         with self._lock:
             if self._closed:
                 stream.cancel()
@@ -113,7 +120,7 @@ class Watch:
             stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
-        self._addr = self._router._next(self._addr)
+        self._addr = self._router.next_endpoint(self._addr)
 
     def __next__(self) -> Changes:
         deadline = time.monotonic() + self._router.patience
@@ -121,6 +128,9 @@ class Watch:
         last = "no replica tried"
         while True:
             if self._closed:
+                raise StopIteration
+            if self._router.closed:
+                self.close()
                 raise StopIteration
             try:
                 if self._stream is None:

@@ -21,6 +21,12 @@ def endpoints():
     return value.split(",")
 
 
+def pids():
+    """The replicas' pids by their endpoint (LATCHKEY_PIDS)."""
+    pairs = (p.split("=") for p in os.environ.get("LATCHKEY_PIDS", "").split(",") if p)
+    return {addr: int(pid) for addr, pid in pairs}
+
+
 @pytest.fixture
 def client():
     with latchkey.Client(endpoints(), patience=30.0) as c:

@@ -68,3 +68,33 @@ def test_bad_input_is_refused_with_a_typed_error(client, ns):
         client.session(ttl=1)
     with pytest.raises(TypeError):
         client.batch(["not an op"])
+
+
+def test_only_bytes_and_str_are_keys_and_values(client, ns):
+    with pytest.raises(TypeError):
+        client.put(ns + "int", 5)
+    with pytest.raises(TypeError):
+        client.get(7)
+
+
+def test_an_unreachable_replica_is_skipped_for_writes(client, ns):
+    from conftest import endpoints
+
+    # Port 1 on loopback refuses connections: nothing is sent there.
+    with latchkey.Client(["127.0.0.1:1", *endpoints()]) as c:
+        c.put(ns + "skip", "written")
+        assert c.get(ns + "skip") == b"written"
+        with c.session(ttl=5) as s:
+            assert s.lock(ns + "skip").try_acquire() is not None
+
+
+def test_closing_the_client_stops_its_sessions_keep_alives(ns):
+    from conftest import endpoints
+
+    c = latchkey.Client(endpoints())
+    s = c.session(ttl=3)
+    c.close()
+    s._thread.join(timeout=10)
+    assert not s._thread.is_alive()
+    with pytest.raises(latchkey.Unavailable):
+        c.put(ns + "closed", "x")

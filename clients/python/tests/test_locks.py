@@ -147,3 +147,27 @@ def test_multi_locks_are_all_or_nothing_in_any_order(client, ns):
         s1.lock_all([a])
     with pytest.raises(ValueError):
         s1.lock_all([a, a])
+
+
+def test_each_acquire_is_a_holder_of_its_own(client, ns):
+    name = ns + "owners"
+    with client.session(ttl=5) as s:
+        lock = s.lock(name)
+        first = lock.acquire()
+        # Another thread of the same session waits for it, like threading.Lock.
+        got = []
+        t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=0.5)))
+        t.start()
+        t.join(timeout=10)
+        assert got == [None]
+        first.release()
+        # Two permits from one session are two grants with their own tokens.
+        p1 = s.semaphore(name + "/sem", 2).acquire()
+        p2 = s.semaphore(name + "/sem", 2).acquire(timeout=5)
+        assert p2 is not None and p2.token != p1.token
+        assert s.semaphore(name + "/sem", 2).try_acquire() is None
+        # Nested `with` blocks on one Lock object release what they took.
+        outer = s.lock(name + "/a")
+        with outer as g1, s.lock(name + "/b") as g2:
+            assert g1.held and g2.held
+        assert not g1.held and not g2.held

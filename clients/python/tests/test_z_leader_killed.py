@@ -10,10 +10,7 @@ import time
 
 import latchkey
 
-
-def pids():
-    pairs = (p.split("=") for p in os.environ.get("LATCHKEY_PIDS", "").split(",") if p)
-    return {addr: int(pid) for addr, pid in pairs}
+from conftest import pids
 
 
 def test_a_held_lock_survives_the_leaders_death(client, ns):

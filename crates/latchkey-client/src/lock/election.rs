@@ -336,7 +336,11 @@ struct Observing {
 impl Observing {
     /// Record `leader` at `revision` unless it is what was last reported.
     fn note(&mut self, revision: u64, leader: Option<Leader>) {
-        if self.last.as_ref() != Some(&leader) {
+        if self.last.as_ref() == Some(&leader) {
+            // The same grant as last reported (terms only grow): whatever
+            // the history lost, no term is missing.
+            self.gap = false;
+        } else {
             self.last = Some(leader.clone());
             let skipped = std::mem::take(&mut self.gap);
             self.pending.push_back(LeaderChange {
