@@ -10,8 +10,10 @@ without polling::
         with c.session(ttl=10) as s, s.lock("reports/nightly") as guard:
             guard.put("reports/nightly/owner", "host-a")   # refused once the lock is lost
 
-What it must not do: hold state beyond what a session needs, or retry a
-write whose outcome is unknown (it raises :class:`OutcomeUnknown`).
+What it must not do: hold state beyond what its sessions need, or resend a
+write that could apply twice (an untagged write whose outcome is unknown
+raises :class:`OutcomeUnknown`; key-value writes are tagged, see
+:mod:`latchkey.writer`).
 """
 
 from latchkey.client import Client, SessionListing

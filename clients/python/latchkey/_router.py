@@ -139,6 +139,7 @@ class Router:
         idempotent: bool,
         timeout: Optional[float] = None,
         patience: Optional[float] = None,
+        write: bool = False,
     ) -> Any:
         """The leader's successful reply to ``service.method(request)``.
 
@@ -148,13 +149,17 @@ class Router:
         retried only when ``idempotent`` (reads, and lock calls, which are
         idempotent by request id), else raised as :class:`OutcomeUnknown`.
         Any other error is raised as its exception (see
-        :mod:`latchkey.errors`).
+        :mod:`latchkey.errors`). A ``write`` resent as idempotent (tagged
+        with a request id) that gives up after an attempt that may have
+        been applied raises :class:`OutcomeUnknown`, not
+        :class:`Unavailable`.
         """
         what = f"{service}.{method}"
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + (self.patience if patience is None else patience)
         pause = 0.05
         redirects = 0
+        maybe_applied = False  # an attempt failed after it may have been sent
         while True:
             addr = self.leader
             redirected = False
@@ -168,8 +173,10 @@ class Router:
                 self.leader = self.next_endpoint(addr)
                 if code in _REFUSED:
                     raise PermissionDenied(f"{what}: {last}") from None
-                if not idempotent and not _never_sent(e):
-                    raise OutcomeUnknown(f"{what}: {last}") from None
+                if not _never_sent(e):
+                    maybe_applied = True
+                    if not idempotent:
+                        raise OutcomeUnknown(f"{what}: {last}") from None
                 if code not in _TRANSPORT_RETRY:
                     raise Unavailable(f"{what}: {last}") from None
             else:
@@ -183,13 +190,17 @@ class Router:
                 elif error.kind == pb.ERROR_KIND_UNAVAILABLE:
                     self.leader = self.next_endpoint(addr)
                 elif error.kind == pb.ERROR_KIND_UNKNOWN_OUTCOME and idempotent:
+                    maybe_applied = True
                     self.leader = self.next_endpoint(addr)
                 else:
                     raise from_error(error, what)
             finally:
                 self.leave()
             if time.monotonic() + pause > deadline:
-                raise Unavailable(f"{what}: gave up retrying; last answer from {last}")
+                message = f"{what}: gave up retrying; last answer from {last}"
+                if write and maybe_applied:
+                    raise OutcomeUnknown(message)
+                raise Unavailable(message)
             redirects = redirects + 1 if redirected else 0
             if redirects == 0 or redirects > _FREE_REDIRECTS:
                 time.sleep(pause)

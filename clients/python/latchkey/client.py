@@ -11,6 +11,7 @@ from latchkey.kv import Bytes, Delete, KeyValue, Put, as_bytes, conditions, put_
 from latchkey.session import Session
 from latchkey.tls import Tls
 from latchkey.watch import Watch
+from latchkey.writer import Writer
 
 #: Entries per scan page unless told otherwise (the server allows 10,000).
 SCAN_PAGE = 1000
@@ -57,9 +58,13 @@ class Client:
     force releases while access control is off. A call retries what is safe to retry for
     at most ``patience`` seconds, each attempt bounded by ``timeout``.
 
-    Writes are sent once: when their outcome is unknown (the leader or the
-    connection was lost on the way) they raise :class:`OutcomeUnknown`
-    rather than risk applying twice. Reads and lock calls are retried.
+    Key-value writes are retry-safe (``retry_safe=True``, the default):
+    each is tagged with a request id under a session the client opens for
+    its writes, and resent until answered, so a leader killed mid-write
+    does not leave it unknown and a resend never applies twice (see
+    :mod:`latchkey.writer`). With ``retry_safe=False`` writes are sent
+    without the session and raise :class:`OutcomeUnknown` when their
+    outcome is unknown. Reads and lock calls are always retried.
 
     >>> with Client(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]) as c:
     ...     c.put("config/mode", "active")
@@ -75,6 +80,7 @@ class Client:
         cluster_secret: Optional[str] = None,
         patience: float = 30.0,
         timeout: float = 10.0,
+        retry_safe: bool = True,
     ):
         self._router = Router(
             endpoints,
@@ -84,9 +90,12 @@ class Client:
             timeout,
             cluster_secret,
         )
+        self._writer = Writer(self._router) if retry_safe else None
 
     def close(self) -> None:
         """Close the connections (sessions opened from it stop renewing)."""
+        if self._writer is not None:
+            self._writer.close()
         self._router.close()
 
     def __enter__(self) -> "Client":
@@ -99,6 +108,8 @@ class Client:
         return self._router.call("Kv", method, request, idempotent=True)
 
     def _write(self, method: str, request: object) -> object:
+        if self._writer is not None:
+            return self._writer.call(method, request)
         return self._router.call("Kv", method, request, idempotent=False)
 
     # -- reads ---------------------------------------------------------------

@@ -98,3 +98,16 @@ def test_closing_the_client_stops_its_sessions_keep_alives(ns):
     assert not s._thread.is_alive()
     with pytest.raises(latchkey.Unavailable):
         c.put(ns + "closed", "x")
+
+
+def test_a_resent_write_is_answered_once(client, ns):
+    from latchkey._proto import latchkey_pb2 as pb
+
+    key = ns + "once"
+    request = pb.NextSequenceRequest(key=key.encode(), step=5)
+    first = client._writer.call("NextSequence", request)
+    # The same request again (as after a lost answer), tag included: the
+    # replicas answer the first outcome and hand out nothing new.
+    again = client._router.call("Kv", "NextSequence", request, idempotent=True, write=True)
+    assert (again.start, again.end) == (first.start, first.end)
+    assert client.next_sequence(key).start == first.end

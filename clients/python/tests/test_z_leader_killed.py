@@ -6,6 +6,7 @@ one) without a gap or a repeat."""
 
 import os
 import signal
+import threading
 import time
 
 import latchkey
@@ -24,7 +25,21 @@ def test_a_held_lock_survives_the_leaders_death(client, ns):
         # The watch is open (at the leader, where the client's calls go).
         assert next(watch).events[0].kv.value == b"before"
         leader = client._router.leader  # where the last write was answered
+        # Retry-safe writes go on through the kill: each sequence number
+        # is handed out once, none lost to a resend applied twice.
+        seq = ns + "failover/seq"
+        numbers = []
+        stop = threading.Event()
+
+        def allocate():
+            while not stop.is_set():
+                numbers.extend(client.next_sequence(seq))
+
+        writer = threading.Thread(target=allocate)
+        writer.start()
+        time.sleep(0.3)
         os.kill(by_addr[leader], signal.SIGKILL)
+        at_kill = len(numbers)
         # A write sent to the dead leader would raise OutcomeUnknown (it may
         # have been applied); a read is retried until the next leader
         # answers. Then writes go on there, fenced by the same grant.
@@ -41,3 +56,10 @@ def test_a_held_lock_survives_the_leaders_death(client, ns):
         with watch:
             values = [next(watch).events[0].kv.value for _ in range(2)]
         assert values == [b"after", b"still mine"]
+        stop.set()
+        writer.join(timeout=30)
+        assert not writer.is_alive()
+        assert 0 < at_kill < len(numbers), (at_kill, len(numbers))
+        # Contiguous from the first: no number skipped by a double apply.
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
+        assert client.next_sequence(seq, 0).start == numbers[-1] + 1
