@@ -101,9 +101,13 @@ async fn python_client_and_example() {
     )
     .await
     .expect("start the TLS cluster");
+    let site = work.path().join("site");
+    install_package(&python, work.path(), &site)
+        .await
+        .unwrap_or_else(|e| panic!("installing clients/python failed: {e:#}"));
     let outcome = tokio::time::timeout(
         BODY_LIMIT,
-        example_over_tls(&mut c, &python, &stubs, work.path(), &certs),
+        example_over_tls(&mut c, &python, &stubs, &site, work.path(), &certs),
     )
     .await;
     c.finish(outcome, BODY_LIMIT);
@@ -255,6 +259,7 @@ async fn example_over_tls(
     c: &mut Cluster,
     python: &OsString,
     stubs: &Path,
+    site: &Path,
     work: &Path,
     certs: &Path,
 ) -> Result<()> {
@@ -299,6 +304,21 @@ async fn example_over_tls(
     anyhow::ensure!(
         out.contains("released and closed"),
         "lock_example.py over TLS exited 0 without finishing:\n{out}"
+    );
+    // The Python package's example, with `latchkey.Tls`.
+    let out = run_python_with(
+        "fenced_lock.py over TLS",
+        python,
+        &with_tls("examples/python/fenced_lock.py", &[]),
+        site,
+        &[],
+        EXAMPLE_LIMIT,
+        &work.join("fenced_lock_tls.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("released and closed"),
+        "fenced_lock.py over TLS exited 0 without finishing:\n{out}"
     );
     c.assert_all_alive()
 }
