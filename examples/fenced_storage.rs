@@ -1,27 +1,33 @@
-//! Why fencing tokens matter, in one run.
+//! Why fencing tokens matter, in one run, with PostgreSQL refusing the
+//! stale write itself.
 //!
-//! A three-replica cluster runs in this process, next to a small storage
-//! service that guards its writes with a durable fence gate (it remembers the
-//! highest token seen per resource). Two workers want to write `orders`:
+//! A three-replica cluster runs in this process, next to a throwaway
+//! PostgreSQL server (started in a temporary directory, on loopback) whose
+//! `orders` table is guarded by `latchkey_fence::PgFence`: every write
+//! checks its fencing token in its own transaction. Two workers want to
+//! write `orders`:
 //!
 //! 1. Worker 1 takes the lock (token N), writes, and then "pauses" — as a
 //!    long GC pause or a frozen VM would — for longer than its session TTL.
 //!    Its watchdog cannot run, so the cluster expires its session.
 //! 2. Worker 2, waiting in the lock's queue, is granted the lock with a higher
 //!    token and writes.
-//! 3. Worker 1 wakes up still believing it holds the lock, and writes with
-//!    token N. The storage has seen a higher token and refuses; latchkey's own
+//! 3. Worker 1 wakes up and writes with token N. PostgreSQL has committed a
+//!    higher token for `orders` and refuses the transaction; latchkey's own
 //!    KV refuses its fenced write too.
 //!
-//! Run it with `cargo xtask demo fenced` (or
-//! `cargo run -p latchkey --example fenced_storage`). It exits non-zero if any
-//! step does not behave as described, so it doubles as a smoke test.
+//! Run it with `cargo xtask demo fenced` (which installs PostgreSQL with
+//! apt-get when it is missing and it can), or `cargo run -p latchkey
+//! --example fenced_storage`. Without PostgreSQL it says how to get it and
+//! exits 1. It exits non-zero if any step does not behave as described, so
+//! it doubles as a smoke test.
 
-use std::collections::BTreeMap;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use latchkey::{Client, FenceError, FenceGate, FileFenceGate, Sequencer};
+use latchkey::{Client, Sequencer};
+use latchkey_fence::{FenceError, PgFence, ScratchError, ScratchPostgres};
+use tokio_postgres::NoTls;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -35,35 +41,92 @@ fn say(who: &str, msg: impl AsRef<str>) {
     println!("[{who:<8}] {}", msg.as_ref());
 }
 
-/// A toy storage service: a map of records, each write admitted by a fence
-/// gate first. Admission and write happen under one lock, so no newer
-/// writer can slip in between (a real store would do the check in the same
-/// transaction as the write).
+/// The guarded storage: a PostgreSQL table whose every write first passes
+/// the fence, in the same transaction.
 struct Storage {
-    gate: FileFenceGate,
-    records: Mutex<BTreeMap<String, String>>,
+    db: tokio::sync::Mutex<tokio_postgres::Client>,
+    fence: PgFence,
 }
 
 impl Storage {
-    fn write(
+    async fn open(pg: &ScratchPostgres) -> Result<Storage> {
+        let (db, connection) = tokio_postgres::connect(&pg.connection_string(), NoTls).await?;
+        tokio::spawn(connection);
+        db.batch_execute("CREATE TABLE orders (resource TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            .await?;
+        let fence = PgFence::new();
+        fence.install(&db).await?;
+        Ok(Storage {
+            db: tokio::sync::Mutex::new(db),
+            fence,
+        })
+    }
+
+    /// One transaction: admit `token`, write `value`, commit. The inner
+    /// error is the fence's refusal (the transaction was rolled back).
+    async fn write(
         &self,
         resource: &str,
         token: u64,
         value: &str,
-    ) -> std::result::Result<(), FenceError> {
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = self.gate.admit(resource, token) {
-            say("storage", format!("REFUSED {value:?}: {e}"));
-            return Err(e);
+    ) -> Result<std::result::Result<(), FenceError>> {
+        let mut db = self.db.lock().await;
+        let tx = db.transaction().await?;
+        if let Err(e) = self.fence.admit(&tx, resource, token).await {
+            say("postgres", format!("REFUSED {value:?}: {e}"));
+            return Ok(Err(e)); // dropping `tx` rolls it back
         }
-        records.insert(resource.to_string(), value.to_string());
-        say("storage", format!("accepted {value:?} with token {token}"));
-        Ok(())
+        tx.execute(
+            "INSERT INTO orders (resource, value) VALUES ($1, $2) \
+             ON CONFLICT (resource) DO UPDATE SET value = $2",
+            &[&resource, &value],
+        )
+        .await?;
+        tx.commit().await?;
+        say(
+            "postgres",
+            format!("committed {value:?} with token {token}"),
+        );
+        Ok(Ok(()))
+    }
+
+    async fn read(&self, resource: &str) -> Result<Option<String>> {
+        let db = self.db.lock().await;
+        let row = db
+            .query_opt("SELECT value FROM orders WHERE resource = $1", &[&resource])
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// The scratch PostgreSQL server, or how to get PostgreSQL.
+async fn start_postgres() -> Result<ScratchPostgres> {
+    match tokio::task::spawn_blocking(ScratchPostgres::start).await? {
+        Ok(pg) => Ok(pg),
+        Err(e @ ScratchError::NotInstalled { .. }) => {
+            say(
+                "demo",
+                "this demo shows PostgreSQL refusing a stale writer, and needs PostgreSQL's \
+                 server programs (nothing is installed for good: the server lives in a \
+                 temporary directory while the demo runs)",
+            );
+            Err(e.into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let pg = start_postgres().await?;
+    say(
+        "postgres",
+        format!(
+            "scratch server up on 127.0.0.1:{} (pid {})",
+            pg.port(),
+            pg.pid()
+        ),
+    );
     let dir = tempfile::tempdir()?;
     let (nodes, _members) = support::start_three(dir.path()).await?;
     let leader = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
@@ -73,10 +136,7 @@ async fn main() -> Result<()> {
         .map(|n| n.advertise_addr().to_string())
         .collect();
 
-    let storage = Arc::new(Storage {
-        gate: FileFenceGate::open(dir.path().join("orders.fence"))?,
-        records: Mutex::new(BTreeMap::new()),
-    });
+    let storage = std::sync::Arc::new(Storage::open(&pg).await?);
 
     // Worker 1 runs on its own single-threaded runtime in its own thread:
     // between two `block_on` calls nothing on that runtime runs, not even
@@ -101,7 +161,7 @@ async fn main() -> Result<()> {
             })?;
             let token: u64 = guard.token().into();
             say("worker 1", format!("holds {LOCK:?} with token {token}"));
-            storage.write("orders", token, "worker 1: first batch")?;
+            rt.block_on(storage.write("orders", token, "worker 1: first batch"))??;
             took_lock.send(guard.sequencer().clone())?;
 
             say(
@@ -128,9 +188,12 @@ async fn main() -> Result<()> {
                     "worker 1",
                     format!("writes anyway with its old token {token}"),
                 );
-                match storage.write("orders", token, "worker 1: second batch") {
+                match storage
+                    .write("orders", token, "worker 1: second batch")
+                    .await?
+                {
                     Err(FenceError::Stale { .. }) => {}
-                    Ok(()) => return Err("the storage accepted a stale token".into()),
+                    Ok(()) => return Err("PostgreSQL accepted a stale token".into()),
                     Err(e) => return Err(e.into()),
                 }
                 match guard.put("orders/last-writer", "worker 1").await {
@@ -170,7 +233,7 @@ async fn main() -> Result<()> {
     if token <= first_token {
         return Err("the fencing token did not increase".into());
     }
-    storage.write("orders", token, "worker 2: batch")?;
+    storage.write("orders", token, "worker 2: batch").await??;
     guard.put("orders/last-writer", "worker 2").await?;
     say("worker 2", "fenced KV write accepted");
     let (old, new) = (
@@ -192,19 +255,17 @@ async fn main() -> Result<()> {
     worker1.join().map_err(|_| "worker 1 panicked")??;
 
     let last = client.get("orders/last-writer").await?;
+    let stored = storage.read("orders").await?;
     say(
         "cluster",
         format!(
-            "orders/last-writer = {:?}; storage holds {:?}",
+            "orders/last-writer = {:?}; PostgreSQL holds {stored:?}",
             last.as_deref().map(String::from_utf8_lossy),
-            storage
-                .records
-                .lock()
-                .map_err(|_| "poisoned")?
-                .get("orders")
         ),
     );
-    if last.as_deref() != Some(b"worker 2".as_slice()) {
+    if last.as_deref() != Some(b"worker 2".as_slice())
+        || stored.as_deref() != Some("worker 2: batch")
+    {
         return Err("the stale write changed the data".into());
     }
     guard.release().await?;
@@ -214,7 +275,7 @@ async fn main() -> Result<()> {
     }
     say(
         "cluster",
-        "done: the paused worker's stale writes were refused twice",
+        "done: the paused worker's stale writes were refused twice (by PostgreSQL, and by latchkey's KV)",
     );
     Ok(())
 }

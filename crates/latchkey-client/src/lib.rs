@@ -35,7 +35,7 @@
 //!
 //! Each public type is reachable one way: the everyday API ([`Client`],
 //! [`Error`], [`ClientOptions`], [`Batch`], [`Session`], [`Lock`],
-//! [`LockGuard`], [`FenceGate`], ... and the core's types they take and
+//! [`LockGuard`], ... and the core's types they take and
 //! answer, such as [`Command`], [`ScanRange`] or [`Sequencer`]) at the crate
 //! root; the types only an application embedding a replica needs
 //! ([`LocalReplica`](local::LocalReplica) and its operation, future and
@@ -62,9 +62,9 @@
 //!    `Client` imports it), `lock/` (sessions with their lease clock and
 //!    watchdog, lock handles and guards, fenced writes, the lock table),
 //!    `admin` (status, membership, backups), `auth` (access control) and
-//!    `watch` (watches that resume by themselves);
-//!    and `fence`, the storage side's [`FenceGate`], which needs no cluster
-//!    and imports nothing of the client.
+//!    `watch` (watches that resume by themselves). The storage side of
+//!    fencing (the gates) is not here but in `latchkey-fence`: it runs in
+//!    the storage service and needs no cluster.
 //! 5. `lib.rs` and `local`, which only re-export.
 //!
 //! A module imports only modules of lower layers and, inside its layer or
@@ -79,7 +79,6 @@
 mod admin;
 mod auth;
 mod error;
-mod fence;
 mod kv;
 pub mod local;
 mod lock;
@@ -92,7 +91,6 @@ mod writer;
 pub use admin::Backup;
 pub use auth::UserInfo;
 pub use error::Error;
-pub use fence::{Admission, FenceError, FenceGate, FileFenceGate, MemoryFenceGate};
 pub use kv::{Batch, Client, Consistency, KeyRead, ScanPage, Swap};
 pub use lock::{
     Election, EndedSession, LeaderChange, LeaderStream, Leadership, Lock, LockGuard, MultiLock,

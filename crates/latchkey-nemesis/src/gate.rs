@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use latchkey::{FenceError, FenceGate, FileFenceGate};
+use latchkey_fence::{FenceError, FenceGate, FileFenceGate};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -159,7 +159,7 @@ impl GateClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use latchkey::MemoryFenceGate;
+    use latchkey_fence::MemoryFenceGate;
 
     #[test]
     fn answers() {

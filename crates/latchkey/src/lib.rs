@@ -45,12 +45,11 @@
 // gives it (its crate root); the in-process types (`latchkey_client::local`)
 // stay behind `Node`.
 pub use latchkey_client::{
-    Admission, Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency,
-    EndedSession, Error, FenceError, FenceGate, FileFenceGate, HeldLock, HolderInfo, Identity,
-    KeyRead, Lock, LockGuard, LockInfo, LockMode, MemberInfo, MemoryFenceGate, NodeStatus,
-    Permission, RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId, SessionListing,
-    SessionSecret, Swap, Test, TlsError, TlsOptions, Token, TransportStats, UserCredentials,
-    UserInfo, Versioned,
+    Backup, Batch, Client, ClientOptions, CommandError, Compare, Consistency, EndedSession, Error,
+    HeldLock, HolderInfo, Identity, KeyRead, Lock, LockGuard, LockInfo, LockMode, MemberInfo,
+    NodeStatus, Permission, RevisionField, ScanPage, ScanRange, Sequencer, Session, SessionId,
+    SessionListing, SessionSecret, Swap, Test, TlsError, TlsOptions, Token, TransportStats,
+    UserCredentials, UserInfo, Versioned,
 };
 pub use latchkey_client::{
     Election, KeyChange, Leader, LeaderChange, LeaderStream, Leadership, MultiLock, MultiLockGuard,

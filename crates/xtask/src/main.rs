@@ -76,7 +76,9 @@ DEMOS:
                     lost, restarts it (builds the `latchkey` binary first and
                     passes its path as the demo's first argument)
     fenced          (fenced_storage) a paused lock holder's stale fencing token
-                    is refused by the storage it guards
+                    is refused by PostgreSQL itself (a throwaway server;
+                    on Debian a missing postgresql package is installed
+                    with apt-get first, else the demo says how to get it)
     config          (config_sync) a local copy of `config/` kept in sync by
                     list-then-watch while the replica it watches is killed
     discovery       (service discovery) members register keys bound to their
@@ -99,7 +101,11 @@ Runs, in order, stopping at the first failure (exit code = that step's):
        crates/latchkey-server crates/latchkey-client`: no circle of files
        in the server or the client
     2. cargo clippy --workspace --all-targets -- -D warnings   (skipped with --quick)
-    3. cargo test --workspace [CARGO_TEST_ARGS...]
+    3. cargo test --workspace [CARGO_TEST_ARGS...], with PostgreSQL's server
+       programs for the fencing tests (each starts a throwaway server in a
+       temporary directory, on loopback, stopped by pid): on Debian a missing
+       postgresql package is installed with apt-get (one-time), and
+       LATCHKEY_REQUIRE_POSTGRES=1 makes those tests fail, not skip, without it
     4. python: the gRPC API from Python (grpcio) against a three-process
        cluster, tests/python/latchkey_client_test.py and
        examples/python/lock_example.py; and the Python package (clients/python,
@@ -430,6 +436,21 @@ fn cmd_demo(rest: &[OsString]) -> Result {
     }
     setup::ensure(setup::Mode::Quiet)?;
     let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
+    if example == "fenced_storage" {
+        // The demo starts a throwaway PostgreSQL server; without one it
+        // says how to get PostgreSQL and exits 1.
+        match setup::postgres() {
+            Ok(bindir) => {
+                cmd.env("LATCHKEY_POSTGRES_BINDIR", bindir);
+            }
+            Err(e) => eprintln!(
+                "xtask: warning: {}",
+                e.message
+                    .as_deref()
+                    .unwrap_or("PostgreSQL is not available")
+            ),
+        }
+    }
     // The process demos run `latchkey serve` processes: build the binary
     // and hand it over.
     let server = if matches!(example, "three_replicas" | "config_sync" | "discovery") {
@@ -505,7 +526,11 @@ fn cmd_test(rest: &[OsString]) -> Result {
                 ])
             }),
         ),
-        Step::new("test", Some(test)),
+        Step {
+            name: "test",
+            cmd: Some(test),
+            prepare: Some(Box::new(require_postgres)),
+        },
         python_step(),
         browser_step(),
         Step::new(
@@ -589,6 +614,18 @@ impl Step {
             prepare: None,
         }
     }
+}
+
+/// The test step's preparation: PostgreSQL's server programs, installed
+/// when missing ([`setup::postgres`]), for latchkey-fence's database tests
+/// and `tests/fenced_postgres.rs`, which start a throwaway server each;
+/// LATCHKEY_REQUIRE_POSTGRES makes those tests fail rather than skip if
+/// it is still missing.
+fn require_postgres(cmd: &mut Command) -> Result {
+    let bindir = setup::postgres()?;
+    cmd.env("LATCHKEY_POSTGRES_BINDIR", bindir)
+        .env("LATCHKEY_REQUIRE_POSTGRES", "1");
+    Ok(())
 }
 
 /// The imports step: this task runner's own `imports --check` on the

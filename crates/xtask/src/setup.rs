@@ -328,6 +328,58 @@ pub fn chromium() -> Result<PathBuf> {
     })
 }
 
+/// PostgreSQL's server programs (`initdb`, `postgres`) for the fencing
+/// tests and the fenced demo, which start a throwaway server of their own:
+/// found where latchkey-fence's `ScratchPostgres` looks (the newest
+/// `/usr/lib/postgresql/<version>/bin`, else the PATH, or
+/// LATCHKEY_POSTGRES_BINDIR), else Debian's `postgresql` package installed
+/// with apt-get (as root or through passwordless sudo). Returns the
+/// directory that holds them.
+pub fn postgres() -> Result<PathBuf> {
+    if let Some(dir) = find_postgres() {
+        return Ok(dir);
+    }
+    let manual = "PostgreSQL's server programs (initdb, postgres) not found (the fencing tests \
+                  and the fenced demo start a throwaway server); install them (on Debian: sudo \
+                  apt-get install -y postgresql), or set LATCHKEY_POSTGRES_BINDIR to the \
+                  directory that holds them";
+    let Some(sudo) = is_debian_like().then(apt_privilege).flatten() else {
+        return Err(Exit::with(1, manual));
+    };
+    install_with_apt(&["postgresql"], sudo)?;
+    find_postgres().ok_or_else(|| {
+        Exit::with(
+            1,
+            "apt-get installed postgresql but initdb and postgres are still not found".to_string(),
+        )
+    })
+}
+
+/// Where `initdb` and `postgres` both are, if anywhere we look.
+fn find_postgres() -> Option<PathBuf> {
+    let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(dir) = env::var_os("LATCHKEY_POSTGRES_BINDIR").map(PathBuf::from) {
+        return has_both(&dir).then_some(dir);
+    }
+    let mut versions: Vec<(u32, PathBuf)> = subdirs(Path::new("/usr/lib/postgresql"), |name| {
+        name.parse::<u32>().is_ok()
+    })
+    .into_iter()
+    .filter_map(|dir| {
+        let version = dir.file_name()?.to_str()?.parse::<u32>().ok()?;
+        Some((version, dir.join("bin")))
+    })
+    .filter(|(_, bin)| has_both(bin))
+    .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    let initdb = find_in_path("initdb")?;
+    let dir = initdb.parent()?.to_path_buf();
+    has_both(&dir).then_some(dir)
+}
+
 /// `python3 -m venv --clear VENV`, installing python3 and its venv module
 /// first where we can (Debian/Ubuntu).
 fn create_venv(venv: &Path) -> Result {
