@@ -2,11 +2,14 @@
 //! examples/python/lock_example.py and examples/python/config_sync.py, run
 //! with Python's grpcio against a real three-process cluster; and the
 //! Python package of clients/python, built from this checkout's .proto and
-//! tested with pytest against a cluster of its own.
+//! tested with pytest against a cluster of its own, its PostgreSQL fence
+//! (and examples/python/fenced_postgres.py) against a throwaway PostgreSQL
+//! server.
 //!
 //! Ignored by a plain `cargo test` (it needs a Python environment):
 //! `cargo xtask test` runs it with LATCHKEY_PYTHON naming the python of a
-//! virtualenv holding grpcio, grpcio-tools and grpcio-reflection. By hand:
+//! virtualenv holding grpcio, grpcio-tools, grpcio-reflection, pytest,
+//! setuptools and psycopg, and PostgreSQL installed. By hand:
 //! `LATCHKEY_PYTHON=/path/to/venv/bin/python cargo test -p latchkey --test
 //! python -- --ignored --nocapture`.
 
@@ -127,14 +130,19 @@ async fn python_package_against_a_cluster() {
     let package = install_package(&python, work.path(), &site)
         .await
         .unwrap_or_else(|e| panic!("installing clients/python failed: {e:#}"));
+    // The fence's tests and example write to a throwaway PostgreSQL.
+    let pg = latchkey_fence::ScratchPostgres::start().unwrap_or_else(|e| panic!("{e}"));
     let mut c = Cluster::start("python-package", 3, &[])
         .await
         .expect("start the cluster");
     let outcome = tokio::time::timeout(
         BODY_LIMIT,
-        pytest(&mut c, &python, &package, &site, work.path()),
+        pytest(&mut c, &python, &package, &site, work.path(), &pg),
     )
     .await;
+    if !matches!(outcome, Ok(Ok(()))) {
+        eprintln!("PostgreSQL's log:\n{}", pg.log_tail());
+    }
     c.finish(outcome, BODY_LIMIT);
 }
 
@@ -203,8 +211,29 @@ async fn pytest(
     package: &Path,
     site: &Path,
     work: &Path,
+    pg: &latchkey_fence::ScratchPostgres,
 ) -> Result<()> {
     c.wait_for_leader(LEADER_WAIT).await?;
+    let example = repo_root().join("examples/python/fenced_postgres.py");
+    let out = run_python_with(
+        "fenced_postgres.py",
+        python,
+        &[
+            example.into(),
+            c.endpoints_arg().into(),
+            "--postgres".into(),
+            pg.connection_string().into(),
+        ],
+        site,
+        &[],
+        EXAMPLE_LIMIT,
+        &work.join("fenced_postgres.log"),
+    )
+    .await?;
+    anyhow::ensure!(
+        out.contains("A's late write was refused"),
+        "fenced_postgres.py exited 0 without finishing:\n{out}"
+    );
     let example = repo_root().join("examples/python/fenced_lock.py");
     let out = run_python_with(
         "fenced_lock.py",
@@ -241,6 +270,7 @@ async fn pytest(
         &[
             ("LATCHKEY_ENDPOINTS", c.endpoints_arg().into()),
             ("LATCHKEY_PIDS", pids.join(",").into()),
+            ("LATCHKEY_POSTGRES", pg.connection_string().into()),
             (
                 "LATCHKEY_CLUSTER_SECRET",
                 std::fs::read_to_string(c.secret_file())

@@ -113,8 +113,10 @@ Runs, in order, stopping at the first failure (exit code = that step's):
        `cargo test --workspace --test python -- --ignored --nocapture` with
        LATCHKEY_PYTHON=<TARGET_DIR>/python-venv/bin/python. That virtualenv is
        made with `python3 -m venv` when missing, and grpcio, grpcio-tools,
-       grpcio-reflection, pytest and setuptools are installed into it with its pip (from PyPI, no
-       versions pinned) when they do not import; on Debian/Ubuntu a missing
+       grpcio-reflection, pytest, setuptools and psycopg[binary] are installed into it with its
+       pip (from PyPI, no versions pinned) when they do not import; the package's PostgreSQL
+       fence and examples/python/fenced_postgres.py run against a throwaway PostgreSQL, as in
+       step 3; on Debian/Ubuntu a missing
        python3 or python3-venv is installed with apt-get, as `setup` does.
        Runs with --quick too: about 10 s once the virtualenv exists (10 s
        more to make it). CARGO_TEST_ARGS do not apply to it.
@@ -674,7 +676,7 @@ fn python_step() -> Step {
             })?;
             let python = setup::python_venv(&target_dir.join("python-venv"))?;
             cmd.env("LATCHKEY_PYTHON", python);
-            Ok(())
+            require_postgres(cmd)
         })),
     }
 }

@@ -212,16 +212,20 @@ fn install_with_apt(packages: &[&str], sudo: bool) -> Result {
 // ---------------------------------------------------------------- Python
 
 /// What the Python step of `cargo xtask test` needs to import...
-const PYTHON_IMPORTS: &str = "import grpc, grpc_tools, grpc_reflection, pytest, setuptools";
+const PYTHON_IMPORTS: &str =
+    "import grpc, grpc_tools, grpc_reflection, pytest, setuptools, psycopg";
 /// ... and the PyPI packages that provide it (no versions pinned): the
 /// client package of clients/python is built with grpcio-tools and
-/// setuptools, without build isolation, and tested with pytest.
+/// setuptools, without build isolation, and tested with pytest; its
+/// PostgreSQL fence is tested with psycopg (its binary build: no libpq to
+/// install).
 const PYTHON_PACKAGES: &[&str] = &[
     "grpcio",
     "grpcio-tools",
     "grpcio-reflection",
     "pytest",
     "setuptools",
+    "psycopg[binary]",
 ];
 
 /// The python of the virtualenv `venv`, ready for the Python step: the
