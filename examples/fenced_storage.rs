@@ -71,11 +71,13 @@ impl Storage {
         value: &str,
     ) -> Result<std::result::Result<(), FenceError>> {
         let mut db = self.db.lock().await;
-        let tx = db.transaction().await?;
-        if let Err(e) = self.fence.admit(&tx, resource, token).await {
-            say("postgres", format!("REFUSED {value:?}: {e}"));
-            return Ok(Err(e)); // dropping `tx` rolls it back
-        }
+        let tx = match self.fence.begin(&mut db, resource, token).await {
+            Ok((tx, _)) => tx,
+            Err(e) => {
+                say("postgres", format!("REFUSED {value:?}: {e}"));
+                return Ok(Err(e)); // nothing was written: the transaction rolled back
+            }
+        };
         tx.execute(
             "INSERT INTO orders (resource, value) VALUES ($1, $2) \
              ON CONFLICT (resource) DO UPDATE SET value = $2",

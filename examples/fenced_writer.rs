@@ -98,15 +98,14 @@ async fn run(args: Args) -> Result<i32> {
     println!("holding {} with token {token}", args.lock);
 
     for n in 1..=args.writes {
-        let tx = db.transaction().await?;
-        match fence.admit(&tx, &args.lock, token).await {
-            Ok(_) => {}
+        let tx = match fence.begin(&mut db, &args.lock, token).await {
+            Ok((tx, _)) => tx,
             Err(e @ FenceError::Stale { .. }) => {
                 println!("refused by PostgreSQL: {e}");
                 return Ok(REFUSED);
             }
             Err(e) => return Err(e.into()),
-        }
+        };
         let stored = i64::try_from(token)?;
         let n_stored = i32::try_from(n)?;
         tx.execute(

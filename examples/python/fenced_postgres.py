@@ -4,8 +4,8 @@
     python examples/python/fenced_postgres.py ENDPOINTS --postgres "host=... dbname=..."
 
 Starts two worker processes (this script with --worker) that take the lock
-"orders" and write rows to PostgreSQL, each write checked by
-``latchkey.fence.PgFence`` in its own transaction. Worker A is frozen
+"orders" and write rows to PostgreSQL, each write's transaction opened by
+``latchkey.fence.PgFence``, the token checked first. Worker A is frozen
 (SIGSTOP) while it holds the lock, as a long GC pause would; once its
 session's TTL has run out, worker B is granted the lock with a higher token
 and writes. Worker A is woken up and writes with its old token: PostgreSQL
@@ -42,8 +42,7 @@ def worker(args):
                 print(f"holding {LOCK} with token {guard.token}", flush=True)
                 for n in range(1, 1000):
                     try:
-                        with db.transaction(), db.cursor() as cur:
-                            fence.admit(cur, LOCK, guard.token)
+                        with fence.transaction(db, LOCK, guard.token) as cur:
                             cur.execute(
                                 "INSERT INTO fenced_writes (who, token, n) VALUES (%s, %s, %s)",
                                 (args.who, guard.token, n),

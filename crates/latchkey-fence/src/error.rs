@@ -67,21 +67,24 @@ pub enum FenceError {
         #[source]
         source: io::Error,
     },
-    /// The database refused or failed a statement of the fence check (lost
+    /// The database refused or failed a statement of the gate (lost
     /// connection, missing fence table, a serialization failure or deadlock
-    /// between transactions, a read-only transaction...). Nothing was
-    /// admitted: roll the transaction back. A serialization failure or a
-    /// deadlock is worth retrying as a whole new transaction; for the others
-    /// fix the cause first (the message names the table and the statement).
-    #[error(
-        "the fence check on table {table:?} failed while trying to {action}: {source}; \
-         nothing was admitted: roll the transaction back"
-    )]
+    /// between transactions, a busy SQLite database...). Nothing was
+    /// admitted; a transaction the gate opened has been rolled back. When
+    /// [`retry`](FenceError::retry) is true (serialization failure,
+    /// deadlock, SQLite busy or locked) run the whole transaction again;
+    /// otherwise fix the cause first (the message names the table and what
+    /// failed).
+    #[error("fence table {table}: could not {action}: {detail}; nothing was admitted")]
     Database {
         /// The fence table.
         table: String,
         /// What the gate was doing.
         action: &'static str,
+        /// The database's own words (for PostgreSQL with its SQLSTATE).
+        detail: String,
+        /// Whether running the whole transaction again may succeed.
+        retry: bool,
         /// The driver's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -104,7 +107,7 @@ pub enum FenceError {
     /// The fence table holds a token the gate did not write (negative).
     /// Nothing was admitted; someone changed the table by hand.
     #[error(
-        "the fence table {table:?} holds token {stored} for resource {resource:?}, which no \
+        "the fence table {table} holds token {stored} for resource {resource:?}, which no \
          gate writes (tokens are never negative): it was changed by hand; restore it from a \
          backup or set it to the highest token granted for the lock"
     )]
@@ -116,25 +119,38 @@ pub enum FenceError {
         /// What the row holds.
         stored: i64,
     },
-    /// A database gate was asked to admit a write outside a transaction
-    /// (autocommit mode): the check would commit on its own and a newer
-    /// writer could slip in before the write. Open a transaction, admit,
-    /// write, commit.
+    /// A database gate opens the transaction itself, so that the check is
+    /// its first statement and no savepoint can undo it, but the connection
+    /// is already inside a transaction (an explicit `BEGIN`). Commit or roll
+    /// that back first.
     #[error(
-        "the fence check on table {table:?} was called outside a transaction: open one, \
-         admit the token in it, write in it, then commit"
+        "fence table {table}: the connection is already inside a transaction; the gate opens \
+         the transaction itself (so that no savepoint can undo the check): commit or roll \
+         back the open one first"
     )]
-    NotInTransaction {
+    NestedTransaction {
         /// The fence table.
         table: String,
     },
     /// A fence table name that is not a plain SQL identifier.
     #[error(
-        "fence table name {name:?} is not allowed: use 1 to 63 ASCII letters, digits or \
-         underscores, not starting with a digit"
+        "fence table name {name:?} is not allowed: use 1 to 63 lower-case ASCII letters, \
+         digits or underscores, not starting with a digit nor with `sqlite_`, optionally \
+         after a schema name of the same kind and a dot (`app.latchkey_fence`)"
     )]
     BadTableName {
         /// The name given.
         name: String,
     },
+}
+
+impl FenceError {
+    /// Whether running the whole transaction again may succeed: true only
+    /// for a [`FenceError::Database`] error that the database reports as a
+    /// conflict between transactions (a serialization failure or deadlock
+    /// in PostgreSQL, a busy or locked database in SQLite). A stale token
+    /// stays stale: [`FenceError::Stale`] is never worth retrying.
+    pub fn retry(&self) -> bool {
+        matches!(self, FenceError::Database { retry: true, .. })
+    }
 }

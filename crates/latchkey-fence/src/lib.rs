@@ -16,28 +16,30 @@
 //! |------|-------------------------------|-----------------------------------------------|
 //! | [`MemoryFenceGate`] | process memory | the caller holds its own lock across admit and write |
 //! | [`FileFenceGate`] | one state file, fsynced | the same |
-//! | [`PgFence`] (feature `postgres`) | a table of the guarded PostgreSQL database | it runs in the write's own transaction and locks the resource's row until commit |
-//! | [`SqliteFence`] (feature `sqlite`) | a table of the guarded SQLite database | it runs in the write's own transaction, under SQLite's write lock |
+//! | [`PgFence`] (feature `postgres`) | a table of the guarded PostgreSQL database | it is the first statement of the write's own transaction and locks the resource's row until commit |
+//! | [`SqliteFence`] (feature `sqlite`) | a table of the guarded SQLite database | it is the first statement of the write's own transaction, under SQLite's write lock |
 //!
 //! ## Why two shapes
 //!
 //! The memory and file gates keep their own state, so they share one trait,
 //! [`FenceGate`] (`admit`, `highest`). The database gates cannot: their whole
-//! point is that the check joins the caller's transaction, so `admit` takes
-//! that transaction (a `tokio_postgres::Transaction`, async; or a
-//! `rusqlite` connection inside a transaction, sync), and a gate that ran
-//! its check in a transaction of its own would be exactly the mistake they
-//! exist to prevent. What they share is the decision, the error type and
-//! the conformance suite (`tests/conformance.rs` runs the memory, file,
-//! SQLite and PostgreSQL gates through the same checks).
+//! point is that the check and the caller's write share one transaction, so
+//! `begin` opens that transaction on the caller's connection, checks, and
+//! hands it back for the write (a `tokio_postgres::Transaction`, async; a
+//! `rusqlite::Transaction`, sync). A gate that ran its check in a
+//! transaction of its own would be exactly the mistake they exist to
+//! prevent. What they share is the decision, the error type and the
+//! conformance suite (`tests/conformance.rs` runs the memory, file, SQLite
+//! and PostgreSQL gates through the same checks).
 //!
 //! ## The database gates, step by step
 //!
-//! Inside the caller's transaction, for one resource:
+//! `begin` opens a transaction on the caller's connection and, as its first
+//! statements, for one resource:
 //!
 //! 1. **Lock and read** the resource's row with one upsert that changes
-//!    nothing (`INSERT ... VALUES (resource, 0) ON CONFLICT (resource) DO
-//!    UPDATE SET token = token RETURNING token`). A missing row is created
+//!    nothing (`INSERT INTO t AS fence ... VALUES (resource, 0) ON CONFLICT
+//!    (resource) DO UPDATE SET token = fence.token RETURNING token`). A missing row is created
 //!    with token 0 ("nothing admitted yet"); an existing one is locked. In
 //!    PostgreSQL the row lock makes every other transaction fencing the
 //!    same resource wait here until this one ends; in SQLite the statement
@@ -51,7 +53,10 @@
 //! the resource runs in between. A check made in another transaction (or in
 //! autocommit mode) lets writer 33 be admitted, writer 34 be admitted and
 //! commit, and writer 33's write land last; the gates' tests build exactly
-//! that interleaving and fail if the check leaves the transaction.
+//! that interleaving and fail if the check leaves the transaction. The gate
+//! opens the transaction itself, rather than joining one the caller opened,
+//! because a check inside a savepoint would be undone, and its row lock
+//! released, by rolling the savepoint back while the write still commits.
 //!
 //! ## What this crate must not do
 //!

@@ -7,21 +7,39 @@ use crate::error::FenceError;
 /// The fence table's name when none is given.
 pub const DEFAULT_TABLE: &str = "latchkey_fence";
 
-/// A fence table name checked to be a plain identifier (so it can be put in
-/// SQL text without quoting): 1 to 63 ASCII letters, digits or underscores,
-/// not starting with a digit.
+/// A fence table name checked to be `name` or `schema.name`, each part 1
+/// to 63 lower-case ASCII letters, digits or underscores, not starting with
+/// a digit; the table part not starting with `sqlite_` (SQLite's own). The
+/// gates write each part in double quotes, so reserved words (`order`,
+/// `user`) are fine, and lower case means the quoted name is the one an
+/// unquoted query finds.
 pub(crate) fn checked_table_name(name: &str) -> Result<String, FenceError> {
-    let mut chars = name.chars();
-    let plain = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 63;
-    if plain {
+    let part_ok = |part: &str| {
+        let mut chars = part.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && part.len() <= 63
+    };
+    let table = name.rsplit('.').next().unwrap_or(name);
+    let ok = match name.split_once('.') {
+        Some((schema, table)) => part_ok(schema) && part_ok(table),
+        None => part_ok(name),
+    } && !table.starts_with("sqlite_");
+    if ok {
         Ok(name.to_owned())
     } else {
         Err(FenceError::BadTableName {
             name: name.to_owned(),
         })
     }
+}
+
+/// A checked table name as SQL: each part in double quotes.
+fn quoted(name: &str) -> String {
+    name.split('.')
+        .map(|part| format!("\"{part}\""))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// The token as the database stores it (a signed 64-bit integer), after
@@ -61,7 +79,7 @@ pub(crate) fn highest_from_row(
 /// database (`$1` or `?1`).
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    /// The table's name.
+    /// The table's name, as given.
     pub table: String,
     /// Creates the table if it does not exist.
     pub create: String,
@@ -77,32 +95,40 @@ impl Statements {
     /// The statements for `table` (already checked), placeholders written
     /// as `{mark}1`, `{mark}2`.
     pub fn new(table: String, mark: char) -> Statements {
+        let t = quoted(&table);
         Statements {
             create: format!(
-                "CREATE TABLE IF NOT EXISTS {table} (\
+                "CREATE TABLE IF NOT EXISTS {t} (\
                  resource TEXT PRIMARY KEY, \
                  token BIGINT NOT NULL CHECK (token >= 0))"
             ),
             lock_and_read: format!(
-                "INSERT INTO {table} (resource, token) VALUES ({mark}1, 0) \
-                 ON CONFLICT (resource) DO UPDATE SET token = {table}.token \
+                "INSERT INTO {t} AS fence (resource, token) VALUES ({mark}1, 0) \
+                 ON CONFLICT (resource) DO UPDATE SET token = fence.token \
                  RETURNING token"
             ),
-            raise: format!("UPDATE {table} SET token = {mark}2 WHERE resource = {mark}1"),
-            read: format!("SELECT token FROM {table} WHERE resource = {mark}1"),
+            raise: format!("UPDATE {t} SET token = {mark}2 WHERE resource = {mark}1"),
+            read: format!("SELECT token FROM {t} WHERE resource = {mark}1"),
             table,
         }
     }
 
-    /// A database error during `action`, as a [`FenceError`].
-    pub fn failed<E>(&self, action: &'static str) -> impl FnOnce(E) -> FenceError + '_
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        move |source| FenceError::Database {
+    /// A database error during `action`, as a [`FenceError`]: `detail` is
+    /// what the database said, `retry` whether the transaction may be run
+    /// again.
+    pub fn failed(
+        &self,
+        action: &'static str,
+        detail: String,
+        retry: bool,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    ) -> FenceError {
+        FenceError::Database {
             table: self.table.clone(),
             action,
-            source: Box::new(source),
+            detail,
+            retry,
+            source,
         }
     }
 }
@@ -113,7 +139,14 @@ mod tests {
 
     #[test]
     fn table_names() {
-        for good in ["latchkey_fence", "_x", "Orders2", &"a".repeat(63)] {
+        for good in [
+            "latchkey_fence",
+            "_x",
+            "orders2",
+            "order",
+            "app.fence",
+            &"a".repeat(63),
+        ] {
             assert_eq!(checked_table_name(good).ok().as_deref(), Some(good));
         }
         for bad in [
@@ -124,6 +157,12 @@ mod tests {
             "fence;drop",
             "\"q\"",
             "é",
+            "Orders",
+            "a.b.c",
+            ".x",
+            "x.",
+            "sqlite_master",
+            "main.sqlite_x",
             &"a".repeat(64),
         ] {
             assert!(
@@ -134,6 +173,7 @@ mod tests {
                 "{bad:?}"
             );
         }
+        assert_eq!(quoted("app.order"), "\"app\".\"order\"");
     }
 
     #[test]

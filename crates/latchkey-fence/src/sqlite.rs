@@ -1,30 +1,34 @@
-//! [`SqliteFence`]: the fence check inside the caller's SQLite transaction.
+//! [`SqliteFence`]: the fence check as the first statement of an SQLite
+//! transaction the write then uses.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{
+    params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
+};
 
 use crate::error::FenceError;
 use crate::rule::{decide, Admission};
 use crate::sql::{checked_table_name, highest_from_row, stored_token, Statements, DEFAULT_TABLE};
 
 /// Makes an SQLite database refuse writes from superseded lock holders:
-/// the fencing token is checked and raised inside the same transaction as
-/// the write it guards.
+/// the fencing token is checked and raised in the same transaction as the
+/// write it guards.
 ///
 /// The gate keeps one row per resource in a fence table (by default
-/// `latchkey_fence`: `resource TEXT PRIMARY KEY, token BIGINT`) in the
-/// guarded database itself. [`admit`](Self::admit) must run in the
-/// transaction that then does the write; it refuses a connection in
-/// autocommit mode ([`FenceError::NotInTransaction`]). Its first statement
-/// takes SQLite's write lock, so every other writer of the database waits
-/// (up to the connection's busy timeout) until this transaction ends: the
-/// check, the raise and the write are one step. How the three steps work,
-/// and why a check in another transaction would not do, is told in the
-/// crate's documentation.
+/// `latchkey_fence`: `resource TEXT PRIMARY KEY, token BIGINT`), which must
+/// live in the same database file as the guarded data (a commit across
+/// attached databases is not atomic in WAL mode). [`begin`](Self::begin)
+/// opens an IMMEDIATE transaction, which takes SQLite's write lock at once
+/// (every other writer of the database waits, up to its busy timeout), and
+/// makes the check its first statement: the check, the raise and the write
+/// are one step. The gate opens the transaction itself so that the check
+/// cannot end up inside a savepoint whose rollback would undo it.
 ///
 /// The rules are those of [`FenceGate`](crate::FenceGate) (per resource,
 /// zero refused, lower refused, equal accepted, higher raised, atomic,
 /// nothing admitted on error, never forgets), with the database's limits:
 /// tokens above `i64::MAX` are refused ([`FenceError::TokenTooLarge`]).
+/// A busy database (the busy timeout ran out) is a [`FenceError::Database`]
+/// with [`retry`](FenceError::retry) true.
 ///
 /// ```
 /// use latchkey_fence::{FenceError, SqliteFence};
@@ -38,8 +42,7 @@ use crate::sql::{checked_table_name, highest_from_row, stored_token, Statements,
 ///
 /// // `token` is the writer's lock guard's fencing token (`guard.token()`).
 /// let write = |db: &mut Connection, token: u64, status: &str| -> Result<(), Box<dyn std::error::Error>> {
-///     let tx = db.transaction()?;
-///     fence.admit(&tx, "orders", token)?; // refused? the transaction rolls back on drop
+///     let (tx, _) = fence.begin(db, "orders", token)?; // refused: nothing was written
 ///     tx.execute("INSERT OR REPLACE INTO orders VALUES (1, ?1)", params![status])?;
 ///     tx.commit()?;
 ///     Ok(())
@@ -74,9 +77,9 @@ impl SqliteFence {
         }
     }
 
-    /// The gate on another table (several gates, one per table, can guard
-    /// one database). The name must be a plain identifier:
-    /// [`FenceError::BadTableName`] otherwise.
+    /// The gate on another table, `name` or `schema.name` (several gates,
+    /// one per table, can guard one database): lower-case letters, digits
+    /// and underscores; [`FenceError::BadTableName`] otherwise.
     pub fn with_table(name: &str) -> Result<SqliteFence, FenceError> {
         Ok(SqliteFence {
             sql: Statements::new(checked_table_name(name)?, '?'),
@@ -88,46 +91,47 @@ impl SqliteFence {
         &self.sql.table
     }
 
-    /// Creates the fence table if it does not exist (in its own statement:
-    /// call it once at start-up, outside the writers' transactions).
+    /// Creates the fence table if it does not exist (call it at start-up).
     pub fn install(&self, db: &Connection) -> Result<(), FenceError> {
         db.execute(&self.sql.create, [])
             .map(drop)
-            .map_err(self.sql.failed("create the fence table"))
+            .map_err(|e| self.failed("create the fence table", e))
     }
 
-    /// Admits a write to `resource` carrying the fencing `token`, inside
-    /// the transaction open on `tx` (a [`rusqlite::Transaction`] or
-    /// [`rusqlite::Savepoint`], which dereference to a connection, or a
-    /// connection after `BEGIN`).
+    /// Opens an IMMEDIATE transaction on `db` and admits a write to
+    /// `resource` carrying the fencing `token` as its first statement.
     ///
-    /// On `Ok`, do the guarded write in the same transaction and commit. On
-    /// any error nothing was admitted: do not write, and roll back (a
-    /// dropped `Transaction` does).
-    pub fn admit(
+    /// On `Ok`, do the guarded write in the returned transaction and commit.
+    /// On any error nothing was admitted and the transaction is rolled back.
+    /// A connection already inside a transaction is refused
+    /// ([`FenceError::NestedTransaction`]).
+    pub fn begin<'a>(
         &self,
-        tx: &Connection,
+        db: &'a mut Connection,
         resource: &str,
         token: u64,
-    ) -> Result<Admission, FenceError> {
+    ) -> Result<(Transaction<'a>, Admission), FenceError> {
         let stored = stored_token(resource, token)?;
-        if tx.is_autocommit() {
-            return Err(FenceError::NotInTransaction {
+        if !db.is_autocommit() {
+            return Err(FenceError::NestedTransaction {
                 table: self.sql.table.clone(),
             });
         }
+        let tx = db
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.failed("begin the transaction", e))?;
         let current: i64 = tx
             .prepare_cached(&self.sql.lock_and_read)
             .and_then(|mut st| st.query_row(params![resource], |row| row.get(0)))
-            .map_err(self.sql.failed("lock and read the resource's row"))?;
+            .map_err(|e| self.failed("lock and read the resource's row", e))?;
         let highest = highest_from_row(&self.sql.table, resource, current)?;
         let admission = decide(resource, token, highest)?;
         if let Admission::Raised { .. } = admission {
             tx.prepare_cached(&self.sql.raise)
                 .and_then(|mut st| st.execute(params![resource, stored]))
-                .map_err(self.sql.failed("raise the resource's token"))?;
+                .map_err(|e| self.failed("raise the resource's token", e))?;
         }
-        Ok(admission)
+        Ok((tx, admission))
     }
 
     /// The highest token admitted for `resource` and committed (or written
@@ -136,10 +140,20 @@ impl SqliteFence {
         let stored: Option<i64> = db
             .prepare_cached(&self.sql.read)
             .and_then(|mut st| st.query_row(params![resource], |row| row.get(0)).optional())
-            .map_err(self.sql.failed("read the resource's row"))?;
+            .map_err(|e| self.failed("read the resource's row", e))?;
         match stored {
             Some(stored) => highest_from_row(&self.sql.table, resource, stored),
             None => Ok(None),
         }
+    }
+
+    /// A driver error as a [`FenceError::Database`]; a busy or locked
+    /// database is worth a retry.
+    fn failed(&self, action: &'static str, e: rusqlite::Error) -> FenceError {
+        let retry = matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        );
+        self.sql.failed(action, e.to_string(), retry, Box::new(e))
     }
 }

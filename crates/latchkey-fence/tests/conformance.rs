@@ -82,9 +82,9 @@ impl FenceGate for ReopeningGate {
 // The database gates, one committed transaction per admission
 // ---------------------------------------------------------------------------
 
-/// An SQLite gate on a database file of its own: each admission opens a
-/// transaction on a pooled connection, admits, and commits (or rolls back
-/// on error), so concurrent admissions meet in the database, not in a
+/// An SQLite gate on a database file of its own: each admission begins a
+/// transaction on a pooled connection and commits it (a refused one is
+/// rolled back), so concurrent admissions meet in the database, not in a
 /// mutex of the test.
 struct SqliteAdapter {
     fence: latchkey_fence::SqliteFence,
@@ -125,14 +125,13 @@ impl SqliteAdapter {
 impl FenceGate for SqliteAdapter {
     fn admit(&self, resource: &str, token: u64) -> Result<Admission, FenceError> {
         let mut db = self.connection();
-        let admitted = {
-            let tx = db.transaction().unwrap();
-            let admitted = self.fence.admit(&tx, resource, token);
-            if admitted.is_ok() {
+        let admitted = self
+            .fence
+            .begin(&mut db, resource, token)
+            .map(|(tx, admission)| {
                 tx.commit().unwrap();
-            }
-            admitted
-        };
+                admission
+            });
         self.pool.lock().unwrap().push(db);
         admitted
     }
@@ -178,12 +177,9 @@ impl FenceGate for PgAdapter {
     fn admit(&self, resource: &str, token: u64) -> Result<Admission, FenceError> {
         let mut db = self.connection();
         let admitted = self.runtime.block_on(async {
-            let tx = db.transaction().await.unwrap();
-            let admitted = self.fence.admit(&tx, resource, token).await;
-            if admitted.is_ok() {
-                tx.commit().await.unwrap();
-            }
-            admitted
+            let (tx, admission) = self.fence.begin(&mut db, resource, token).await?;
+            tx.commit().await.unwrap();
+            Ok(admission)
         });
         self.pool.lock().unwrap().push(db);
         admitted

@@ -1,9 +1,12 @@
 //! The SQLite gate inside real transactions: a newer writer waits for the
-//! open check, a stale writer is refused after the newer one committed, and
-//! a check outside a transaction is refused.
+//! open check, a stale writer is refused after the newer one committed (or
+//! while waiting behind it), a connection already in a transaction is
+//! refused, and a savepoint rolled back after the check does not undo it.
 //!
 //! `a_newer_writer_waits_for_the_open_check` is the test that fails when the
 //! check leaves the write's transaction (the stale write then lands last).
+
+mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -78,11 +81,8 @@ fn b_busy(attempt: i32) -> bool {
 fn a_newer_writer_waits_for_the_open_check() {
     let (_dir, path, fence) = setup();
     let mut a = open(&path);
-    let tx_a = a.transaction().unwrap();
-    assert_eq!(
-        fence.admit(&tx_a, RESOURCE, 33).unwrap(),
-        Admission::Raised { previous: None }
-    );
+    let (tx_a, admission) = fence.begin(&mut a, RESOURCE, 33).unwrap();
+    assert_eq!(admission, Admission::Raised { previous: None });
 
     // Writer B (token 34) starts while A's check is open.
     let b = thread::spawn({
@@ -90,8 +90,7 @@ fn a_newer_writer_waits_for_the_open_check() {
         move || {
             let mut b = open(&path);
             b.busy_handler(Some(b_busy)).unwrap();
-            let tx_b = b.transaction().unwrap();
-            let admitted = fence.admit(&tx_b, RESOURCE, 34).unwrap();
+            let (tx_b, admitted) = fence.begin(&mut b, RESOURCE, 34).unwrap();
             write(&tx_b, "B");
             tx_b.commit().unwrap();
             admitted
@@ -126,87 +125,110 @@ fn a_stale_writer_is_refused_after_the_newer_commit() {
     let (_dir, path, fence) = setup();
     let mut db = open(&path);
     for (token, who) in [(33, "A"), (34, "B")] {
-        let tx = db.transaction().unwrap();
-        fence.admit(&tx, RESOURCE, token).unwrap();
+        let (tx, _) = fence.begin(&mut db, RESOURCE, token).unwrap();
         write(&tx, who);
         tx.commit().unwrap();
     }
     // A wakes up with 33.
-    let tx = db.transaction().unwrap();
-    let err = fence.admit(&tx, RESOURCE, 33).unwrap_err();
+    let err = fence.begin(&mut db, RESOURCE, 33).map(drop).unwrap_err();
     assert!(
         matches!(err, FenceError::Stale { token: 33, highest: 34, ref resource } if resource == RESOURCE),
         "{err:?}"
     );
-    drop(tx); // rolled back
+    assert!(!err.retry());
+    assert!(
+        db.is_autocommit(),
+        "the refused transaction was not rolled back"
+    );
     assert_eq!(owner(&db).as_deref(), Some("B"));
     assert_eq!(log(&db), ["A", "B"]);
 
     // The same holder again is admitted without a raise.
-    let tx = db.transaction().unwrap();
-    assert_eq!(fence.admit(&tx, RESOURCE, 34).unwrap(), Admission::Repeated);
+    let (tx, admission) = fence.begin(&mut db, RESOURCE, 34).unwrap();
+    assert_eq!(admission, Admission::Repeated);
     tx.commit().unwrap();
     assert_eq!(fence.highest(&db, RESOURCE).unwrap(), Some(34));
 }
 
 #[test]
-fn a_refused_check_committed_anyway_changes_nothing() {
+fn a_refused_check_leaves_nothing() {
     let (_dir, path, fence) = setup();
     let mut db = open(&path);
-    let tx = db.transaction().unwrap();
-    fence.admit(&tx, RESOURCE, 10).unwrap();
-    tx.commit().unwrap();
+    fence
+        .begin(&mut db, RESOURCE, 10)
+        .unwrap()
+        .0
+        .commit()
+        .unwrap();
     for bad in [0, 9, i64::MAX as u64 + 1] {
-        let tx = db.transaction().unwrap();
-        assert!(fence.admit(&tx, RESOURCE, bad).is_err(), "{bad}");
-        tx.commit().unwrap();
+        assert!(fence.begin(&mut db, RESOURCE, bad).is_err(), "{bad}");
+        assert!(db.is_autocommit(), "{bad}: the transaction is still open");
         assert_eq!(fence.highest(&db, RESOURCE).unwrap(), Some(10), "{bad}");
     }
-    // A refused first check leaves no admitted token either.
-    let tx = db.transaction().unwrap();
     assert!(matches!(
-        fence.admit(&tx, "fresh", 0),
+        fence.begin(&mut db, "fresh", 0),
         Err(FenceError::ZeroToken { .. })
     ));
-    tx.commit().unwrap();
     assert_eq!(fence.highest(&db, "fresh").unwrap(), None);
 }
 
+/// A stale writer that starts while the newer writer's check is open waits
+/// for it, and is then refused.
 #[test]
-fn outside_a_transaction_the_check_is_refused() {
+fn a_stale_writer_waiting_behind_the_newer_is_refused() {
     let (_dir, path, fence) = setup();
-    let db = open(&path);
-    let err = fence.admit(&db, RESOURCE, 5).unwrap_err();
-    assert!(
-        matches!(err, FenceError::NotInTransaction { .. }),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("outside a transaction"), "{err}");
-    assert_eq!(fence.highest(&db, RESOURCE).unwrap(), None);
-    let rows: i64 = db
-        .query_row("SELECT count(*) FROM latchkey_fence", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(rows, 0);
+    let mut newer = open(&path);
+    let (tx, _) = fence.begin(&mut newer, RESOURCE, 34).unwrap();
+    let stale = thread::spawn({
+        let (path, fence) = (path.clone(), fence.clone());
+        move || {
+            let mut db = open(&path);
+            fence.begin(&mut db, RESOURCE, 33).map(drop)
+        }
+    });
+    thread::sleep(Duration::from_millis(50));
+    write(&tx, "newer");
+    tx.commit().unwrap();
+    let err = stale.join().unwrap().unwrap_err();
+    support::assert_stale(&err, 33, 34);
+    assert_eq!(log(&open(&path)), ["newer"]);
 }
 
 #[test]
-fn a_savepoint_and_a_plain_begin_are_transactions_too() {
+fn a_connection_already_in_a_transaction_is_refused() {
     let (_dir, path, fence) = setup();
     let mut db = open(&path);
-    {
-        let mut tx = db.transaction().unwrap();
-        let sp = tx.savepoint().unwrap();
-        fence.admit(&sp, RESOURCE, 3).unwrap();
-        sp.commit().unwrap();
-        tx.commit().unwrap();
-    }
-    db.execute_batch("BEGIN IMMEDIATE").unwrap();
-    assert_eq!(
-        fence.admit(&db, RESOURCE, 4).unwrap(),
-        Admission::Raised { previous: Some(3) }
+    db.execute_batch("BEGIN").unwrap();
+    let err = fence.begin(&mut db, RESOURCE, 5).map(drop).unwrap_err();
+    assert!(
+        matches!(err, FenceError::NestedTransaction { .. }),
+        "{err:?}"
     );
-    db.execute_batch("COMMIT").unwrap();
-    assert_eq!(fence.highest(&db, RESOURCE).unwrap(), Some(4));
+    assert!(
+        err.to_string().contains("already inside a transaction"),
+        "{err}"
+    );
+    db.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(fence.highest(&db, RESOURCE).unwrap(), None);
+}
+
+/// A savepoint taken after the check and rolled back leaves the check (and
+/// the write lock) in place.
+#[test]
+fn a_savepoint_rolled_back_after_the_check_keeps_it() {
+    let (_dir, path, fence) = setup();
+    let mut db = open(&path);
+    let (mut tx, _) = fence.begin(&mut db, RESOURCE, 3).unwrap();
+    {
+        let mut sp = tx.savepoint().unwrap();
+        write(&sp, "undone");
+        sp.rollback().unwrap();
+    }
+    assert_eq!(fence.highest(&tx, RESOURCE).unwrap(), Some(3));
+    write(&tx, "kept");
+    tx.commit().unwrap();
+    assert_eq!(fence.highest(&db, RESOURCE).unwrap(), Some(3));
+    assert_eq!(log(&db), ["kept"]);
 }
 
 #[test]
@@ -217,13 +239,31 @@ fn tables_are_named_and_separate() {
     assert_eq!(other.table(), "orders_fence");
     other.install(&db).unwrap();
     other.install(&db).unwrap(); // idempotent
-    let tx = db.transaction().unwrap();
-    other.admit(&tx, RESOURCE, 50).unwrap();
-    default.admit(&tx, RESOURCE, 2).unwrap();
-    tx.commit().unwrap();
+    other
+        .begin(&mut db, RESOURCE, 50)
+        .unwrap()
+        .0
+        .commit()
+        .unwrap();
+    default
+        .begin(&mut db, RESOURCE, 2)
+        .unwrap()
+        .0
+        .commit()
+        .unwrap();
     assert_eq!(other.highest(&db, RESOURCE).unwrap(), Some(50));
     assert_eq!(default.highest(&db, RESOURCE).unwrap(), Some(2));
-    for bad in ["", "1x", "a;b", "x y"] {
+    // Reserved words and a schema name are fine (names are quoted).
+    let order = SqliteFence::with_table("main.order").unwrap();
+    order.install(&db).unwrap();
+    order
+        .begin(&mut db, RESOURCE, 7)
+        .unwrap()
+        .0
+        .commit()
+        .unwrap();
+    assert_eq!(order.highest(&db, RESOURCE).unwrap(), Some(7));
+    for bad in ["", "1x", "a;b", "x y", "Orders", "sqlite_fence"] {
         assert!(matches!(
             SqliteFence::with_table(bad),
             Err(FenceError::BadTableName { .. })
@@ -236,11 +276,14 @@ fn a_missing_table_or_a_damaged_row_is_an_error_not_an_admission() {
     let dir = TempDir::new().unwrap();
     let mut db = open(&dir.path().join("guarded.db"));
     let fence = SqliteFence::new();
-    let tx = db.transaction().unwrap();
-    let err = fence.admit(&tx, RESOURCE, 1).unwrap_err();
-    assert!(matches!(err, FenceError::Database { .. }), "{err:?}");
+    let err = fence.begin(&mut db, RESOURCE, 1).map(drop).unwrap_err();
+    assert!(
+        matches!(err, FenceError::Database { retry: false, .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("latchkey_fence"), "{err}");
-    drop(tx);
+    assert!(err.to_string().contains("no such table"), "{err}");
+    assert!(db.is_autocommit());
 
     fence.install(&db).unwrap();
     // A row set by hand to a value no gate writes. (The table's CHECK
@@ -251,8 +294,7 @@ fn a_missing_table_or_a_damaged_row_is_an_error_not_an_admission() {
          INSERT INTO raw_fence VALUES ('orders', -5);",
     )
     .unwrap();
-    let tx = db.transaction().unwrap();
-    let err = raw.admit(&tx, RESOURCE, 1).unwrap_err();
+    let err = raw.begin(&mut db, RESOURCE, 1).map(drop).unwrap_err();
     assert!(
         matches!(err, FenceError::CorruptRow { stored: -5, .. }),
         "{err:?}"
@@ -274,10 +316,11 @@ fn concurrent_holders_never_interleave() {
                 let mut db = open(path);
                 for round in 0..ROUNDS {
                     let token = u64::from(round * WRITERS + w + 1);
-                    let tx = db.transaction().unwrap();
-                    if fence.admit(&tx, RESOURCE, token).is_err() {
-                        continue;
-                    }
+                    let tx = match fence.begin(&mut db, RESOURCE, token) {
+                        Ok((tx, _)) => tx,
+                        Err(FenceError::Stale { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    };
                     for part in 0..3 {
                         tx.execute(
                             "INSERT INTO log (owner) VALUES (?1)",
@@ -294,7 +337,9 @@ fn concurrent_holders_never_interleave() {
     });
     let db = open(&path);
     let rows = log(&db);
-    assert_eq!(rows.len(), 3 * accepted.load(Ordering::Relaxed) as usize);
+    let accepted = accepted.load(Ordering::Relaxed) as usize;
+    assert!(accepted > 0, "no writer was admitted");
+    assert_eq!(rows.len(), 3 * accepted);
     let mut last = 0u64;
     for chunk in rows.chunks(3) {
         let token: u64 = chunk[0].split('/').next().unwrap().parse().unwrap();
