@@ -17,7 +17,7 @@
 //!    KV refuses its fenced write too.
 //!
 //! Run it with `cargo xtask demo fenced` (which installs PostgreSQL with
-//! apt-get when it is missing and it can), or `cargo run -p latchkey
+//! apt-get when it is missing and it can), or `cargo run -p latchkey-fence
 //! --example fenced_storage`. Without PostgreSQL it says how to get it and
 //! exits 1. It exits non-zero if any step does not behave as described, so
 //! it doubles as a smoke test.

@@ -3,7 +3,7 @@
 //! transaction (`latchkey_fence::PgFence`).
 //!
 //! ```text
-//! cargo run -p latchkey --example fenced_writer -- \
+//! cargo run -p latchkey-fence --example fenced_writer -- \
 //!     --endpoints 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 \
 //!     --postgres "host=127.0.0.1 user=app dbname=app" --who worker-1
 //! ```
@@ -26,7 +26,7 @@
 //! PostgreSQL's `idle_in_transaction_session_timeout` so that the database
 //! ends such a transaction (nothing of it lands).
 //!
-//! `tests/fenced_postgres.rs` runs it against real processes (its
+//! `crates/latchkey-fence/tests/cluster_writers.rs` runs it against a real cluster (its
 //! connection's `application_name` is `fenced_writer <who>`).
 
 use std::time::Duration;

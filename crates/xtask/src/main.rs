@@ -269,15 +269,37 @@ Exits 0 otherwise, 2 when a crate cannot be read.
 Example: cargo xtask imports --check crates/latchkey-core
 ";
 
-/// (name users type, aliases, example target in the latchkey package)
-const DEMOS: &[(&str, &[&str], &str)] = &[
-    ("three_replicas", &["three"], "three_replicas"),
-    ("fenced", &["fenced_storage"], "fenced_storage"),
-    ("config", &["config_sync"], "config_sync"),
-    ("discovery", &["service_discovery"], "discovery"),
-    ("election", &["leader_election"], "leader_election"),
-    ("semaphore", &["semaphore_pool"], "semaphore_pool"),
-    ("multilock", &["transfer", "multi_lock"], "transfer"),
+/// (name users type, aliases, example target, the package it belongs to)
+const DEMOS: &[(&str, &[&str], &str, &str)] = &[
+    ("three_replicas", &["three"], "three_replicas", "latchkey"),
+    // The fencing examples belong to latchkey-fence, so that the facade's
+    // examples (the default demo among them) compile no database driver.
+    (
+        "fenced",
+        &["fenced_storage"],
+        "fenced_storage",
+        "latchkey-fence",
+    ),
+    ("config", &["config_sync"], "config_sync", "latchkey"),
+    ("discovery", &["service_discovery"], "discovery", "latchkey"),
+    (
+        "election",
+        &["leader_election"],
+        "leader_election",
+        "latchkey",
+    ),
+    (
+        "semaphore",
+        &["semaphore_pool"],
+        "semaphore_pool",
+        "latchkey",
+    ),
+    (
+        "multilock",
+        &["transfer", "multi_lock"],
+        "transfer",
+        "latchkey",
+    ),
 ];
 
 const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "churn", "elect", "watch"];
@@ -407,14 +429,14 @@ fn cmd_demo(rest: &[OsString]) -> Result {
         }
     }
 
-    let example = match name {
-        None => DEMOS[0].2,
+    let (example, package) = match name {
+        None => (DEMOS[0].2, DEMOS[0].3),
         Some(name) => {
             let wanted = name.to_string_lossy().replace('-', "_");
             DEMOS
                 .iter()
-                .find(|(n, aliases, _)| *n == wanted || aliases.contains(&wanted.as_str()))
-                .map(|d| d.2)
+                .find(|(n, aliases, _, _)| *n == wanted || aliases.contains(&wanted.as_str()))
+                .map(|d| (d.2, d.3))
                 .ok_or_else(|| {
                     let known: Vec<&str> = DEMOS.iter().map(|d| d.0).collect();
                     Exit::with(
@@ -437,7 +459,7 @@ fn cmd_demo(rest: &[OsString]) -> Result {
         ));
     }
     setup::ensure(setup::Mode::Quiet)?;
-    let mut cmd = cargo(["run", "-p", "latchkey", "--example", example]);
+    let mut cmd = cargo(["run", "-p", package, "--example", example]);
     if example == "fenced_storage" {
         // The demo starts a throwaway PostgreSQL server; without one it
         // says how to get PostgreSQL and exits 1.
@@ -620,7 +642,7 @@ impl Step {
 
 /// The test step's preparation: PostgreSQL's server programs, installed
 /// when missing ([`setup::postgres`]), for latchkey-fence's database tests
-/// and `tests/fenced_postgres.rs`, which start a throwaway server each;
+/// (and its test with writer processes), which start a throwaway server each;
 /// LATCHKEY_REQUIRE_POSTGRES makes those tests fail rather than skip if
 /// it is still missing.
 fn require_postgres(cmd: &mut Command) -> Result {

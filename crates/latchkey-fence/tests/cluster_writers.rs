@@ -1,30 +1,61 @@
-//! Fencing a real database: two `fenced_writer` processes take the same
-//! lock of a three-process cluster and write to a scratch PostgreSQL server
-//! through `PgFence`. The first is frozen (SIGSTOP) while it holds the
-//! lock; the second is granted the lock once the first's lease ran out and
-//! writes; the first, woken up, is refused by PostgreSQL itself, and none
-//! of its writes lands after the second's first write.
+//! Fencing a real database with real lock holders: two `fenced_writer`
+//! processes take the same lock of a three-replica cluster (run in this
+//! test process) and write to a scratch PostgreSQL server through
+//! `PgFence`. The first is frozen (SIGSTOP) while it holds the lock; the
+//! second is granted the lock once the first's lease ran out and writes; the
+//! first, woken up, is refused by PostgreSQL itself, and none of its writes
+//! lands after the second's first write.
 //!
 //! Without PostgreSQL installed the test says so and passes, unless
 //! `LATCHKEY_REQUIRE_POSTGRES` is set (as `cargo xtask test` does, after
 //! installing it).
 
-#[path = "support/mod.rs"]
 mod support;
+
+#[path = "../../../examples/support/mod.rs"]
+mod cluster;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
-use latchkey_fence::{PgFence, ScratchPostgres, REQUIRE_ENV};
-use support::{Cluster, Group, LEADER_WAIT, TEST_LIMIT};
+use latchkey_fence::{PgFence, ScratchPostgres};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_postgres::NoTls;
 
+/// The whole test's time limit.
+const TEST_LIMIT: Duration = Duration::from_secs(120);
+
+/// A writer process this test started; stopped (by pid) when dropped.
+struct Writer {
+    child: Child,
+}
+
+impl Writer {
+    fn signal(&self, sig: libc::c_int) -> Result<()> {
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: kill(2) on our own child, not yet reaped (we reap only in
+        // `wait` and `drop`).
+        let rc = unsafe { libc::kill(pid, sig) };
+        ensure!(rc == 0, "kill({pid}, {sig}) failed");
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.signal(libc::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The example this test runs, built by cargo next to this test binary
-/// (`cargo test` builds the examples).
+/// (`cargo test` builds the package's examples).
 fn writer_bin() -> Result<PathBuf> {
     let me = std::env::current_exe()?;
     let profile_dir = me
@@ -34,27 +65,29 @@ fn writer_bin() -> Result<PathBuf> {
     let bin = profile_dir.join("examples").join("fenced_writer");
     ensure!(
         bin.is_file(),
-        "{} is missing: build it with `cargo build -p latchkey --example fenced_writer` \
+        "{} is missing: build it with `cargo build -p latchkey-fence --example fenced_writer` \
          (`cargo test` without --test filters builds it)",
         bin.display()
     );
     Ok(bin)
 }
 
-fn writer(c: &Cluster, pg: &ScratchPostgres, who: &str, err: &std::path::Path) -> Result<Group> {
-    let mut cmd = Command::new(writer_bin()?);
-    cmd.args(["--endpoints", &c.endpoints_arg()])
+fn writer(
+    endpoints: &str,
+    pg: &ScratchPostgres,
+    who: &str,
+    err: &std::path::Path,
+) -> Result<(Writer, UnboundedReceiver<String>)> {
+    let mut child = Command::new(writer_bin()?)
+        .args(["--endpoints", endpoints])
         .args(["--postgres", &pg.connection_string()])
         .args(["--who", who, "--ttl-ms", "3000", "--interval-ms", "100"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(err)?);
-    Group::spawn(cmd)
-}
-
-/// The lines a process prints, read on a thread.
-fn lines_of(group: &mut Group) -> Result<UnboundedReceiver<String>> {
-    let stdout = group.child.stdout.take().context("stdout")?;
+        .stderr(std::fs::File::create(err)?)
+        .spawn()
+        .context("start fenced_writer")?;
+    let stdout = child.stdout.take().context("stdout")?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -63,11 +96,11 @@ fn lines_of(group: &mut Group) -> Result<UnboundedReceiver<String>> {
             }
         }
     });
-    Ok(rx)
+    Ok((Writer { child }, rx))
 }
 
-/// Reads lines until one starts with `prefix`; returns it and how many
-/// `wrote` lines came before (and including) it.
+/// Reads lines until one starts with `prefix`; counts the `wrote` lines
+/// read on the way (and including it) in `wrote`.
 async fn until(
     lines: &mut UnboundedReceiver<String>,
     prefix: &str,
@@ -97,32 +130,37 @@ fn token_in(line: &str) -> Result<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_is_refused_by_postgres() {
-    let pg = match ScratchPostgres::start_unless_missing() {
-        Ok(Some(pg)) => pg,
-        Ok(None) => {
-            eprintln!("SKIPPED: PostgreSQL is not installed (set {REQUIRE_ENV}=1 to fail instead)");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(pg) = support::scratch_postgres() else {
+        return;
     };
-    let mut c = Cluster::start("fenced-pg", 3, &[])
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (nodes, _) = cluster::start_three(dir.path())
         .await
-        .expect("start the cluster");
-    let outcome = tokio::time::timeout(TEST_LIMIT, paused_holder(&mut c, &pg)).await;
-    if !matches!(outcome, Ok(Ok(()))) {
-        eprintln!("PostgreSQL's log:\n{}", pg.log_tail());
+        .expect("start three replicas");
+    let endpoints: Vec<String> = nodes
+        .values()
+        .map(|n| n.advertise_addr().to_string())
+        .collect();
+    let outcome = tokio::time::timeout(
+        TEST_LIMIT,
+        paused_holder(&endpoints.join(","), &pg, dir.path()),
+    )
+    .await;
+    for node in nodes.into_values() {
+        node.shutdown().await;
     }
-    c.finish(outcome, TEST_LIMIT);
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("{e:#}\nPostgreSQL's log:\n{}", pg.log_tail()),
+        Err(_) => panic!("did not finish within {TEST_LIMIT:?}"),
+    }
 }
 
-async fn paused_holder(c: &mut Cluster, pg: &ScratchPostgres) -> Result<()> {
-    c.wait_for_leader(LEADER_WAIT).await?;
-    let dir = tempfile::tempdir()?;
+async fn paused_holder(endpoints: &str, pg: &ScratchPostgres, dir: &std::path::Path) -> Result<()> {
     let (db, connection) = tokio_postgres::connect(&pg.connection_string(), NoTls).await?;
     tokio::spawn(connection);
 
-    let mut a = writer(c, pg, "A", &dir.path().join("a.err"))?;
-    let mut a_lines = lines_of(&mut a)?;
+    let (mut a, mut a_lines) = writer(endpoints, pg, "A", &dir.join("a.err"))?;
     let mut a_wrote = 0;
     let held = until(&mut a_lines, "holding ", &mut a_wrote, "writer A").await?;
     let a_token = token_in(&held)?;
@@ -153,8 +191,7 @@ async fn paused_holder(c: &mut Cluster, pg: &ScratchPostgres) -> Result<()> {
     );
 
     // B waits in the queue; it is granted the lock once A's lease ran out.
-    let mut b = writer(c, pg, "B", &dir.path().join("b.err"))?;
-    let mut b_lines = lines_of(&mut b)?;
+    let (b, mut b_lines) = writer(endpoints, pg, "B", &dir.join("b.err"))?;
     let mut b_wrote = 0;
     let held = until(&mut b_lines, "holding ", &mut b_wrote, "writer B").await?;
     let b_token = token_in(&held)?;
@@ -185,7 +222,7 @@ async fn paused_holder(c: &mut Cluster, pg: &ScratchPostgres) -> Result<()> {
     ensure!(
         status.0?.code() == Some(3),
         "writer A did not exit with the refusal code 3; stderr: {}",
-        std::fs::read_to_string(dir.path().join("a.err")).unwrap_or_default()
+        std::fs::read_to_string(dir.join("a.err")).unwrap_or_default()
     );
     until(
         &mut b_lines,
@@ -194,7 +231,7 @@ async fn paused_holder(c: &mut Cluster, pg: &ScratchPostgres) -> Result<()> {
         "writer B (after A woke up)",
     )
     .await?;
-    b.signal(libc::SIGKILL)?;
+    drop(b);
 
     // What the database holds: A's writes (all it reported, none refused),
     // then B's, never one of A's after B's first.
