@@ -340,16 +340,5 @@ fn concurrent_holders_never_interleave() {
     let accepted = accepted.load(Ordering::Relaxed) as usize;
     assert!(accepted > 0, "no writer was admitted");
     assert_eq!(rows.len(), 3 * accepted);
-    let mut last = 0u64;
-    for chunk in rows.chunks(3) {
-        let token: u64 = chunk[0].split('/').next().unwrap().parse().unwrap();
-        let expected: Vec<String> = (0..3).map(|p| format!("{token}/{p}")).collect();
-        assert_eq!(
-            chunk,
-            expected.as_slice(),
-            "a writer's rows were interleaved: {rows:?}"
-        );
-        assert!(token >= last, "token {token} wrote after {last}");
-        last = token;
-    }
+    support::assert_writers_contiguous(&rows);
 }

@@ -26,3 +26,26 @@ pub fn assert_stale(err: &latchkey_fence::FenceError, token: u64, highest: u64) 
         "expected token {token} refused below {highest}, got {err:?}"
     );
 }
+
+/// Fails unless `rows` (log rows `token/part`, in the order they were
+/// inserted) are whole runs of parts 0, 1, 2 per admitted writer, with
+/// tokens never going back: no two writers ran their writes at once.
+#[allow(dead_code)]
+pub fn assert_writers_contiguous(rows: &[String]) {
+    let mut last = 0u64;
+    for chunk in rows.chunks(3) {
+        let token: u64 = chunk[0]
+            .split('/')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("a log row that no writer wrote: {chunk:?}"));
+        let expected: Vec<String> = (0..3).map(|p| format!("{token}/{p}")).collect();
+        assert_eq!(
+            chunk,
+            expected.as_slice(),
+            "a writer's rows were interleaved: {rows:?}"
+        );
+        assert!(token >= last, "token {token} wrote after {last}");
+        last = token;
+    }
+}
