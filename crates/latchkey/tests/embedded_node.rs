@@ -1066,11 +1066,12 @@ async fn an_in_process_watch_sees_changes_and_is_checked_like_a_remote_one() -> 
     .await?
 }
 
-/// `Client::close` is cancel-safe: a caller that stops waiting once the
-/// close has begun (a timeout around it) does not leave the write session
-/// to expire; the close finishes on its own.
+/// `Client::close`, `Session::close` and the releases of `LockGuard` and
+/// `MultiLockGuard` are cancel-safe: a caller that stops waiting once the
+/// call has begun (a timeout around it) does not leave the session to
+/// expire or the lock held until then; the call finishes on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_close_given_up_on_still_closes_the_write_session() -> TestResult {
+async fn closes_and_releases_given_up_on_still_finish() -> TestResult {
     use futures::FutureExt;
     use latchkey::SessionId;
     tokio::time::timeout(LIMIT, async {
@@ -1102,6 +1103,49 @@ async fn a_client_close_given_up_on_still_closes_the_write_session() -> TestResu
             ended.is_none(),
             "the write session outlived a close given up on: {ended:?}"
         );
+
+        // The same for a lock's release, a multi-lock's release and a
+        // session's close: each polled once, then dropped. The holder's
+        // session lives 60 s, so only the releases can free the locks in
+        // time.
+        let holder = kv.session(Duration::from_secs(60)).await?;
+        let one = holder.lock("given-up/one").acquire().await?;
+        assert!(
+            one.release().now_or_never().is_none(),
+            "the release did not wait"
+        );
+        let both = holder
+            .lock_all(["given-up/a", "given-up/b"])
+            .acquire()
+            .await?;
+        assert!(
+            both.release().now_or_never().is_none(),
+            "the release did not wait"
+        );
+        let doomed = kv.session(Duration::from_secs(60)).await?;
+        assert!(
+            doomed.close().now_or_never().is_none(),
+            "the close did not wait"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let other = kv.session(Duration::from_secs(30)).await?;
+        let freed = other.lock("given-up/one").try_acquire().await?;
+        assert!(freed.is_some(), "a lock outlived a release given up on");
+        let freed = other
+            .lock_all(["given-up/a", "given-up/b"])
+            .try_acquire()
+            .await?;
+        assert!(
+            freed.is_some(),
+            "a multi-lock outlived a release given up on"
+        );
+        let ended = kv.end_session(doomed.id()).await?;
+        assert!(
+            ended.is_none(),
+            "a session outlived a close given up on: {ended:?}"
+        );
+        other.close().await?;
+        holder.close().await?;
         for node in nodes.into_values() {
             node.shutdown().await;
         }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use latchkey_core::lock::{LockCommand, LockOutcome, Sequencer, Token};
 use latchkey_core::{Command, CommandError, Outcome};
 
+use super::detached;
 use super::lease_clock;
 use super::session::Session;
 use crate::error::Error;
@@ -283,19 +284,20 @@ impl LockGuard {
     /// Release this hold (for a re-entrant grant, one hold of it). If the
     /// cluster does not answer in time the error is returned and the
     /// release keeps being retried in the background (same request id, so
-    /// it applies at most once) while the session lives.
+    /// it applies at most once) while the session lives. Cancel-safe: the
+    /// release runs in a task of its own, so dropping this future (a
+    /// timeout around it) stops only the waiting.
     pub async fn release(self) -> Result<(), Error> {
         if self.released.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        release(
-            &self.session,
-            self.owner,
-            &self.sequencer,
-            Some(&self.grants),
-        )
-        .await?;
-        Ok(())
+        let (session, owner) = (self.session.clone(), self.owner);
+        let (sequencer, grants) = (self.sequencer.clone(), self.grants.clone());
+        detached::finish(async move {
+            release(&session, owner, &sequencer, Some(&grants)).await?;
+            Ok(())
+        })
+        .await
     }
 
     /// [`Client::put_fenced`](crate::Client::put_fenced) with this guard's sequencer.

@@ -5,12 +5,15 @@
 //!
 //! - `lease_clock`: the clock every lease is judged on (`Instant` moved
 //!   forward by the time the machine spent suspended); imports nothing;
+//! - `detached`: finishing a release or close in a task of its own, so a
+//!   caller that stops waiting does not leave it half done; imports
+//!   nothing;
 //! - `watchdog`: a session's lease state and the task renewing it with
 //!   keep-alives; imports `lease_clock`;
 //! - `session`: [`Session`], opening and closing one; imports
-//!   `lease_clock`, `watchdog`;
+//!   `lease_clock`, `detached`, `watchdog`;
 //! - `guard`: [`LockGuard`], a held grant and its release; imports
-//!   `lease_clock`, `session`;
+//!   `lease_clock`, `detached`, `session`;
 //! - `handle`: [`Lock`], one owner's handle and acquiring it (and
 //!   [`Session::lock`], which makes one); imports `lease_clock`, `session`,
 //!   `guard`;
@@ -24,8 +27,8 @@
 //! - `semaphore`: [`Semaphore`], at most N holders of a name, each
 //!   permit fenced by its own token; imports `session`, `guard`, `handle`;
 //! - `multi_lock`: [`MultiLock`] and [`MultiLockGuard`], several locks
-//!   taken in one step or none and released together; imports `session`,
-//!   `guard`, `handle`;
+//!   taken in one step or none and released together; imports `detached`,
+//!   `session`, `guard`, `handle`;
 //! - `fenced`: [`Client::put_fenced`](crate::Client::put_fenced) and the
 //!   other writes fenced by a sequencer; imports no sibling;
 //! - `table`: [`Client::locks`](crate::Client::locks) and
@@ -38,6 +41,7 @@
 //! [`Session`], [`Lock`], [`LockGuard`] and [`EndedSession`] at the crate
 //! root.
 
+mod detached;
 mod election;
 mod fenced;
 mod guard;

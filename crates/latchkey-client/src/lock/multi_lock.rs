@@ -22,7 +22,8 @@
 //!   with its own lock's guard ([`MultiLockGuard::get`]).
 //! - A lease or a lock-delay applies to each grant on its own.
 //!
-//! Imports `session`, `guard`, `handle` (this file is after them).
+//! Imports `detached`, `session`, `guard`, `handle` (this file is after
+//! them).
 //!
 //! ```no_run
 //! # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
@@ -44,6 +45,7 @@ use futures::future::select_all;
 use futures::FutureExt;
 use latchkey_core::lock::{Sequencer, Token};
 
+use super::detached;
 use super::guard::{release_all, LockGuard};
 use super::handle::{clamp_wait, Lock};
 use super::session::Session;
@@ -199,13 +201,17 @@ impl MultiLockGuard {
     /// Release every lock in one step. A lock whose grant no longer held
     /// (its lease ran out) is not an error. If the cluster does not answer
     /// in time, the error is returned and the release is retried in the
-    /// background.
+    /// background. Cancel-safe, like [`LockGuard::release`].
     pub async fn release(self) -> Result<(), Error> {
         let Some((owner, grants, sequencers)) = self.take_release() else {
             return Ok(());
         };
-        release_all(&self.session, owner, &sequencers, Some(&grants)).await?;
-        Ok(())
+        let session = self.session.clone();
+        detached::finish(async move {
+            release_all(&session, owner, &sequencers, Some(&grants)).await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Take the release over from the guards: (owner, grant table, the

@@ -14,6 +14,7 @@ use latchkey_core::{Command, CommandError, Outcome};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::detached;
 use super::lease_clock;
 use super::watchdog::{at_risk_from, watchdog, LeaseState};
 use crate::error::Error;
@@ -365,27 +366,31 @@ impl Session {
     }
 
     /// End the session now: its locks are released at once (no lock-delay),
-    /// its waits cancelled and the keys bound to it deleted.
+    /// its waits cancelled and the keys bound to it deleted. Cancel-safe:
+    /// the close runs in a task of its own, so dropping this future stops
+    /// only the waiting.
     pub async fn close(&self) -> Result<(), Error> {
         self.stop_watchdog();
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         let (session, secret) = (self.inner.id, self.inner.secret);
-        match self
-            .inner
-            .client
-            .execute_with(
-                Command::Lock(LockCommand::CloseSession { session, secret }),
-                true,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            // A retried close, or the leader expired it first: ended either way.
-            Err(Error::Refused(CommandError::SessionEnded { .. })) => Ok(()),
-            Err(e) => Err(e),
-        }
+        let client = self.inner.client.clone();
+        detached::finish(async move {
+            match client
+                .execute_with(
+                    Command::Lock(LockCommand::CloseSession { session, secret }),
+                    true,
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                // A retried close, or the leader expired it first: ended either way.
+                Err(Error::Refused(CommandError::SessionEnded { .. })) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 }
 
