@@ -103,6 +103,12 @@ pub(crate) struct Timers {
     /// When each acquire queued while this table leads joined its queue,
     /// keyed by its wait countdown, for the acquire-wait histogram.
     queued: BTreeMap<TimerKey, Instant>,
+    /// The acquire (session, owner, request id) of the last grant made
+    /// without waiting. A multi-lock's acquire is granted every lock in
+    /// one entry, as one `Granted` event per lock one after another: only
+    /// the first counts as its wait (request ids are never reused within a
+    /// session, so the same triple again is the same acquire).
+    last_immediate: Option<(SessionId, u64, u64)>,
 }
 
 /// What an applied event tells the metrics (see [`Timers::apply`]).
@@ -324,6 +330,7 @@ impl Timers {
         self.slots_from = None;
         self.granted.clear();
         self.queued.clear();
+        self.last_immediate = None;
     }
 
     /// How many countdowns run.
@@ -444,7 +451,10 @@ impl Timers {
                             waited: now.saturating_duration_since(since),
                         });
                     }
-                } else if timed {
+                } else if timed
+                    && self.last_immediate.replace((*session, *owner, *request_id))
+                        != Some((*session, *owner, *request_id))
+                {
                     seen = Some(Observation::WaitEnded {
                         outcome: "granted",
                         waited: Duration::ZERO,
@@ -533,6 +543,34 @@ mod tests {
     }
 
     const SECRET: SessionSecret = SessionSecret([7; 16]);
+
+    /// A multi-lock granted at once is one acquire: one wait observation,
+    /// not one per lock; the next acquire counts again.
+    #[test]
+    fn a_multi_lock_granted_at_once_is_one_wait() {
+        let mut t = Timers::default();
+        let t0 = Instant::now();
+        let s = SessionId(1);
+        let granted = |name: &str, token: u64, request_id: u64| Event::Granted {
+            session: s,
+            owner: 1,
+            request_id,
+            name: name.into(),
+            mode: LockMode::Exclusive,
+            token: Token(token),
+            lease_ms: None,
+            waited: false,
+        };
+        let seen: Vec<_> = [granted("a", 1, 5), granted("b", 2, 5), granted("c", 3, 6)]
+            .iter()
+            .map(|e| t.apply(e, t0, true))
+            .collect();
+        let once = Some(Observation::WaitEnded {
+            outcome: "granted",
+            waited: Duration::ZERO,
+        });
+        assert_eq!(seen, vec![once, None, once]);
+    }
 
     #[test]
     fn due_countdowns_come_out_in_time_order_once() {
