@@ -175,7 +175,8 @@ pub struct Census {
     pub locks: u64,
     /// Grants among them (a shared lock counts each holder).
     pub holders: u64,
-    /// Waiters queued on them.
+    /// Acquires waiting for them (a multi-lock's wait counts once, like
+    /// the lock census's).
     pub waiters: u64,
     /// Access-control rows (users, roles, the enabled flag, owners).
     pub access_control_rows: u64,
@@ -211,12 +212,13 @@ impl Census {
             Some(&SESSION) => self.sessions += 1,
             Some(&LOCK) => {
                 self.locks += 1;
-                match codec::decode::<LockRecord>(value) {
-                    Ok(record) => {
+                let name = key.get(1..).and_then(|n| std::str::from_utf8(n).ok());
+                match (name, codec::decode::<LockRecord>(value)) {
+                    (Some(name), Ok(record)) => {
                         self.holders += record.holders.len() as u64;
-                        self.waiters += record.queue.len() as u64;
+                        self.waiters += record.waits_counted(name);
                     }
-                    Err(_) => self.damaged += 1,
+                    _ => self.damaged += 1,
                 }
             }
             Some(&AUTH) => self.access_control_rows += 1,
@@ -323,6 +325,41 @@ mod tests {
         assert_eq!((c.locks, c.damaged), (1, 1));
         assert_eq!((c.last_token, c.last_session), (9, 4));
         assert_eq!(c.access_control_rows, 1);
+    }
+
+    /// A multi-lock waits in each of its locks' queues but is one wait.
+    #[test]
+    fn census_counts_a_multi_lock_wait_once() {
+        use crate::lock::lock_table::{LockRecord, Waiter};
+        use crate::lock::{LockMode, SessionId};
+        let waiter = |owner: u64, group: &[&str]| Waiter {
+            session: SessionId(1),
+            owner,
+            request_id: owner,
+            mode: LockMode::Exclusive,
+            wait_ms: 1_000,
+            lease_ms: None,
+            lock_delay_ms: None,
+            value: Vec::new(),
+            group: group.iter().map(|n| n.to_string()).collect(),
+        };
+        let record = |queue: Vec<Waiter>| {
+            codec::encode(&LockRecord {
+                queue,
+                ..LockRecord::default()
+            })
+            .unwrap()
+        };
+        let mut c = Census::default();
+        let both = ["a", "b"];
+        c.add(
+            &tagged(LOCK, b"a"),
+            &record(vec![waiter(1, &both), waiter(2, &[])]),
+        );
+        c.add(&tagged(LOCK, b"b"), &record(vec![waiter(1, &both)]));
+        assert_eq!((c.locks, c.waiters, c.damaged), (2, 2, 0));
+        c.add(&tagged(LOCK, b"\xff"), &record(vec![waiter(3, &[])]));
+        assert_eq!((c.locks, c.waiters, c.damaged), (3, 2, 1));
     }
 
     #[test]

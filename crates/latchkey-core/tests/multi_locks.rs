@@ -975,6 +975,31 @@ fn release_all_gives_back_every_grant_in_one_entry_and_reports_the_gone() {
     assert_eq!(c.holders("c"), []);
 }
 
+/// A raw client may re-enter a multi-lock's grant with a single acquire
+/// by the same owner; giving the multi-lock back ends the grant whole, so
+/// `released` never names a lock that is still held.
+#[test]
+fn release_all_ends_a_re_entered_grant_whole() {
+    let mut c = Cluster::new();
+    c.open(1);
+    let command = c.acquire_all_command(1, 7, &["a", "b"], LockMode::Exclusive, false);
+    let held = sequencers(&c.exec(command).0);
+    let again = c.take(1, 7, "a");
+    assert_eq!(again.token, held[0].token, "a re-entrant hold of the grant");
+    let grants: Vec<(&str, Token)> = held.iter().map(|s| (s.name.as_str(), s.token)).collect();
+    let release = c.release_all_command(1, 7, &grants);
+    let (answer, events) = c.exec(release);
+    assert_eq!(
+        answer,
+        Ok(LockOutcome::ReleasedAll {
+            released: vec!["a".into(), "b".into()],
+            gone: vec![]
+        })
+    );
+    assert_eq!(releases_in(&events).len(), 2, "{events:?}");
+    assert!(c.locks().is_empty(), "{:?}", c.locks());
+}
+
 #[test]
 fn the_largest_multi_lock_is_taken() {
     let mut c = Cluster::new();

@@ -49,11 +49,10 @@ pub(super) async fn release(
     }
 }
 
-/// Release one hold of each of a multi-lock's grants, `sequencers`, by
-/// `owner`, in one step: (the locks released, the locks whose grant no
-/// longer held). `grants`, if given, forgets them all once the cluster
-/// answers (a multi-lock's grants are never re-entered, so one hold is
-/// all they have).
+/// End each of a multi-lock's grants, `sequencers`, by `owner`, in one
+/// step: (the locks released, the locks whose grant no longer held).
+/// `grants`, if given, forgets them all once the cluster answers (the
+/// cluster ends each grant whole).
 pub(super) async fn release_all(
     session: &Session,
     owner: u64,

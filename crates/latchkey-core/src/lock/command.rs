@@ -237,8 +237,9 @@ pub enum LockCommand {
         /// Lock-delay after a forced release of each grant; `None`: none.
         lock_delay_ms: Option<u64>,
     },
-    /// Release one hold of each of (`session`, `owner`)'s `grants` (lock
-    /// name, token) in one entry: a multi-lock given back. A grant that no
+    /// End each of (`session`, `owner`)'s `grants` (lock name, token) in
+    /// one entry: a multi-lock given back. A grant ends whole, with any
+    /// hold a single acquire by the same owner added to it. A grant that no
     /// longer holds is reported in [`LockOutcome::ReleasedAll`], not
     /// refused. 1 to [`MAX_MULTI_LOCK_NAMES`](crate::limits::MAX_MULTI_LOCK_NAMES)
     /// distinct locks.
@@ -512,8 +513,7 @@ pub enum LockOutcome {
     },
     /// What a [`LockCommand::ReleaseAll`] did.
     ReleasedAll {
-        /// The locks one hold of whose grant was released, in the order
-        /// given.
+        /// The locks whose grant ended, in the order given.
         released: Vec<String>,
         /// The locks whose grant no longer held (lease run out, released by
         /// force, released before), in the order given.

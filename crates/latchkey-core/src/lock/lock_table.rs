@@ -117,6 +117,16 @@ pub(crate) struct LockRecord {
 }
 
 impl LockRecord {
+    /// The waits this record, lock `name`'s, counts: a multi-lock waits in
+    /// every one of its locks' queues but counts once, in its first lock,
+    /// so that every census (metrics, `locks`, backups) counts it once.
+    pub(crate) fn waits_counted(&self, name: &str) -> u64 {
+        self.queue
+            .iter()
+            .filter(|w| w.reported_name(name) == name)
+            .count() as u64
+    }
+
     /// The mode of the current holders, if any.
     pub(crate) fn mode(&self) -> Option<LockMode> {
         self.holders.first().map(|h| h.mode)
@@ -767,6 +777,28 @@ pub(crate) fn release<S: Store>(
     dedup::remember(store, session, session_rec, request_id, command, &outcome)?;
     locks.save(store, events)?;
     Ok(outcome)
+}
+
+/// End (`session`, `owner`)'s grant `token` of `lock` whole, however many
+/// re-entrant holds it has (a multi-lock's grant given back): as
+/// [`release_hold`] otherwise, so a grant that no longer holds is refused
+/// the same way.
+pub(crate) fn end_grant(
+    lock: &mut LockState,
+    session: SessionId,
+    owner: u64,
+    token: Token,
+    events: &mut Vec<Event>,
+) -> Result<(), CommandError> {
+    if let Some(holder) = lock
+        .rec
+        .holders
+        .iter_mut()
+        .find(|h| h.session == session && h.owner == owner && h.token == token)
+    {
+        holder.count = 1;
+    }
+    release_hold(lock, session, owner, token, events).map(|_| ())
 }
 
 /// Release one hold of (`session`, `owner`)'s grant `token` of `lock`:

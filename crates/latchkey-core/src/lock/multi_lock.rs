@@ -173,11 +173,12 @@ fn check_takeable(lock: &LockState, session: SessionId, owner: u64) -> Result<()
     Ok(())
 }
 
-/// [`LockCommand::ReleaseAll`], validated already: one hold of each
-/// listed grant that still holds its lock is released, in one entry; the
-/// grants that no longer hold (their lease ran out, an operator released
-/// them) are reported, never refused, so that a set is always given back
-/// whole.
+/// [`LockCommand::ReleaseAll`], validated already: each listed grant that
+/// still holds its lock ends, in one entry, whatever its count of holds (a
+/// raw client may have re-entered one with a single acquire: that hold
+/// ends with it, so `released` never names a lock still held); the grants
+/// that no longer hold (their lease ran out, an operator released them)
+/// are reported, never refused, so that a set is always given back whole.
 pub(crate) fn release_all<S: Store>(
     store: &mut S,
     command: &LockCommand,
@@ -202,8 +203,8 @@ pub(crate) fn release_all<S: Store>(
     let (mut released, mut gone) = (Vec::new(), Vec::new());
     for (name, token) in grants {
         let lock = locks.get(store, name)?;
-        match lock_table::release_hold(lock, session, owner, *token, events) {
-            Ok(_) => released.push(name.clone()),
+        match lock_table::end_grant(lock, session, owner, *token, events) {
+            Ok(()) => released.push(name.clone()),
             Err(CommandError::NotHolder { .. } | CommandError::StaleToken { .. }) => {
                 gone.push(name.clone())
             }

@@ -321,13 +321,7 @@ fn census<S: Store>(store: &S) -> Result<LockCensus, StoreError> {
         c.locks += 1;
         c.held += u64::from(!rec.holders.is_empty());
         c.holds += rec.holders.len() as u64;
-        // A multi-lock's wait counts once, in its first lock.
-        let name = lock_name(key)?;
-        c.waiters += rec
-            .queue
-            .iter()
-            .filter(|w| w.reported_name(&name) == name)
-            .count() as u64;
+        c.waiters += rec.waits_counted(&lock_name(key)?);
         c.delayed += u64::from(rec.delay.is_some());
         Ok(())
     })?;
