@@ -1,33 +1,13 @@
 //! Applying a [`LockCommand`]: staging, dispatch, and all-or-nothing commit.
 
+use super::applied::{Applied, ApplyError};
 use super::event::{Event, SessionEnd};
-use super::{checkpoint, election, fence, force, lock_table, multi_lock, session, LockCommand};
+use super::{
+    checkpoint, election, fence, force, lock_table, multi_lock, session, session_end, LockCommand,
+};
 use crate::data::Change;
 use crate::staged::{self, Staged};
 use crate::{CommandError, CommandResult, Outcome, Store, StoreError};
-
-/// Why applying a lock command stopped: the store failed (fatal for the
-/// replica) or the command was refused (the client's answer).
-#[derive(Debug)]
-pub(crate) enum ApplyError {
-    Store(StoreError),
-    Refused(CommandError),
-}
-
-impl From<StoreError> for ApplyError {
-    fn from(e: StoreError) -> Self {
-        ApplyError::Store(e)
-    }
-}
-
-impl From<CommandError> for ApplyError {
-    fn from(e: CommandError) -> Self {
-        ApplyError::Refused(e)
-    }
-}
-
-/// The result of a step of a lock command.
-pub(crate) type Applied<T> = Result<T, ApplyError>;
 
 /// Apply a validated lock command to `store`. Every write is staged and
 /// reaches `store` only if the command succeeds, and only then are its
@@ -101,13 +81,13 @@ fn dispatch<S: Store>(
         } => session::open(store, *ttl_ms, *secret, name, events)?,
         LockCommand::CloseSession { session, secret } => {
             session::check_secret(store, *session, secret)?;
-            session::end(store, *session, SessionEnd::Closed, change, events)?
+            session_end::end(store, *session, SessionEnd::Closed, change, events)?
         }
         LockCommand::ExpireSession { session } => {
-            session::end(store, *session, SessionEnd::Expired, change, events)?
+            session_end::end(store, *session, SessionEnd::Expired, change, events)?
         }
         LockCommand::EndSession { session } => {
-            session::end(store, *session, SessionEnd::Ended, change, events)?
+            session_end::end(store, *session, SessionEnd::Ended, change, events)?
         }
         LockCommand::ForceRelease { name, token } => {
             force::force_release(store, name, *token, events)?

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Applied;
+use super::applied::Applied;
 use super::event::Event;
 use super::{lock_table, session, LockOutcome, SessionId, Token};
 use crate::Store;

@@ -30,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Applied;
+use super::applied::Applied;
 use super::session::{self, SessionRecord};
 use super::{record, LockCommand, LockOutcome, SessionId};
 use crate::command::{Command, Outcome};
@@ -187,8 +187,8 @@ pub(crate) fn recall_write<S: Store>(
         Ok(Some(Answer::Outcome(_) | Answer::WaitCancelled)) => {
             Ok(Err(CommandError::RequestIdReused { request_id }))
         }
-        Err(super::apply::ApplyError::Refused(e)) => Ok(Err(e)),
-        Err(super::apply::ApplyError::Store(e)) => Err(e),
+        Err(super::applied::ApplyError::Refused(e)) => Ok(Err(e)),
+        Err(super::applied::ApplyError::Store(e)) => Err(e),
     }
 }
 

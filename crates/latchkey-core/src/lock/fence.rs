@@ -1,4 +1,5 @@
-//! Fencing: [`Token`], the cluster-wide token counter, and fenced writes.
+//! Fenced writes: a write applied only while its sequencer is a current
+//! grant ([`Token`](crate::lock::Token) and its counter are `token.rs`).
 //!
 //! Rules (see also the [module docs](crate::lock)):
 //!
@@ -17,48 +18,11 @@
 //!   refused as invalid. The check and the writes happen in the same log
 //!   entry, so no grant can slip in between.
 
-use serde::{Deserialize, Serialize};
-
-use super::apply::Applied;
+use super::applied::Applied;
 use super::lock_table;
 use super::{LockMode, Sequencer};
 use crate::command::{BatchOp, Condition};
-use crate::keyspace::META_LAST_TOKEN;
-use crate::store::read_counter;
 use crate::{CommandError, CommandResult, Store};
-
-/// A fencing token: identifies one grant of a lock. Never 0; a later grant
-/// always has a larger token.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
-pub struct Token(pub u64);
-
-impl From<Token> for u64 {
-    /// The number to hand to a storage service or a
-    /// `FenceGate::admit(resource, token.into())`.
-    fn from(t: Token) -> u64 {
-        t.0
-    }
-}
-
-impl std::fmt::Display for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// Issue the next fencing token.
-pub(crate) fn next_token<S: Store>(store: &mut S) -> Applied<Token> {
-    let last = read_counter(store, META_LAST_TOKEN)?;
-    let next = last
-        .checked_add(1)
-        .ok_or_else(|| CommandError::CounterExhausted {
-            counter: "fencing tokens".to_string(),
-        })?;
-    store.put(META_LAST_TOKEN, &next.to_be_bytes())?;
-    Ok(Token(next))
-}
 
 /// Refuse unless `sequencer` is the current exclusive holder of its lock,
 /// or a current permit of its semaphore.

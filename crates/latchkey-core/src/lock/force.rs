@@ -5,7 +5,7 @@
 //!
 //! Imports `lock_table` and `session`; neither imports it.
 
-use super::apply::Applied;
+use super::applied::Applied;
 use super::event::{Event, HoldEnd};
 use super::lock_table::{settle, start_operator_delay, Holder, Locks};
 use super::{session, LockOutcome, Token};

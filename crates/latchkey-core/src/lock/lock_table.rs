@@ -28,12 +28,13 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::Applied;
+use super::applied::Applied;
 use super::dedup::{self, Answer, Asked};
 use super::event::{Event, HoldEnd, SessionEnd, WaitEnd};
+use super::token::next_token;
 use super::{
-    fence, record, session, HolderInfo, LockCommand, LockMode, LockOutcome, Sequencer, SessionId,
-    Token, WaitCancel,
+    record, session, HolderInfo, LockCommand, LockMode, LockOutcome, Sequencer, SessionId, Token,
+    WaitCancel,
 };
 use crate::keyspace;
 use crate::limits::{MAX_LOCK_HOLDERS, MAX_LOCK_WAITERS};
@@ -329,7 +330,7 @@ pub(crate) fn grant<S: Store>(
     waited: bool,
     events: &mut Vec<Event>,
 ) -> Applied<Sequencer> {
-    let token = fence::next_token(store)?;
+    let token = next_token(store)?;
     let holder = Holder {
         session: hold.session,
         owner: hold.owner,

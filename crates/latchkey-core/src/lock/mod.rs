@@ -14,20 +14,28 @@
 //!
 //! # Rooms
 //!
-//! | file | holds |
-//! |------|-------|
-//! | `command.rs` | [`LockCommand`], [`LockQuery`], [`LockOutcome`] |
-//! | `session.rs` | [`SessionId`], opening and ending sessions |
-//! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry |
-//! | `election.rs` | elections: the leader key kept in step with an election's lock |
-//! | `multi_lock.rs` | multi-locks: several locks acquired in one entry or none, released together |
-//! | `checkpoint.rs` | the leader's record of how long sessions and leases have left |
-//! | `force.rs` | an operator's forced release of a lock |
-//! | `fence.rs` | [`Token`], the token counter, fenced writes |
-//! | `sequencer.rs` | [`Sequencer`] and its printable form |
-//! | `dedup.rs` | per-session memory of request outcomes |
-//! | `event.rs` | [`Event`]: what the shell must act on |
-//! | `query.rs` | answers to [`LockQuery`], [`TimerState`] |
+//! | file | holds | imports (siblings) |
+//! |------|-------|---------|
+//! | `command.rs` | [`LockCommand`], [`LockQuery`], [`LockOutcome`] | none |
+//! | `applied.rs` | the result of one step of applying a command | none |
+//! | `event.rs` | [`Event`]: what the shell must act on | none |
+//! | `record.rs` | reading and scanning stored rows | none |
+//! | `sequencer.rs` | [`Sequencer`] and its printable form | none |
+//! | `token.rs` | [`Token`] and the token counter | `applied` |
+//! | `session.rs` | [`SessionId`], the session record, opening a session | `applied`, `event`, `record` |
+//! | `dedup.rs` | per-session memory of request outcomes | `applied`, `record`, `session` |
+//! | `lock_table.rs` | holders, FIFO queue, lock-delay; acquire, release, cancel, expiry | `applied`, `dedup`, `event`, `record`, `session`, `token` |
+//! | `session_end.rs` | ending a session: its holds, waits and bound keys | `lock_table`, `session` and below |
+//! | `election.rs` | elections: the leader key kept in step with an election's lock | `event`, `lock_table` |
+//! | `multi_lock.rs` | multi-locks: several locks acquired in one entry or none, released together | `lock_table`, `session` and below |
+//! | `checkpoint.rs` | the leader's record of how long sessions and leases have left | `lock_table`, `session` and below |
+//! | `force.rs` | an operator's forced release of a lock | `lock_table`, `session` and below |
+//! | `fence.rs` | fenced writes | `applied`, `lock_table` |
+//! | `query.rs` | answers to [`LockQuery`], [`TimerState`] | `lock_table`, `record`, `session` |
+//! | `apply.rs` | staging, dispatch, all-or-nothing commit | every file that applies a command |
+//!
+//! Imports point down this table (with `mode.rs`, lock modes, beside
+//! `command.rs`): no two files import each other.
 //!
 //! State lives in the store under the tags of [`crate::keyspace`] (`S`,
 //! `L`, `H`, `R`, and two counters in `M`), encoded with [`crate::codec`],
@@ -304,6 +312,7 @@
 //! assert!(events.is_empty());
 //! ```
 
+mod applied;
 mod apply;
 mod checkpoint;
 mod command;
@@ -319,6 +328,8 @@ mod query;
 pub(crate) mod record;
 mod sequencer;
 mod session;
+mod session_end;
+mod token;
 
 pub use checkpoint::{LeaseLeft, SessionLeft};
 pub use command::{LockCommand, LockOutcome, LockQuery, Proposer, TimerKind, WaitCancel};
@@ -328,7 +339,6 @@ pub use election::{
     MAX_ELECTION_VALUE_LEN,
 };
 pub use event::{Event, HoldEnd, SessionEnd, WaitEnd};
-pub use fence::Token;
 pub use mode::LockMode;
 pub use query::{
     HeldLock, HolderInfo, LeaseTimer, LockCensus, LockDelayTimer, LockInfo, SessionInfo,
@@ -337,6 +347,7 @@ pub use query::{
 pub use sequencer::{Sequencer, SequencerParseError};
 pub(crate) use session::check_live;
 pub use session::{ForcedReleases, SessionId, SessionSecret};
+pub use token::Token;
 
 pub(crate) use apply::apply;
 pub(crate) use query::query;

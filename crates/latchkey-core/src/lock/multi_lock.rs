@@ -29,7 +29,7 @@
 //! - Each grant is an ordinary grant afterwards: a lease or a lock-delay
 //!   applies to each lock on its own, a session's end releases all.
 
-use super::apply::Applied;
+use super::applied::Applied;
 use super::dedup;
 use super::event::Event;
 use super::lock_table::{self, LockState, Locks, NewHold, Waiter};

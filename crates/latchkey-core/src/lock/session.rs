@@ -1,5 +1,6 @@
-//! Sessions: [`SessionId`], the session record, and opening and ending a
-//! session.
+//! Sessions: [`SessionId`], the session record, and opening one (ending
+//! one is `session_end.rs`, which sits above this file and the lock
+//! table).
 //!
 //! Rules (see also the [module docs](crate::lock)):
 //!
@@ -38,9 +39,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::apply::{Applied, ApplyError};
-use super::event::{Event, SessionEnd};
-use super::{dedup, lock_table, record, LockOutcome, Token};
+use super::applied::{Applied, ApplyError};
+use super::event::Event;
+use super::{record, LockOutcome, Token};
 use crate::keyspace::{self, META_LAST_SESSION, META_LIVE_SESSIONS};
 use crate::limits::{MAX_FORCED_REMEMBERED, MAX_LIVE_SESSIONS};
 use crate::store::read_counter;
@@ -283,7 +284,7 @@ pub(crate) fn save<S: Store>(
 /// once: the first open or end writes the row). Either way a function of
 /// the state alone, so every replica gets the same number whichever build
 /// applied the entries before.
-fn live_sessions<S: Store>(store: &S) -> Result<u64, StoreError> {
+pub(super) fn live_sessions<S: Store>(store: &S) -> Result<u64, StoreError> {
     if let Some(bytes) = store.get(META_LIVE_SESSIONS)? {
         return keyspace::read_u64(&bytes)
             .ok_or_else(|| record::corrupt(META_LIVE_SESSIONS, "not a u64"));
@@ -340,59 +341,5 @@ pub(crate) fn open<S: Store>(
         session,
         ttl_ms,
         secret,
-    })
-}
-
-/// Close or expire `session`: every hold ends (with lock-delay on expiry
-/// only), every wait is cancelled, and the session is forgotten.
-pub(crate) fn end<S: Store>(
-    store: &mut S,
-    session: SessionId,
-    how: SessionEnd,
-    change: &mut crate::data::Change,
-    events: &mut Vec<Event>,
-) -> Applied<LockOutcome> {
-    let record = load_live(store, session)?;
-    // Counted while this session's record still exists.
-    let live = live_sessions(store)?;
-    let prefix = keyspace::session_locks_prefix(session.0);
-    let mut released = 0u32;
-    let mut cancelled = 0u32;
-    let mut names = Vec::new();
-    for (key, _) in record::scan_prefix(store, &prefix)? {
-        let name = key
-            .get(prefix.len()..)
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .ok_or_else(|| record::corrupt(&key, "lock name is not UTF-8"))?
-            .to_string();
-        names.push(name);
-    }
-    // Every hold and wait of the session goes first, and only then do the
-    // queues move on: moving one on can grant a multi-lock and so move
-    // another lock's queue, whose head may be a wait of this session that
-    // must not be granted.
-    let mut locks = lock_table::Locks::default();
-    for name in &names {
-        let (r, c) =
-            lock_table::drop_session(store, &mut locks, name, session, how, record.ttl_ms, events)?;
-        released = released.saturating_add(r);
-        cancelled = cancelled.saturating_add(c);
-    }
-    for name in &names {
-        lock_table::settle(store, &mut locks, name, events)?;
-    }
-    locks.save(store, events)?;
-    // The keys bound to the session go in this same command, at one
-    // revision: watchers see them deleted together.
-    change.delete_session_keys(store, session.0)?;
-    dedup::forget_all(store, session)?;
-    crate::auth::forget_owner(store, session)?;
-    store.delete(&keyspace::session_key(session.0))?;
-    store.put(META_LIVE_SESSIONS, &live.saturating_sub(1).to_be_bytes())?;
-    events.push(Event::SessionEnded { session, how });
-    Ok(LockOutcome::SessionEnded {
-        session,
-        released,
-        cancelled,
     })
 }
