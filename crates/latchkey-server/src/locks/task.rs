@@ -550,7 +550,15 @@ impl<H: LockHost> Task<H> {
                     leader: self.replica.leader(),
                 }));
             }
-            Role::Building { keep_alives, .. } => keep_alives.push(ka),
+            Role::Building { keep_alives, .. } => {
+                // A caller that gave up needs no answer: while the state
+                // read is retried, the held keep-alives are swept of them
+                // each time their number doubles (amortised O(1) a push).
+                if keep_alives.len() >= 64 && keep_alives.len().is_power_of_two() {
+                    keep_alives.retain(|held| !held.reply.is_closed());
+                }
+                keep_alives.push(ka);
+            }
             Role::Leader { .. } => {
                 if self.expiring.contains(&ka.session) {
                     let _ = ka.reply.send(session_ended(ka.session));
