@@ -54,6 +54,7 @@
 
 #![warn(missing_docs)]
 
+mod claim;
 pub mod durability;
 pub mod elections;
 pub mod history;

@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::claim::{grants_increase, token_owners, zero_tokens, Claim, MAX_PER_RULE};
 use crate::history::{Event, FenceTarget, History, LockOp, Op, Operation, Outcome};
 use crate::order::later_lower;
 use crate::verdict::{conclude, Verdict, Violation};
@@ -36,19 +37,8 @@ use crate::verdict::{conclude, Verdict, Violation};
 /// The checker's name in its [`Verdict`].
 pub const NAME: &str = "lock safety";
 
-/// Detailed violations collected per rule; enough to pick a short witness.
-const MAX_PER_RULE: usize = 256;
-
 /// Overlapping hold windows listed in the verdict's notes.
 const MAX_OVERLAPS_NOTED: usize = 5;
-
-/// A grant or accepted write: something that claims a token.
-struct Claim<'h> {
-    op: &'h Operation,
-    resource: &'h str,
-    holder: &'h str,
-    token: u64,
-}
 
 /// Checks rules 1-5 and notes overlapping hold windows.
 pub fn check(history: &History) -> Verdict {
@@ -68,7 +58,7 @@ pub fn check(history: &History) -> Verdict {
                 token: Some(token),
             } => grants.push(Claim {
                 op,
-                resource,
+                place: resource,
                 holder,
                 token: *token,
             }),
@@ -81,7 +71,7 @@ pub fn check(history: &History) -> Verdict {
             } => writes.push((
                 Claim {
                     op,
-                    resource,
+                    place: resource,
                     holder,
                     token: *token,
                 },
@@ -92,8 +82,11 @@ pub fn check(history: &History) -> Verdict {
     }
 
     let mut violations = Vec::new();
-    zero_tokens(&grants, &mut violations);
-    token_owners(&grants, &writes, &mut violations);
+    zero_tokens(&grants, "lock", &mut violations);
+    token_owners(
+        grants.iter().chain(writes.iter().map(|(c, _)| c)),
+        &mut violations,
+    );
     grants_increase(&grants, &mut violations);
     writes_do_not_go_back(&writes, &mut violations);
     let late_gate_writes = kv_writes_after_higher_grant(&grants, &writes, &mut violations);
@@ -125,76 +118,10 @@ pub fn check(history: &History) -> Verdict {
     verdict
 }
 
-fn zero_tokens(grants: &[Claim], violations: &mut Vec<Violation>) {
-    for g in grants.iter().filter(|g| g.token == 0).take(MAX_PER_RULE) {
-        violations.push(Violation::new(
-            format!(
-                "lock {:?} granted to {} with token 0, which is never issued",
-                g.resource, g.holder
-            ),
-            g.op.events(),
-        ));
-    }
-}
-
-fn token_owners(
-    grants: &[Claim],
-    writes: &[(Claim, &FenceTarget)],
-    violations: &mut Vec<Violation>,
-) {
-    let mut by_token: BTreeMap<u64, Vec<&Claim>> = BTreeMap::new();
-    for c in grants.iter().chain(writes.iter().map(|(c, _)| c)) {
-        by_token.entry(c.token).or_default().push(c);
-    }
-    let mut found = 0;
-    for (token, mut claims) in by_token {
-        claims.sort_by_key(|c| c.op.invoke.index);
-        for (j, later) in claims.iter().enumerate() {
-            let earlier = claims[..j]
-                .iter()
-                .rev()
-                .find(|c| (c.resource, c.holder) != (later.resource, later.holder));
-            if let Some(earlier) = earlier {
-                let mut events = earlier.op.events();
-                events.extend(later.op.events());
-                violations.push(Violation::new(
-                    format!(
-                        "token {token} belongs to two holders: {} on {:?} and {} on {:?}",
-                        earlier.holder, earlier.resource, later.holder, later.resource
-                    ),
-                    events,
-                ));
-                found += 1;
-                if found >= MAX_PER_RULE {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn grants_increase(grants: &[Claim], violations: &mut Vec<Violation>) {
-    let tokens: Vec<(&Operation, u64)> = grants.iter().map(|g| (g.op, g.token)).collect();
-    for (i, j) in later_lower(&tokens, &tokens, MAX_PER_RULE) {
-        let (Some(a), Some(b)) = (grants.get(i), grants.get(j)) else {
-            continue;
-        };
-        let mut events = a.op.events();
-        events.extend(b.op.events());
-        violations.push(Violation::new(
-            format!(
-                "token went back: {} got token {} on {:?}, then a later acquire gave {} token {} on {:?}",
-                a.holder, a.token, a.resource, b.holder, b.token, b.resource
-            ),
-            events,
-        ));
-    }
-}
-
 fn writes_do_not_go_back(writes: &[(Claim, &FenceTarget)], violations: &mut Vec<Violation>) {
     let mut streams: BTreeMap<(&str, &FenceTarget), Vec<&Claim>> = BTreeMap::new();
     for (c, target) in writes {
-        streams.entry((c.resource, target)).or_default().push(c);
+        streams.entry((c.place, target)).or_default().push(c);
     }
     for ((resource, target), claims) in streams {
         let tokens: Vec<(&Operation, u64)> = claims.iter().map(|c| (c.op, c.token)).collect();
@@ -229,10 +156,10 @@ fn kv_writes_after_higher_grant<'h>(
     type Lists<'a, 'h> = (Vec<&'a Claim<'h>>, Vec<&'a Claim<'h>>, Vec<&'a Claim<'h>>);
     let mut per_resource: BTreeMap<&str, Lists> = BTreeMap::new();
     for g in grants {
-        per_resource.entry(g.resource).or_default().0.push(g);
+        per_resource.entry(g.place).or_default().0.push(g);
     }
     for (c, target) in writes {
-        let entry = per_resource.entry(c.resource).or_default();
+        let entry = per_resource.entry(c.place).or_default();
         match target {
             FenceTarget::Kv { .. } => entry.1.push(c),
             FenceTarget::Gate => entry.2.push(c),

@@ -27,30 +27,19 @@
 
 use std::collections::BTreeMap;
 
+use crate::claim::{grants_increase, token_owners, zero_tokens, Claim, MAX_PER_RULE};
 use crate::history::{Event, History, Op, Operation, Outcome, SemaphoreOp};
-use crate::order::later_lower;
 use crate::verdict::{conclude, Verdict, Violation};
 
 /// The checker's name in its [`Verdict`].
 pub const NAME: &str = "semaphores";
 
-/// Detailed violations collected per rule; enough to pick a short witness.
-const MAX_PER_RULE: usize = 256;
-
-/// A grant or accepted write: something that claims a permit's token.
-struct Claim<'h> {
-    op: &'h Operation,
-    semaphore: &'h str,
-    holder: &'h str,
-    token: u64,
-    /// The count a grant named; `None` for a write.
-    permits: Option<u32>,
-}
-
 /// Checks rules 1-4.
 pub fn check(history: &History) -> Verdict {
     let mut grants: Vec<Claim> = Vec::new();
     let mut writes: Vec<Claim> = Vec::new();
+    // Per semaphore, the largest permit count any grant named (rule 4).
+    let mut bound: BTreeMap<&str, u32> = BTreeMap::new();
     let mut examined = 0u64;
     for op in history.operations() {
         let Op::Semaphore(s) = op.op() else { continue };
@@ -64,13 +53,16 @@ pub fn check(history: &History) -> Verdict {
                 permits,
                 holder,
                 token: Some(token),
-            } => grants.push(Claim {
-                op,
-                semaphore,
-                holder,
-                token: *token,
-                permits: Some(*permits),
-            }),
+            } => {
+                grants.push(Claim {
+                    op,
+                    place: semaphore,
+                    holder,
+                    token: *token,
+                });
+                let n = bound.entry(semaphore.as_str()).or_insert(0);
+                *n = (*n).max(*permits);
+            }
             SemaphoreOp::FencedWrite {
                 semaphore,
                 holder,
@@ -79,29 +71,20 @@ pub fn check(history: &History) -> Verdict {
                 ..
             } => writes.push(Claim {
                 op,
-                semaphore,
+                place: semaphore,
                 holder,
                 token: *token,
-                permits: None,
             }),
             _ => {}
         }
     }
 
     let mut violations = Vec::new();
-    for g in grants.iter().filter(|g| g.token == 0).take(MAX_PER_RULE) {
-        violations.push(Violation::new(
-            format!(
-                "a permit of {:?} granted to {} with token 0, which is never issued",
-                g.semaphore, g.holder
-            ),
-            g.op.events(),
-        ));
-    }
-    token_owners(&grants, &writes, &mut violations);
+    zero_tokens(&grants, "a permit of", &mut violations);
+    token_owners(grants.iter().chain(&writes), &mut violations);
     grants_increase(&grants, &mut violations);
     let spans = proven_spans(&grants, &writes);
-    never_more_than_permits(&grants, &spans, &mut violations);
+    never_more_than_permits(&bound, &spans, &mut violations);
 
     let pass = format!(
         "{} permits granted and {} accepted fenced writes: tokens unique and increasing, \
@@ -111,54 +94,6 @@ pub fn check(history: &History) -> Verdict {
         spans.len()
     );
     conclude(NAME, examined, pass, violations)
-}
-
-fn token_owners(grants: &[Claim], writes: &[Claim], violations: &mut Vec<Violation>) {
-    let mut by_token: BTreeMap<u64, Vec<&Claim>> = BTreeMap::new();
-    for c in grants.iter().chain(writes) {
-        by_token.entry(c.token).or_default().push(c);
-    }
-    for (token, mut claims) in by_token {
-        claims.sort_by_key(|c| c.op.invoke.index);
-        let Some(first) = claims.first() else {
-            continue;
-        };
-        if let Some(other) = claims
-            .iter()
-            .find(|c| (c.semaphore, c.holder) != (first.semaphore, first.holder))
-        {
-            let mut events = first.op.events();
-            events.extend(other.op.events());
-            violations.push(Violation::new(
-                format!(
-                    "token {token} belongs to two holders: {} on {:?} and {} on {:?}",
-                    first.holder, first.semaphore, other.holder, other.semaphore
-                ),
-                events,
-            ));
-            if violations.len() >= MAX_PER_RULE {
-                return;
-            }
-        }
-    }
-}
-
-fn grants_increase(grants: &[Claim], violations: &mut Vec<Violation>) {
-    let tokens: Vec<(&Operation, u64)> = grants.iter().map(|g| (g.op, g.token)).collect();
-    for (i, j) in later_lower(&tokens, &tokens, MAX_PER_RULE) {
-        let (Some(a), Some(b)) = (grants.get(i), grants.get(j)) else {
-            continue;
-        };
-        let mut events = a.op.events();
-        events.extend(b.op.events());
-        violations.push(Violation::new(
-            format!(
-                "token went back: {} got permit token {} of {:?}, then a later acquire gave {} token {}",
-                a.holder, a.token, a.semaphore, b.holder, b.token
-            ),
-            events,
-        ));
-    }
 }
 
 /// When one permit was certainly held, and the operations that prove it.
@@ -181,7 +116,7 @@ fn proven_spans<'h>(grants: &[Claim<'h>], writes: &[Claim<'h>]) -> Vec<Span<'h>>
     let mut ends: BTreeMap<(&str, u64), (u64, &Operation)> = BTreeMap::new();
     for c in grants.iter().chain(writes) {
         if let Some(done) = c.op.definite_end_ns() {
-            let e = starts.entry((c.semaphore, c.token)).or_insert((done, c.op));
+            let e = starts.entry((c.place, c.token)).or_insert((done, c.op));
             if done < e.0 {
                 *e = (done, c.op);
             }
@@ -189,7 +124,7 @@ fn proven_spans<'h>(grants: &[Claim<'h>], writes: &[Claim<'h>]) -> Vec<Span<'h>>
     }
     for w in writes {
         let at = w.op.invoke_ns();
-        let e = ends.entry((w.semaphore, w.token)).or_insert((at, w.op));
+        let e = ends.entry((w.place, w.token)).or_insert((at, w.op));
         if at > e.0 {
             *e = (at, w.op);
         }
@@ -211,12 +146,11 @@ fn proven_spans<'h>(grants: &[Claim<'h>], writes: &[Claim<'h>]) -> Vec<Span<'h>>
     spans
 }
 
-fn never_more_than_permits(grants: &[Claim], spans: &[Span], violations: &mut Vec<Violation>) {
-    let mut bound: BTreeMap<&str, u32> = BTreeMap::new();
-    for g in grants {
-        let n = bound.entry(g.semaphore).or_insert(0);
-        *n = (*n).max(g.permits.unwrap_or(0));
-    }
+fn never_more_than_permits(
+    bound: &BTreeMap<&str, u32>,
+    spans: &[Span],
+    violations: &mut Vec<Violation>,
+) {
     let mut per_semaphore: BTreeMap<&str, Vec<&Span>> = BTreeMap::new();
     for s in spans {
         per_semaphore.entry(s.semaphore).or_default().push(s);
