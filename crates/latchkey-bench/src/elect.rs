@@ -117,13 +117,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         report.median_after_expiry_ms,
         report.max_after_expiry_ms
     );
-    std::fs::create_dir_all(&opts.out)
-        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
-    let path = opts.out.join("elect.json");
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| format!("cannot encode the report: {e}"))?;
-    std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!("latchkey-bench: wrote {}", path.display());
+    crate::report::write_json(&report, &opts.out, "elect")?;
     Ok(())
 }
 

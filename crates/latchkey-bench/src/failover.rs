@@ -160,13 +160,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
         report.load_unknown_outcomes,
         report.load_errors
     );
-    std::fs::create_dir_all(&opts.out)
-        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
-    let path = opts.out.join("failover.json");
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| format!("cannot encode the report: {e}"))?;
-    std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!("latchkey-bench: wrote {}", path.display());
+    crate::report::write_json(&report, &opts.out, "failover")?;
     Ok(())
 }
 

@@ -271,6 +271,18 @@ pub fn write_files<W: Params + Serialize>(
     ))
 }
 
+/// Write `report` as `<out>/<name>.json` (pretty, for the one-number
+/// benchmarks: elect, failover, churn), and say where on stderr.
+pub fn write_json<T: Serialize>(report: &T, out: &Path, name: &str) -> Result<PathBuf, String> {
+    fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let path = out.join(format!("{name}.json"));
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| format!("cannot encode the report: {e}"))?;
+    fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("latchkey-bench: wrote {}", path.display());
+    Ok(path)
+}
+
 /// The report's chart, titled with what was measured and on what.
 pub fn chart<W: Params>(report: &Report<W>) -> String {
     let m = &report.machine;
