@@ -495,3 +495,133 @@ async fn read_after_failover(c: &mut Cluster) -> Result<()> {
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+
+/// A rolling restart, as a deploy does it: each replica in turn gets
+/// SIGTERM, is started again and catches up, while clients put keys and
+/// cycle locks. No client call may fail (the client rides out every leader
+/// change by itself) and no acknowledged write may be lost. How long writes
+/// pause is measured by `cargo xtask bench rolling`, not judged here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_fails_no_call_and_loses_no_write() {
+    let mut c = Cluster::start("rolling", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, rolling_restart(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// Put `{prefix}{task}/{i}` until `stop`; every acknowledged key goes into
+/// `acked`, and any error fails the task.
+async fn putting(
+    client: Client,
+    prefix: String,
+    task: usize,
+    acked: Acked,
+    stop: Arc<AtomicBool>,
+) -> Result<usize> {
+    let mut i = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let (key, value) = (format!("{prefix}{task}/{i:05}"), format!("v{i}"));
+        client
+            .put(&key, &value)
+            .await
+            .with_context(|| format!("put {key} failed during the rolling restart"))?;
+        lock(&acked).insert(key, value);
+        i += 1;
+    }
+    Ok(i)
+}
+
+/// Take and give back lock `name` in a session until `stop`; any error
+/// fails the task. The number of cycles.
+async fn cycling(client: Client, name: String, stop: Arc<AtomicBool>) -> Result<usize> {
+    let session = client
+        .session(Duration::from_secs(10))
+        .await
+        .context("open the lock session")?;
+    let lock = session.lock(name.clone());
+    let mut cycles = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let guard = lock
+            .acquire()
+            .await
+            .with_context(|| format!("acquire {name} failed during the rolling restart"))?;
+        guard
+            .release()
+            .await
+            .with_context(|| format!("release {name} failed during the rolling restart"))?;
+        cycles += 1;
+    }
+    session.close().await.context("close the lock session")?;
+    Ok(cycles)
+}
+
+async fn rolling_restart(c: &mut Cluster) -> Result<()> {
+    c.wait_for_leader(LEADER_WAIT).await?;
+    let client = c.client()?;
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let puts: Vec<_> = (0..3)
+        .map(|t| {
+            tokio::spawn(putting(
+                client.clone(),
+                "r/".into(),
+                t,
+                acked.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let locks: Vec<_> = (0..2)
+        .map(|t| {
+            tokio::spawn(cycling(
+                client.clone(),
+                format!("rolling/{t}"),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut order = c.ids();
+    // The leader last, as an operator would: two follower restarts, then a
+    // leader change.
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    order.retain(|id| *id != leader);
+    order.push(leader);
+    for id in order {
+        c.terminate(id, Duration::from_secs(20)).await?;
+        c.restart(id)?;
+        let leader = c.wait_for_leader(LEADER_WAIT).await?;
+        let target = c.status(leader).await?.last_applied;
+        eventually(
+            CONVERGE_WAIT,
+            "the restarted replica catches up",
+            async || {
+                let s = c.status(id).await?;
+                ensure!(
+                    s.last_applied >= target,
+                    "node {id} applied {} < {target}",
+                    s.last_applied
+                );
+                Ok(())
+            },
+        )
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut put_count = 0;
+    for h in puts {
+        put_count += h.await.context("a put task panicked")??;
+    }
+    let mut cycles = 0;
+    for h in locks {
+        cycles += h.await.context("a lock task panicked")??;
+    }
+    eprintln!("rolling restart: {put_count} puts and {cycles} lock cycles, none failed");
+    ensure!(put_count > 0 && cycles > 0, "the load did nothing");
+    let acked = lock(&acked).clone();
+    verify_linearizable(&c.client()?, "r/", &acked).await
+}

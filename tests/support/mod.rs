@@ -403,6 +403,20 @@ impl Cluster {
         }
     }
 
+    /// Stop node `id` gracefully (SIGTERM, as a deploy or `systemctl stop`
+    /// does) and wait up to `timeout` for it to exit; fails unless it
+    /// exits with success.
+    pub async fn terminate(&mut self, id: u64, timeout: Duration) -> Result<()> {
+        let pid = self
+            .pid(id)
+            .with_context(|| format!("node {id} is not running"))?;
+        signal(pid, libc::SIGTERM).with_context(|| format!("SIGTERM node {id}"))?;
+        self.note(id, &format!("node {id} sent SIGTERM by the harness"));
+        let status = self.wait_exit(id, timeout).await?;
+        ensure!(status.success(), "node {id} exited {status} after SIGTERM");
+        Ok(())
+    }
+
     /// Freeze node `id` (SIGSTOP): it stays a member but answers nothing.
     pub fn stop(&mut self, id: u64) -> Result<()> {
         let pid = self

@@ -56,7 +56,8 @@
 //!    the targets an attempt goes to (the in-process replica, or a
 //!    transport endpoint); above it `writer`, retry-safe writes (a write
 //!    tagged with a session and a request id, resent until answered) and
-//!    the session a client opens for its own writes.
+//!    the session a client opens for its own writes, whose request ids
+//!    come from `request_window` (which imports nothing of the crate).
 //! 4. The API rooms, each adding calls to [`Client`]: `kv` (the `Client`
 //!    itself and its key-value calls; every other room that needs a
 //!    `Client` imports it), `lock/` (sessions with their lease clock and
@@ -83,6 +84,7 @@ mod kv;
 pub mod local;
 mod lock;
 mod options;
+mod request_window;
 mod router;
 mod transport;
 mod watch;

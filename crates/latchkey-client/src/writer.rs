@@ -18,7 +18,9 @@
 //!   cut off from every replica for about the session's TTL, 30 s, or an
 //!   operator ended it),
 //! - the request was forgotten before the retry arrived (a session
-//!   remembers its last 256 requests, and a retry lagged 256 later ones),
+//!   remembers its last 256 requests; the client's own session never
+//!   lets a write lag more than 128 later ones, see `request_window`, but
+//!   a lock session's many handles can),
 //! - the retry was refused (the write's permission was revoked meanwhile,
 //!   or the state changed so that the write no longer holds): a refusal is
 //!   not remembered, so it does not say what the earlier attempt did, or
@@ -30,7 +32,7 @@
 //! This module sits between the router and the API rooms: it imports the
 //! router, never a room.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +42,7 @@ use latchkey_proto::{Operation, ReplicaFailure};
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
+use crate::request_window::RequestWindow;
 use crate::router::Router;
 use crate::transport::Attempt;
 
@@ -209,7 +212,8 @@ const RESENDS: u32 = 3;
 struct WriterSession {
     id: SessionId,
     secret: SessionSecret,
-    next_request: AtomicU64,
+    /// Its request ids: never far past the oldest write in flight.
+    requests: RequestWindow,
     /// The cluster said it ended (or a write found it gone).
     ended: Arc<AtomicBool>,
     keep_alive: JoinHandle<()>,
@@ -256,12 +260,15 @@ impl Writer {
                 }
                 Err(e) => return Err(e),
             };
+            let ticket = session.requests.take().await;
             let tag = Tag {
                 session: session.id,
                 secret: session.secret,
-                request_id: session.next_request.fetch_add(1, Ordering::SeqCst),
+                request_id: ticket.id(),
             };
-            match call_once(&self.router, tag, command.clone()).await? {
+            let called = call_once(&self.router, tag, command.clone()).await?;
+            drop(ticket);
+            match called {
                 Called::Answered(result) => return Ok(result?),
                 Called::Resend { session_ended } => {
                     if session_ended {
@@ -333,7 +340,7 @@ impl Writer {
         Ok(WriterSession {
             id,
             secret,
-            next_request: AtomicU64::new(1),
+            requests: RequestWindow::new(1),
             ended,
             keep_alive,
         })
