@@ -19,6 +19,10 @@ USAGE:
                                      under a write load, SIGKILL the leader --kills
                                      times: time to the first acknowledged write,
                                      and elections (spurious ones counted apart)
+    latchkey-bench rolling [OPTIONS] under a put and lock load, SIGTERM and restart
+                                     each replica in turn (the leader last),
+                                     --rounds times (default 3): the longest
+                                     call, failed calls, lost writes
     latchkey-bench churn [OPTIONS]   a dead holder's lock, while the leader is SIGKILLed
                                      --kills times, --lead after each takes over:
                                      time until the next waiter holds it
@@ -30,7 +34,7 @@ USAGE:
                                      on the prefix (interleaved), the delay from a
                                      put's acknowledgement to each watcher; then
                                      one writer and one watcher
-    cargo xtask bench [kv|lock|all|failover|churn|elect|watch] [OPTIONS]
+    cargo xtask bench [kv|lock|all|failover|rolling|churn|elect|watch] [OPTIONS]
                                      the usual way: builds the server first
 
 OPTIONS:
@@ -63,11 +67,13 @@ OPTIONS:
                        TTL (default 5s)
     --lead D           churn: how long each leader leads before it is killed
                        (default 1s)
-    --rounds N         churn and elect: rounds, each with a holder or leader of
-                       its own (default 3 for churn, 10 for elect)
+    --rounds N         churn, elect and rolling: rounds, each with a holder or
+                       leader of its own, or a restart of every replica
+                       (default 3 for churn and rolling, 10 for elect)
     --settle D         failover: quiet load before and after each kill, in which
-                       any election is spurious (default 5s)
-    --writers N        failover: writer tasks of the load (default 8)
+                       any election is spurious; rolling: load before and after
+                       each round (default 5s)
+    --writers N        failover and rolling: writer tasks of the load (default 8)
     --watchers N       watch: watchers on the prefix (default 1000)
     --serve-arg ARG    one more argument for every `latchkey serve` (repeat it;
                        e.g. --serve-arg=--election-timeout=500ms for an A/B)
@@ -91,6 +97,7 @@ pub enum Workload {
     Lock,
     All,
     Failover,
+    Rolling,
     Churn,
     Elect,
     Watch,
@@ -232,7 +239,9 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         }
     }
     let Some((first, rest)) = strings.split_first() else {
-        return Err("missing workload: kv, lock, all, failover, churn, elect or watch".into());
+        return Err(
+            "missing workload: kv, lock, all, failover, rolling, churn, elect or watch".into(),
+        );
     };
     let workload = match first.as_str() {
         "-h" | "--help" | "help" => return Ok(Parsed::Help),
@@ -240,12 +249,13 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         "lock" => Workload::Lock,
         "all" => Workload::All,
         "failover" => Workload::Failover,
+        "rolling" => Workload::Rolling,
         "churn" => Workload::Churn,
         "elect" => Workload::Elect,
         "watch" => Workload::Watch,
         other => {
             return Err(format!(
-                "unknown workload `{other}`: choose kv, lock, all, failover, churn, elect or watch"
+                "unknown workload `{other}`: choose kv, lock, all, failover, rolling, churn, elect or watch"
             ))
         }
     };

@@ -193,6 +193,50 @@ impl Cluster {
         Ok(())
     }
 
+    /// SIGTERM the server at `addr` (a graceful stop, as a deploy does it)
+    /// and wait up to `within` for it to exit: an error if it does not, or
+    /// exits with a failure (it is then killed and reaped).
+    pub async fn terminate(&mut self, addr: &str, within: Duration) -> Result<(), String> {
+        let i = self.index_of(addr)?;
+        let s = &mut self.servers[i];
+        let mut child = s
+            .child
+            .take()
+            .ok_or_else(|| format!("server {} is not running", s.id))?;
+        let pid = libc::pid_t::try_from(child.id())
+            .map_err(|_| format!("server {}'s pid is out of range", s.id))?;
+        // SAFETY: kill(2) on the pid of a child this cluster spawned and has
+        // not reaped (`child` is still held), so the pid is not reused.
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            return Err(format!(
+                "cannot SIGTERM server {}: {}",
+                s.id,
+                std::io::Error::last_os_error()
+            ));
+        }
+        let started = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    return Err(format!("server {} exited {status} after SIGTERM", s.id))
+                }
+                Ok(None) if started.elapsed() < within => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "server {} still ran {within:?} after SIGTERM",
+                        s.id
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for server {}: {e}", s.id)),
+            }
+        }
+    }
+
     /// Start the server at `addr` again (after [`Cluster::kill`]).
     pub fn restart(&mut self, addr: &str) -> Result<(), String> {
         let i = self.index_of(addr)?;

@@ -173,7 +173,7 @@ pub fn budget(opts: &Options) -> Duration {
 }
 
 /// The `q` quantile of sorted `values` (nearest rank).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -187,7 +187,7 @@ fn client(endpoints: &[String], tls: Option<&latchkey::TlsOptions>) -> Result<Cl
     client_with(endpoints, tls, Duration::from_secs(2))
 }
 
-fn client_with(
+pub(crate) fn client_with(
     endpoints: &[String],
     tls: Option<&latchkey::TlsOptions>,
     attempt: Duration,
@@ -220,7 +220,10 @@ async fn probe(client: &Client, round: usize, killed_at: Instant) -> Result<Dura
 
 /// The leader's address and the highest term any replica reports, once a
 /// replica says it leads.
-async fn leader_and_term(status: &Client, endpoints: &[String]) -> Result<(String, u64), String> {
+pub(crate) async fn leader_and_term(
+    status: &Client,
+    endpoints: &[String],
+) -> Result<(String, u64), String> {
     let started = Instant::now();
     loop {
         let mut leader = None;
@@ -245,7 +248,7 @@ async fn leader_and_term(status: &Client, endpoints: &[String]) -> Result<(Strin
 
 /// Wait until the replica at `addr` answers and has applied what the
 /// leader had when it was asked.
-async fn caught_up(status: &Client, addr: &str) -> Result<(), String> {
+pub(crate) async fn caught_up(status: &Client, addr: &str) -> Result<(), String> {
     let started = Instant::now();
     let target = status
         .status()

@@ -31,6 +31,13 @@
 //! it took, and the spurious elections (term changes in quiet load between
 //! kills). See the `failover` module.
 //!
+//! ## What `rolling` measures
+//!
+//! Under a put and lock load, every replica in turn is stopped with
+//! SIGTERM and started again (the leader last), `--rounds` times: the
+//! longest call each round, failed calls and lost writes. See the
+//! `rolling` module.
+//!
 //! ## What `churn` measures
 //!
 //! A holder cut off from the cluster (dead to it) holds a lock another
@@ -147,6 +154,7 @@ mod kv;
 mod lock;
 mod measure;
 mod report;
+mod rolling;
 mod testbed;
 mod watch;
 
@@ -239,6 +247,7 @@ fn time_budget(workload: Workload, opts: &Options) -> Duration {
         Workload::Lock => lock::budget(opts),
         Workload::All => kv::budget(opts) + lock::budget(opts),
         Workload::Failover => failover::budget(opts),
+        Workload::Rolling => rolling::budget(opts),
         Workload::Churn => churn::budget(opts),
         Workload::Elect => elect::budget(opts),
         Workload::Watch => watch::budget(opts),
@@ -252,6 +261,7 @@ async fn run(workload: Workload, opts: &Options) -> Result<(), String> {
         Workload::Kv => kv::bench(opts).await,
         Workload::Lock => lock::bench(opts).await,
         Workload::Failover => failover::bench(opts).await,
+        Workload::Rolling => rolling::bench(opts).await,
         Workload::Churn => churn::bench(opts).await,
         Workload::Elect => elect::bench(opts).await,
         Workload::Watch => watch::bench(opts).await,

@@ -141,7 +141,7 @@ OPTIONS:
 ";
 
 const BENCH_HELP: &str = "\
-cargo xtask bench [kv|lock|all|failover|churn|elect|watch] [ARGS...]
+cargo xtask bench [kv|lock|all|failover|rolling|churn|elect|watch] [ARGS...]
 
 First builds the server (`cargo build --workspace --bin latchkey`, the dev
 profile like every other command), then runs
@@ -160,6 +160,9 @@ WORKLOADS (each starts its own three-process cluster on loopback):
     failover  under a write load, SIGKILL the leader 10 times (--kills): time
             to the first acknowledged write (p50, p90, max) and elections,
             spurious ones (in --settle of quiet load) counted apart
+    rolling under a put and lock load, SIGTERM and restart each replica in
+            turn (the leader last), 3 times (--rounds): the longest put and
+            lock cycle per round, failed calls, lost writes
     churn   a holder cut off from the cluster holds a lock another client
             waits for (TTL 5s, --ttl); the leader is SIGKILLed 10 times
             (--kills), 1s (--lead) after each takes over: time until the
@@ -302,7 +305,9 @@ const DEMOS: &[(&str, &[&str], &str, &str)] = &[
     ),
 ];
 
-const BENCH_WORKLOADS: &[&str] = &["kv", "lock", "all", "failover", "churn", "elect", "watch"];
+const BENCH_WORKLOADS: &[&str] = &[
+    "kv", "lock", "all", "failover", "rolling", "churn", "elect", "watch",
+];
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
