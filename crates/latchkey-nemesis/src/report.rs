@@ -192,6 +192,7 @@ pub fn count(history: &History) -> Counts {
             Op::Semaphore(SemaphoreOp::Acquire { .. }) => "semaphore/acquire",
             Op::Semaphore(SemaphoreOp::FencedWrite { .. }) => "semaphore/fenced-write",
             Op::Election(_) => continue,
+            Op::Churn(_) => "churn/acquire",
         };
         *c.ops
             .entry(name.to_owned())
