@@ -119,8 +119,10 @@ pub struct Measure {
     /// From the kill to the grant, or to the end of the waiter's last
     /// attempt when it was never granted, in ns.
     pub waited_ns: u64,
-    /// Leaders killed between the holder's kill and the grant (or the end
-    /// of the waiting).
+    /// Leader changes between the holder's kill and the grant (or the end
+    /// of the waiting): the leaders killed, or the terms seen leading
+    /// after the first (a leader may also change on its own), whichever
+    /// is more.
     pub leader_changes: u64,
     /// How long of that the cluster had no ready leader (from each kill to
     /// the next leader seen serving reads, overlaps counted once), in ns.
@@ -198,9 +200,10 @@ struct Phase<'h> {
     /// The latest vouched-for lease of the holder.
     vouched: Option<(&'h Event, u64)>,
     waiters: Vec<&'h Operation>,
-    /// When leaders were killed and seen ready, in history order.
-    kills: Vec<u64>,
-    readies: Vec<u64>,
+    /// When leaders were killed and seen ready, with their terms, in
+    /// history order.
+    kills: Vec<(u64, u64)>,
+    readies: Vec<(u64, u64)>,
     skipped: Option<&'h str>,
     last_ns: u64,
 }
@@ -276,8 +279,8 @@ fn read(history: &History) -> Result<Phase<'_>, String> {
             {
                 vouched = Some((e, *until_ns));
             }
-            Op::Churn(ChurnOp::LeaderKilled { .. }) => kills.push(e.time_ns),
-            Op::Churn(ChurnOp::LeaderReady { .. }) => readies.push(e.time_ns),
+            Op::Churn(ChurnOp::LeaderKilled { term, .. }) => kills.push((e.time_ns, *term)),
+            Op::Churn(ChurnOp::LeaderReady { term, .. }) => readies.push((e.time_ns, *term)),
             _ => {}
         }
     }
@@ -341,18 +344,19 @@ impl Phase<'_> {
         let from = self.killed.time_ns;
         // Each kill in [from, end) is a leader change; it has no ready
         // leader until the next ready after it (or the end).
-        let mut changes = 0u64;
+        let mut kills = 0u64;
         let mut leaderless = 0u64;
         let mut covered_to = from;
-        for &at in &self.kills {
-            if at < from || at >= end {
+        let during = |at: u64| at >= from && at < end;
+        for &(at, _) in &self.kills {
+            if !during(at) {
                 continue;
             }
-            changes += 1;
+            kills += 1;
             let ready = self
                 .readies
                 .iter()
-                .copied()
+                .map(|&(r, _)| r)
                 .find(|r| *r >= at)
                 .unwrap_or(end)
                 .min(end);
@@ -360,6 +364,16 @@ impl Phase<'_> {
             leaderless += ready.saturating_sub(start);
             covered_to = covered_to.max(ready);
         }
+        // A leader may also change on its own between two kills: every
+        // term seen leading in the window after the first is a change.
+        let terms: std::collections::BTreeSet<u64> = self
+            .kills
+            .iter()
+            .chain(&self.readies)
+            .filter(|(at, _)| during(*at))
+            .map(|&(_, term)| term)
+            .collect();
+        let changes = kills.max((terms.len() as u64).saturating_sub(1));
         let bound = bound_ns(self.ttl_ms, changes, leaderless);
         let ttl_ns = self.ttl_ms.saturating_mul(MS);
         let signed = |a: u64, b: u64| {

@@ -29,6 +29,7 @@
 //! not create (every name carries the harness's pid; processes are signalled
 //! by pid), or judge safety itself: verdicts come from `latchkey-check`.
 
+mod churn;
 mod clock;
 mod cluster;
 mod disk;

@@ -21,6 +21,8 @@ struct Phase {
     end: u64,
     token: Option<u64>,
     skipped: Option<&'static str>,
+    /// From one killed leader's term to the next's (1: no change between).
+    term_step: u64,
 }
 
 impl Phase {
@@ -31,6 +33,7 @@ impl Phase {
             end: 12_000,
             token: Some(8),
             skipped: None,
+            term_step: 1,
         }
     }
 
@@ -47,7 +50,7 @@ impl Phase {
             (3_000, 0, EventKindOp::Ok(churn_holder_killed(LOCK, "h"))),
         ];
         for (n, &(kill, ready)) in self.kills.iter().enumerate() {
-            let term = 10 + n as u64;
+            let term = 10 + n as u64 * self.term_step;
             events.push((kill, 0, EventKindOp::Ok(churn_leader_killed(1, term))));
             events.push((ready, 0, EventKindOp::Ok(churn_leader_ready(2, term + 1))));
         }
@@ -238,4 +241,15 @@ fn the_phase_round_trips_through_json() {
     );
     assert!(text.contains(r#""role":"waiter""#), "{text}");
     assert_eq!(History::from_json_lines(&text).unwrap(), h);
+}
+
+#[test]
+fn a_leader_change_between_kills_counts_too() {
+    let mut p = Phase::normal();
+    // Killed in terms 10, 12, 14, ready in 11, 13, 15: terms 12 and 14
+    // began without a kill.
+    p.term_step = 2;
+    let m = measure(&p.build()).unwrap();
+    assert_eq!(m.leader_changes, 5);
+    assert_eq!(m.bound_ns, 9_700 * MS_);
 }
