@@ -18,9 +18,13 @@
 //! - [`semaphores`]: never more permits proven held at once (by writes the
 //!   store accepted) than the semaphore has;
 //! - [`elections`]: every election observer is told the terms in increasing
-//!   order, none granted in between left out.
+//!   order, none granted in between left out;
+//! - [`abandoned`]: a dead holder's lock, across leader churn, is freed
+//!   neither before its lease ran out nor long after the documented
+//!   failover bound (the measured extension is reported, never judged
+//!   on its own).
 //!
-//! [`check_all`] runs the seven. A history may hold several workloads at
+//! [`check_all`] runs the eight. A history may hold several workloads at
 //! once: each checker reads only its own operations.
 //!
 //! What must never live here: I/O, clocks, randomness, threads. Time comes
@@ -54,6 +58,7 @@
 
 #![warn(missing_docs)]
 
+pub mod abandoned;
 mod claim;
 pub mod durability;
 pub mod elections;
@@ -76,8 +81,8 @@ pub type Checker = fn(&History) -> Verdict;
 
 /// Every checker with its defaults, by name: lock safety,
 /// linearizability, sequences, durability, watch, semaphores, election
-/// observers, in that order.
-pub const CHECKERS: [(&str, Checker); 7] = [
+/// observers, the abandoned lock, in that order.
+pub const CHECKERS: [(&str, Checker); 8] = [
     (lock_safety::NAME, lock_safety::check),
     (linearizable::NAME, linearizable::check),
     (sequences::NAME, sequences::check),
@@ -85,6 +90,7 @@ pub const CHECKERS: [(&str, Checker); 7] = [
     (watch::NAME, watch::check),
     (semaphores::NAME, semaphores::check),
     (elections::NAME, elections::check),
+    (abandoned::NAME, abandoned::check),
 ];
 
 /// Runs every checker of [`CHECKERS`], in that order.

@@ -1,7 +1,7 @@
 //! The checkers together, on one history holding every workload, read
 //! from JSON lines as the harness will write them.
 
-use latchkey_check::history::ops;
+use latchkey_check::history::{ops, ChurnRole};
 use latchkey_check::{check_all, History, HistoryBuilder, Status, Verdict};
 
 /// A run with every workload, all correct.
@@ -57,8 +57,42 @@ fn correct_run() -> HistoryBuilder {
     h.invoke(12, at(), ops::acquire("E", "s12", None));
     h.ok(12, at(), ops::acquire("E", "s12", Some(41)));
     h.ok(11, at(), ops::observed("E", Some(41), false));
+    // The leader-churn phase, in seconds: the holder (TTL 5 s) dies at
+    // 3 s, the leader is killed at 4 s and ready at 5 s, the waiter is
+    // granted at 9 s: 1 s past the TTL, within the bound (2.5 + 0.5 + 1 +
+    // 1 s).
+    let s = |x: f64| (x * 1e9) as u64;
+    let (holder, waiter) = (ChurnRole::Holder, ChurnRole::Waiter);
+    let lock = "churn/abandoned";
+    h.invoke(
+        13,
+        s(1.0),
+        ops::churn_acquire(lock, "h", holder, 5_000, None),
+    );
+    h.ok(
+        13,
+        s(1.1),
+        ops::churn_acquire(lock, "h", holder, 5_000, Some(50)),
+    );
+    h.ok(13, s(2.0), ops::churn_vouched(lock, "h", s(6.5)));
+    h.invoke(
+        14,
+        s(2.2),
+        ops::churn_acquire(lock, "w", waiter, 10_000, None),
+    );
+    h.ok(0, s(3.0), ops::churn_holder_killed(lock, "h"));
+    h.ok(0, s(4.0), ops::churn_leader_killed(1, 3));
+    h.ok(0, s(5.0), ops::churn_leader_ready(2, 4));
+    h.ok(
+        14,
+        s(9.0),
+        ops::churn_acquire(lock, "w", waiter, 10_000, Some(51)),
+    );
     h
 }
+
+/// Later than every event of [`correct_run`].
+const AFTER: u64 = 100_000_000_000;
 
 fn statuses(verdicts: &[Verdict]) -> Vec<(&str, Status)> {
     verdicts
@@ -84,6 +118,7 @@ fn a_correct_run_passes_every_checker() {
             ("watch", Status::Pass),
             ("semaphores", Status::Pass),
             ("election observers", Status::Pass),
+            ("abandoned lock", Status::Pass),
         ],
         "{verdicts:?}"
     );
@@ -96,8 +131,8 @@ fn a_correct_run_passes_every_checker() {
 fn each_checker_reads_only_its_own_workload() {
     let mut h = correct_run();
     // A lost write on the register, and nothing else wrong.
-    h.invoke(7, 1_000, ops::read("r", None));
-    h.ok(7, 1_010, ops::read("r", None));
+    h.invoke(7, AFTER, ops::read("r", None));
+    h.ok(7, AFTER + 10, ops::read("r", None));
     let verdicts = check_all(&h.build().unwrap());
     assert_eq!(
         statuses(&verdicts),
@@ -109,6 +144,7 @@ fn each_checker_reads_only_its_own_workload() {
             ("watch", Status::Pass),
             ("semaphores", Status::Pass),
             ("election observers", Status::Pass),
+            ("abandoned lock", Status::Pass),
         ],
         "{verdicts:?}"
     );
@@ -117,8 +153,8 @@ fn each_checker_reads_only_its_own_workload() {
 #[test]
 fn verdicts_serialize_for_the_report() {
     let mut h = correct_run();
-    h.invoke(4, 1_000, ops::alloc("ids", 10, None));
-    h.ok(4, 1_010, ops::alloc("ids", 10, Some((5, 15))));
+    h.invoke(4, AFTER, ops::alloc("ids", 10, None));
+    h.ok(4, AFTER + 10, ops::alloc("ids", 10, Some((5, 15))));
     let verdicts = check_all(&h.build().unwrap());
     let seq = &verdicts[2];
     assert_eq!(seq.status, Status::Fail);

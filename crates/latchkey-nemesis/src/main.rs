@@ -23,12 +23,20 @@
 //! workload (read, write, compare-and-put) for linearizability;
 //! `next_sequence` allocations; puts read back after every replica was
 //! killed and restarted at once; watchers of a prefix, with writers
-//! changing its keys.
+//! changing its keys. After the faults, with the cluster restored and
+//! those clients stopped, a leader-churn phase ([`churn`], 12 to 20 s): a
+//! holder process takes a lock in a 5 s session, keeps it alive once and
+//! is SIGKILLed, a waiter queues for the lock, and the leader is SIGKILLed
+//! (then restarted) up to four times, 2.5 s apart, while the lock waits
+//! for the dead holder's session to end; `latchkey-check`'s `abandoned`
+//! checker judges when the waiter got it, and the report gives the
+//! measured extension beside the documented failover bound.
 //!
 //! What this crate must not do: touch any namespace, link or process it did
 //! not create (every name carries the harness's pid; processes are signalled
 //! by pid), or judge safety itself: verdicts come from `latchkey-check`.
 
+mod churn;
 mod clock;
 mod cluster;
 mod disk;

@@ -17,12 +17,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use latchkey_check::abandoned::{self, Measure};
 use latchkey_check::history::{
     DurabilityOp, ElectionOp, LockOp, RegisterOp, SemaphoreOp, SequenceOp, WatchOp,
 };
 use latchkey_check::{History, Op, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 
+use crate::churn::{PhaseTimes, CHURN_KILL};
 use crate::error::{Error, Result};
 use crate::nemesis::{FaultWindow, Kind};
 use crate::timeline;
@@ -50,6 +52,8 @@ pub struct RunInfo {
     pub start_ns: u64,
     pub fault_end_ns: u64,
     pub end_ns: u64,
+    /// When the leader-churn phase ran, if it did.
+    pub churn: Option<PhaseTimes>,
     /// Why the run stopped early, if it did.
     pub failure: Option<String>,
     pub notes: Vec<String>,
@@ -63,6 +67,10 @@ pub struct RunTimes {
     pub start_ns: u64,
     pub fault_end_ns: u64,
     pub end_ns: u64,
+    /// When the leader-churn phase began (0: none, or a run of an older
+    /// build).
+    #[serde(default)]
+    pub churn_start_ns: u64,
 }
 
 /// Draws the timeline of a report folder between `from` and `to` (seconds
@@ -100,6 +108,7 @@ pub fn redraw(folder: &Path, from: f64, to: Option<f64>, out: &Path) -> Result<(
             start_ns: leaders.first().map_or(0, |s| s.time_ns),
             fault_end_ns: 0,
             end_ns: last_event,
+            churn_start_ns: 0,
         },
     };
     let at = |s: f64| times.start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
@@ -113,11 +122,13 @@ pub fn redraw(folder: &Path, from: f64, to: Option<f64>, out: &Path) -> Result<(
             (times.end_ns.saturating_sub(times.start_ns)) as f64 / 1e9
         )));
     }
-    let markers = if times.fault_end_ns > 0 {
-        vec![(times.fault_end_ns, "faults end, all healed".to_owned())]
-    } else {
-        Vec::new()
-    };
+    let mut markers = Vec::new();
+    if times.fault_end_ns > 0 {
+        markers.push((times.fault_end_ns, "faults end, all healed".to_owned()));
+    }
+    if times.churn_start_ns > 0 {
+        markers.push((times.churn_start_ns, CHURN_MARKER.to_owned()));
+    }
     let svg = timeline::render(
         &history,
         &faults,
@@ -129,6 +140,9 @@ pub fn redraw(folder: &Path, from: f64, to: Option<f64>, out: &Path) -> Result<(
     );
     std::fs::write(out, svg).map_err(Error::io(format!("write {}", out.display())))
 }
+
+/// The timeline's label where the leader-churn phase begins.
+const CHURN_MARKER: &str = "leader churn: a dead holder's lock";
 
 /// Counts of what the workloads did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -192,6 +206,7 @@ pub fn count(history: &History) -> Counts {
             Op::Semaphore(SemaphoreOp::Acquire { .. }) => "semaphore/acquire",
             Op::Semaphore(SemaphoreOp::FencedWrite { .. }) => "semaphore/fenced-write",
             Op::Election(_) => continue,
+            Op::Churn(_) => "churn/acquire",
         };
         *c.ops
             .entry(name.to_owned())
@@ -290,6 +305,7 @@ pub fn write(
         start_ns: info.start_ns,
         fault_end_ns: info.fault_end_ns,
         end_ns: info.end_ns,
+        churn_start_ns: info.churn.map_or(0, |c| c.start_ns),
     };
     save("run.json", &serde_json::to_string(&run).unwrap_or_default())?;
 
@@ -302,19 +318,24 @@ pub fn write(
     let verdicts_json = serde_json::to_string_pretty(&verdicts)
         .map_err(|e| Error::History(format!("encode the verdicts: {e}")))?;
     save("verdicts.json", &verdicts_json)?;
+    let mut markers = vec![(info.fault_end_ns, "faults end, all healed".to_owned())];
+    if let Some(c) = info.churn {
+        markers.push((c.start_ns, CHURN_MARKER.to_owned()));
+    }
     save(
         "timeline.svg",
         &timeline::render(
             history,
             windows,
             leaders,
-            &[(info.fault_end_ns, "faults end, all healed".to_owned())],
+            &markers,
             info.start_ns,
             info.start_ns,
             info.end_ns,
         ),
     )?;
-    let summary = summary(info, &verdicts, &counts, &problems, windows, passed);
+    let churn = abandoned::measure(history);
+    let summary = summary(info, &verdicts, &counts, &problems, windows, &churn, passed);
     save("summary.md", &summary)?;
     eprintln!("{summary}");
     eprintln!("nemesis: report in {}", out.display());
@@ -360,6 +381,7 @@ pub fn summary(
     c: &Counts,
     problems: &[String],
     windows: &[FaultWindow],
+    churn: &std::result::Result<Measure, String>,
     passed: bool,
 ) -> String {
     let mut s = String::new();
@@ -384,7 +406,7 @@ pub fn summary(
     );
     let _ = writeln!(
         s,
-        "- fault phase {:.1} s; clients ran {:.1} s",
+        "- fault phase {:.1} s; clients, then the leader churn, ran {:.1} s",
         secs(info.fault_end_ns.saturating_sub(info.start_ns)),
         secs(info.end_ns.saturating_sub(info.start_ns))
     );
@@ -441,6 +463,9 @@ pub fn summary(
         c.read_back.map_or("no".to_owned(), |n| n.to_string())
     );
 
+    let _ = writeln!(s, "\n## Leader churn\n");
+    let _ = write!(s, "{}", churn_section(info, churn, windows));
+
     let _ = writeln!(s, "\n## Operations\n");
     let _ = writeln!(
         s,
@@ -478,7 +503,10 @@ pub fn summary(
             w.target
         );
     }
-    let disk: Vec<&FaultWindow> = windows.iter().filter(|w| w.detail.is_some()).collect();
+    let disk: Vec<&FaultWindow> = windows
+        .iter()
+        .filter(|w| w.detail.is_some() && w.kind != CHURN_KILL)
+        .collect();
     if !disk.is_empty() {
         let _ = writeln!(
             s,
@@ -505,6 +533,57 @@ pub fn summary(
         for n in &info.notes {
             let _ = writeln!(s, "- {n}");
         }
+    }
+    s
+}
+
+/// The "Leader churn" section: how long the phase took, and what the
+/// `abandoned` checker measured (its verdict is with the others).
+fn churn_section(
+    info: &RunInfo,
+    churn: &std::result::Result<Measure, String>,
+    windows: &[FaultWindow],
+) -> String {
+    let mut s = String::new();
+    let kills: Vec<&FaultWindow> = windows.iter().filter(|w| w.kind == CHURN_KILL).collect();
+    match info.churn {
+        Some(t) => {
+            let kills = kills.len();
+            let _ = writeln!(
+                s,
+                "- phase: {:.1} s, from the holder's start to the cluster restored; {kills} \
+                 leader(s) killed",
+                secs(t.end_ns.saturating_sub(t.start_ns))
+            );
+        }
+        None => {
+            let _ = writeln!(s, "- phase: did not run");
+        }
+    }
+    match churn {
+        Ok(m) => {
+            let verdict = match m.extension_ns {
+                None => "never granted",
+                Some(_) if m.within_bound() => "within the bound",
+                Some(_) => "over the bound (reported, not failed)",
+            };
+            let _ = writeln!(s, "- {verdict}: {}", m.numbers());
+            if let Some(why) = &m.skipped {
+                let _ = writeln!(s, "- skipped in part: {why}");
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(s, "- not measured: {why}");
+        }
+    }
+    for w in kills {
+        let _ = writeln!(
+            s,
+            "- {:.1} s: killed {}: {}",
+            secs(w.start_ns.saturating_sub(info.start_ns)),
+            w.target,
+            w.detail.as_deref().unwrap_or("")
+        );
     }
     s
 }
@@ -595,6 +674,7 @@ mod tests {
             start_ns: 0,
             fault_end_ns: 10,
             end_ns: 20,
+            churn: None,
             failure: None,
             notes: vec![],
         }
@@ -625,7 +705,15 @@ mod tests {
                 detail: Some("ok in 5.5 s: incarnation 1 -> 2".into()),
             },
         ];
-        let s = summary(&info(), &[], &Counts::default(), &[], &windows, true);
+        let s = summary(
+            &info(),
+            &[],
+            &Counts::default(),
+            &[],
+            &windows,
+            &Err("no leader-churn phase in this history".into()),
+            true,
+        );
         assert!(
             s.contains("Carried out: kill: 1, repair: 1, wipe: 1"),
             "{s}"
@@ -642,6 +730,55 @@ mod tests {
                 .unwrap();
         assert_eq!(w.detail, None);
         assert!(!json_lines(&[w]).contains("detail"));
+    }
+
+    #[test]
+    fn the_leader_churn_numbers_are_in_the_summary() {
+        let m = Measure {
+            resource: "churn/abandoned".into(),
+            ttl_ms: 5_000,
+            killed_ns: 1_000_000_000,
+            granted_ns: Some(11_000_000_000),
+            waited_ns: 10_000_000_000,
+            leader_changes: 4,
+            leaderless_ns: 3_400_000_000,
+            bound_ns: 8_900_000_000,
+            extension_ns: Some(5_000_000_000),
+            past_vouched_ns: Some(5_600_000_000),
+            leak_after_ns: 36_700_000_000,
+            skipped: None,
+        };
+        let mut info = info();
+        info.churn = Some(PhaseTimes {
+            start_ns: 0,
+            end_ns: 12_500_000_000,
+        });
+        let s = summary(&info, &[], &Counts::default(), &[], &[], &Ok(m), true);
+        assert!(s.contains("## Leader churn"), "{s}");
+        assert!(s.contains("- phase: 12.5 s"), "{s}");
+        assert!(
+            s.contains("- within the bound: extension 5.00 s (freed 10.00 s after"),
+            "{s}"
+        );
+        assert!(
+            s.contains("bound 8.90 s (4 leader change(s), 3.40 s without"),
+            "{s}"
+        );
+        info.churn = None;
+        let s = summary(
+            &info,
+            &[],
+            &Counts::default(),
+            &[],
+            &[],
+            &Err("the holder was never killed".into()),
+            true,
+        );
+        assert!(s.contains("- phase: did not run"), "{s}");
+        assert!(
+            s.contains("- not measured: the holder was never killed"),
+            "{s}"
+        );
     }
 
     #[test]

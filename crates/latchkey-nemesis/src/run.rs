@@ -15,6 +15,7 @@ use latchkey_check::history::ops;
 use latchkey_check::EventKind;
 use tokio::sync::watch;
 
+use crate::churn;
 use crate::clock::now_ns;
 use crate::cluster::{detach, leader_of, log_file, signal, Cluster};
 use crate::disk;
@@ -25,7 +26,7 @@ use crate::net::{netns_available, Netns};
 use crate::record::{self, Recorder};
 use crate::report::{self, LeaderSample, RunInfo};
 use crate::rng::Rng;
-use crate::worker::{Role, BOUND_PREFIX, DURABLE_PREFIX, SEQUENCE};
+use crate::worker::{Role, BOUND_PREFIX, DURABLE_PREFIX, SEQUENCE, TASK_SLOTS};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -242,12 +243,39 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         }
     }
     notes.extend(stop_workers(&mut workers, Duration::from_secs(20)).await);
+    let controller = Arc::new(Recorder::create(&cfg.out.join("workers/controller.jsonl"))?);
+
+    // The leader-churn phase, on the restored cluster, the workloads
+    // stopped: a dead holder's lock while the leader keeps moving.
+    let mut churn_times = None;
+    let mut holder_history = None;
+    if failure.is_none() {
+        let index = workers.0.len();
+        let phase = churn_phase(
+            &cfg,
+            &mut cluster,
+            &controller,
+            &mut windows,
+            index,
+            &mut holder_history,
+        )
+        .await;
+        match phase {
+            Ok(times) => churn_times = times,
+            Err(e) => failure = Some(e),
+        }
+    } else {
+        controller.record(
+            0,
+            EventKind::Ok,
+            ops::churn_skipped("the run stopped before the leader-churn phase"),
+        );
+    }
     let clients_end = now_ns();
     let _ = stop_tx.send(true);
     let _ = sampler.await;
 
     // Durability: kill every replica at once, restart, read everything.
-    let controller = Recorder::create(&cfg.out.join("workers/controller.jsonl"))?;
     if failure.is_none() {
         if let Err(e) = check_durability(&mut cluster, &controller, &mut windows, run_start).await {
             failure = Some(e);
@@ -278,6 +306,9 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
     for w in &workers.0 {
         files.push(record::read_events(&w.history)?);
     }
+    if let Some(h) = holder_history.as_ref().filter(|h| h.exists()) {
+        files.push(record::read_events(h)?);
+    }
     files.push(record::read_events(
         &cfg.out.join("workers/controller.jsonl"),
     )?);
@@ -296,6 +327,7 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         start_ns: run_start,
         fault_end_ns: fault_end,
         end_ns: clients_end,
+        churn: churn_times,
         failure: failure.as_ref().map(|e| e.to_string()),
         notes,
     };
@@ -312,9 +344,46 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         for w in &workers.0 {
             let _ = std::fs::remove_file(&w.history);
         }
+        if let Some(h) = &holder_history {
+            let _ = std::fs::remove_file(h);
+        }
         let _ = std::fs::remove_file(cfg.out.join("workers/controller.jsonl"));
     }
     Ok(passed && failure.is_none())
+}
+
+/// The leader-churn phase (see [`churn`]), its holder worker number
+/// `index`; `None` when it was skipped (recorded, with why). The holder's
+/// history file goes to `holder_history` as soon as it exists.
+async fn churn_phase(
+    cfg: &RunConfig,
+    cluster: &mut Cluster,
+    rec: &Arc<Recorder>,
+    windows: &mut Vec<FaultWindow>,
+    index: usize,
+    holder_history: &mut Option<PathBuf>,
+) -> Result<Option<churn::PhaseTimes>> {
+    if let Some(why) = churn::unready(cluster) {
+        eprintln!("nemesis: leader churn: skipped: {why}");
+        rec.record(0, EventKind::Ok, ops::churn_skipped(&why));
+        return Ok(None);
+    }
+    let spec = WorkerSpec {
+        role: Role::Holder,
+        index,
+        tasks: 1,
+        pace_ms: 20,
+        ttl: churn::CHURN_TTL,
+    };
+    let mut w = spawn_worker(cfg, &cluster.endpoints(), cluster.certs(), &spec)?;
+    *holder_history = Some(w.history.clone());
+    let holder = churn::Holder::new(
+        w.child.take(),
+        w.stdin.take(),
+        1 + index as u64 * TASK_SLOTS,
+        w.history.clone(),
+    );
+    churn::run(cluster, holder, rec, windows).await.map(Some)
 }
 
 /// Starts the workload processes: the lock clients first (w0..), then one
@@ -326,7 +395,6 @@ fn start_workers(
     endpoints: &[String],
     certs: Option<&Path>,
 ) -> Result<Vec<Worker>> {
-    let exe = std::env::current_exe().map_err(Error::io("find the harness's own binary"))?;
     let mut roles: Vec<(Role, u64, u64)> = Vec::new();
     for _ in 0..cfg.lock_workers {
         roles.push((Role::Lock, 2, 5));
@@ -338,51 +406,86 @@ fn start_workers(
     roles.push((Role::Semaphore, 4, 5));
     let mut workers = Vec::new();
     for (index, (role, tasks, pace)) in roles.into_iter().enumerate() {
-        let history = cfg.out.join(format!("workers/w{index}.jsonl"));
-        let (log, log_err) = log_file(&cfg.out.join(format!("workers/w{index}.log")))?;
-        let mut cmd = Command::new(&exe);
-        cmd.arg("worker")
-            .arg("--role")
-            .arg(format!("{role:?}").to_lowercase())
-            .arg("--index")
-            .arg(index.to_string())
-            .arg("--tasks")
-            .arg(tasks.to_string())
-            .arg("--endpoints")
-            .arg(endpoints.join(","))
-            .arg("--seed")
-            .arg(cfg.seed.to_string())
-            .arg("--out")
-            .arg(&history)
-            .arg("--gate")
-            .arg(cfg.out.join("gate.sock"))
-            .arg("--ttl-ms")
-            .arg(cfg.ttl.as_millis().to_string())
-            .arg("--pace-ms")
-            .arg(pace.to_string())
-            .args(
-                certs
-                    .map(|dir| vec![OsString::from("--tls-dir"), dir.as_os_str().to_owned()])
-                    .unwrap_or_default(),
-            )
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(log)
-            .stderr(log_err);
-        detach(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Error::Worker(format!("cannot start worker {index}: {e}")))?;
-        let stdin = child.stdin.take();
-        workers.push(Worker {
-            index,
+        let spec = WorkerSpec {
             role,
-            child: Some(child),
-            stdin,
-            history,
-        });
+            index,
+            tasks,
+            pace_ms: pace,
+            ttl: cfg.ttl,
+        };
+        workers.push(spawn_worker(cfg, endpoints, certs, &spec)?);
     }
     Ok(workers)
+}
+
+/// One workload process to start.
+struct WorkerSpec {
+    role: Role,
+    index: usize,
+    tasks: u64,
+    pace_ms: u64,
+    /// Its sessions' TTL.
+    ttl: Duration,
+}
+
+/// Starts one workload process, recording to `workers/w<index>.jsonl`.
+fn spawn_worker(
+    cfg: &RunConfig,
+    endpoints: &[String],
+    certs: Option<&Path>,
+    spec: &WorkerSpec,
+) -> Result<Worker> {
+    let exe = std::env::current_exe().map_err(Error::io("find the harness's own binary"))?;
+    let WorkerSpec {
+        role,
+        index,
+        tasks,
+        pace_ms,
+        ttl,
+    } = *spec;
+    let history = cfg.out.join(format!("workers/w{index}.jsonl"));
+    let (log, log_err) = log_file(&cfg.out.join(format!("workers/w{index}.log")))?;
+    let mut cmd = Command::new(&exe);
+    cmd.arg("worker")
+        .arg("--role")
+        .arg(format!("{role:?}").to_lowercase())
+        .arg("--index")
+        .arg(index.to_string())
+        .arg("--tasks")
+        .arg(tasks.to_string())
+        .arg("--endpoints")
+        .arg(endpoints.join(","))
+        .arg("--seed")
+        .arg(cfg.seed.to_string())
+        .arg("--out")
+        .arg(&history)
+        .arg("--gate")
+        .arg(cfg.out.join("gate.sock"))
+        .arg("--ttl-ms")
+        .arg(ttl.as_millis().to_string())
+        .arg("--pace-ms")
+        .arg(pace_ms.to_string())
+        .args(
+            certs
+                .map(|dir| vec![OsString::from("--tls-dir"), dir.as_os_str().to_owned()])
+                .unwrap_or_default(),
+        )
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(log)
+        .stderr(log_err);
+    detach(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::Worker(format!("cannot start worker {index}: {e}")))?;
+    let stdin = child.stdin.take();
+    Ok(Worker {
+        index,
+        role,
+        child: Some(child),
+        stdin,
+        history,
+    })
 }
 
 /// Closes every worker's stdin and waits for them to finish; kills the

@@ -92,7 +92,7 @@ fn holder_color(process: u64) -> String {
 
 fn fault_color(kind: &str) -> &'static str {
     match kind {
-        "kill" => "#d62728",
+        "kill" | crate::churn::CHURN_KILL => "#d62728",
         "pause" | "pause-client" => "#ff7f0e",
         "partition" => "#9467bd",
         "wipe" | "truncate-wal" | "flip-sst" | "delete-running" => "#8c564b",

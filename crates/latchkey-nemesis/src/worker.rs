@@ -17,8 +17,10 @@
 //! it at the end of the run, or dies): the tasks finish the operation in
 //! flight and return.
 
+mod churn_holder;
 mod watch_load;
 
+pub use churn_holder::CHURN_LOCK;
 pub use watch_load::BOUND_PREFIX;
 
 use std::path::PathBuf;
@@ -62,6 +64,10 @@ pub enum Role {
     /// queue, and a paused worker's permits return to the others while it
     /// still believes it holds them.
     Semaphore,
+    /// The leader-churn phase's holder (one task): take [`CHURN_LOCK`] in
+    /// a session of `--ttl-ms`, record the grant and every lease the
+    /// client vouches for, and hold it until SIGKILLed.
+    Holder,
 }
 
 /// The resource the lock workers campaign for as an election.
@@ -209,6 +215,8 @@ pub async fn run(args: WorkerArgs) -> crate::error::Result<()> {
                 Role::Durability => durability_task(&ctx, process).await,
                 Role::Watch => watch_task(&ctx, process, t, rng).await,
                 Role::Semaphore => semaphore_task(&ctx, process, rng).await,
+                Role::Holder if t == 0 => churn_holder::holder_task(&ctx, process).await,
+                Role::Holder => {}
             }
         });
     }

@@ -197,7 +197,11 @@ harness creates (needs root; without it, loopback and no partitions), lock,
 register, sequence and durability workloads in client processes, and a
 seeded nemesis; then every replica is killed and restarted at once (each on
 its current data directory) and the acknowledged puts are read back, and the
-checkers of latchkey-check judge the merged history. Builds the `latchkey`
+checkers of latchkey-check judge the merged history. Between the faults and
+the full restart, a leader-churn phase (12-20 s): a holder with a 5 s session
+is killed holding a lock a waiter queues for, and the leader is killed up to
+four times meanwhile; the report gives when the lock was freed against the
+documented failover bound. Builds the `latchkey`
 server and the harness first (`cargo build --workspace --bin ...`).
 
 FAULT KINDS (one at a time, some pairs; the schedule is printed first):

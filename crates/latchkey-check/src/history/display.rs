@@ -3,8 +3,8 @@
 use std::fmt;
 
 use super::{
-    DurabilityOp, ElectionOp, Event, EventKind, FenceTarget, LockOp, Op, RegisterOp, SemaphoreOp,
-    SequenceOp, Value, WatchChange, WatchOp,
+    ChurnOp, ChurnRole, DurabilityOp, ElectionOp, Event, EventKind, FenceTarget, LockOp, Op,
+    RegisterOp, SemaphoreOp, SequenceOp, Value, WatchChange, WatchOp,
 };
 
 fn opt(v: &Option<Value>) -> &str {
@@ -197,6 +197,52 @@ impl Op {
                 }
                 Ok(())
             }
+            Op::Churn(op) => op.render(f),
+        }
+    }
+}
+
+impl ChurnOp {
+    fn render(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChurnOp::Acquire {
+                resource,
+                holder,
+                role,
+                ttl_ms,
+                token,
+            } => {
+                let role = match role {
+                    ChurnRole::Holder => "holder",
+                    ChurnRole::Waiter => "waiter",
+                };
+                write!(
+                    f,
+                    "acquire {resource:?} by {role} {holder} (session TTL {ttl_ms} ms)"
+                )?;
+                match token {
+                    Some(t) => write!(f, " -> token {t}"),
+                    None => Ok(()),
+                }
+            }
+            ChurnOp::Vouched {
+                resource,
+                holder,
+                until_ns,
+            } => write!(
+                f,
+                "{holder} vouches for its lease of {resource:?} until t={until_ns}ns"
+            ),
+            ChurnOp::HolderKilled { resource, holder } => {
+                write!(f, "kill -9 {holder}, holder of {resource:?}")
+            }
+            ChurnOp::LeaderKilled { node, term } => {
+                write!(f, "kill -9 the leader n{node} (term {term})")
+            }
+            ChurnOp::LeaderReady { node, term } => {
+                write!(f, "n{node} leads in term {term} and serves reads")
+            }
+            ChurnOp::Skipped { reason } => write!(f, "leader churn skipped: {reason}"),
         }
     }
 }

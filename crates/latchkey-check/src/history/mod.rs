@@ -93,6 +93,9 @@ pub enum Op {
     Semaphore(SemaphoreOp),
     /// Election observers (terms in order, none skipped).
     Election(ElectionOp),
+    /// The leader-churn phase: a dead holder's lock is freed within its
+    /// TTL plus a bounded margin while the leader keeps moving.
+    Churn(ChurnOp),
 }
 
 /// Register operations on independent keys. A key that was never written
@@ -257,6 +260,82 @@ pub enum ElectionOp {
     },
 }
 
+/// Whom an acquire of the leader-churn phase is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChurnRole {
+    /// The client that takes the lock, then is SIGKILLed holding it.
+    Holder,
+    /// The client queued for the lock behind the holder.
+    Waiter,
+}
+
+/// The leader-churn phase of a run: a holder takes a lock in a session
+/// with a short TTL and is SIGKILLed; a waiter is queued for the lock; the
+/// harness kills the leader again and again while the holder is dead.
+/// Every time is the recorder's clock (the events' `time_ns`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ChurnOp {
+    /// An exclusive acquire of `resource` by `role`, in a session whose
+    /// TTL is `ttl_ms`; its ok completion is the grant, with the fencing
+    /// token (`None` on the invocation, required on ok).
+    Acquire {
+        /// The lock name.
+        resource: String,
+        /// Who asked.
+        holder: String,
+        /// The holder or the waiter.
+        role: ChurnRole,
+        /// The TTL of the session the acquire was made in, in ms.
+        ttl_ms: u64,
+        /// The fencing token granted.
+        #[serde(default)]
+        token: Option<u64>,
+    },
+    /// Instant: the holder's client vouches for its lease until `until_ns`
+    /// (the send of its last acknowledged keep-alive plus the TTL, less the
+    /// client's margin). The cluster must not free the lock before.
+    Vouched {
+        /// The lock name.
+        resource: String,
+        /// The holder.
+        holder: String,
+        /// Until when (the recorder's clock, ns).
+        until_ns: u64,
+    },
+    /// Instant: the holder's process was SIGKILLed (recorded once it was
+    /// reaped: it is dead from here).
+    HolderKilled {
+        /// The lock name.
+        resource: String,
+        /// The holder.
+        holder: String,
+    },
+    /// Instant: the harness SIGKILLed replica `node` (its id), which said
+    /// it led in `term`.
+    LeaderKilled {
+        /// The killed replica's id.
+        node: u64,
+        /// The term it led in.
+        term: u64,
+    },
+    /// Instant: replica `node` says it leads in `term`, above the killed
+    /// leader's, and a linearizable read succeeded: the cluster has a
+    /// ready leader again.
+    LeaderReady {
+        /// The new leader's id.
+        node: u64,
+        /// Its term.
+        term: u64,
+    },
+    /// Instant: the phase could not be carried out, and why.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// A half-open range `[start, end)` of sequence numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SeqRange {
@@ -402,6 +481,13 @@ impl Op {
                     WatchOp::Open { .. } | WatchOp::Changes { .. } | WatchOp::Progress { .. }
                 )
                 | Op::Election(ElectionOp::Observed { .. })
+                | Op::Churn(
+                    ChurnOp::Vouched { .. }
+                        | ChurnOp::HolderKilled { .. }
+                        | ChurnOp::LeaderKilled { .. }
+                        | ChurnOp::LeaderReady { .. }
+                        | ChurnOp::Skipped { .. }
+                )
         )
     }
 
@@ -527,6 +613,22 @@ impl Op {
                 Op::Watch(WatchOp::Leftover { prefix: p1, .. }),
                 Op::Watch(WatchOp::Leftover { prefix: p2, .. }),
             ) => p1 == p2,
+            (
+                Op::Churn(ChurnOp::Acquire {
+                    resource: r1,
+                    holder: h1,
+                    role: o1,
+                    ttl_ms: t1,
+                    ..
+                }),
+                Op::Churn(ChurnOp::Acquire {
+                    resource: r2,
+                    holder: h2,
+                    role: o2,
+                    ttl_ms: t2,
+                    ..
+                }),
+            ) => r1 == r2 && h1 == h2 && o1 == o2 && t1 == t2,
             (a, b) if a.is_instant() && b.is_instant() => a == b,
             _ => false,
         }
@@ -540,6 +642,7 @@ impl Op {
             Op::Lock(LockOp::Acquire { token, .. }) => token.is_some(),
             Op::Lock(LockOp::FencedWrite { accepted, .. }) => accepted.is_some(),
             Op::Semaphore(SemaphoreOp::Acquire { token, .. }) => token.is_some(),
+            Op::Churn(ChurnOp::Acquire { token, .. }) => token.is_some(),
             Op::Semaphore(SemaphoreOp::FencedWrite { accepted, .. }) => accepted.is_some(),
             Op::Sequence(SequenceOp::Alloc { range, .. }) => range.is_some(),
             Op::Durability(DurabilityOp::ReadAll { values }) => values.is_some(),

@@ -1,7 +1,7 @@
 //! Convenience constructors for ops, so recorders and tests read naturally.
 use super::{
-    DurabilityOp, ElectionOp, FenceTarget, LockOp, Op, RegisterOp, SemaphoreOp, SeqRange,
-    SequenceOp, WatchChange, WatchOp,
+    ChurnOp, ChurnRole, DurabilityOp, ElectionOp, FenceTarget, LockOp, Op, RegisterOp, SemaphoreOp,
+    SeqRange, SequenceOp, WatchChange, WatchOp,
 };
 
 /// A register read; `value` is the result (ignored on the invocation).
@@ -222,4 +222,57 @@ fn watch_change_list(changes: &[(&str, Option<&str>)]) -> Vec<WatchChange> {
 /// A watch's progress notice at `revision` (an instant).
 pub fn watch_progress(revision: u64) -> Op {
     Op::Watch(WatchOp::Progress { revision })
+}
+
+/// An acquire of the leader-churn phase's lock `resource` by `role`, in a
+/// session of `ttl_ms`; `token` is the grant (`None` on invocation).
+pub fn churn_acquire(
+    resource: &str,
+    holder: &str,
+    role: ChurnRole,
+    ttl_ms: u64,
+    token: Option<u64>,
+) -> Op {
+    Op::Churn(ChurnOp::Acquire {
+        resource: resource.into(),
+        holder: holder.into(),
+        role,
+        ttl_ms,
+        token,
+    })
+}
+
+/// The churn holder's client vouches for its lease until `until_ns` (an
+/// instant).
+pub fn churn_vouched(resource: &str, holder: &str, until_ns: u64) -> Op {
+    Op::Churn(ChurnOp::Vouched {
+        resource: resource.into(),
+        holder: holder.into(),
+        until_ns,
+    })
+}
+
+/// The churn holder was SIGKILLed (an instant).
+pub fn churn_holder_killed(resource: &str, holder: &str) -> Op {
+    Op::Churn(ChurnOp::HolderKilled {
+        resource: resource.into(),
+        holder: holder.into(),
+    })
+}
+
+/// The leader, replica `node` in `term`, was SIGKILLed (an instant).
+pub fn churn_leader_killed(node: u64, term: u64) -> Op {
+    Op::Churn(ChurnOp::LeaderKilled { node, term })
+}
+
+/// Replica `node` leads in `term` and serves reads (an instant).
+pub fn churn_leader_ready(node: u64, term: u64) -> Op {
+    Op::Churn(ChurnOp::LeaderReady { node, term })
+}
+
+/// The leader-churn phase could not be carried out (an instant).
+pub fn churn_skipped(reason: &str) -> Op {
+    Op::Churn(ChurnOp::Skipped {
+        reason: reason.into(),
+    })
 }
