@@ -487,7 +487,7 @@ fn cmd_demo(rest: &[OsString]) -> Result {
     // The process demos run `latchkey serve` processes: build the binary
     // and hand it over.
     let server = if matches!(example, "three_replicas" | "config_sync" | "discovery") {
-        Some(build_server()?)
+        Some(build_demo_server(package, example)?)
     } else {
         None
     };
@@ -835,6 +835,12 @@ fn cmd_bench(rest: &[OsString]) -> Result {
 /// Build the `latchkey` binary (dev profile) and return its path.
 fn build_server() -> Result<PathBuf> {
     build_bins(&["latchkey"])?;
+    built_server()
+}
+
+/// The path of the `latchkey` binary a build just made; an error if the
+/// build succeeded without it.
+fn built_server() -> Result<PathBuf> {
     let server = server_path()?;
     if !server.is_file() {
         return Err(Exit::with(
@@ -848,6 +854,28 @@ fn build_server() -> Result<PathBuf> {
     Ok(server)
 }
 
+/// Build the `latchkey` binary for a demo with the same package selection
+/// as the demo's own `cargo run -p PACKAGE --example EXAMPLE`, and the
+/// example with it, in one cargo call. Cargo unifies the dependencies'
+/// features over the packages and targets it is asked for, so a
+/// `--workspace` build of the server followed by `cargo run -p` compiled
+/// every latchkey crate twice (55 s of a first `cargo xtask demo`); this
+/// way the `cargo run` that follows only runs. The price: a later
+/// `--workspace` build (`cargo xtask test`, `bench`, `soak`) builds the
+/// latchkey crates again, never RocksDB.
+fn build_demo_server(package: &str, example: &str) -> Result<PathBuf> {
+    run_build(cargo([
+        "build",
+        "-p",
+        package,
+        "--bin",
+        "latchkey",
+        "--example",
+        example,
+    ]))?;
+    built_server()
+}
+
 /// `cargo build --workspace --bin B ...`: `--workspace`, not `-p`, so the
 /// dependencies' features unify as in `cargo test --workspace` and the
 /// binaries the test step built are reused, not rebuilt.
@@ -856,6 +884,11 @@ fn build_bins(bins: &[&str]) -> Result {
     for bin in bins {
         build.arg("--bin").arg(bin);
     }
+    run_build(build)
+}
+
+/// Print and run a `cargo build` command; its failure names the command.
+fn run_build(mut build: Command) -> Result {
     println!("xtask: {}", display(&build));
     run::run(&mut build).map_err(|e| {
         Exit::with(
