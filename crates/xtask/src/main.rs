@@ -861,8 +861,9 @@ fn built_server() -> Result<PathBuf> {
 /// `--workspace` build of the server followed by `cargo run -p` compiled
 /// every latchkey crate twice (55 s of a first `cargo xtask demo`); this
 /// way the `cargo run` that follows only runs. The price: a later
-/// `--workspace` build (`cargo xtask test`, `bench`, `soak`) builds the
-/// latchkey crates again, never RocksDB.
+/// `--workspace` build (`cargo xtask test`, `bench`, `soak`), or a demo
+/// after one, builds the latchkey crates and a few dependencies (ring,
+/// rustls, tonic) again, about 3 minutes here, never RocksDB.
 fn build_demo_server(package: &str, example: &str) -> Result<PathBuf> {
     run_build(cargo([
         "build",
