@@ -20,6 +20,21 @@ pub struct Request {
     pub command: Command,
 }
 
+/// Shown in logs (openraft prints each entry's payload in its traces): the
+/// command's kind and the leader's clock, never keys, values or secrets, so
+/// that a log line cannot leak a session's or a user's credentials.
+///
+/// ```
+/// use latchkey_core::command::{Command, Request};
+/// let request = Request { now: 7, command: Command::Delete { key: b"k".to_vec() } };
+/// assert_eq!(request.to_string(), "delete at 7 ms");
+/// ```
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {} ms", self.command.kind(), self.now)
+    }
+}
+
 /// A write. Applied atomically: either all of its effects happen or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -185,6 +200,26 @@ pub enum Command {
 }
 
 impl Command {
+    /// The command's kind, for logs: one lower-case word, no data.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Put { .. } => "put",
+            Command::PutIfAbsent { .. } => "put-if-absent",
+            Command::CompareAndPut { .. } => "compare-and-put",
+            Command::GetAndPut { .. } => "get-and-put",
+            Command::Delete { .. } => "delete",
+            Command::DeleteRange { .. } => "delete-range",
+            Command::Batch { .. } => "batch",
+            Command::NextSequence { .. } => "next-sequence",
+            Command::Lock(_) => "lock",
+            Command::Group { .. } => "group",
+            Command::Auth(_) => "auth",
+            Command::As { .. } => "as-user",
+            Command::PutBound { .. } => "put-bound",
+            Command::Once { .. } => "once",
+        }
+    }
+
     /// Whether this is a key-value write: what [`Command::Once`] may hold
     /// (and what a client makes retry-safe).
     pub fn is_key_value_write(&self) -> bool {
