@@ -4,6 +4,8 @@
 //! reports SERVING or NOT_SERVING to the standard gRPC health service as
 //! [`readiness`] changes (see `crate::health` for what each means).
 
+use openraft::async_runtime::WatchReceiver;
+use openraft::Instant as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -63,17 +65,21 @@ pub(crate) fn readiness(view: &RaftView, health: &Health) -> Result<(), String> 
         return Err("not a member of its cluster".into());
     }
     let raft = view.raft();
-    let metrics = raft.metrics().borrow().clone();
+    let metrics = raft.metrics().borrow_watched().clone();
     if metrics.current_leader.is_none() {
         return Err("no leader known".into());
     }
-    // openraft 0.9 has no check-quorum: a leader cut off from its majority
-    // goes on calling itself leader until it hears a higher term. It is
-    // ready only while a majority has acknowledged it within an election
-    // timeout, the time after which the others may elect someone else.
+    // openraft's check-quorum refuses proposals once a leader's lease runs
+    // out, but the leader still calls itself leader until it hears a
+    // higher term. It is ready only while a majority has acknowledged it
+    // within an election timeout, the time after which the others may
+    // elect someone else.
     if metrics.state == openraft::ServerState::Leader {
         let limit = raft.config().election_timeout_max;
-        match metrics.millis_since_quorum_ack {
+        let since_ack = metrics
+            .last_quorum_acked
+            .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
+        match since_ack {
             Some(ms) if ms <= limit => {}
             Some(ms) => {
                 return Err(format!(

@@ -21,12 +21,13 @@
 //! that cannot commit would hang, and one that commits with too few live
 //! voters leaves a cluster that cannot serve.
 
+use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use latchkey_proto::v1::IdentifyRequest;
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::Member;
+use latchkey_storage::{Member, TypeConfig};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
@@ -60,7 +61,7 @@ const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
 /// A membership change's openraft error as the failure a client sees.
 pub(crate) fn failure(
     replica: &impl MembershipHost,
-    e: RaftError<u64, ClientWriteError<u64, Member>>,
+    e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
 ) -> ReplicaFailure {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ReplicaFailure::NotLeader {
@@ -73,6 +74,13 @@ pub(crate) fn failure(
             ChangeMembershipError::InProgress(e),
         )) => ReplicaFailure::Unavailable(format!("another membership change is in progress: {e}")),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            ReplicaFailure::InvalidArgument(e.to_string())
+        }
+        // Appended, then dropped at a leader change: it may have committed.
+        RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => ReplicaFailure::UnknownOutcome(
+            format!("the membership change was discarded at a leader change ({f}); check `latchkey members`"),
+        ),
+        RaftError::APIError(ClientWriteError::PreconditionFailed(e)) => {
             ReplicaFailure::InvalidArgument(e.to_string())
         }
         RaftError::Fatal(e) => ReplicaFailure::Unavailable(format!("replica stopped: {e}")),
@@ -172,7 +180,7 @@ pub(crate) async fn check_live_majority(
         .view()
         .raft()
         .metrics()
-        .borrow()
+        .borrow_watched()
         .membership_config
         .membership()
         .clone();
@@ -226,9 +234,11 @@ pub(crate) async fn check_live_majority(
 /// (`WriteQueue::pause_and_drain`): the writes it already proposed are
 /// answered, later ones are refused as retryable, and the next leader
 /// takes them, so replacing the leader's machine costs clients retries,
-/// not unknown outcomes. (openraft 0.9 has no leader transfer; the leader
-/// steps down once its removal is committed, and the remaining voters
-/// elect a new one within an election timeout or two.)
+/// not unknown outcomes. (openraft then tries to hand leadership to the
+/// most up-to-date voter, but the peer links do not carry openraft's
+/// leader transfer yet: the leader steps down once its removal is
+/// committed, and the remaining voters elect a new one within an election
+/// timeout or two.)
 ///
 /// The change runs in a task of its own, to the end, even if the caller
 /// goes away: a change dropped halfway could leave the cluster in its
@@ -285,7 +295,7 @@ async fn change_voters_now(
         // in flight at the step-down and end as an unknown outcome. So
         // writes stay paused until then.
         let mut metrics = replica.view().raft().metrics();
-        let stepped_down = metrics.wait_for(|m| m.state != openraft::ServerState::Leader);
+        let stepped_down = metrics.wait_until(|m| m.state != openraft::ServerState::Leader);
         if tokio::time::timeout(STEP_DOWN_WAIT, stepped_down)
             .await
             .is_err()
@@ -331,7 +341,7 @@ pub(crate) async fn add_member(
     let raft = replica.view().raft();
     let membership = raft
         .metrics()
-        .borrow()
+        .borrow_watched()
         .membership_config
         .membership()
         .clone();
@@ -387,7 +397,7 @@ const PURGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// log says it is done.
 async fn purge_restored_log(replica: &impl MembershipHost) -> Result<(), ReplicaFailure> {
     let raft = replica.view().raft();
-    if !replica.was_restored() || raft.metrics().borrow().purged.is_some() {
+    if !replica.was_restored() || raft.metrics().borrow_watched().purged.is_some() {
         return Ok(());
     }
     let stopped = |e: &dyn std::fmt::Display| {
@@ -399,7 +409,11 @@ async fn purge_restored_log(replica: &impl MembershipHost) -> Result<(), Replica
         "this replica was restored from a backup its log does not hold: snapshotting it and \
          purging the log before adding a member"
     );
-    let applied = raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+    let applied = raft
+        .metrics()
+        .borrow_watched()
+        .last_applied
+        .map_or(0, |l| l.index);
     raft.trigger().snapshot().await.map_err(|e| stopped(&e))?;
     let m = raft
         .wait(Some(PURGE_TIMEOUT))

@@ -7,8 +7,14 @@
 //! itself. Such a refusal reads as "unreachable" to openraft (it backs off)
 //! and is reported in status as a peer problem.
 //!
+//! The links speak openraft's v1 network protocol (one AppendEntries at a
+//! time per link, snapshots in chunks), wrapped for openraft 0.10 by
+//! `openraft_legacy`'s `Adapter`. Vote requests travel as
+//! [`latchkey_storage::types::VoteWire`] plus the message's
+//! `leadership_transfer` flag, so their payload keeps its pinned bytes.
+//!
 //! **A follower whose log went backwards is refused, never followed.**
-//! openraft 0.9 asserts (and so, in a debug build, panics the leader's core)
+//! openraft asserts (and so, in a debug build, panics the leader's core)
 //! when a follower that had acknowledged entries up to some index later
 //! reports a conflict at or below it: that follower lost acknowledged state
 //! (a restored backup, a disk that lied). Each peer therefore remembers,
@@ -24,18 +30,15 @@ use std::time::Duration;
 
 use latchkey_core::codec;
 use latchkey_proto::v1::RaftMessage;
+use latchkey_storage::types::{LogId, Vote, VoteWire};
 use latchkey_storage::Member;
 use latchkey_storage::{DurableLog, TypeConfig};
-use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+use openraft::error::{NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
+use openraft_legacy::network_v1::{
+    Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use openraft::{LogId, Vote};
 use prost::bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::sync::mpsc;
@@ -45,7 +48,9 @@ use tonic::Streaming;
 
 use crate::peer_auth::{PeerClient, PeerCredentials, SharedCredentials};
 
-/// Above this encoded size an AppendEntries with several entries is split.
+/// Above this encoded size an AppendEntries with several entries is split:
+/// the link sends the longest prefix within it (at least one entry) and
+/// answers openraft with a partial success, so openraft sends the rest next.
 const SPLIT_ABOVE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Idle AppendEntries streams kept per peer. openraft has at most a few
@@ -160,14 +165,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
-    type Network = PeerLink;
+/// What openraft calls a peer through: a [`PeerLink`] (openraft's v1
+/// network protocol) behind `openraft_legacy`'s adapter, which sends
+/// snapshots, read from their files, in chunks.
+pub type PeerConnection = Adapter<TypeConfig, PeerLink, tokio::fs::File>;
 
-    async fn new_client(&mut self, target: u64, node: &Member) -> PeerLink {
-        PeerLink {
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: u64, node: &Member) -> PeerConnection {
+        Adapter::new(PeerLink {
             peer: self.peer(target, node),
             durable: self.durable.clone(),
-        }
+        })
     }
 }
 
@@ -200,7 +210,7 @@ struct Peer {
     credentials: SharedCredentials,
     idle: Mutex<Vec<AppendStream>>,
     /// The highest log id the peer acknowledged, under which leader vote.
-    matched: Mutex<Option<(Vote<u64>, LogId<u64>)>>,
+    matched: Mutex<Option<(Vote, LogId)>>,
     problem: Mutex<Option<Problem>>,
 }
 
@@ -212,18 +222,18 @@ struct AppendStream {
 }
 
 /// Why a stream gave no reply: the stream is gone (dropped by the caller).
-struct StreamFailure(Box<RPCError<u64, Member, RaftError<u64>>>);
+struct StreamFailure(Box<RPCError<TypeConfig, RaftError<TypeConfig>>>);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct LinkError(String);
 
-type RpcResult<T, E> = Result<T, RPCError<u64, Member, RaftError<u64, E>>>;
+type RpcResult<T, E> = Result<T, RPCError<TypeConfig, RaftError<TypeConfig, E>>>;
 
 fn status_error<E: std::error::Error>(
     peer: &Peer,
     status: &tonic::Status,
-) -> RPCError<u64, Member, RaftError<u64, E>> {
+) -> RPCError<TypeConfig, RaftError<TypeConfig, E>> {
     let target = peer.target;
     let e = LinkError(format!("node {target}: {}", status.message()));
     match status.code() {
@@ -255,6 +265,7 @@ impl Peer {
             to_incarnation: self.incarnation,
             from_id: self.me,
             from_incarnation: self.my_incarnation,
+            leadership_transfer: false,
         }
     }
 
@@ -280,7 +291,7 @@ impl Peer {
 
     /// Record that the peer acknowledged everything up to `upto` under the
     /// leader `vote`.
-    fn acknowledged(&self, vote: &Vote<u64>, upto: Option<LogId<u64>>) {
+    fn acknowledged(&self, vote: &Vote, upto: Option<LogId>) {
         let Some(upto) = upto else { return };
         let mut matched = lock(&self.matched);
         match &mut *matched {
@@ -296,7 +307,7 @@ impl Peer {
     /// Whether a conflict at `prev` under `vote` means the peer lost
     /// entries it had acknowledged to this leader; if so, refuse it from now
     /// on and say why.
-    fn reverted(&self, vote: &Vote<u64>, prev: Option<LogId<u64>>) -> Option<String> {
+    fn reverted(&self, vote: &Vote, prev: Option<LogId>) -> Option<String> {
         let matched = *lock(&self.matched);
         let (v, m) = matched?;
         if v != *vote || prev.is_some_and(|p| p.index > m.index) {
@@ -315,7 +326,7 @@ impl Peer {
         Some(why)
     }
 
-    fn client(&self) -> Result<PeerClient, Unreachable> {
+    fn client(&self) -> Result<PeerClient, Unreachable<TypeConfig>> {
         match &self.channel {
             Ok(c) => Ok(self.credentials.client(c.clone())),
             Err(e) => Err(Unreachable::new(&LinkError(format!(
@@ -398,10 +409,13 @@ impl Peer {
 }
 
 impl PeerLink {
+    /// A unary call: `request` encoded as the payload; `leadership_transfer`
+    /// set on the message (vote requests only).
     async fn call<Req, Resp, E>(
         &self,
         kind: Rpc,
         request: &Req,
+        leadership_transfer: bool,
         option: &RPCOption,
     ) -> RpcResult<Resp, E>
     where
@@ -412,7 +426,9 @@ impl PeerLink {
         let payload =
             codec::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut client = self.peer.client()?;
-        let mut req = tonic::Request::new(self.peer.message(payload.into()));
+        let mut message = self.peer.message(payload.into());
+        message.leadership_transfer = leadership_transfer;
+        let mut req = tonic::Request::new(message);
         req.set_timeout(option.hard_ttl());
         let reply = match kind {
             Rpc::Vote => client.vote(req).await,
@@ -430,7 +446,7 @@ impl PeerLink {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let result: Result<Resp, RaftError<u64, E>> =
+        let result: Result<Resp, RaftError<TypeConfig, E>> =
             codec::decode(payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.peer.target, e)))
     }
@@ -440,7 +456,7 @@ impl PeerLink {
         &self,
         rpc: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+    ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
         let payload: Bytes = codec::encode(rpc)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
             .into();
@@ -472,7 +488,7 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         &mut self,
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+    ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
         // The commit clamp: followers must not apply what this leader may
         // still lose (it acknowledges its own appends before syncing them).
         // A message with no entries only carries the commit index: wait for
@@ -484,22 +500,7 @@ impl RaftNetwork<TypeConfig> for PeerLink {
             }
             rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
         }
-        if rpc.entries.len() > 1 {
-            let size: usize = rpc
-                .entries
-                .iter()
-                .map(|e| match &e.payload {
-                    openraft::EntryPayload::Normal(r) => r.command.payload_len(),
-                    _ => 64,
-                })
-                .sum();
-            if size > SPLIT_ABOVE_BYTES {
-                let hint = (rpc.entries.len() / 2).max(1) as u64;
-                return Err(RPCError::PayloadTooLarge(
-                    PayloadTooLarge::new_entries_hint(hint),
-                ));
-            }
-        }
+        let split = split_oversized(&mut rpc.entries);
         self.peer.refuse_if_reverted()?;
         let result = self.append_on_stream(&rpc, &option).await;
         match &result {
@@ -517,16 +518,22 @@ impl RaftNetwork<TypeConfig> for PeerLink {
             }
             _ => {}
         }
-        result
+        match result {
+            // Only a prefix went: openraft sends the rest from after it.
+            Ok(AppendEntriesResponse::Success) if split => Ok(
+                AppendEntriesResponse::PartialSuccess(rpc.entries.last().map(|e| e.log_id)),
+            ),
+            other => other,
+        }
     }
 
     async fn install_snapshot(
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
+    ) -> RpcResult<InstallSnapshotResponse<TypeConfig>, InstallSnapshotError> {
         self.peer.refuse_if_reverted()?;
-        let result = self.call(Rpc::Snapshot, &rpc, &option).await;
+        let result = self.call(Rpc::Snapshot, &rpc, false, &option).await;
         if rpc.done && result.is_ok() {
             self.peer.acknowledged(&rpc.vote, rpc.meta.last_log_id);
         }
@@ -535,11 +542,36 @@ impl RaftNetwork<TypeConfig> for PeerLink {
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<u64>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
-        self.call(Rpc::Vote, &rpc, &option).await
+    ) -> RpcResult<VoteResponse<TypeConfig>, openraft::error::Infallible> {
+        let (wire, leadership_transfer) = VoteWire::split(rpc);
+        self.call(Rpc::Vote, &wire, leadership_transfer, &option)
+            .await
     }
+}
+
+/// Keep the longest prefix of `entries` whose payload fits in
+/// [`SPLIT_ABOVE_BYTES`] (at least one entry); true if entries were dropped.
+fn split_oversized(entries: &mut Vec<latchkey_storage::types::Entry>) -> bool {
+    if entries.len() < 2 {
+        return false;
+    }
+    let mut size = 0usize;
+    let mut keep = entries.len();
+    for (i, entry) in entries.iter().enumerate() {
+        size = size.saturating_add(match &entry.payload {
+            openraft::EntryPayload::Normal(r) => r.command.payload_len(),
+            _ => 64,
+        });
+        if size > SPLIT_ABOVE_BYTES {
+            keep = i.max(1);
+            break;
+        }
+    }
+    let split = keep < entries.len();
+    entries.truncate(keep);
+    split
 }
 
 #[cfg(test)]
@@ -555,13 +587,12 @@ mod tests {
 
     use futures::Stream;
     use latchkey_proto::v1::raft_server::{Raft as RaftRpc, RaftServer};
-    use openraft::Vote;
     use tokio::net::TcpListener;
     use tonic::{Request, Response, Status};
 
     use super::*;
 
-    type Reply = Result<AppendEntriesResponse<u64>, RaftError<u64>>;
+    type Reply = Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>;
 
     /// How the fake peer behaves.
     #[derive(Default)]
@@ -675,6 +706,7 @@ mod tests {
         PeerNetwork::default()
             .new_client(2, &Member::new(addr.to_string(), "", 0))
             .await
+            .into_inner()
     }
 
     /// Serve `peer` and make a link to it.
@@ -698,7 +730,7 @@ mod tests {
     async fn append(
         link: &mut PeerLink,
         ttl: Duration,
-    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+    ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
         link.append_entries(heartbeat(), RPCOption::new(ttl)).await
     }
 
@@ -741,7 +773,8 @@ mod tests {
                 // checks: the links share the peer's streams.
                 let mut link = network
                     .new_client(2, &Member::new(addr.to_string(), "", 0))
-                    .await;
+                    .await
+                    .into_inner();
                 tasks.push(tokio::spawn(async move {
                     let mut ok = 0;
                     for _ in 0..10 {
@@ -761,7 +794,8 @@ mod tests {
             // Later links reuse the idle streams instead of opening more.
             let mut link = network
                 .new_client(2, &Member::new(addr.to_string(), "", 0))
-                .await;
+                .await
+                .into_inner();
             append(&mut link, TTL).await?;
             assert_eq!(peer.opens.load(Ordering::SeqCst), opens);
             Ok(())
@@ -842,7 +876,6 @@ mod tests {
     /// A conflict above what it acknowledged is ordinary backing-up.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_follower_whose_log_went_backwards_is_refused_not_followed() -> TestResult {
-        use openraft::{CommittedLeaderId, LogId};
         tokio::time::timeout(LIMIT, async {
             let network = PeerNetwork::default();
             let peer = Arc::new(FakePeer {
@@ -853,9 +886,10 @@ mod tests {
             let mut link = network
                 .clone()
                 .new_client(2, &Member::new(addr.to_string(), "", 7))
-                .await;
+                .await
+                .into_inner();
             let at = |prev| AppendEntriesRequest {
-                prev_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), prev)),
+                prev_log_id: Some(latchkey_storage::types::log_id(1, 1, prev)),
                 ..heartbeat()
             };
             let mut send = async |prev| link.append_entries(at(prev), RPCOption::new(TTL)).await;
@@ -887,7 +921,8 @@ mod tests {
             let mut fresh = network
                 .clone()
                 .new_client(2, &Member::new(addr.to_string(), "", 8))
-                .await;
+                .await
+                .into_inner();
             peer.lacks_from.store(9, Ordering::SeqCst);
             let reply = fresh.append_entries(at(1), RPCOption::new(TTL)).await?;
             assert!(matches!(reply, AppendEntriesResponse::Success));
@@ -896,18 +931,52 @@ mod tests {
         .await?
     }
 
+    /// An AppendEntries whose entries together exceed the limit keeps the
+    /// longest prefix within it (never less than one entry); one that fits,
+    /// or holds a single entry, is left whole.
+    #[test]
+    fn oversized_appends_keep_the_longest_prefix_that_fits() {
+        let entry = |index: u64, bytes: usize| latchkey_storage::types::Entry {
+            log_id: latchkey_storage::types::log_id(1, 1, index),
+            payload: openraft::EntryPayload::Normal(latchkey_core::Request {
+                now: 0,
+                command: latchkey_core::Command::Put {
+                    key: Vec::new(),
+                    value: vec![0; bytes],
+                },
+            }),
+        };
+        let mib = 1024 * 1024;
+        let mut big: Vec<_> = (1..=5).map(|i| entry(i, 6 * mib)).collect();
+        assert!(split_oversized(&mut big));
+        assert_eq!(
+            big.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        let mut huge = vec![entry(1, 20 * mib), entry(2, 1)];
+        assert!(split_oversized(&mut huge));
+        assert_eq!(huge.len(), 1, "the first entry goes even above the limit");
+        let mut fits: Vec<_> = (1..=3).map(|i| entry(i, mib)).collect();
+        assert!(!split_oversized(&mut fits));
+        assert_eq!(fits.len(), 3);
+        let mut one = vec![entry(1, 20 * mib)];
+        assert!(!split_oversized(&mut one));
+        assert_eq!(one.len(), 1);
+    }
+
     /// The commit clamp is wired into every AppendEntries: a commit-only
     /// message never tells a follower more than the local log holds on disk
     /// (it waits for the sync a bounded time, then is capped).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn commit_index_sent_is_capped_at_the_durable_log() -> TestResult {
+        use latchkey_storage::types::Entry;
         use openraft::storage::RaftLogStorageExt;
-        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+        use openraft::EntryPayload;
 
         let dir = tempfile::tempdir()?;
         let (mut log, _sm) = latchkey_storage::open(dir.path(), Default::default())?;
-        let id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
-        let entries: Vec<Entry<TypeConfig>> = (1..=3)
+        let id = |index| latchkey_storage::types::log_id(1, 1, index);
+        let entries: Vec<Entry> = (1..=3)
             .map(|i| Entry {
                 log_id: id(i),
                 payload: EntryPayload::Blank,
@@ -918,7 +987,8 @@ mod tests {
         let addr = serve(Arc::clone(&peer)).await?;
         let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), Default::default())
             .new_client(2, &Member::new(addr.to_string(), "", 0))
-            .await;
+            .await
+            .into_inner();
         for commit in [Some(2), Some(3), Some(5), None] {
             let rpc = AppendEntriesRequest {
                 leader_commit: commit.map(id),

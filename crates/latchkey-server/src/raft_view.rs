@@ -6,19 +6,20 @@
 //! these facts and nothing else of the replica: its health watch, the
 //! bootstrap, membership changes and the request path itself.
 
-use latchkey_storage::TypeConfig;
-use openraft::{Raft, ServerState};
+use latchkey_storage::types::Raft;
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
 
 /// One replica's Raft core and who it is.
 #[derive(Clone)]
 pub(crate) struct RaftView {
     id: u64,
     incarnation: u64,
-    raft: Raft<TypeConfig>,
+    raft: Raft,
 }
 
 impl RaftView {
-    pub(crate) fn new(id: u64, incarnation: u64, raft: Raft<TypeConfig>) -> Self {
+    pub(crate) fn new(id: u64, incarnation: u64, raft: Raft) -> Self {
         RaftView {
             id,
             incarnation,
@@ -37,7 +38,7 @@ impl RaftView {
     }
 
     /// The openraft handle.
-    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
+    pub(crate) fn raft(&self) -> &Raft {
         &self.raft
     }
 
@@ -50,7 +51,7 @@ impl RaftView {
     pub(crate) fn has_membership(&self) -> bool {
         self.raft
             .metrics()
-            .borrow()
+            .borrow_watched()
             .membership_config
             .membership()
             .nodes()
@@ -63,7 +64,7 @@ impl RaftView {
     pub(crate) fn knows(&self, id: u64, incarnation: u64) -> Option<bool> {
         // Borrowed, not cloned: the health watch asks on every metrics change.
         let metrics = self.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         m.membership_config
             .membership()
             .get_node(&id)
@@ -74,7 +75,7 @@ impl RaftView {
     /// itself unless it leads: a leader that removed itself keeps its vote
     /// (and openraft's `current_leader`) but leads no longer.
     pub(crate) fn leader(&self) -> Option<(u64, String)> {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         let leader = m.current_leader?;
         if leader == self.id && m.state != ServerState::Leader {
             return None;
@@ -86,7 +87,7 @@ impl RaftView {
     /// Whether Raft has this replica lead (whatever its health).
     pub(crate) fn leads(&self) -> bool {
         let metrics = self.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 }

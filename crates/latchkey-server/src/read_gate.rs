@@ -10,9 +10,9 @@
 //! round, not per read, and none is served from a round that began before it.
 
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::TypeConfig;
-use openraft::error::{CheckIsLeaderError, RaftError};
-use openraft::Raft;
+use latchkey_storage::types::Raft;
+use openraft::error::{LinearizableReadError, RaftError};
+use openraft::ReadPolicy;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::write_queue::hint;
@@ -30,7 +30,7 @@ pub(crate) struct ReadGate {
 
 impl ReadGate {
     /// Start the confirmation task of `raft`.
-    pub(crate) fn start(raft: Raft<TypeConfig>) -> ReadGate {
+    pub(crate) fn start(raft: Raft) -> ReadGate {
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(raft, rx));
         ReadGate { queue }
@@ -49,7 +49,7 @@ impl ReadGate {
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Reply>) {
+async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Reply>) {
     while let Some(first) = rx.recv().await {
         // Everyone queued so far arrived before the round below begins.
         let mut readers = vec![first];
@@ -60,12 +60,14 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Reply>) {
         if readers.is_empty() {
             continue;
         }
-        let result = match raft.get_read_log_id().await {
-            Ok((read_log_id, _applied)) => Ok(read_log_id.map(|l| l.index)),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+        // ReadIndex: a quorum acknowledgement of a heartbeat sent after
+        // the call (never a lease, which would rest on clocks).
+        let result = match raft.get_read_log_id(ReadPolicy::ReadIndex).await {
+            Ok((read_log_id, _applied)) => Ok(Some(read_log_id.index())),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                 Err(ReplicaFailure::NotLeader { leader: hint(&f) })
             }
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(e))) => {
                 Err(ReplicaFailure::Unavailable(e.to_string()))
             }
             Err(RaftError::Fatal(e)) => {

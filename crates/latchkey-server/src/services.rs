@@ -19,6 +19,7 @@ use latchkey_proto::v1::{
     IdentifyRequest, RaftMessage, StatusReply, StatusRequest,
 };
 use latchkey_proto::{wire, ReplicaFailure};
+use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
@@ -48,6 +49,16 @@ pub struct RaftService {
 }
 
 impl RaftService {
+    /// A unary message only a leader sends (a snapshot chunk, a hand-over):
+    /// its certificate, addressee and sender checked.
+    fn leader_message(&self, request: Request<RaftMessage>) -> Result<RaftMessage, Status> {
+        self.check_certificate(&request, request.get_ref().from_id)?;
+        let message = request.into_inner();
+        check_addressee(&self.replica, &message)?;
+        check_leader(&self.replica, &message)?;
+        Ok(message)
+    }
+
     /// With TLS, refuse a call from `from_id` whose certificate is not
     /// node `from_id`'s.
     fn check_certificate<T>(&self, request: &Request<T>, from_id: u64) -> Result<(), Status> {
@@ -238,8 +249,13 @@ impl RaftRpc for RaftService {
         let message = request.into_inner();
         check_addressee(&self.replica, &message)?;
         check_candidate(&self.replica, &message)?;
-        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
-        let result = self.replica.raft().vote(rpc).await;
+        let wire: latchkey_storage::types::VoteWire =
+            codec::decode(&message.payload).map_err(bad_payload)?;
+        let result = self
+            .replica
+            .raft()
+            .vote(wire.join(message.leadership_transfer))
+            .await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 
@@ -247,12 +263,11 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        self.check_certificate(&request, request.get_ref().from_id)?;
-        let message = request.into_inner();
-        check_addressee(&self.replica, &message)?;
-        check_leader(&self.replica, &message)?;
+        let message = self.leader_message(request)?;
         let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
-        let result = self.replica.raft().install_snapshot(rpc).await;
+        // openraft's v1 chunked receiver: chunks go to the file the state
+        // machine gives; the last one installs the snapshot.
+        let result = ChunkedSnapshotReceiver::install_snapshot(self.replica.raft(), rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 

@@ -16,7 +16,7 @@ pub struct RaftSettings {
     pub heartbeat: Duration,
     /// A follower that hears nothing from a leader for a random time in
     /// `[election_min, election_max)` starts an election (default 200–400
-    /// ms; each replica draws its time once, at start). openraft 0.9 adds
+    /// ms, drawn again for each campaign). openraft adds
     /// the leader's lease (`election_max`) to that while it knows a leader,
     /// and twice `election_max` more after it lost an election to a longer
     /// log, so a dead leader is replaced after `election_max` + the
@@ -121,6 +121,13 @@ impl RaftSettings {
             // Bound one AppendEntries message: entries carry up to 4 MiB each.
             max_payload_entries: 64,
             install_snapshot_timeout: 10_000,
+            // Never resume leadership in the same term at start: a machine
+            // crash may have cost the leader an unsynced tail that
+            // followers hold, and new entries of the same term would reuse
+            // those entries' log ids (`latchkey_storage::durable`, rule 3).
+            // openraft then lowers the vote in memory only and stands for
+            // election in a new term.
+            enable_leader_restore: Some(false),
             ..Config::default()
         };
         let config = config

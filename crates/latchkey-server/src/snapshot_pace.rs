@@ -8,17 +8,18 @@
 //! snapshot (`Trigger::snapshot`), which then builds it and purges the log
 //! as it would have. Every replica paces its own snapshots, as before.
 
+use openraft::async_runtime::WatchReceiver;
 use std::time::Duration;
 
-use latchkey_storage::{SnapshotPace, TypeConfig};
-use openraft::Raft;
+use latchkey_storage::types::Raft;
+use latchkey_storage::SnapshotPace;
 
 /// Least time between two looks at the metrics: they change with every
 /// applied entry, and a snapshot a few milliseconds late costs nothing.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Run until the Raft core stops.
-pub(crate) async fn run(raft: Raft<TypeConfig>, pace: SnapshotPace, snapshot_every: u64) {
+pub(crate) async fn run(raft: Raft, pace: SnapshotPace, snapshot_every: u64) {
     let mut metrics = raft.metrics();
     loop {
         if metrics.changed().await.is_err() {
@@ -43,9 +44,9 @@ pub(crate) async fn run(raft: Raft<TypeConfig>, pace: SnapshotPace, snapshot_eve
         if raft.trigger().snapshot().await.is_err() {
             return;
         }
-        // One build at a time: wait until it shows. (In openraft 0.9 a
+        // One build at a time: wait until it shows. (In openraft a
         // build that fails stops the Raft core, which ends this wait.)
-        if metrics.wait_for(|m| m.snapshot != current).await.is_err() {
+        if metrics.wait_until(|m| m.snapshot != current).await.is_err() {
             return;
         }
     }

@@ -1,7 +1,7 @@
 //! [`WriteQueue`]: the leader's write path into Raft, packing concurrent
 //! writes into one log entry.
 //!
-//! openraft 0.9's core appends each proposal as its own entry, and every
+//! openraft's core appends each proposal as its own entry, and every
 //! entry costs the core, the replication tasks and the state machine a
 //! fixed amount of work (before the log store acknowledged a leader's own
 //! appends ahead of their sync, it also cost one serial fsync: put at 64
@@ -42,10 +42,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use latchkey_core::limits::MAX_GROUP_COMMANDS;
 use latchkey_core::{Command, CommandResult, Outcome, Request};
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::Member;
+use latchkey_storage::types::Raft;
 use latchkey_storage::TypeConfig;
 use openraft::error::{ClientWriteError, ForwardToLeader};
-use openraft::Raft;
+use openraft::impls::ProgressResponder;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Most entries proposed and not yet answered. More than one lets an
@@ -124,7 +124,7 @@ pub(crate) enum Origin {
 impl WriteQueue {
     /// Start the proposal task of `raft`; a proposal not answered within
     /// `write_timeout` is reported as of unknown outcome.
-    pub(crate) fn start(raft: Raft<TypeConfig>, write_timeout: Duration) -> WriteQueue {
+    pub(crate) fn start(raft: Raft, write_timeout: Duration) -> WriteQueue {
         let (queue, rx) = mpsc::unbounded_channel();
         let paused = Arc::new(AtomicBool::new(false));
         tokio::spawn(run(raft, write_timeout, rx, Arc::clone(&paused)));
@@ -216,7 +216,7 @@ fn wall_millis() -> u64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn hint(f: &ForwardToLeader<u64, Member>) -> Option<(u64, String)> {
+pub(crate) fn hint(f: &ForwardToLeader<TypeConfig>) -> Option<(u64, String)> {
     match (f.leader_id, &f.leader_node) {
         (Some(id), Some(node)) => Some((id, node.client_addr.clone())),
         _ => None,
@@ -224,7 +224,7 @@ pub(crate) fn hint(f: &ForwardToLeader<u64, Member>) -> Option<(u64, String)> {
 }
 
 async fn run(
-    raft: Raft<TypeConfig>,
+    raft: Raft,
     write_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<Queued>,
     paused: Arc<AtomicBool>,
@@ -296,7 +296,7 @@ async fn run(
 /// Hand `group` to openraft as one entry (in queue order), then answer its
 /// writes from a task of their own once the entry is applied.
 async fn propose(
-    raft: &Raft<TypeConfig>,
+    raft: &Raft,
     write_timeout: Duration,
     mut group: Vec<Pending>,
     permit: OwnedSemaphorePermit,
@@ -315,8 +315,9 @@ async fn propose(
         now: wall_millis(),
         command,
     };
-    let answer = match raft.client_write_ff(request).await {
-        Ok(answer) => answer,
+    let (responder, answer) = ProgressResponder::complete_only();
+    let answer = match raft.client_write_ff(request, Some(responder)).await {
+        Ok(()) => answer,
         // `client_write_ff` fails only when it could not hand the entry to
         // the Raft core (the core has stopped): nothing was proposed, so
         // the write may safely be retried on another replica.
@@ -333,12 +334,21 @@ async fn propose(
     tokio::spawn(async move {
         let result = match tokio::time::timeout(write_timeout, answer).await {
             Ok(Ok(Ok(response))) => Ok(response.data),
-            // Either refused before appending, or appended and then truncated
-            // by a new leader: in both cases it was never committed.
+            // Refused before it was appended: it was never committed.
             Ok(Ok(Err(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(ReplicaFailure::NotLeader { leader: hint(&f) })
             }
+            // Appended, then dropped when this replica took another
+            // leader's log (a truncation, or a snapshot installed over
+            // it): it may still have committed through another leader.
+            Ok(Ok(Err(ClientWriteError::LogEntryDiscarded(f)))) => Err(ReplicaFailure::UnknownOutcome(
+                format!("the write's log entry was discarded at a leader change ({f}); it may or may not have committed"),
+            )),
             Ok(Ok(Err(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(ReplicaFailure::InvalidArgument(e.to_string()))
+            }
+            // latchkey attaches no precondition to its proposals.
+            Ok(Ok(Err(ClientWriteError::PreconditionFailed(e)))) => {
                 Err(ReplicaFailure::InvalidArgument(e.to_string()))
             }
             Ok(Err(_)) => Err(ReplicaFailure::UnknownOutcome(

@@ -30,8 +30,8 @@
 //!   current leader, who may have counted them in a commit quorum, so a
 //!   truncation never lowers the mark below them. Raft itself never
 //!   truncates them (a leader never sends entries conflicting with what a
-//!   follower matched), but openraft 0.9 installing a snapshot first
-//!   truncates the log from the local commit index on: a crash before the
+//!   follower matched), but openraft installing a snapshot may first
+//!   truncate the log from the local commit index on: a crash before the
 //!   snapshot is in place would otherwise come back with fewer acknowledged
 //!   entries and a mark that agrees. With the floor it is refused instead.
 //!
@@ -389,8 +389,8 @@ pub(crate) fn check(
 }
 
 /// Whether `found` (read from the disk) still holds the promise of `acked`:
-/// its ballot is the same or later. openraft 0.9 (built without
-/// `single-term-leader`) orders ballots by (term, candidate id), a total
+/// its ballot is the same or later. latchkey's leader ids are openraft's
+/// `leader_id_adv`, which orders ballots by (term, candidate id), a total
 /// order: in one term a higher candidate id is a later ballot, and a
 /// replica moves to it legitimately (a leader answered with a higher ballot
 /// steps down and saves it, without granting anything). So a vote of the
@@ -407,7 +407,7 @@ fn vote_kept(found: Option<&Vote>, acked: &Vote) -> bool {
     let Some(found) = found else {
         return false;
     };
-    let ballot = |v: &Vote| (v.leader_id().term, v.leader_id().voted_for());
+    let ballot = |v: &Vote| (v.leader_id.term, v.leader_id.node_id);
     ballot(found) >= ballot(acked)
 }
 
@@ -427,7 +427,7 @@ fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
-    use openraft::Vote;
+    use crate::types::Vote;
 
     use super::*;
 

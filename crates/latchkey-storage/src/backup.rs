@@ -122,7 +122,6 @@ impl StateReader {
         let meta = SnapshotMeta {
             last_log_id: state.last_applied,
             last_membership: state.membership,
-            snapshot_id: format!("backup-{}", state.last_applied.map_or(0, |id| id.index)),
         };
         let mut writer = BlobWriter::new(Vec::new(), &meta)?;
         let mut it = view.raw_iterator_cf(cfs.sm_data);

@@ -3,14 +3,17 @@
 //!
 //! # Why
 //!
-//! openraft 0.9's core waits for the leader's own append to be flushed
-//! before it sends the entry to the followers, so every commit paid the
-//! leader's fsync *and then* a follower's fsync, one after the other. The
-//! Raft thesis (§10.2.1) allows the leader to write its log in parallel with
-//! replicating it. With [`crate::StorageOptions::overlap_leader_fsync`] on,
-//! the log store acknowledges a leader's own appends to openraft as soon as
-//! they are written (readable, not yet synced) and syncs them in the
-//! background; openraft then replicates at once, and the two fsyncs overlap.
+//! openraft 0.10's core replicates an entry as soon as the leader has
+//! *submitted* it to its log, in parallel with the leader's own fsync, but
+//! it counts the leader in the quorum only once that fsync completes, so a
+//! commit waits for the second fastest of {leader fsync, each follower's
+//! round trip and fsync}. With [`crate::StorageOptions::overlap_leader_fsync`]
+//! on, the log store acknowledges a leader's own appends to openraft as soon
+//! as they are written (readable, not yet synced) and syncs them in the
+//! background: the leader counts at once, and a commit waits only for the
+//! fastest follower (the Raft thesis, §10.2.1, allows the leader to write
+//! its log in parallel with replicating it). Whether that still pays on
+//! openraft 0.10 is measured, not assumed: docs/PERFORMANCE.md.
 //!
 //! # Why it stays safe
 //!
@@ -34,8 +37,10 @@
 //!
 //! Two more rules close what the above leaves open (both found in review):
 //!
-//! 3. **No same-term restart.** openraft 0.9 resumes leadership at startup,
-//!    in the same term, when its saved vote is its own committed vote. After
+//! 3. **No same-term restart.** openraft resumes leadership at startup,
+//!    in the same term, when its saved vote is its own committed vote
+//!    (unless `Config::enable_leader_restore` is off, as latchkey's replica
+//!    sets it). After
 //!    a machine crash the leader's log may have lost an unsynced tail that a
 //!    follower holds; new entries of the same term would then reuse those
 //!    entries' log ids, and a follower keeps an entry whose id it already
@@ -129,7 +134,7 @@ impl DurableLog {
     /// # let dir = tempfile::tempdir().unwrap();
     /// let (log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
     /// // An empty log: nothing is durable, so no commit index may be told.
-    /// let committed = Some(openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 5));
+    /// let committed = Some(latchkey_storage::types::log_id(1, 1, 5));
     /// assert_eq!(log.durable().clamp_commit(committed), None);
     /// ```
     pub fn clamp_commit(&self, committed: Option<LogId>) -> Option<LogId> {
@@ -184,12 +189,10 @@ impl DurableLog {
 mod tests {
     use std::time::Duration;
 
-    use openraft::CommittedLeaderId;
-
     use super::*;
 
     fn id(index: u64) -> LogId {
-        LogId::new(CommittedLeaderId::new(1, 1), index)
+        crate::types::log_id(1, 1, index)
     }
 
     fn view(state: DurableState) -> (watch::Sender<DurableState>, DurableLog) {

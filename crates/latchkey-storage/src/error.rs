@@ -1,15 +1,11 @@
 //! Errors: [`StorageError`] for opening the store, and the mapping of
-//! RocksDB, codec and file failures into openraft's storage errors inside the
-//! trait implementations.
+//! RocksDB, codec and file failures into the `std::io::Error` that openraft's
+//! storage traits return, with a message saying what was being done.
 
 use std::path::PathBuf;
 
-use openraft::{AnyError, StorageIOError};
-
-use crate::types::NodeId;
-
-/// openraft's storage error for this crate's node id type.
-pub(crate) type RaftStorageError = openraft::StorageError<NodeId>;
+/// The error openraft's storage traits return (openraft 0.10: `io::Error`).
+pub(crate) type RaftStorageError = std::io::Error;
 
 /// Opening the store failed; nothing is running and nothing was changed
 /// beyond creating missing directories and column families.
@@ -63,18 +59,88 @@ pub enum StorageError {
     Flusher(std::io::Error),
 }
 
-/// An [`AnyError`] from any error value.
-pub(crate) fn any<E: std::error::Error + 'static>(e: &E) -> AnyError {
-    AnyError::new(e)
-}
-
-/// An [`AnyError`] from a message.
-pub(crate) fn msg(m: impl ToString) -> AnyError {
-    AnyError::error(m)
+/// A message, as the cause of a [`raft_io`] error.
+pub(crate) fn msg(m: impl ToString) -> String {
+    m.to_string()
 }
 
 /// Convert this crate's open-time error into openraft's, for code shared by
 /// [`crate::open`] and the trait implementations.
-pub(crate) fn to_raft(e: StorageError, verb: openraft::ErrorVerb) -> RaftStorageError {
-    StorageIOError::new(openraft::ErrorSubject::Store, verb, any(&e)).into()
+pub(crate) fn to_raft(e: StorageError) -> RaftStorageError {
+    std::io::Error::other(e)
+}
+
+/// `io::Error`s that say which storage operation failed, for the trait
+/// implementations (the names follow what failed, as openraft 0.9's
+/// `StorageIOError` constructors did).
+pub(crate) mod raft_io {
+    use std::fmt::Display;
+    use std::io;
+
+    fn fail(what: impl Display, cause: impl Display) -> io::Error {
+        io::Error::other(format!("{what}: {cause}"))
+    }
+
+    /// Reading log entries failed.
+    pub(crate) fn read_logs(cause: impl Display) -> io::Error {
+        fail("reading the Raft log", cause)
+    }
+
+    /// Reading the entry at `index` failed (it does not decode).
+    pub(crate) fn read_log_at_index(index: u64, cause: impl Display) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("reading the Raft log entry at index {index}: {cause}"),
+        )
+    }
+
+    /// Writing log entries failed.
+    pub(crate) fn write_logs(cause: impl Display) -> io::Error {
+        fail("writing the Raft log", cause)
+    }
+
+    /// Writing the entry `log_id` failed.
+    pub(crate) fn write_log_entry(log_id: impl Display, cause: impl Display) -> io::Error {
+        fail(format_args!("writing the Raft log entry {log_id}"), cause)
+    }
+
+    /// Saving the vote failed.
+    pub(crate) fn write_vote(cause: impl Display) -> io::Error {
+        fail("saving the vote", cause)
+    }
+
+    /// Reading a piece of Raft metadata (`what`) failed.
+    pub(crate) fn read_meta(what: &str, cause: impl Display) -> io::Error {
+        fail(format_args!("reading the stored {what}"), cause)
+    }
+
+    /// Writing Raft metadata failed.
+    pub(crate) fn write(cause: impl Display) -> io::Error {
+        fail("writing Raft metadata", cause)
+    }
+
+    /// Reading the state machine failed.
+    pub(crate) fn read_state_machine(cause: impl Display) -> io::Error {
+        fail("reading the state machine", cause)
+    }
+
+    /// Writing the state machine failed.
+    pub(crate) fn write_state_machine(cause: impl Display) -> io::Error {
+        fail("writing the state machine", cause)
+    }
+
+    /// Applying the entry `log_id` failed.
+    pub(crate) fn apply(log_id: impl Display, cause: impl Display) -> io::Error {
+        fail(format_args!("applying the Raft log entry {log_id}"), cause)
+    }
+
+    /// Writing or installing a snapshot failed.
+    pub(crate) fn write_snapshot(cause: impl Display) -> io::Error {
+        fail("writing a snapshot", cause)
+    }
+
+    /// Reading a snapshot failed.
+    pub(crate) fn read_snapshot(cause: impl Display) -> io::Error {
+        fail("reading a snapshot", cause)
+    }
 }

@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use openraft::storage::LogFlushed;
+use openraft::storage::IOFlushed;
 use rocksdb::DB;
 use tokio::sync::watch;
 
@@ -32,7 +32,7 @@ use crate::types::{LogId, TypeConfig};
 /// One append waiting for the next sync.
 pub(crate) struct Pending {
     /// openraft's callback, unless it was fired before the sync.
-    pub(crate) callback: Option<LogFlushed<TypeConfig>>,
+    pub(crate) callback: Option<IOFlushed<TypeConfig>>,
     /// The append's last entry.
     pub(crate) last: LogId,
     /// The [`DurableState::epoch`] when the append was written.
@@ -80,8 +80,7 @@ impl GroupCommit {
             // The flusher is gone (it only stops when the queue closes, or if
             // it panicked): fail this callback rather than leave it hanging.
             if let Some(callback) = e.0.callback {
-                callback
-                    .log_io_completed(Err(io::Error::other("group-commit flusher has stopped")));
+                callback.io_completed(Err(io::Error::other("group-commit flusher has stopped")));
             }
             io::Error::other("group-commit flusher has stopped")
         })
@@ -169,14 +168,14 @@ fn run(
                 // learns of the flush from openraft finds it in the durable
                 // state too.
                 for callback in batch.into_iter().filter_map(|p| p.callback) {
-                    callback.log_io_completed(Ok(()));
+                    callback.io_completed(Ok(()));
                 }
             }
             Err(failure) => {
                 tracing::error!(error = %failure, appends = batch.len(), "log sync failed");
                 durable.send_modify(|d| d.failed = Some(failure.clone()));
                 for callback in batch.into_iter().filter_map(|p| p.callback) {
-                    callback.log_io_completed(Err(io::Error::other(failure.clone())));
+                    callback.io_completed(Err(io::Error::other(failure.clone())));
                 }
             }
         }
@@ -188,14 +187,13 @@ fn run(
 
 #[cfg(test)]
 mod tests {
-    use openraft::CommittedLeaderId;
 
     use super::*;
 
     fn pending(term: u64, index: u64, epoch: u64) -> Pending {
         Pending {
             callback: None,
-            last: LogId::new(CommittedLeaderId::new(term, 1), index),
+            last: crate::types::log_id(term, 1, index),
             epoch,
         }
     }
@@ -217,13 +215,13 @@ mod tests {
         // truncation at 5 (synced) left 1..=4 durable, then 5 was appended
         // again (term 2). The old sync of 9 must not mark 5..=9 durable.
         let mut d = DurableState {
-            durable: Some(LogId::new(CommittedLeaderId::new(1, 1), 4)),
+            durable: Some(crate::types::log_id(1, 1, 4)),
             epoch: 1,
             ..DurableState::default()
         };
         assert!(!mark_durable(&mut d, &[pending(1, 9, 0)]));
         assert_eq!(d.durable.map(|l| l.index), Some(4));
         assert!(mark_durable(&mut d, &[pending(1, 9, 0), pending(2, 5, 1)]));
-        assert_eq!(d.durable, Some(LogId::new(CommittedLeaderId::new(2, 1), 5)));
+        assert_eq!(d.durable, Some(crate::types::log_id(2, 1, 5)));
     }
 }

@@ -52,8 +52,8 @@
 //! ```
 //! use latchkey_core::{Command, Outcome, Query, Request};
 //! use latchkey_storage::{open, StorageOptions};
-//! use openraft::storage::RaftStateMachine;
-//! use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+//! use latchkey_storage::types::{log_id, Entry};
+//! use openraft::EntryPayload;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
@@ -61,8 +61,8 @@
 //! let reader = sm.reader();
 //!
 //! let put = Request { now: 1, command: Command::Put { key: b"k".to_vec(), value: b"v".to_vec() } };
-//! let entry = Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: EntryPayload::Normal(put) };
-//! let replies = tokio::runtime::Runtime::new()?.block_on(sm.apply([entry]))?;
+//! let entry = Entry { log_id: log_id(1, 1, 1), payload: EntryPayload::Normal(put) };
+//! let replies = tokio::runtime::Runtime::new()?.block_on(sm.apply_entries([entry]))?;
 //! assert_eq!(replies, vec![Ok(Outcome::Written { revision: 1 })]);
 //!
 //! assert_eq!(reader.last_applied_index(), Some(1));
@@ -74,9 +74,6 @@
 //! ```
 
 #![warn(missing_docs)]
-// openraft's `StorageError` is the error type its storage traits demand; the
-// helpers behind those traits return it as is so `?` works end to end.
-#![allow(clippy::result_large_err)]
 
 pub mod ack_mark;
 mod applied_state;

@@ -9,7 +9,7 @@
 //!   leader's own appends are acknowledged once written and synced in the
 //!   background; [`crate::durable`] explains the two rules that keep this
 //!   safe (the apply gate and the commit clamp).
-//! - `truncate`, `purge`: synced writes, durable before they return. A synced
+//! - `truncate_after`, `purge`: synced writes, durable before they return. A synced
 //!   write also syncs every earlier write (one WAL), so once a purge returns,
 //!   the state machine applies it depended on are durable too.
 //! - `save_committed`: unsynced, and capped at the durable log; losing it
@@ -28,17 +28,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use latchkey_core::codec;
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{
-    EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError,
-};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{EntryPayload, OptionalSend};
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
 use tokio::sync::watch;
 
 use crate::ack_mark::{AckMark, MarkRecord};
 use crate::columns::{self, LAST_PURGED, LOG_END};
 use crate::durable::{DurableLog, DurableState};
-use crate::error::{any, msg, to_raft, RaftStorageError, StorageError};
+use crate::error::{msg, raft_io, to_raft, RaftStorageError, StorageError};
 use crate::group_commit::{GroupCommit, Pending};
 use crate::snapshot_install::Covered;
 use crate::types::{Entry, LogId, NodeId, TypeConfig, Vote};
@@ -74,17 +72,16 @@ pub(crate) struct Recovered {
 /// Read the saved vote and the log's end, as a freshly opened database
 /// holds them.
 pub(crate) fn recovered(db: &DB) -> Result<Recovered, StorageError> {
-    let vote: Option<Vote> =
-        read_meta(db, VOTE, ErrorSubject::Vote).map_err(|e| StorageError::Corrupt {
-            what: "saved vote",
-            detail: e.to_string(),
-        })?;
+    let vote: Option<Vote> = read_meta(db, VOTE, "vote").map_err(|e| StorageError::Corrupt {
+        what: "saved vote",
+        detail: e.to_string(),
+    })?;
     let last = last_entry_id(db).map_err(|e| StorageError::Corrupt {
         what: "raft log",
         detail: e.to_string(),
     })?;
     let purged: Option<LogId> =
-        read_meta(db, LAST_PURGED, ErrorSubject::Logs).map_err(|e| StorageError::Corrupt {
+        read_meta(db, LAST_PURGED, "last purged log id").map_err(|e| StorageError::Corrupt {
             what: "raft log metadata",
             detail: e.to_string(),
         })?;
@@ -109,7 +106,7 @@ struct OwnAppends {
 impl OwnAppends {
     fn note_vote(&self, vote: Option<&Vote>) {
         let me = self.me.load(Ordering::Acquire);
-        let mine = vote.is_some_and(|v| v.leader_id().voted_for() == Some(me));
+        let mine = vote.is_some_and(|v| v.leader_id.node_id == me);
         self.leading.store(mine, Ordering::Release);
     }
 
@@ -201,11 +198,9 @@ impl LogStore {
             what: "saved vote",
             detail: e.to_string(),
         };
-        let mut vote: Option<Vote> =
-            read_meta(&self.db, VOTE, ErrorSubject::Vote).map_err(corrupt)?;
-        if let Some(v) = vote.filter(|v| v.is_committed() && v.leader_id().voted_for() == Some(me))
-        {
-            let lowered = Vote::new(v.leader_id().term, me);
+        let mut vote: Option<Vote> = read_meta(&self.db, VOTE, "vote").map_err(corrupt)?;
+        if let Some(v) = vote.filter(|v| v.committed && v.leader_id.node_id == me) {
+            let lowered = Vote::new(v.leader_id.term, me);
             let bytes = codec::encode(&lowered).map_err(|e| StorageError::Corrupt {
                 what: "saved vote",
                 detail: e.to_string(),
@@ -266,28 +261,21 @@ fn unsynced() -> WriteOptions {
     opts
 }
 
-fn cf<'a>(
-    db: &'a DB,
-    name: &'static str,
-    verb: ErrorVerb,
-) -> Result<&'a rocksdb::ColumnFamily, RaftStorageError> {
-    columns::handle(db, name).map_err(|e| to_raft(e, verb))
+fn cf<'a>(db: &'a DB, name: &'static str) -> Result<&'a rocksdb::ColumnFamily, RaftStorageError> {
+    columns::handle(db, name).map_err(to_raft)
 }
 
 /// Read a `log_meta` record and decode it.
 fn read_meta<T: serde::de::DeserializeOwned>(
     db: &DB,
     key: &[u8],
-    subject: ErrorSubject<u64>,
+    what: &'static str,
 ) -> Result<Option<T>, RaftStorageError> {
-    let read_err = |e: openraft::AnyError| -> RaftStorageError {
-        StorageIOError::new(subject.clone(), ErrorVerb::Read, e).into()
-    };
     let bytes = db
-        .get_cf(cf(db, columns::LOG_META, ErrorVerb::Read)?, key)
-        .map_err(|e| read_err(any(&e)))?;
+        .get_cf(cf(db, columns::LOG_META)?, key)
+        .map_err(|e| raft_io::read_meta(what, e))?;
     bytes
-        .map(|b| codec::decode(&b).map_err(|e| read_err(any(&e))))
+        .map(|b| codec::decode(&b).map_err(|e| raft_io::read_meta(what, e)))
         .transpose()
 }
 
@@ -315,42 +303,40 @@ fn read_entries<RB: RangeBounds<u64>>(db: &DB, range: &RB) -> Result<Vec<Entry>,
     if let Some(end) = end {
         opts.set_iterate_upper_bound(end);
     }
-    let mut it = db.raw_iterator_cf_opt(cf(db, columns::LOG, ErrorVerb::Read)?, opts);
+    let mut it = db.raw_iterator_cf_opt(cf(db, columns::LOG)?, opts);
     it.seek_to_first();
     let mut entries = Vec::new();
     while let Some((key, value)) = it.item() {
         entries.push(decode_entry(key, value)?);
         it.next();
     }
-    it.status().map_err(|e| StorageIOError::read_logs(&e))?;
+    it.status().map_err(raft_io::read_logs)?;
     Ok(entries)
 }
 
 /// Decode one stored entry, checking it sits under its own index.
 fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, RaftStorageError> {
     let index = columns::log_index(key)
-        .ok_or_else(|| StorageIOError::read_logs(msg(format!("malformed log key {key:?}"))))?;
-    let entry: Entry =
-        codec::decode(value).map_err(|e| StorageIOError::read_log_at_index(index, &e))?;
+        .ok_or_else(|| raft_io::read_logs(msg(format!("malformed log key {key:?}"))))?;
+    let entry: Entry = codec::decode(value).map_err(|e| raft_io::read_log_at_index(index, &e))?;
     if entry.log_id.index != index {
-        return Err(StorageIOError::read_log_at_index(
+        return Err(raft_io::read_log_at_index(
             index,
             msg(format!("entry {} is stored at index {index}", entry.log_id)),
-        )
-        .into());
+        ));
     }
     Ok(entry)
 }
 
 /// The id of the last entry in the log, if any.
 fn last_entry_id(db: &DB) -> Result<Option<LogId>, RaftStorageError> {
-    let mut it = db.raw_iterator_cf(cf(db, columns::LOG, ErrorVerb::Read)?);
+    let mut it = db.raw_iterator_cf(cf(db, columns::LOG)?);
     it.seek_to_last();
     let last = match it.item() {
         Some((key, value)) => Some(decode_entry(key, value)?.log_id),
         None => None,
     };
-    it.status().map_err(|e| StorageIOError::read_logs(&e))?;
+    it.status().map_err(raft_io::read_logs)?;
     Ok(last)
 }
 
@@ -361,6 +347,12 @@ impl RaftLogReader<TypeConfig> for LogReader {
     ) -> Result<Vec<Entry>, RaftStorageError> {
         read_entries(&self.db, &range)
     }
+
+    /// One point read (openraft's replication reads the vote around each
+    /// batch of entries it sends, to stop if leadership changed).
+    async fn read_vote(&mut self) -> Result<Option<Vote>, RaftStorageError> {
+        read_meta(&self.db, VOTE, "vote")
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -370,6 +362,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, RaftStorageError> {
         read_entries(&self.db, &range)
     }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, RaftStorageError> {
+        read_meta(&self.db, VOTE, "vote")
+    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
@@ -377,7 +373,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, RaftStorageError> {
         let last_purged_log_id: Option<LogId> =
-            read_meta(&self.db, LAST_PURGED, ErrorSubject::Logs)?;
+            read_meta(&self.db, LAST_PURGED, "last purged log id")?;
         let last_log_id = match last_entry_id(&self.db)? {
             Some(last) => Some(last),
             None => last_purged_log_id,
@@ -395,22 +391,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), RaftStorageError> {
-        let bytes = codec::encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
+        let bytes = codec::encode(vote).map_err(raft_io::write_vote)?;
         let db = Arc::clone(&self.db);
         let mark = Arc::clone(&self.mark);
         let recorded = *vote;
-        blocking::run(ErrorSubject::Vote, move || {
-            db.put_cf_opt(
-                cf(&db, columns::LOG_META, ErrorVerb::Write)?,
-                VOTE,
-                bytes,
-                &synced(),
-            )
-            .map_err(|e| StorageIOError::write_vote(&e))?;
+        blocking::run(move || {
+            db.put_cf_opt(cf(&db, columns::LOG_META)?, VOTE, bytes, &synced())
+                .map_err(raft_io::write_vote)?;
             // After the synced write: the mark is never ahead of the disk.
             lock_mark(&mark)
                 .record_vote(&recorded)
-                .map_err(|e| StorageIOError::write_vote(&e).into())
+                .map_err(raft_io::write_vote)
         })
         .await?;
         // openraft saves a new leader's vote before appending its entries,
@@ -420,46 +411,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote>, RaftStorageError> {
-        read_meta(&self.db, VOTE, ErrorSubject::Vote)
-    }
-
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), RaftStorageError> {
         // Never record as committed what this log may still lose.
         let committed = self.durable().clamp_commit(committed);
-        let bytes = codec::encode(&committed).map_err(|e| StorageIOError::write(&e))?;
+        let bytes = codec::encode(&committed).map_err(raft_io::write)?;
         self.db
             .put_cf_opt(
-                cf(&self.db, columns::LOG_META, ErrorVerb::Write)?,
+                cf(&self.db, columns::LOG_META)?,
                 COMMITTED,
                 bytes,
                 &unsynced(),
             )
-            .map_err(|e| StorageIOError::write(&e).into())
+            .map_err(raft_io::write)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, RaftStorageError> {
-        let committed: Option<Option<LogId>> = read_meta(&self.db, COMMITTED, ErrorSubject::Store)?;
+        let committed: Option<Option<LogId>> = read_meta(&self.db, COMMITTED, "committed log id")?;
         Ok(committed.flatten())
     }
 
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
+        callback: IOFlushed<TypeConfig>,
     ) -> Result<(), RaftStorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let log = cf(&self.db, columns::LOG, ErrorVerb::Write)?;
+        let log = cf(&self.db, columns::LOG)?;
         let mut batch = WriteBatch::default();
         let mut last = None;
         let mut membership = false;
         let mut appended = 0u64;
         for entry in entries {
-            let bytes = codec::encode(&entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            let bytes =
+                codec::encode(&entry).map_err(|e| raft_io::write_log_entry(entry.log_id, &e))?;
             appended += bytes.len() as u64;
             batch.put_cf(log, columns::log_key(entry.log_id.index), bytes);
             last = Some(entry.log_id);
@@ -467,16 +454,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         let Some(last) = last else {
             // Nothing to write: nothing to wait for.
-            callback.log_io_completed(Ok(()));
+            callback.io_completed(Ok(()));
             return Ok(());
         };
         if let Some(failure) = &self.durable.borrow().failed {
-            return Err(StorageIOError::write_logs(msg(failure.clone())).into());
+            return Err(raft_io::write_logs(msg(failure.clone())));
         }
         // Unsynced: readable now, durable at the flusher's next sync.
         self.db
             .write_opt(batch, &unsynced())
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+            .map_err(raft_io::write_logs)?;
         self.flusher.observed().log_appended(appended);
         let epoch = self.durable.borrow().epoch;
         // Never early for a membership entry: openraft's core acts on its
@@ -491,7 +478,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 d.acked_early = Some(last.index);
                 false
             });
-            callback.log_io_completed(Ok(()));
+            callback.io_completed(Ok(()));
             None
         } else {
             Some(callback)
@@ -502,35 +489,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 last,
                 epoch,
             })
-            .map_err(|e| StorageIOError::write_logs(&e).into())
+            .map_err(raft_io::write_logs)
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), RaftStorageError> {
-        tracing::debug!(%log_id, "truncate log");
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), RaftStorageError> {
+        tracing::debug!(?last, "truncate log after");
+        // The first index removed, and the last one kept (0 when none is).
+        let first_removed = last.map_or(0, |l| l.index + 1);
+        let kept = last.map_or(0, |l| l.index);
         let db = Arc::clone(&self.db);
         let mark = Arc::clone(&self.mark);
         let durable = Arc::clone(&self.durable);
-        blocking::run(ErrorSubject::Logs, move || {
+        blocking::run(move || {
             // The mark is held throughout, so the flusher cannot raise it
             // from a sync of the entries being removed.
             let mut mark = lock_mark(&mark);
             // Lowered first: a crash before the truncation leaves the mark
             // below the log, never above it.
-            mark.record_truncation(log_id.index.saturating_sub(1))
-                .map_err(|e| StorageIOError::write_logs(&e))?;
+            mark.record_truncation(kept).map_err(raft_io::write_logs)?;
             let mut batch = WriteBatch::default();
             batch.delete_range_cf(
-                cf(&db, columns::LOG, ErrorVerb::Delete)?,
-                columns::log_key(log_id.index).as_slice(),
+                cf(&db, columns::LOG)?,
+                columns::log_key(first_removed).as_slice(),
                 LOG_END.as_slice(),
             );
             db.write_opt(batch, &synced())
-                .map_err(|e| StorageIOError::write_logs(&e))?;
+                .map_err(raft_io::write_logs)?;
             let remaining = last_entry_id(&db)?;
-            // The synced write made every entry before `log_id` durable;
+            // The synced write made every entry up to `last` durable;
             // syncs queued before it must not mark the removed indexes
             // durable.
-            let purged: Option<LogId> = read_meta(&db, LAST_PURGED, ErrorSubject::Logs)?;
+            let purged: Option<LogId> = read_meta(&db, LAST_PURGED, "last purged log id")?;
             durable.send_modify(|d| {
                 d.epoch += 1;
                 d.durable = remaining.or(purged);
@@ -549,22 +538,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // openraft purges behind a snapshot install without waiting for it:
         // see `Covered`.
         self.covered.wait(log_id).await;
-        let bytes = codec::encode(&log_id).map_err(|e| StorageIOError::write_logs(&e))?;
+        let bytes = codec::encode(&log_id).map_err(raft_io::write_logs)?;
         let db = Arc::clone(&self.db);
-        blocking::run(ErrorSubject::Logs, move || {
+        blocking::run(move || {
             let mut batch = WriteBatch::default();
-            batch.put_cf(
-                cf(&db, columns::LOG_META, ErrorVerb::Write)?,
-                LAST_PURGED,
-                bytes,
-            );
+            batch.put_cf(cf(&db, columns::LOG_META)?, LAST_PURGED, bytes);
             batch.delete_range_cf(
-                cf(&db, columns::LOG, ErrorVerb::Delete)?,
+                cf(&db, columns::LOG)?,
                 columns::log_key(0).to_vec(),
                 columns::log_key_after(log_id.index),
             );
-            db.write_opt(batch, &synced())
-                .map_err(|e| StorageIOError::write_logs(&e).into())
+            db.write_opt(batch, &synced()).map_err(raft_io::write_logs)
         })
         .await?;
         // Purged entries are in a snapshot: as good as durable.

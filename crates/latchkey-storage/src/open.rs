@@ -227,7 +227,7 @@ mod tests {
             let mut sizes = Vec::new();
             for i in 1..=10u64 {
                 let entry = crate::types::Entry {
-                    log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+                    log_id: crate::types::log_id(1, 1, i),
                     payload: openraft::EntryPayload::Blank,
                 };
                 let bytes = latchkey_core::codec::encode(&entry).unwrap();

@@ -3,18 +3,17 @@
 
 use std::io::BufWriter;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use openraft::{ErrorSubject, RaftSnapshotBuilder, Snapshot, StorageIOError};
+use openraft::RaftSnapshotBuilder;
 use rocksdb::DB;
 
 use crate::applied_state::AppliedState;
 use crate::blocking;
 use crate::columns::Handles;
-use crate::error::{any, to_raft, RaftStorageError};
+use crate::error::{raft_io, to_raft, RaftStorageError};
 use crate::snapshot_file::SnapshotFile;
 use crate::snapshot_format::BlobWriter;
-use crate::types::{SnapshotMeta, TypeConfig};
+use crate::types::{Snapshot, SnapshotMeta, TypeConfig};
 
 /// Builds a snapshot of the applied state and saves it as the current one.
 pub struct SnapshotBuilder {
@@ -23,23 +22,8 @@ pub struct SnapshotBuilder {
     pub(crate) observed: Arc<crate::observe::Observed>,
 }
 
-fn write_err(e: impl std::error::Error + 'static) -> RaftStorageError {
-    StorageIOError::write_snapshot(None, &e).into()
-}
-
-/// A snapshot id unique enough to tell two builds of the same state apart.
-fn snapshot_id(state: &AppliedState) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    match state.last_applied {
-        Some(id) => format!(
-            "{}-{}-{}-{nanos}",
-            id.leader_id.term, id.leader_id.node_id, id.index
-        ),
-        None => format!("none-{nanos}"),
-    }
+fn write_err(e: impl std::fmt::Display) -> RaftStorageError {
+    raft_io::write_snapshot(e)
 }
 
 /// Build the snapshot of everything applied, as of one RocksDB snapshot,
@@ -49,20 +33,18 @@ fn snapshot_id(state: &AppliedState) -> String {
 pub(crate) fn build(
     db: &DB,
     file: &SnapshotFile,
-) -> Result<(Snapshot<TypeConfig>, u64, bool), RaftStorageError> {
-    let cfs = Handles::of(db).map_err(|e| to_raft(e, openraft::ErrorVerb::Read))?;
+) -> Result<(Snapshot, u64, bool), RaftStorageError> {
+    let cfs = Handles::of(db).map_err(to_raft)?;
     let view = db.snapshot();
     // Applies are not synced one by one. Make everything this view holds
     // durable before the snapshot file claims it: otherwise a crash could
     // leave a snapshot newer than the state machine on disk.
-    db.flush_wal(true)
-        .map_err(|e| StorageIOError::write_state_machine(&e))?;
-    let state = AppliedState::read(|k| view.get_cf(cfs.sm_meta, k))
-        .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    db.flush_wal(true).map_err(raft_io::write_state_machine)?;
+    let state =
+        AppliedState::read(|k| view.get_cf(cfs.sm_meta, k)).map_err(raft_io::read_state_machine)?;
     let meta = SnapshotMeta {
         last_log_id: state.last_applied,
         last_membership: state.membership.clone(),
-        snapshot_id: snapshot_id(&state),
     };
     let staged = file.stage("building-").map_err(write_err)?;
     let mut writer = BlobWriter::new(BufWriter::new(staged.as_file()), &meta).map_err(write_err)?;
@@ -72,18 +54,15 @@ pub(crate) fn build(
         writer.push(key, value).map_err(write_err)?;
         it.next();
     }
-    it.status()
-        .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    it.status().map_err(raft_io::read_state_machine)?;
     drop(writer.finish().map_err(write_err)?);
-    let (current, built) = file
-        .commit(staged, &meta, true)
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), any(&e)))?;
+    let (current, built) = file.commit(staged, &meta, true).map_err(write_err)?;
     let bytes = built.metadata().map_err(write_err)?.len();
     tracing::info!(%meta, bytes, "built snapshot");
     Ok((
         Snapshot {
             meta,
-            snapshot: Box::new(tokio::fs::File::from_std(built)),
+            snapshot: tokio::fs::File::from_std(built),
         },
         bytes,
         current,
@@ -91,12 +70,13 @@ pub(crate) fn build(
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, RaftStorageError> {
+    type SnapshotData = tokio::fs::File;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, RaftStorageError> {
         let db = Arc::clone(&self.db);
         let file = Arc::clone(&self.file);
         let started = std::time::Instant::now();
-        let (built, bytes, current) =
-            blocking::run(ErrorSubject::Snapshot(None), move || build(&db, &file)).await?;
+        let (built, bytes, current) = blocking::run(move || build(&db, &file)).await?;
         if current {
             self.observed.snapshot_current(bytes);
         }

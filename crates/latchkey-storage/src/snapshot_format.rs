@@ -338,12 +338,12 @@ impl<R: Read, W: Write> Read for Tee<R, W> {
 mod tests {
     use super::*;
     use crate::types::Member;
-    use openraft::{CommittedLeaderId, LogId, Membership, StoredMembership};
+    use crate::types::{Membership, StoredMembership};
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn meta() -> SnapshotMeta {
-        let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
+        let log_id = crate::types::log_id(3, 1, 42);
         let nodes: BTreeMap<u64, Member> = [
             (1, Member::new("a:1", "a:0", 1)),
             (2, Member::new("b:2", "b:0", 2)),
@@ -354,9 +354,8 @@ mod tests {
             last_log_id: Some(log_id),
             last_membership: StoredMembership::new(
                 Some(log_id),
-                Membership::new(vec![voters], nodes),
+                Membership::new(vec![voters], nodes).unwrap(),
             ),
-            snapshot_id: "3-42-x".into(),
         }
     }
 

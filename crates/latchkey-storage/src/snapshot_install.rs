@@ -243,9 +243,11 @@ pub(crate) fn finish_interrupted(
 /// they are kept elsewhere, in the current snapshot or in the applied
 /// state.
 ///
-/// openraft 0.9 purges the log a snapshot covers as soon as it has queued
-/// the snapshot's install, without waiting for it (its `PurgeLog` command
-/// has no condition). A crash after such a purge but before the snapshot
+/// openraft 0.9 purged the log a snapshot covers as soon as it had queued
+/// the snapshot's install, without waiting for it. openraft 0.10's
+/// `PurgeLog` waits for a snapshot covering it to be flushed, which makes
+/// this check redundant there; it is kept (it costs nothing when the
+/// snapshot is already in place) until the snapshot tests show it can go. A crash after such a purge but before the snapshot
 /// file is saved would leave a replica whose log starts past its applied
 /// state, with nothing to rebuild the gap from. So while a snapshot is
 /// being received, a purge past what the current snapshot and the applied

@@ -18,9 +18,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use futures::{Stream, StreamExt};
 use latchkey_core::Outcome;
-use openraft::storage::RaftStateMachine;
-use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, Snapshot, StorageIOError};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -30,14 +31,14 @@ use crate::blocking;
 use crate::columns::Handles;
 use crate::data_view::DataView;
 use crate::durable::DurableLog;
-use crate::error::{any, msg, to_raft, RaftStorageError};
+use crate::error::{msg, raft_io, to_raft, RaftStorageError};
 use crate::rooms::{ApplyView, Rooms};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
 use crate::snapshot_install;
 use crate::state_change::StateChange;
 use crate::state_reader::{AppliedIndex, StateReader};
-use crate::types::{Entry, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::types::{Entry, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use latchkey_core::overlay::Overlay;
 
 /// The replicated state machine over RocksDB.
@@ -167,7 +168,7 @@ impl StateMachine {
         writes: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
         state: &AppliedState,
     ) -> Result<(), RaftStorageError> {
-        let cfs = Handles::of(&self.db).map_err(|e| to_raft(e, ErrorVerb::Write))?;
+        let cfs = Handles::of(&self.db).map_err(to_raft)?;
         let mut batch = WriteBatch::default();
         for (key, value) in &writes {
             match value {
@@ -177,12 +178,12 @@ impl StateMachine {
         }
         state
             .write_into(&mut batch, cfs.sm_meta)
-            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+            .map_err(raft_io::write_state_machine)?;
         let mut opts = WriteOptions::default();
         opts.set_sync(self.sync_apply);
         self.db
             .write_opt(batch, &opts)
-            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+            .map_err(raft_io::write_state_machine)?;
         self.rooms.commit(writes);
         self.rooms_bytes
             .store(self.rooms.bytes() as u64, Ordering::Relaxed);
@@ -190,16 +191,14 @@ impl StateMachine {
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = SnapshotBuilder;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<crate::types::LogId>, StoredMembership), RaftStorageError> {
-        Ok((self.state.last_applied, self.state.membership.clone()))
-    }
-
-    async fn apply<I>(
+impl StateMachine {
+    /// Apply committed `entries` in one RocksDB write batch and return what
+    /// each one yields, in order: the body of openraft's `apply`, callable
+    /// without openraft's responders (tests, tools).
+    ///
+    /// Nothing is visible to readers, and no reply is sent, before the
+    /// whole batch is committed.
+    pub async fn apply_entries<I>(
         &mut self,
         entries: I,
     ) -> Result<Vec<latchkey_core::CommandResult>, RaftStorageError>
@@ -214,8 +213,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let writes = {
             let base = ApplyView {
                 rooms: &self.rooms,
-                data: DataView::live(&self.db)
-                    .map_err(|e| StorageIOError::read_state_machine(&e))?,
+                data: DataView::live(&self.db).map_err(raft_io::read_state_machine)?,
             };
             let mut overlay = Overlay::new(&base);
             for entry in entries {
@@ -225,7 +223,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Normal(request) => {
                         let (reply, events) =
                             latchkey_core::apply_with_events(&mut overlay, &request)
-                                .map_err(|e| StorageIOError::apply(log_id, &e))?;
+                                .map_err(|e| raft_io::apply(log_id, e))?;
                         if listening && !events.is_empty() {
                             changes.push(StateChange::Applied { log_id, events });
                         }
@@ -239,8 +237,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 next.last_applied = Some(log_id);
                 replies.push(reply);
             }
-            let revision = latchkey_core::data::revision(&overlay)
-                .map_err(|e| StorageIOError::read_state_machine(&e))?;
+            let revision =
+                latchkey_core::data::revision(&overlay).map_err(raft_io::read_state_machine)?;
             (overlay.into_writes(), revision)
         };
         let (writes, revision) = writes;
@@ -254,7 +252,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.durable
                 .wait_applicable(last.index)
                 .await
-                .map_err(|e| StorageIOError::apply(last, msg(e)))?;
+                .map_err(|e| raft_io::apply(last, msg(e)))?;
         }
         self.commit(writes, &next)?;
         self.state = next;
@@ -262,6 +260,43 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.publish(changes);
         self.set_revision(revision);
         Ok(replies)
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = tokio::fs::File;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<crate::types::LogId>, StoredMembership), RaftStorageError> {
+        Ok((self.state.last_applied, self.state.membership.clone()))
+    }
+
+    /// Takes the whole batch openraft hands over (one `Apply` command:
+    /// finite), applies it as one write batch ([`StateMachine::apply_entries`]),
+    /// and only then answers the waiting clients: a client never sees its
+    /// reply before a read can see its write.
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), RaftStorageError>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, RaftStorageError>>
+            + Unpin
+            + OptionalSend,
+    {
+        let mut batch = Vec::new();
+        let mut responders = Vec::new();
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            batch.push(entry);
+            responders.push(responder);
+        }
+        let replies = self.apply_entries(batch).await?;
+        for (responder, reply) in responders.into_iter().zip(replies) {
+            if let Some(responder) = responder {
+                responder.send(reply);
+            }
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -272,27 +307,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, RaftStorageError> {
-        self.receiving.store(true, Ordering::SeqCst);
-        let file = Arc::clone(&self.file);
-        let incoming = blocking::run(ErrorSubject::Snapshot(None), move || {
-            file.incoming()
-                .map_err(|e| StorageIOError::write_snapshot(None, &e).into())
-        })
-        .await?;
-        Ok(Box::new(tokio::fs::File::from_std(incoming)))
-    }
-
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<tokio::fs::File>,
+        snapshot: tokio::fs::File,
     ) -> Result<(), RaftStorageError> {
         tracing::info!(%meta, "installing snapshot");
         let failed = |e: &dyn std::fmt::Display| -> RaftStorageError {
-            StorageIOError::write_snapshot(Some(meta.signature()), msg(e.to_string())).into()
+            raft_io::write_snapshot(format_args!("{meta}: {e}"))
         };
-        let mut incoming = *snapshot;
+        let mut incoming = snapshot;
         // A tokio file writes in the background: wait for the last chunk.
         incoming.flush().await.map_err(|e| failed(&e))?;
         let incoming = incoming.into_std().await;
@@ -304,16 +328,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Arc::clone(&self.applied),
         );
         let owned_meta = meta.clone();
-        let (state, rooms) =
-            blocking::run(ErrorSubject::Snapshot(Some(meta.signature())), move || {
-                let signature = Some(owned_meta.signature());
-                let state = snapshot_install::receive(&db, &file, &owned_meta, incoming, &gate)
-                    .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(&e)))?;
-                let rooms = Rooms::load(&db)
-                    .map_err(|e| StorageIOError::write_snapshot(signature, any(&e)))?;
-                Ok((state, rooms))
-            })
-            .await?;
+        let (state, rooms) = blocking::run(move || {
+            let state = snapshot_install::receive(&db, &file, &owned_meta, incoming, &gate)
+                .map_err(raft_io::write_snapshot)?;
+            let rooms = Rooms::load(&db).map_err(raft_io::write_snapshot)?;
+            Ok((state, rooms))
+        })
+        .await?;
         self.rooms = rooms;
         self.rooms_bytes
             .store(self.rooms.bytes() as u64, Ordering::Relaxed);
@@ -325,23 +346,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_log_id: self.state.last_applied,
         }]);
         self.publish_revision()
-            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+            .map_err(raft_io::read_state_machine)?;
         Ok(())
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, RaftStorageError> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, RaftStorageError> {
         let file = Arc::clone(&self.file);
-        let loaded = blocking::run(ErrorSubject::Snapshot(None), move || {
-            file.load()
-                .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
-        })
-        .await?;
+        let loaded = blocking::run(move || file.load().map_err(raft_io::read_snapshot)).await?;
         Ok(loaded.map(|(meta, file)| Snapshot {
             meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+            snapshot: tokio::fs::File::from_std(file),
         }))
+    }
+}
+
+/// Receiving a snapshot in chunks (openraft's v1 snapshot protocol, which
+/// latchkey's peer service speaks): into a temporary file beside the
+/// current one, never into memory.
+impl openraft_legacy::network_v1::SnapshotReceiverFactory<TypeConfig> for StateMachine {
+    type SnapshotReceiver = tokio::fs::File;
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<tokio::fs::File, RaftStorageError> {
+        self.receiving.store(true, Ordering::SeqCst);
+        let file = Arc::clone(&self.file);
+        let incoming =
+            blocking::run(move || file.incoming().map_err(raft_io::write_snapshot)).await?;
+        Ok(tokio::fs::File::from_std(incoming))
     }
 }
 
@@ -361,7 +391,6 @@ mod tests {
     use std::time::Duration;
 
     use latchkey_core::{Command, Request};
-    use openraft::{CommittedLeaderId, LogId};
     use tokio::sync::watch;
 
     use super::*;
@@ -369,7 +398,7 @@ mod tests {
 
     fn put(index: u64) -> Entry {
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            log_id: crate::types::log_id(1, 1, index),
             payload: EntryPayload::Normal(Request {
                 now: index,
                 command: Command::Put {
@@ -517,7 +546,7 @@ mod tests {
                     Op::Put(k) => Command::Put { key: vec![k % 8], value: vec![k] },
                     Op::DeleteAll => Command::DeleteRange { start: vec![0], end: vec![8] },
                     Op::Reopen => {
-                        rt.block_on(sm.as_mut().unwrap().apply(std::mem::take(&mut pending))).unwrap();
+                        rt.block_on(sm.as_mut().unwrap().apply_entries(std::mem::take(&mut pending))).unwrap();
                         let closed = sm.take().unwrap().closed_signal();
                         while !closed.is_closed() {
                             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -541,17 +570,17 @@ mod tests {
                     _ => {}
                 }
                 pending.push(Entry {
-                    log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                    log_id: crate::types::log_id(1, 1, index),
                     payload: EntryPayload::Normal(request),
                 });
                 if pending.len() >= batch {
                     let sm = sm.as_mut().unwrap();
-                    rt.block_on(sm.apply(std::mem::take(&mut pending))).unwrap();
+                    rt.block_on(sm.apply_entries(std::mem::take(&mut pending))).unwrap();
                     proptest::prop_assert_eq!(sm.rooms.rows(), &cached_rows_on_disk(sm));
                 }
             }
             let sm = sm.as_mut().unwrap();
-            rt.block_on(sm.apply(std::mem::take(&mut pending))).unwrap();
+            rt.block_on(sm.apply_entries(std::mem::take(&mut pending))).unwrap();
             proptest::prop_assert_eq!(sm.rooms.rows(), &cached_rows_on_disk(sm));
             proptest::prop_assert_eq!(&all_rows_on_disk(sm), &model.map);
             if index == 0 {
@@ -561,8 +590,8 @@ mod tests {
             // A snapshot installed elsewhere brings the same rooms.
             let other_dir = tempfile::tempdir().unwrap();
             let mut other = crate::open(other_dir.path(), crate::StorageOptions::default()).unwrap().1;
-            rt.block_on(other.apply([Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            rt.block_on(other.apply_entries([Entry {
+                log_id: crate::types::log_id(1, 1, 1),
                 payload: EntryPayload::Normal(Request {
                     now: 1,
                     command: Command::Lock(LockCommand::OpenSession { ttl_ms: 10_000, secret: SessionSecret([7; 16]), name: String::new() }),
@@ -570,6 +599,7 @@ mod tests {
             }])).unwrap();
             rt.block_on(async {
                 use openraft::RaftSnapshotBuilder;
+                use openraft_legacy::network_v1::SnapshotReceiverFactory;
                 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
                 let mut snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
                 let mut bytes = Vec::new();
@@ -598,18 +628,18 @@ mod tests {
         rt.block_on(async {
             let (_log, mut sm) = crate::open(dir.path(), crate::StorageOptions::default()).unwrap();
             let (tx, rx) = watch::channel(DurableState {
-                durable: Some(LogId::new(CommittedLeaderId::new(1, 1), 1)),
+                durable: Some(crate::types::log_id(1, 1, 1)),
                 acked_early: Some(3),
                 ..DurableState::default()
             });
             sm.durable = DurableLog::new(rx);
             let reader = sm.reader();
-            let applying = tokio::spawn(async move { sm.apply([put(2), put(3)]).await });
+            let applying = tokio::spawn(async move { sm.apply_entries([put(2), put(3)]).await });
             tokio::time::sleep(Duration::from_millis(50)).await;
             assert!(!applying.is_finished(), "applied before the leader's sync");
             assert_eq!(reader.last_applied_index(), None, "visible before the sync");
             tx.send_modify(|d| {
-                d.advance(LogId::new(CommittedLeaderId::new(1, 1), 3));
+                d.advance(crate::types::log_id(1, 1, 3));
             });
             let replies = tokio::time::timeout(Duration::from_secs(5), applying)
                 .await

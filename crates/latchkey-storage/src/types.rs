@@ -65,27 +65,91 @@ impl std::fmt::Display for Member {
 openraft::declare_raft_types!(
     /// latchkey's openraft types: log entries carry a
     /// [`latchkey_core::Request`], applying one yields a
-    /// [`latchkey_core::CommandResult`], and snapshots are files: built
-    /// straight to disk, sent in chunks read from the file, received into
-    /// a temporary file and installed from it a frame at a time, so no
-    /// replica ever holds a whole snapshot in memory.
+    /// [`latchkey_core::CommandResult`]. Every other type is openraft's
+    /// default: terms and node ids are `u64`, and leader ids are
+    /// `leader_id_adv` (a total order on (term, node), the same as openraft
+    /// 0.9 built without `single-term-leader`, so data directories and wire
+    /// messages keep their bytes). Snapshots are files
+    /// ([`crate::StateMachine`]'s `SnapshotData`): built straight to disk,
+    /// sent in chunks read from the file, received into a temporary file and
+    /// installed from it a frame at a time, so no replica ever holds a whole
+    /// snapshot in memory.
     pub TypeConfig:
         D = latchkey_core::Request,
         R = latchkey_core::CommandResult,
         NodeId = u64,
         Node = Member,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
-        AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// A leader id (term, node): the committed form is the same type.
+pub type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, NodeId>;
 /// A log entry of latchkey's Raft log.
-pub type Entry = openraft::Entry<TypeConfig>;
+pub type Entry =
+    openraft::Entry<LeaderId, openraft::EntryPayload<latchkey_core::Request, NodeId, Member>>;
 /// A log id (term, leader, index).
-pub type LogId = openraft::LogId<NodeId>;
+pub type LogId = openraft::LogId<LeaderId>;
 /// A vote.
-pub type Vote = openraft::Vote<NodeId>;
+pub type Vote = openraft::Vote<LeaderId>;
+/// A membership: voter sets and the members' addresses.
+pub type Membership = openraft::Membership<NodeId, Member>;
 /// A membership with the log id that introduced it.
-pub type StoredMembership = openraft::StoredMembership<NodeId, Member>;
-/// What describes a snapshot: last log id, membership, id.
-pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Member>;
+pub type StoredMembership = openraft::StoredMembership<LeaderId, NodeId, Member>;
+/// What describes a snapshot: last log id and membership (its third field,
+/// a snapshot id in openraft 0.9, is always empty since 0.10).
+pub type SnapshotMeta = openraft::SnapshotMeta<LeaderId, NodeId, Member>;
+/// A snapshot: its description and the file that holds it.
+pub type Snapshot = openraft::Snapshot<LeaderId, NodeId, Member, tokio::fs::File>;
+
+/// The log id of the entry at `index` proposed by `node`'s leadership in
+/// `term`.
+///
+/// ```
+/// let id = latchkey_storage::types::log_id(3, 1, 42);
+/// assert_eq!((id.leader_id.term, id.leader_id.node_id, id.index), (3, 1, 42));
+/// ```
+pub fn log_id(term: u64, node: NodeId, index: u64) -> LogId {
+    LogId {
+        leader_id: LeaderId {
+            term,
+            node_id: node,
+        },
+        index,
+    }
+}
+
+/// A vote request as replicas send it (the payload of a `Vote` call): the
+/// candidate's vote and its last log id, encoded exactly as openraft 0.9's
+/// `VoteRequest` was. openraft 0.10's request has a third field,
+/// `leadership_transfer`, which travels beside the payload instead (in the
+/// peer message), so that the payload keeps its pinned bytes
+/// (`docs/FORMATS.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoteWire {
+    /// The candidate's vote.
+    pub vote: Vote,
+    /// The candidate's last log id.
+    pub last_log_id: Option<LogId>,
+}
+
+impl VoteWire {
+    /// The payload of `request`, and its `leadership_transfer` flag.
+    pub fn split(request: openraft::raft::VoteRequest<TypeConfig>) -> (VoteWire, bool) {
+        (
+            VoteWire {
+                vote: request.vote,
+                last_log_id: request.last_log_id,
+            },
+            request.leadership_transfer,
+        )
+    }
+
+    /// The request this payload and flag came from.
+    pub fn join(self, leadership_transfer: bool) -> openraft::raft::VoteRequest<TypeConfig> {
+        let mut request = openraft::raft::VoteRequest::new(self.vote, self.last_log_id);
+        request.leadership_transfer = leadership_transfer;
+        request
+    }
+}
+
+/// A latchkey replica's Raft node: openraft over latchkey's state machine.
+pub type Raft = openraft::Raft<TypeConfig, crate::StateMachine>;

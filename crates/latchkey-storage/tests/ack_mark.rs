@@ -116,7 +116,7 @@ fn a_later_ballot_of_the_same_term_is_kept_and_a_lower_one_refused() {
             assert_eq!(log.mark().log_index, 10);
         } else {
             let message = lost(opened);
-            assert!(message.contains("saved vote is T3-N1"), "{message}");
+            assert!(message.contains("saved vote is <T3-N1"), "{message}");
         }
     }
 }
@@ -139,7 +139,7 @@ fn a_new_leaders_truncation_lowers_the_mark_first_so_reopening_is_fine() {
         // A new leader (vote saved first, as openraft does) truncates a
         // conflicting tail that was acknowledged to the previous one.
         log.save_vote(&Vote::new_committed(4, 3)).await.unwrap();
-        log.truncate(log_id(3, 8)).await.unwrap();
+        log.truncate_after(Some(log_id(3, 7))).await.unwrap();
         assert_eq!(log.mark().log_index, 7);
     });
     let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
@@ -147,7 +147,7 @@ fn a_new_leaders_truncation_lowers_the_mark_first_so_reopening_is_fine() {
     assert_eq!(state.last_log_id, Some(log_id(3, 7)));
 }
 
-/// openraft 0.9 installs a snapshot by first truncating the log from the
+/// openraft may install a snapshot by first truncating the log from the
 /// local commit index, even entries acknowledged to the current leader. The
 /// mark keeps those: a crash before the snapshot is in place is refused at
 /// start rather than coming back with fewer acknowledged entries.
@@ -157,7 +157,7 @@ fn a_truncation_under_the_same_leader_keeps_the_mark() {
     acknowledge_ten(dir.path());
     runtime().block_on(async {
         let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
-        log.truncate(log_id(3, 8)).await.unwrap();
+        log.truncate_after(Some(log_id(3, 7))).await.unwrap();
         assert_eq!(log.mark().log_index, 10);
     });
     let message = lost(open(dir.path(), StorageOptions::default()));

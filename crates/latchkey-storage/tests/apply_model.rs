@@ -11,7 +11,7 @@ use std::ops::Bound;
 use common::*;
 use latchkey_core::{BatchOp, Command, Condition, MemStore, Query, ScanRange, Store, Test};
 use latchkey_storage::{open, StorageOptions};
-use openraft::storage::RaftStateMachine;
+
 use proptest::prelude::*;
 
 fn key() -> impl Strategy<Value = Vec<u8>> {
@@ -115,7 +115,7 @@ proptest! {
         while !entries.is_empty() {
             let n = (*split.next().unwrap()).min(entries.len());
             let rest = entries.split_off(n);
-            got.extend(rt.block_on(sm.apply(entries)).unwrap());
+            got.extend(rt.block_on(sm.apply_entries(entries)).unwrap());
             entries = rest;
         }
         prop_assert_eq!(got, want);

@@ -10,7 +10,7 @@ use latchkey_core::Query;
 use latchkey_storage::types::Vote;
 use latchkey_storage::{open, StorageOptions};
 use latchkey_storage::{LogStore, StateMachine};
-use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt};
 
 /// A store in `dir` of replica 1, leading term 1, acknowledging its own
 /// appends early.
@@ -54,7 +54,7 @@ fn a_leader_applies_its_own_entries_only_once_synced() {
         // is `state_machine::tests::apply_waits_for_the_leaders_own_sync`.)
         for entry in entries {
             let index = entry.log_id.index;
-            sm.apply([entry]).await.unwrap();
+            sm.apply_entries([entry]).await.unwrap();
             let durable = log.durable().last().map(|l| l.index);
             assert!(
                 durable >= Some(index),
@@ -101,7 +101,7 @@ fn truncation_takes_back_what_it_removed() {
         log.blocking_append(entries).await.unwrap();
         // Deposed before 4..=6 committed; the new leader's log differs there.
         log.save_vote(&Vote::new_committed(2, 2)).await.unwrap();
-        log.truncate(log_id(1, 4)).await.unwrap();
+        log.truncate_after(Some(log_id(1, 3))).await.unwrap();
         assert_eq!(log.durable().last(), Some(log_id(1, 3)));
         assert_eq!(
             log.durable().clamp_commit(Some(log_id(1, 6))),

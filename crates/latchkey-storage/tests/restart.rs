@@ -37,7 +37,7 @@ fn state_survives_reopen() {
         log.save_vote(&vote).await.unwrap();
         log.save_committed(Some(log_id(1, 4))).await.unwrap();
         // Apply up to index 4 only; 5 and 6 stay in the log.
-        let replies = sm.apply(entries[..4].to_vec()).await.unwrap();
+        let replies = sm.apply_entries(entries[..4].to_vec()).await.unwrap();
         assert_eq!(replies.len(), 4);
         assert_eq!(replies[3], Ok(Outcome::Sequence { start: 0, end: 5 }));
     });
@@ -82,7 +82,7 @@ fn state_survives_reopen() {
         assert_eq!((b.create_revision, b.mod_revision, revision), (2, 2, 2));
 
         // Applying the rest continues from where it stopped.
-        let replies = sm.apply(entries[4..].to_vec()).await.unwrap();
+        let replies = sm.apply_entries(entries[4..].to_vec()).await.unwrap();
         assert_eq!(
             replies,
             vec![
@@ -101,7 +101,7 @@ fn state_survives_reopen() {
     rt.block_on(async {
         let (mut log, _sm) = open(dir.path(), StorageOptions::default()).unwrap();
         log.purge(log_id(1, 2)).await.unwrap();
-        log.truncate(log_id(1, 5)).await.unwrap();
+        log.truncate_after(Some(log_id(1, 4))).await.unwrap();
     });
     rt.block_on(async {
         let (mut log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();

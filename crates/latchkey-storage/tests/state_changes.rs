@@ -18,7 +18,7 @@ fn events_are_published_after_commit() {
         let (_log, mut sm) = open(dir.path(), StorageOptions::default()).unwrap();
         let mut changes = sm.subscribe();
         let reader = sm.reader();
-        sm.apply(vec![
+        sm.apply_entries(vec![
             command(1, 1, 1_000, put("k", "v")),
             command(
                 1,
@@ -74,7 +74,7 @@ fn events_are_published_after_commit() {
 
         // A dropped receiver unsubscribes without disturbing applies.
         drop(changes);
-        sm.apply(vec![command(
+        sm.apply_entries(vec![command(
             1,
             4,
             1_002,

@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use latchkey::{Node, NodeStatus};
 use latchkey_proto::v1::RaftMessage;
+use latchkey_storage::types::{StoredMembership, Vote, VoteWire};
 use latchkey_storage::TypeConfig;
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership, Vote};
+use openraft::raft::AppendEntriesRequest;
+use openraft_legacy::network_v1::{InstallSnapshotRequest, SnapshotMeta};
 
 mod common;
 
@@ -43,6 +44,7 @@ fn to(node: &Node, payload: Vec<u8>) -> RaftMessage {
         to_incarnation: node.incarnation(),
         from_id: STRANGER,
         from_incarnation: 1,
+        leadership_transfer: false,
     }
 }
 
@@ -56,8 +58,8 @@ struct Forged {
 
 fn forged(term: u64, last_index: u64) -> Result<Forged, Box<dyn std::error::Error>> {
     let high = term + 100;
-    let log_id = LogId::new(CommittedLeaderId::new(high, STRANGER), last_index + 10);
-    let vote = VoteRequest::<u64> {
+    let log_id = latchkey_storage::types::log_id(high, STRANGER, last_index + 10);
+    let vote = VoteWire {
         vote: Vote::new(high, STRANGER),
         last_log_id: Some(log_id),
     };

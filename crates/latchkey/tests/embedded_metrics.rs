@@ -324,8 +324,9 @@ async fn metrics_health_and_readiness_over_http() -> TestResult {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         // With the new leader's follower gone there is no majority: the
-        // leader, which goes on calling itself leader (openraft 0.9 has no
-        // check-quorum), says it is not ready (but still healthy).
+        // leader, which goes on calling itself leader (openraft's
+        // check-quorum refuses its proposals but does not make it step
+        // down), says it is not ready (but still healthy).
         let last = new_leader;
         let gone = *nodes
             .keys()

@@ -435,7 +435,7 @@ fn stale_append(
     node: &Node,
 ) -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error::Error>> {
     let stale = openraft::raft::AppendEntriesRequest::<latchkey_storage::TypeConfig> {
-        vote: openraft::Vote::new_committed(0, 9),
+        vote: latchkey_storage::types::Vote::new_committed(0, 9),
         prev_log_id: None,
         entries: Vec::new(),
         leader_commit: None,
@@ -486,8 +486,10 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
             .into_inner();
         for _ in 0..2 {
             let reply = replies.message().await?.ok_or("stream ended early")?;
-            let decoded: Result<AppendEntriesResponse<u64>, RaftError<u64>> =
-                latchkey_core::codec::decode(&reply.payload)?;
+            let decoded: Result<
+                AppendEntriesResponse<latchkey_storage::TypeConfig>,
+                RaftError<latchkey_storage::TypeConfig>,
+            > = latchkey_core::codec::decode(&reply.payload)?;
             assert!(
                 matches!(decoded, Ok(AppendEntriesResponse::HigherVote(_))),
                 "{decoded:?}"

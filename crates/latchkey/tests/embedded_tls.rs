@@ -119,8 +119,8 @@ fn vote_for(
     from: &Node,
     term: u64,
 ) -> Result<RaftMessage, Box<dyn std::error::Error>> {
-    let vote = openraft::raft::VoteRequest::<u64> {
-        vote: openraft::Vote::new(term + 100, from.id()),
+    let vote = latchkey_storage::types::VoteWire {
+        vote: latchkey_storage::types::Vote::new(term + 100, from.id()),
         last_log_id: None,
     };
     Ok(RaftMessage {
@@ -129,6 +129,7 @@ fn vote_for(
         to_incarnation: node.incarnation(),
         from_id: from.id(),
         from_incarnation: from.incarnation(),
+        leadership_transfer: false,
     })
 }
 

@@ -5,9 +5,9 @@ use std::future::Future;
 use latchkey_core::lock::{LockCommand, SessionId, SessionTimer, TimerState};
 use latchkey_core::CommandResult;
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::Member;
+use latchkey_storage::TypeConfig;
 use openraft::metrics::RaftServerMetrics;
-use tokio::sync::watch;
+use openraft::type_config::alias::WatchReceiverOf;
 
 use crate::metrics::Metrics;
 
@@ -19,7 +19,7 @@ use super::shared::LockShared;
 /// nothing else of the replica.
 pub(crate) trait LockHost: Send + Sync + 'static {
     /// Raft's vote, state and leader, as they change.
-    fn server_metrics(&self) -> watch::Receiver<RaftServerMetrics<u64, Member>>;
+    fn server_metrics(&self) -> WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>;
 
     /// The leader this replica knows (for `NotLeader` answers).
     fn leader(&self) -> Option<(u64, String)>;

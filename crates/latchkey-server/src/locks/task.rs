@@ -12,6 +12,7 @@ use latchkey_core::lock::{LockOutcome, SessionId, SessionInfo, TimerState};
 use latchkey_core::{CommandError, CommandResult, Event, Outcome};
 use latchkey_proto::ReplicaFailure;
 use latchkey_storage::StateChange;
+use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot};
 
@@ -214,10 +215,10 @@ impl<H: LockHost> Task<H> {
 
     fn on_metrics(
         &mut self,
-        m: &openraft::metrics::RaftServerMetrics<u64, latchkey_storage::Member>,
+        m: &openraft::metrics::RaftServerMetrics<latchkey_storage::TypeConfig>,
     ) {
         let leading = m.state == ServerState::Leader && m.current_leader == Some(m.id);
-        let current = m.vote.leader_id().get_term();
+        let current = m.vote.leader_id.term;
         match (&self.role, leading) {
             (Role::Leader { term } | Role::Building { term, .. }, true) if *term == current => {}
             (_, true) => self.start_building(current),

@@ -2,6 +2,7 @@
 //! health, lock census and storage) handed to its [`Metrics`] registry, and
 //! the task that counts leader changes as they happen.
 
+use openraft::async_runtime::WatchReceiver;
 use std::sync::Arc;
 
 use crate::health::Condition;
@@ -42,7 +43,7 @@ impl MetricsHandle {
 /// Read what a scrape reports off `replica`.
 fn figures(replica: &Replica) -> Figures {
     let census = replica.lock_census();
-    let m = replica.raft().metrics().borrow().clone();
+    let m = replica.raft().metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
     let condition = match replica.health().condition() {
         Condition::Serving => "serving",

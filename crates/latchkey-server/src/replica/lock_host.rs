@@ -5,9 +5,9 @@ use std::future::Future;
 use latchkey_core::lock::{LockCommand, SessionId, SessionTimer, TimerState};
 use latchkey_core::CommandResult;
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::Member;
+use latchkey_storage::TypeConfig;
 use openraft::metrics::RaftServerMetrics;
-use tokio::sync::watch;
+use openraft::type_config::alias::WatchReceiverOf;
 
 use crate::locks::{LockHost, LockShared};
 use crate::metrics::Metrics;
@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use super::Replica;
 
 impl LockHost for Replica {
-    fn server_metrics(&self) -> watch::Receiver<RaftServerMetrics<u64, Member>> {
+    fn server_metrics(&self) -> WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>> {
         self.raft().server_metrics()
     }
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use latchkey_proto::ReplicaFailure;
-use latchkey_storage::{StateReader, TypeConfig};
-use openraft::Raft;
+use latchkey_storage::types::Raft;
+use latchkey_storage::StateReader;
 
 use crate::auth::Verified;
 use crate::health::Health;
@@ -237,7 +237,7 @@ impl Replica {
     }
 
     /// The openraft handle.
-    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
+    pub(crate) fn raft(&self) -> &Raft {
         self.view.raft()
     }
 

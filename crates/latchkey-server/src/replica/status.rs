@@ -1,6 +1,7 @@
 //! What a replica reports about itself and the cluster (`Admin.Status`).
 
 use latchkey_proto::{MemberInfo, NodeStatus};
+use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
 
 use crate::health::Condition;
@@ -10,7 +11,7 @@ use super::Replica;
 impl Replica {
     /// This replica's view of itself and the cluster.
     pub fn status(&self) -> NodeStatus {
-        let m = self.view.raft().metrics().borrow().clone();
+        let m = self.view.raft().metrics().borrow_watched().clone();
         let membership = m.membership_config.membership();
         let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
         let members = membership

@@ -23,6 +23,7 @@ mod builder;
 mod grpc;
 mod start;
 
+use openraft::async_runtime::WatchReceiver;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! [`WatchHub`]: what the feed task and the open watches of one replica
 //! share.
 
+use openraft::async_runtime::WatchReceiver;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -156,7 +157,7 @@ impl WatchHub {
             return false;
         }
         let metrics = self.view.raft().metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         let applied = m.last_applied.map(|l| l.index);
         m.current_leader.is_none() || m.last_log_index > applied
     }

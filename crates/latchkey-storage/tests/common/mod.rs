@@ -4,13 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use latchkey_core::{Command, Request};
+use latchkey_storage::types::Membership;
 use latchkey_storage::types::{Entry, LogId};
 use latchkey_storage::Member;
-use openraft::{CommittedLeaderId, EntryPayload, Membership};
+use openraft::EntryPayload;
 
 /// Log id with leader node 1.
 pub fn log_id(term: u64, index: u64) -> LogId {
-    LogId::new(CommittedLeaderId::new(term, 1), index)
+    latchkey_storage::types::log_id(term, 1, index)
 }
 
 pub fn blank(term: u64, index: u64) -> Entry {
@@ -37,7 +38,9 @@ pub fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
         .collect();
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Membership(Membership::new(vec![voters], nodes)),
+        payload: EntryPayload::Membership(
+            Membership::new(vec![voters], nodes).expect("a valid membership"),
+        ),
     }
 }
 
@@ -66,9 +69,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// The bytes of a built or current snapshot: its file, read from the start
 /// (and left at its end).
 #[allow(dead_code)] // not every test binary that includes `common` uses it
-pub async fn snapshot_bytes(
-    snap: &mut openraft::Snapshot<latchkey_storage::TypeConfig>,
-) -> Vec<u8> {
+pub async fn snapshot_bytes(snap: &mut latchkey_storage::types::Snapshot) -> Vec<u8> {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
     snap.snapshot
         .seek(std::io::SeekFrom::Start(0))
@@ -89,8 +90,9 @@ pub async fn receive_and_install(
     sm: &mut latchkey_storage::StateMachine,
     meta: &latchkey_storage::types::SnapshotMeta,
     blob: &[u8],
-) -> Result<(), openraft::StorageError<u64>> {
+) -> Result<(), std::io::Error> {
     use openraft::storage::RaftStateMachine;
+    use openraft_legacy::network_v1::SnapshotReceiverFactory;
     use tokio::io::AsyncWriteExt;
     let mut data = sm.begin_receiving_snapshot().await?;
     data.write_all(blob).await.expect("write received bytes");
