@@ -36,6 +36,7 @@ pub mod auth;
 mod bootstrap;
 mod calls;
 mod conn_limit;
+mod hand_over;
 mod health;
 mod health_watch;
 mod locks;
@@ -67,6 +68,7 @@ pub use conn_limit::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     MAX_STREAMS_PER_CONNECTION,
 };
+pub use hand_over::HandOver;
 pub use health::Condition;
 pub use latchkey_proto::NodeStatus;
 pub use latchkey_storage::StorageOptions;

@@ -33,9 +33,13 @@ use latchkey_proto::v1::RaftMessage;
 use latchkey_storage::types::{LogId, Vote, VoteWire};
 use latchkey_storage::Member;
 use latchkey_storage::{DurableLog, TypeConfig};
+use openraft::error::decompose::DecomposeResult;
 use openraft::error::{NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, TransferLeaderResponse,
+    VoteRequest, VoteResponse,
+};
 use openraft_legacy::network_v1::{
     Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
 };
@@ -433,6 +437,7 @@ impl PeerLink {
         let reply = match kind {
             Rpc::Vote => client.vote(req).await,
             Rpc::Snapshot => client.install_snapshot(req).await,
+            Rpc::TransferLeader => client.transfer_leader(req).await,
         };
         let reply = reply.map_err(|status| status_error(&self.peer, &status))?;
         self.peer.answered();
@@ -481,6 +486,7 @@ impl PeerLink {
 enum Rpc {
     Vote,
     Snapshot,
+    TransferLeader,
 }
 
 impl RaftNetwork<TypeConfig> for PeerLink {
@@ -548,6 +554,21 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         let (wire, leadership_transfer) = VoteWire::split(rpc);
         self.call(Rpc::Vote, &wire, leadership_transfer, &option)
             .await
+    }
+
+    /// Sent to every member when this leader hands leadership over; a peer
+    /// that does not know the call (UNIMPLEMENTED) is unreachable for it.
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.peer
+            .refuse_if_reverted::<openraft::error::Infallible>()
+            .decompose_infallible()?;
+        self.call::<_, _, openraft::error::Infallible>(Rpc::TransferLeader, &rpc, false, &option)
+            .await
+            .decompose_infallible()
     }
 }
 
@@ -679,6 +700,13 @@ mod tests {
             _: Request<RaftMessage>,
         ) -> Result<Response<RaftMessage>, Status> {
             Err(Status::unimplemented("install_snapshot"))
+        }
+
+        async fn transfer_leader(
+            &self,
+            _: Request<RaftMessage>,
+        ) -> Result<Response<RaftMessage>, Status> {
+            Err(Status::unimplemented("transfer_leader"))
         }
 
         async fn identify(

@@ -271,6 +271,25 @@ impl RaftRpc for RaftService {
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 
+    /// Only from a member of this replica's cluster (the leader sends it),
+    /// addressed to this incarnation.
+    async fn transfer_leader(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let message = self.leader_message(request)?;
+        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
+        let result = self
+            .replica
+            .raft()
+            .handle_transfer_leader(rpc)
+            .await
+            .map_err(|e| Status::unavailable(format!("this replica has stopped: {e}")))?;
+        // Framed as every Raft reply: Ok(response) or a RaftError.
+        let reply: Result<_, openraft::error::RaftError<latchkey_storage::TypeConfig>> = Ok(result);
+        Ok(Response::new(raft_reply(encode_or_status(&reply)?)))
+    }
+
     async fn identify(
         &self,
         request: Request<IdentifyRequest>,

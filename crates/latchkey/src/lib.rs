@@ -57,8 +57,8 @@ pub use latchkey_client::{
 };
 pub use latchkey_core as core;
 pub use latchkey_server::{
-    initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, NodeError,
-    RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
+    initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, HandOver,
+    NodeError, RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_WATCHES, DEFAULT_MAX_WATCHES_PER_CONNECTION,
 };
 pub use node::{Node, NodeBuilder};

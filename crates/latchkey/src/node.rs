@@ -308,8 +308,9 @@ impl Node {
 
     /// Stop serving and stop Raft, and wait until the data directory is
     /// released. Data stays on disk; a node started again on the same data
-    /// directory rejoins without re-initialising.
-    pub async fn shutdown(self) {
-        self.server.shutdown().await;
+    /// directory rejoins without re-initialising. A leader first hands
+    /// leadership to another voter; the result says whether it did.
+    pub async fn shutdown(self) -> latchkey_server::HandOver {
+        self.server.shutdown().await
     }
 }

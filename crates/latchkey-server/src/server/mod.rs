@@ -195,8 +195,16 @@ impl Server {
     /// Stop serving and stop Raft, and wait until the data directory is
     /// released. Data stays on disk; a node started again on the same data
     /// directory rejoins without re-initialising.
-    pub async fn shutdown(mut self) {
+    ///
+    /// A leader first hands leadership to the most up-to-date voter (within
+    /// about two seconds): writes it already proposed are answered, later
+    /// ones are refused as retryable, and clients move to the new leader
+    /// without waiting for an election. What happened is returned.
+    pub async fn shutdown(mut self) -> crate::HandOver {
+        let (handed, paused) = crate::hand_over::hand_over(&*self.replica).await;
         self.stop_now().await;
+        drop(paused);
+        handed
     }
 
     async fn stop_now(&mut self) {
