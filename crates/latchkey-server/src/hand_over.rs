@@ -29,7 +29,8 @@ pub(crate) const HAND_OVER_WAIT: Duration = Duration::from_secs(2);
 pub enum HandOver {
     /// This replica was not the leader: nothing to hand over.
     NotLeader,
-    /// This replica led; the voter with this node id took over.
+    /// This replica led; it stepped down and the voter with this node id
+    /// leads.
     To(u64),
     /// This replica led, but no other voter took over (why): the others
     /// elect a leader after an election timeout.
@@ -60,18 +61,23 @@ pub(crate) async fn hand_over<H: MembershipHost>(
             Some(paused),
         );
     }
+    // openraft names the target as the leader as soon as the transfer
+    // starts; only a leader that stepped down and hears from another leader
+    // has handed over.
     let mut metrics = raft.metrics();
-    let moved =
-        metrics.wait_until(|m| m.state != ServerState::Leader || m.current_leader != Some(me));
+    let moved = metrics.wait_until(|m| {
+        m.state != ServerState::Leader && m.current_leader.is_some_and(|l| l != me)
+    });
     let outcome = match tokio::time::timeout(HAND_OVER_WAIT, moved).await {
-        Ok(Ok(_)) => {
+        Ok(Ok(m)) => {
+            let to = m.current_leader.unwrap_or(target);
             tracing::info!(
                 node = me,
-                to = target,
+                to,
                 ms = started.elapsed().as_millis() as u64,
                 "handed leadership over"
             );
-            HandOver::To(target)
+            HandOver::To(to)
         }
         Ok(Err(_)) => HandOver::NotDone("the Raft core stopped during the hand-over".into()),
         Err(_) => {
