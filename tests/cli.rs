@@ -539,6 +539,27 @@ async fn cli_data_and_exit_codes(c: &mut Cluster) -> Result<()> {
     ensure!(out.ok()? == "OK\n", "promote a voter: {out:?}");
     c.cli(&["members", "promote", "9"]).await?.refused_with(2)?;
 
+    // `members transfer-leader` moves leadership and says to whom; a node
+    // that is not a voter is refused and nothing moves.
+    let to = c.follower_of(leader)?;
+    let out = c
+        .cli(&["members", "transfer-leader", &to.to_string()])
+        .await?;
+    ensure!(
+        out.ok()? == format!("node {to} leads\n"),
+        "transfer-leader: {out:?}"
+    );
+    c.cli(&["members", "transfer-leader", "9"])
+        .await?
+        .refused_with(2)?;
+    let out = c.cli(&["-w", "json", "members", "list"]).await?;
+    let json: serde_json::Value = serde_json::from_str(out.ok()?)?;
+    ensure!(
+        json["leader"].as_u64() == Some(to),
+        "members list after transfer-leader: {json}"
+    );
+    let leader = to;
+
     // `status` says which endpoint is down, and exits 3.
     let follower = c.follower_of(leader)?;
     c.kill(follower)?;

@@ -234,10 +234,9 @@ pub(crate) async fn check_live_majority(
 /// (`WriteQueue::pause_and_drain`): the writes it already proposed are
 /// answered, later ones are refused as retryable, and the next leader
 /// takes them, so replacing the leader's machine costs clients retries,
-/// not unknown outcomes. (openraft then tries to hand leadership to the
-/// most up-to-date voter, but the peer links do not carry openraft's
-/// leader transfer yet: the leader steps down once its removal is
-/// committed, and the remaining voters elect a new one within an election
+/// not unknown outcomes. (openraft does not transfer leadership on a
+/// removal: the leader steps down once its removal is committed, and the
+/// remaining voters elect a new one within an election
 /// timeout or two.)
 ///
 /// The change runs in a task of its own, to the end, even if the caller

@@ -34,11 +34,13 @@ use latchkey_storage::types::{LogId, Vote, VoteWire};
 use latchkey_storage::Member;
 use latchkey_storage::{DurableLog, TypeConfig};
 use openraft::error::decompose::DecomposeResult;
-use openraft::error::{NetworkError, RPCError, RaftError, RemoteError, Unreachable};
-use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::error::{
+    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
+};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, TransferLeaderResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft_legacy::network_v1::{
     Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
@@ -171,17 +173,82 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What openraft calls a peer through: a [`PeerLink`] (openraft's v1
 /// network protocol) behind `openraft_legacy`'s adapter, which sends
-/// snapshots, read from their files, in chunks.
-pub type PeerConnection = Adapter<TypeConfig, PeerLink, tokio::fs::File>;
+/// snapshots, read from their files, in chunks; pre-votes, which the v1
+/// protocol lacks, go to the link directly.
+pub struct PeerConnection {
+    adapter: Adapter<TypeConfig, PeerLink, tokio::fs::File>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerConnection;
 
     async fn new_client(&mut self, target: u64, node: &Member) -> PeerConnection {
-        Adapter::new(PeerLink {
-            peer: self.peer(target, node),
-            durable: self.durable.clone(),
-        })
+        PeerConnection {
+            adapter: Adapter::new(PeerLink {
+                peer: self.peer(target, node),
+                durable: self.durable.clone(),
+            }),
+        }
+    }
+}
+
+impl PeerConnection {
+    /// The link to the peer (tests of the link alone).
+    #[cfg(test)]
+    fn into_inner(self) -> PeerLink {
+        self.adapter.into_inner()
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerConnection {
+    type SnapshotData = tokio::fs::File;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.append_entries(rpc, option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.vote(rpc, option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.inner_mut().pre_vote(rpc, option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: latchkey_storage::types::Snapshot,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.adapter
+            .full_snapshot(vote, snapshot, cancel, option)
+            .await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.transfer_leader(rpc, option).await
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        self.adapter.backoff()
     }
 }
 
@@ -427,6 +494,23 @@ impl PeerLink {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let reply = self
+            .unary(kind, request, leadership_transfer, option)
+            .await?
+            .map_err(|status| status_error(&self.peer, &status))?;
+        self.peer.answered();
+        self.decode_reply(&reply.payload)
+    }
+
+    /// Send one unary call and return the peer's reply message or its gRPC
+    /// status; the outer error: the call could not be sent.
+    async fn unary<Req: Serialize, E: std::error::Error>(
+        &self,
+        kind: Rpc,
+        request: &Req,
+        leadership_transfer: bool,
+        option: &RPCOption,
+    ) -> RpcResult<Result<RaftMessage, tonic::Status>, E> {
         let payload =
             codec::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut client = self.peer.client()?;
@@ -436,12 +520,48 @@ impl PeerLink {
         req.set_timeout(option.hard_ttl());
         let reply = match kind {
             Rpc::Vote => client.vote(req).await,
+            Rpc::PreVote => client.pre_vote(req).await,
             Rpc::Snapshot => client.install_snapshot(req).await,
             Rpc::TransferLeader => client.transfer_leader(req).await,
         };
-        let reply = reply.map_err(|status| status_error(&self.peer, &status))?;
-        self.peer.answered();
-        self.decode_reply(&reply.into_inner().payload)
+        Ok(reply.map(tonic::Response::into_inner))
+    }
+
+    /// Would the peer grant `rpc` (openraft's pre-vote; see the proto's
+    /// `Raft.PreVote`)? A peer that does not know the call (UNIMPLEMENTED:
+    /// an older build) would: it answers as openraft's default does, so
+    /// such a peer does not block elections. An unreachable peer is an
+    /// error, never a grant.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let vote = rpc.vote;
+        let (wire, leadership_transfer) = VoteWire::split(rpc);
+        let reply = self
+            .unary::<_, openraft::error::Infallible>(
+                Rpc::PreVote,
+                &wire,
+                leadership_transfer,
+                &option,
+            )
+            .await
+            .decompose_infallible()?;
+        match reply {
+            Ok(reply) => {
+                self.peer.answered();
+                self.decode_reply::<_, openraft::error::Infallible>(&reply.payload)
+                    .decompose_infallible()
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                Ok(VoteResponse::new(vote, None, true))
+            }
+            Err(status) => Err(status_error::<openraft::error::Infallible>(
+                &self.peer, &status,
+            ))
+            .decompose_infallible(),
+        }
     }
 
     // The error type is openraft's, as `RaftNetwork` returns it.
@@ -485,6 +605,7 @@ impl PeerLink {
 /// The unary Raft RPCs (AppendEntries travels on streams only).
 enum Rpc {
     Vote,
+    PreVote,
     Snapshot,
     TransferLeader,
 }
@@ -707,6 +828,9 @@ mod tests {
             _: Request<RaftMessage>,
         ) -> Result<Response<RaftMessage>, Status> {
             Err(Status::unimplemented("transfer_leader"))
+        }
+        async fn pre_vote(&self, _: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+            Err(Status::unimplemented("pre_vote"))
         }
 
         async fn identify(

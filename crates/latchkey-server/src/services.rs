@@ -59,6 +59,21 @@ impl RaftService {
         Ok(message)
     }
 
+    /// A vote or pre-vote request: its certificate, addressee and
+    /// candidate checked ([`check_candidate`]), and openraft's request.
+    fn candidate_message(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<openraft::raft::VoteRequest<latchkey_storage::TypeConfig>, Status> {
+        self.check_certificate(&request, request.get_ref().from_id)?;
+        let message = request.into_inner();
+        check_addressee(&self.replica, &message)?;
+        check_candidate(&self.replica, &message)?;
+        let wire: latchkey_storage::types::VoteWire =
+            codec::decode(&message.payload).map_err(bad_payload)?;
+        Ok(wire.join(message.leadership_transfer))
+    }
+
     /// With TLS, refuse a call from `from_id` whose certificate is not
     /// node `from_id`'s.
     fn check_certificate<T>(&self, request: &Request<T>, from_id: u64) -> Result<(), Status> {
@@ -245,17 +260,19 @@ impl RaftRpc for RaftService {
     /// the candidate's node id with another incarnation: the candidate's
     /// data directory is not the member this replica knows.
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.check_certificate(&request, request.get_ref().from_id)?;
-        let message = request.into_inner();
-        check_addressee(&self.replica, &message)?;
-        check_candidate(&self.replica, &message)?;
-        let wire: latchkey_storage::types::VoteWire =
-            codec::decode(&message.payload).map_err(bad_payload)?;
-        let result = self
-            .replica
-            .raft()
-            .vote(wire.join(message.leadership_transfer))
-            .await;
+        let rpc = self.candidate_message(request)?;
+        let result = self.replica.raft().vote(rpc).await;
+        Ok(Response::new(raft_reply(encode_or_status(&result)?)))
+    }
+
+    /// Whether this replica would grant the candidate a vote in the next
+    /// term, changing nothing (openraft's pre-vote): refused as a vote is.
+    async fn pre_vote(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc = self.candidate_message(request)?;
+        let result = self.replica.raft().pre_vote(rpc).await;
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 
@@ -570,6 +587,36 @@ impl Membership for MembershipService {
         let result =
             crate::membership::change_voters(Arc::clone(&self.replica), voters, force).await;
         Ok(admin_reply(result))
+    }
+
+    async fn move_leader(
+        &self,
+        request: Request<v1::MoveLeaderRequest>,
+    ) -> Result<Response<v1::MoveLeaderReply>, Status> {
+        let who = match self.changer(&request).await? {
+            Ok(who) => who,
+            Err(error) => {
+                return Ok(Response::new(v1::MoveLeaderReply {
+                    error: Some(error),
+                    leader_id: 0,
+                }))
+            }
+        };
+        let v1::MoveLeaderRequest { to, from } = request.into_inner();
+        let from = (from != 0).then_some(from);
+        tracing::info!(by = %who, ?to, ?from, "leader transfer");
+        let moved = crate::hand_over::transfer_leader(Arc::clone(&self.replica), to, from).await;
+        let reply = match moved {
+            Ok(leader_id) => v1::MoveLeaderReply {
+                error: None,
+                leader_id,
+            },
+            Err(e) => v1::MoveLeaderReply {
+                error: Some(e.into()),
+                leader_id: 0,
+            },
+        };
+        Ok(Response::new(reply))
     }
 }
 

@@ -128,6 +128,11 @@ impl RaftSettings {
             // openraft then lowers the vote in memory only and stands for
             // election in a new term.
             enable_leader_restore: Some(false),
+            // A candidate asks first whether a majority would grant its
+            // vote (`Raft.PreVote`) and raises its term only then: a replica
+            // that was cut off and comes back does not depose a leader the
+            // others still follow.
+            enable_pre_vote: Some(true),
             ..Config::default()
         };
         let config = config

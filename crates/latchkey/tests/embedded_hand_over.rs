@@ -1,7 +1,11 @@
 //! A leader that stops gracefully hands leadership to another voter first:
 //! `Node::shutdown` says to whom, that voter leads, and writes running
 //! through the stop all succeed (none ends with an unknown outcome).
+//! `Client::transfer_leader` moves leadership on request; with election
+//! timeouts far longer than the test's waits, only a transfer (not an
+//! election) can move it in time.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +15,7 @@ use latchkey_client::{Client, Error};
 
 mod common;
 
-use common::{client_addrs, start_cluster};
+use common::{addrs, client_addrs, reserve, start_cluster};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -94,6 +98,95 @@ async fn a_stopping_leader_hands_over_and_no_write_is_lost() -> TestResult {
             if id == follower && id != next {
                 assert_eq!(handed, HandOver::NotLeader);
             }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// Election timeouts no test wait comes near: leadership that moves within
+/// seconds was transferred, not won in an election.
+fn no_elections() -> latchkey::RaftSettings {
+    common::settings()
+        .with_election_min(Duration::from_secs(60))
+        .with_election_max(Duration::from_secs(70))
+}
+
+/// Wait (at most 5 s) until node `id` leads and every node names it.
+async fn wait_leads(nodes: &BTreeMap<u64, latchkey::Node>, id: u64) -> TestResult {
+    let started = Instant::now();
+    loop {
+        if nodes[&id].is_leader() && nodes.values().all(|n| n.status().leader_id == Some(id)) {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            return Err(format!("node {id} does not lead after 5 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_on_request_and_on_stop_without_an_election() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, ports) in listeners {
+            let node = latchkey::Node::builder(id)
+                .listener(ports.client)
+                .peer_listener(ports.peer)
+                .data_dir(dir.path().join(format!("node-{id}")))
+                .initial_members(members.iter().cloned())
+                .raft_settings(no_elections())
+                .cluster_secret(common::secret())
+                .start()
+                .await?;
+            nodes.insert(id, node);
+        }
+        // Initialising elects at once; no other election can happen in
+        // this test's time.
+        let first = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let admin = Client::with_options(
+            client_addrs(&nodes),
+            latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
+        )?;
+        admin.put("k", "0").await?;
+
+        // To a named voter.
+        let named = *nodes.keys().find(|id| **id != first).ok_or("voter")?;
+        assert_eq!(admin.transfer_leader(Some(named)).await?, named);
+        wait_leads(&nodes, named).await?;
+        admin.put("k", "1").await?;
+
+        // To the leader itself: nothing moves.
+        assert_eq!(admin.transfer_leader(Some(named)).await?, named);
+        assert!(nodes[&named].is_leader());
+
+        // Not a voter: refused, nothing moves.
+        match admin.transfer_leader(Some(99)).await {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("99"), "{why}"),
+            other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+        }
+        assert!(nodes[&named].is_leader());
+
+        // To whichever voter is most caught up.
+        let chosen = admin.transfer_leader(None).await?;
+        assert_ne!(chosen, named);
+        wait_leads(&nodes, chosen).await?;
+        admin.put("k", "2").await?;
+
+        // A graceful stop of the leader hands over too.
+        let handed = nodes.remove(&chosen).ok_or("leader")?.shutdown().await;
+        let HandOver::To(next) = handed else {
+            return Err(format!("the stopping leader did not hand over: {handed:?}").into());
+        };
+        wait_leads(&nodes, next).await?;
+        assert_eq!(admin.get("k").await?, Some(b"2".to_vec()));
+        admin.put("k", "3").await?;
+        for (_, node) in std::mem::take(&mut nodes) {
+            node.shutdown().await;
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })

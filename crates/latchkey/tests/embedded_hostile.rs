@@ -2,9 +2,10 @@
 //!
 //! The cluster runs with a cluster secret (every in-process test cluster
 //! does, see `common`). From a connection that is not a peer, forged Vote
-//! (a higher term, which would make the leader step down), AppendEntries (a
-//! higher term with a log entry, which would install a fake leader and write
-//! to the log) and InstallSnapshot calls are refused:
+//! and PreVote (a higher term, which would make the leader step down),
+//! AppendEntries (a higher term with a log entry, which would install a fake
+//! leader and write to the log), InstallSnapshot and TransferLeader (which
+//! would make the leader hand over to a made-up node) calls are refused:
 //! - without the secret, or with a wrong one: UNAUTHENTICATED, before the
 //!   message is read;
 //! - with the right secret but from a node id the membership does not hold:
@@ -23,7 +24,7 @@ use latchkey::{Node, NodeStatus};
 use latchkey_proto::v1::RaftMessage;
 use latchkey_storage::types::{StoredMembership, Vote, VoteWire};
 use latchkey_storage::TypeConfig;
-use openraft::raft::AppendEntriesRequest;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest};
 use openraft_legacy::network_v1::{InstallSnapshotRequest, SnapshotMeta};
 
 mod common;
@@ -54,6 +55,7 @@ struct Forged {
     vote: Vec<u8>,
     append: Vec<u8>,
     snapshot: Vec<u8>,
+    transfer: Vec<u8>,
 }
 
 fn forged(term: u64, last_index: u64) -> Result<Forged, Box<dyn std::error::Error>> {
@@ -80,7 +82,13 @@ fn forged(term: u64, last_index: u64) -> Result<Forged, Box<dyn std::error::Erro
         data: b"not a snapshot".to_vec(),
         done: true,
     };
+    let transfer = TransferLeaderRequest::<TypeConfig>::new(
+        Vote::new_committed(high, STRANGER),
+        STRANGER,
+        Some(log_id),
+    );
     Ok(Forged {
+        transfer: latchkey_core::codec::encode(&transfer)?,
         vote: latchkey_core::codec::encode(&vote)?,
         append: latchkey_core::codec::encode(&append)?,
         snapshot: latchkey_core::codec::encode(&snapshot)?,
@@ -102,6 +110,21 @@ async fn attack(
     match vote {
         Err(status) => assert_eq!(status.code(), code, "{what}: vote: {status}"),
         Ok(reply) => return Err(format!("{what}: a forged vote was answered: {reply:?}").into()),
+    }
+    match raft.pre_vote(to(node, forged.vote.clone())).await {
+        Err(status) => assert_eq!(status.code(), code, "{what}: pre-vote: {status}"),
+        Ok(reply) => {
+            return Err(format!("{what}: a forged pre-vote was answered: {reply:?}").into())
+        }
+    }
+    match raft
+        .transfer_leader(to(node, forged.transfer.clone()))
+        .await
+    {
+        Err(status) => assert_eq!(status.code(), code, "{what}: transfer: {status}"),
+        Ok(reply) => {
+            return Err(format!("{what}: a forged transfer was answered: {reply:?}").into())
+        }
     }
     let stream = raft
         .append_entries_stream(tokio_stream::iter([to(node, forged.append.clone())]))
@@ -216,6 +239,15 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
             match change {
                 Err(status) => assert_eq!(status.code(), unimplemented, "{status}"),
                 Ok(reply) => return Err(format!("membership on the client port: {reply:?}").into()),
+            }
+            let moved = membership
+                .move_leader(latchkey_proto::v1::MoveLeaderRequest { to: None, from: 0 })
+                .await;
+            match moved {
+                Err(status) => assert_eq!(status.code(), unimplemented, "{status}"),
+                Ok(reply) => {
+                    return Err(format!("move-leader on the client port: {reply:?}").into())
+                }
             }
         }
 
@@ -342,6 +374,14 @@ async fn membership_changes_need_the_cluster_secret() -> TestResult {
             }
             other => return Err(format!("add_member without the secret: {other:?}").into()),
         }
+        let leader = nodes[&1].status().leader_id;
+        match stranger.transfer_leader(None).await {
+            Err(latchkey::Error::InvalidArgument(why)) => {
+                assert!(why.contains("cluster secret"), "{why}")
+            }
+            other => return Err(format!("transfer_leader without the secret: {other:?}").into()),
+        }
+        assert_eq!(nodes[&1].status().leader_id, leader);
         assert_eq!(membership(), before);
         // The node's own client carries the secret: the same change goes.
         nodes[&1].client().change_voters([1, 2, 3]).await?;

@@ -1,5 +1,5 @@
-//! `members add|remove|promote|list`: change the cluster's membership, or
-//! list it as the leader knows it.
+//! `members add|remove|promote|transfer-leader|list`: change the cluster's
+//! membership or its leader, or list it as the leader knows it.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -34,6 +34,16 @@ pub async fn run(args: &Args, m: &Members, json: bool) -> Result<ExitCode, Failu
         Members::Remove { id, force: false } => c.remove_voter(*id).await?,
         Members::Remove { id, force: true } => c.remove_voter_forced(*id).await?,
         Members::Promote { id } => c.promote(*id).await?,
+        Members::TransferLeader { id } => {
+            let leader = c.transfer_leader(*id).await?;
+            let text = if json {
+                format!("{}\n", serde_json::json!({ "leader": leader }))
+            } else {
+                format!("node {leader} leads\n")
+            };
+            out(&[text.as_bytes()])?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Members::List => {
             let status = c.status().await?;
             let text = if json {
