@@ -258,22 +258,25 @@ impl Client {
             .map_err(Error::Refused)
     }
 
-    /// Move leadership to voter `to` (`None`: the voter whose log matches
-    /// the leader's furthest) and return the id of the voter that leads
-    /// afterwards: normally `to`; another voter if an election overtook the
-    /// transfer. Needs the peers' credentials, as [`Client::add_member`]
-    /// does.
+    /// Move leadership to voter `to` (`None`: a voter that answers the
+    /// leader and holds its last entry) and return the id of the voter that
+    /// leads afterwards. Needs the peers' credentials, as
+    /// [`Client::add_member`] does.
     ///
     /// The leader pauses writes (other clients see retryable refusals and
     /// follow the new leader), lets those in flight finish, and hands over;
     /// this takes a few milliseconds on a healthy cluster. Use it before
     /// stopping or removing the leader's machine (a replica stopped
-    /// gracefully hands over by itself). A retried call does not move
-    /// leadership twice. Refused with `ReplicaFailure::InvalidArgument`
-    /// when `to` is not a voter or no other voter exists. When no voter
-    /// takes over within about two seconds, the voters elect a leader after
-    /// an election timeout (the old one no longer proposes) and the call
-    /// answers with the one elected.
+    /// gracefully hands over by itself).
+    ///
+    /// Errors: [`Error::InvalidArgument`] when `to` is not a voter, there is
+    /// no other voter, or the target has not answered the leader lately
+    /// (nothing started; the leader carries on). A target still catching
+    /// up, a membership change in progress, or an election that overtook
+    /// the transfer are retried within the call's time; what is left at
+    /// its end is [`Error::Unavailable`]. A call that names its target is
+    /// safe to repeat; one without a target moves leadership again on each
+    /// repeat.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
@@ -282,31 +285,24 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn transfer_leader(&self, to: Option<u64>) -> Result<u64, Error> {
-        // The leader seen by the first attempt: later attempts ask to move
-        // away from it only, so a retry after a lost reply changes nothing.
-        let from = std::sync::Mutex::new(None::<u64>);
+        // Not a write: a lost reply is asked again, which is safe with a
+        // named target (on the target itself it changes nothing). Without
+        // one, a lost reply's retry may move leadership once more.
         self.router()
             .call_with(
-                true,
+                false,
                 CHANGE_VOTERS_TIMEOUT,
                 CHANGE_VOTERS_TIMEOUT,
-                |target, _| {
-                    let from = &from;
-                    async move {
-                        let (mut leader, leader_id) = self.leader_membership_of(target).await?;
-                        let from_id = {
-                            let mut seen = from.lock().unwrap_or_else(|p| p.into_inner());
-                            *seen.get_or_insert(leader_id)
-                        };
-                        let request = v1::MoveLeaderRequest { to, from: from_id };
-                        let request = membership_request(request, self.router().options())?;
-                        match leader.move_leader(request).await {
-                            Ok(r) => {
-                                let reply = r.into_inner();
-                                refused(reply.error).map(|r| r.map(|()| reply.leader_id))
-                            }
-                            Err(s) => Err(classify_status(&s)),
+                |target, _| async move {
+                    let mut leader = self.leader_membership(target).await?;
+                    let request =
+                        membership_request(v1::MoveLeaderRequest { to }, self.router().options())?;
+                    match leader.move_leader(request).await {
+                        Ok(r) => {
+                            let reply = r.into_inner();
+                            refused(reply.error).map(|r| r.map(|()| reply.leader_id))
                         }
+                        Err(s) => Err(classify_status(&s)),
                     }
                 },
             )
@@ -321,14 +317,6 @@ impl Client {
         &self,
         target: Target,
     ) -> Result<MembershipClient<Channel>, Attempt> {
-        Ok(self.leader_membership_of(target).await?.0)
-    }
-
-    /// [`Client::leader_membership`] and the leader's id.
-    async fn leader_membership_of(
-        &self,
-        target: Target,
-    ) -> Result<(MembershipClient<Channel>, u64), Attempt> {
         let status: NodeStatus = match target {
             Target::Local(replica) => replica.status(),
             Target::Remote { channel, .. } => admin_client(channel)
@@ -350,10 +338,9 @@ impl Client {
             })?;
         let channel =
             channel(&leader.peer_addr, self.router().options()).map_err(Attempt::not_usable)?;
-        let client = MembershipClient::new(channel)
+        Ok(MembershipClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok((client, leader.id))
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// Make learner `id` a voter. It must be a member already

@@ -956,6 +956,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pre_vote_is_granted_by_an_older_peer_and_never_by_an_absent_one() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let rpc = VoteRequest::<TypeConfig>::new(Vote::new(5, 1), None);
+            // The fake peer answers UNIMPLEMENTED, as a build without the
+            // call does: it would grant (openraft's own default).
+            let (_peer, mut link) = linked(FakePeer::default()).await?;
+            let reply = link.pre_vote(rpc.clone(), RPCOption::new(TTL)).await?;
+            assert!(reply.is_granted_to(&rpc.vote), "{reply:?}");
+            // Nobody at the address: an error, never a grant (or a node
+            // alone would grant itself a majority).
+            let nobody = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = nobody.local_addr()?;
+            drop(nobody);
+            let mut gone = link_to(addr).await;
+            let refused = gone.pre_vote(rpc, RPCOption::new(TTL)).await;
+            assert!(refused.is_err(), "{refused:?}");
+            Ok(())
+        })
+        .await?
+    }
+
+    #[tokio::test]
     async fn a_peer_without_the_stream_is_an_error_not_a_fallback() -> TestResult {
         tokio::time::timeout(LIMIT, async {
             let (peer, mut link) = linked(FakePeer {

@@ -602,10 +602,9 @@ impl Membership for MembershipService {
                 }))
             }
         };
-        let v1::MoveLeaderRequest { to, from } = request.into_inner();
-        let from = (from != 0).then_some(from);
-        tracing::info!(by = %who, ?to, ?from, "leader transfer");
-        let moved = crate::hand_over::transfer_leader(Arc::clone(&self.replica), to, from).await;
+        let v1::MoveLeaderRequest { to } = request.into_inner();
+        tracing::info!(by = %who, ?to, "leader transfer");
+        let moved = crate::hand_over::transfer_leader(Arc::clone(&self.replica), to).await;
         let reply = match moved {
             Ok(leader_id) => v1::MoveLeaderReply {
                 error: None,

@@ -27,15 +27,16 @@
 //! other unavailable replica. The leader's own expiry commands are never
 //! refused (they end sessions and waits, which frees the store).
 //!
-//! A leader that is removing itself from the voters first pauses the
-//! queue ([`WriteQueue::pause_and_drain`]): every entry already proposed is
-//! answered, and every write not yet proposed (queued or new) is refused
-//! with [`ReplicaFailure::Unavailable`] (nothing proposed, so the client
-//! retries it on the next leader). Without it, writes still in flight when
-//! the leader steps down (just after its removal is applied) end as
-//! unknown outcomes.
+//! A leader that is removing itself from the voters, handing leadership
+//! over or stopping first pauses the queue ([`WriteQueue::pause_and_drain`]):
+//! every entry already proposed is answered, and every write not yet
+//! proposed (queued or new) is refused with [`ReplicaFailure::Unavailable`]
+//! (nothing proposed, so the client retries it on the next leader). Without
+//! it, writes still in flight when the leader steps down end as unknown
+//! outcomes. Pauses nest: the queue takes writes again once every
+//! [`Paused`] guard is dropped.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -100,18 +101,23 @@ enum Queued {
 pub(crate) struct WriteQueue {
     queue: mpsc::UnboundedSender<Queued>,
     room: Arc<Semaphore>,
-    /// Set while the leader removes itself (see the module docs).
-    paused: Arc<AtomicBool>,
+    /// How many pauses hold the queue (see the module docs).
+    paused: Arc<AtomicUsize>,
 }
 
-/// The queue paused by [`WriteQueue::pause_and_drain`]; dropping it lets
-/// writes in again.
-pub(crate) struct Paused(Arc<AtomicBool>);
+/// One pause of the queue ([`WriteQueue::pause_and_drain`]); dropping the
+/// last one lets writes in again.
+pub(crate) struct Paused(Arc<AtomicUsize>);
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Whether any pause holds the queue.
+fn is_paused(paused: &AtomicUsize) -> bool {
+    paused.load(Ordering::SeqCst) > 0
 }
 
 /// Who proposes a write: clients are subject to the queue's bound.
@@ -126,7 +132,7 @@ impl WriteQueue {
     /// `write_timeout` is reported as of unknown outcome.
     pub(crate) fn start(raft: Raft, write_timeout: Duration) -> WriteQueue {
         let (queue, rx) = mpsc::unbounded_channel();
-        let paused = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicUsize::new(0));
         tokio::spawn(run(raft, write_timeout, rx, Arc::clone(&paused)));
         WriteQueue {
             queue,
@@ -138,10 +144,10 @@ impl WriteQueue {
     /// Refuse every write not yet proposed until the returned guard is
     /// dropped, and wait until every entry already proposed has been
     /// answered (committed and applied, refused, or timed out after the
-    /// write timeout). Callers serialise their pauses (membership changes
-    /// run one at a time).
+    /// write timeout). Pauses nest: writes come back once every guard is
+    /// dropped.
     pub(crate) async fn pause_and_drain(&self) -> Paused {
-        self.paused.store(true, Ordering::SeqCst);
+        self.paused.fetch_add(1, Ordering::SeqCst);
         let paused = Paused(Arc::clone(&self.paused));
         let (done, drained) = oneshot::channel();
         if self.queue.send(Queued::Drain(done)).is_ok() {
@@ -159,7 +165,7 @@ impl WriteQueue {
         command: Command,
         origin: Origin,
     ) -> Result<CommandResult, ReplicaFailure> {
-        if self.paused.load(Ordering::SeqCst) {
+        if is_paused(&self.paused) {
             return Err(leaving());
         }
         let room = match origin {
@@ -188,8 +194,8 @@ impl WriteQueue {
 /// The refusal of a write while the queue is paused.
 fn leaving() -> ReplicaFailure {
     ReplicaFailure::Unavailable(
-        "this leader is removing itself from the voters: nothing was proposed; retry, the next \
-         leader takes it"
+        "this leader is handing leadership over (a transfer, a stop or its removal): nothing \
+         was proposed; retry, the next leader takes it"
             .into(),
     )
 }
@@ -227,7 +233,7 @@ async fn run(
     raft: Raft,
     write_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<Queued>,
-    paused: Arc<AtomicBool>,
+    paused: Arc<AtomicUsize>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut carry: Option<Queued> = None;
@@ -276,7 +282,7 @@ async fn run(
         }
         // Paused (the flag is set before the drain marker is queued, so
         // every write behind the marker sees it): refuse, proposing nothing.
-        if paused.load(Ordering::SeqCst) {
+        if is_paused(&paused) {
             for p in group {
                 let _ = p.reply.send(Err(leaving()));
             }
@@ -436,7 +442,7 @@ mod tests {
         let writes = WriteQueue {
             queue,
             room: Arc::new(Semaphore::new(0)),
-            paused: Arc::new(AtomicBool::new(false)),
+            paused: Arc::new(AtomicUsize::new(0)),
         };
         let put = Command::Put {
             key: b"k".to_vec(),
@@ -477,14 +483,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_paused_queue_answers_what_it_holds_and_refuses_the_rest() {
+    async fn a_paused_queue_answers_what_it_holds_and_refuses_the_rest_until_every_pause_ends() {
         // A proposal task whose Raft core never answers is not needed: the
         // drain marker is answered by whoever takes it from the queue.
         let (queue, mut rx) = mpsc::unbounded_channel();
         let writes = WriteQueue {
             queue,
             room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
-            paused: Arc::new(AtomicBool::new(false)),
+            paused: Arc::new(AtomicUsize::new(0)),
         };
         let put = Command::Put {
             key: b"k".to_vec(),
@@ -516,12 +522,29 @@ mod tests {
         );
         for origin in [Origin::Client, Origin::Leader] {
             match writes.propose(put.clone(), origin).await {
-                Err(ReplicaFailure::Unavailable(msg)) => assert!(msg.contains("removing"), "{msg}"),
+                Err(ReplicaFailure::Unavailable(msg)) => {
+                    assert!(msg.contains("handing leadership over"), "{msg}")
+                }
                 other => panic!("expected a refusal while paused, got {other:?}"),
             }
         }
         assert!(rx.try_recv().is_err(), "a refused write was queued");
+        // Pauses nest: the first one ending leaves the second in force.
+        let (second, ()) = tokio::join!(writes.pause_and_drain(), async {
+            let Some(Queued::Drain(done)) = rx.recv().await else {
+                panic!("the second drain is not queued");
+            };
+            let _ = done.send(());
+        });
         drop(paused);
+        assert!(
+            matches!(
+                writes.propose(put.clone(), Origin::Client).await,
+                Err(ReplicaFailure::Unavailable(_))
+            ),
+            "a write got in while the second pause held"
+        );
+        drop(second);
         let (after, ()) = tokio::join!(writes.propose(put.clone(), Origin::Client), async {
             let Some(Queued::Write(pending)) = rx.recv().await else {
                 panic!("the write after the pause is not queued");

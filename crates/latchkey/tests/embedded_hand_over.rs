@@ -185,9 +185,68 @@ async fn leadership_moves_on_request_and_on_stop_without_an_election() -> TestRe
         wait_leads(&nodes, next).await?;
         assert_eq!(admin.get("k").await?, Some(b"2".to_vec()));
         admin.put("k", "3").await?;
+
+        // To a voter that is down: refused before anything starts (openraft
+        // cannot call a transfer off), and the leader carries on.
+        match admin.transfer_leader(Some(chosen)).await {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("answered"), "{why}"),
+            other => return Err(format!("a transfer to a stopped voter: {other:?}").into()),
+        }
+        assert!(nodes[&next].is_leader());
+        admin.put("k", "4").await?;
+        assert_eq!(admin.get("k").await?, Some(b"4".to_vec()));
         for (_, node) in std::mem::take(&mut nodes) {
             node.shutdown().await;
         }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// A leader with no voter to hand over to still answers every write it
+/// proposed before it stops: none ends with an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_leader_answers_its_writes_before_it_stops() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let (mut nodes, _members) = start_cluster(dir.path(), 1).await?;
+        nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let client = nodes[&1].client();
+        client.put("warm", "up").await?;
+        let mut writers = tokio::task::JoinSet::new();
+        for task in 0..8 {
+            let client = client.clone();
+            writers.spawn(async move {
+                let mut results = Vec::new();
+                for i in 0..10_000u64 {
+                    let result = client.put(format!("k/{task}/{i:05}"), "v").await;
+                    let failed = result.is_err();
+                    results.push(result);
+                    if failed {
+                        break;
+                    }
+                }
+                results
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let handed = nodes.remove(&1).ok_or("node")?.shutdown().await;
+        assert!(matches!(handed, HandOver::NotDone(_)), "{handed:?}");
+        let mut answered = 0;
+        while let Some(results) = writers.join_next().await {
+            for result in results? {
+                match result {
+                    Ok(_) => answered += 1,
+                    Err(Error::UnknownOutcome(why)) => {
+                        return Err(format!("a write ended with an unknown outcome: {why}").into())
+                    }
+                    // Refused or unreachable once the replica paused or
+                    // stopped: nothing was proposed.
+                    Err(_) => {}
+                }
+            }
+        }
+        assert!(answered > 8, "the writers barely ran: {answered}");
         Ok::<_, Box<dyn std::error::Error>>(())
     })
     .await?

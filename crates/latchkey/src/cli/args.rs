@@ -522,10 +522,11 @@ pub enum Members {
     /// Make learner ID a voter (it must have caught up: `members add
     /// --learner` waits for that).
     Promote { id: u64 },
-    /// Move leadership to voter ID (default: the voter most caught up) and
-    /// print the id of the voter that leads afterwards. Writes pause for
-    /// the few milliseconds the hand-over takes; clients follow the new
-    /// leader. Use it before removing the leader (`members remove` of the
+    /// Move leadership to voter ID (default: a voter that answers the
+    /// leader and holds its last entry) and print the id of the voter that
+    /// leads afterwards. Refused, with nothing changed, for a voter that is
+    /// down. Writes pause for the few milliseconds the hand-over takes;
+    /// clients follow the new leader. Use it before removing the leader (`members remove` of the
     /// leader costs an election timeout); a replica stopped with SIGTERM
     /// or Ctrl-C hands over by itself. Needs what `members add` needs.
     TransferLeader { id: Option<u64> },
