@@ -69,6 +69,12 @@ pub(crate) fn readiness(view: &RaftView, health: &Health) -> Result<(), String> 
     if metrics.current_leader.is_none() {
         return Err("no leader known".into());
     }
+    if !view.leader_is_live() {
+        return Err(format!(
+            "no word from leader {:?} within the election timeout",
+            metrics.current_leader
+        ));
+    }
     // openraft's check-quorum refuses proposals once a leader's lease runs
     // out, but the leader still calls itself leader until it hears a
     // higher term. It is ready only while a majority has acknowledged it
@@ -160,6 +166,13 @@ pub(crate) async fn watch(
                         tracing::warn!(error = %e, "stopping the Raft core");
                     }
                     return;
+                }
+                // Silence changes no metric: a leader whose majority went
+                // quiet, a follower whose leader did.
+                let now = readiness(&view, &health).is_ok();
+                if now != serving {
+                    serving = now;
+                    report(&reporter, serving).await;
                 }
             }
         }

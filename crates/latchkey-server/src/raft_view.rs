@@ -6,6 +6,10 @@
 //! these facts and nothing else of the replica: its health watch, the
 //! bootstrap, membership changes and the request path itself.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use latchkey_storage::types::Raft;
 use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
@@ -16,6 +20,10 @@ pub(crate) struct RaftView {
     id: u64,
     incarnation: u64,
     raft: Raft,
+    /// When this replica last accepted a message from the leader it
+    /// follows: milliseconds since `epoch`, plus one (0: never).
+    leader_contact: Arc<AtomicU64>,
+    epoch: Instant,
 }
 
 impl RaftView {
@@ -24,7 +32,38 @@ impl RaftView {
             id,
             incarnation,
             raft,
+            leader_contact: Arc::new(AtomicU64::new(0)),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Note that openraft accepted a message of the leader (an
+    /// AppendEntries it did not refuse for a higher vote).
+    pub(crate) fn heard_from_leader(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.leader_contact.store(ms + 1, Ordering::Relaxed);
+    }
+
+    /// Whether this replica leads, or follows a leader it heard from within
+    /// the maximum election timeout (the time after which the others may
+    /// have elected another). With pre-vote, a follower cut off from its
+    /// leader keeps openraft's `current_leader`: its term changes only once
+    /// a majority would vote for it, which a minority never does. So
+    /// "knows a leader" needs the time since it last heard from one.
+    pub(crate) fn leader_is_live(&self) -> bool {
+        if self.leads() {
+            return true;
+        }
+        let heard = self.leader_contact.load(Ordering::Relaxed);
+        if heard == 0 {
+            return false;
+        }
+        let limit = Duration::from_millis(self.raft.config().election_timeout_max);
+        let since = self
+            .epoch
+            .elapsed()
+            .saturating_sub(Duration::from_millis(heard - 1));
+        since <= limit
     }
 
     /// This replica's node id.

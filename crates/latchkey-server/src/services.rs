@@ -19,6 +19,7 @@ use latchkey_proto::v1::{
     IdentifyRequest, RaftMessage, StatusReply, StatusRequest,
 };
 use latchkey_proto::{wire, ReplicaFailure};
+use openraft::raft::AppendEntriesResponse;
 use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -193,6 +194,9 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     check_leader(replica, message)?;
     let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
     let result = replica.raft().append_entries(rpc).await;
+    if matches!(&result, Ok(reply) if !matches!(reply, AppendEntriesResponse::HigherVote(_))) {
+        replica.view().heard_from_leader();
+    }
     Ok(raft_reply(encode_or_status(&result)?))
 }
 

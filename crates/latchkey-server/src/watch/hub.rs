@@ -151,14 +151,18 @@ impl WatchHub {
 
     /// Whether this replica may be behind the cluster: a follower that
     /// holds log entries it has not applied, or a replica that knows no
-    /// leader. The leader is the cluster's newest state.
+    /// live leader (`RaftView::leader_is_live`). The leader is the
+    /// cluster's newest state.
     pub(crate) fn behind(&self) -> bool {
         if self.view.leads() {
             return false;
         }
-        let metrics = self.view.raft().metrics();
-        let m = metrics.borrow_watched();
-        let applied = m.last_applied.map(|l| l.index);
-        m.current_leader.is_none() || m.last_log_index > applied
+        let lagging = {
+            let metrics = self.view.raft().metrics();
+            let m = metrics.borrow_watched();
+            let applied = m.last_applied.map(|l| l.index);
+            m.current_leader.is_none() || m.last_log_index > applied
+        };
+        lagging || !self.view.leader_is_live()
     }
 }
