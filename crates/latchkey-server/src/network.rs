@@ -531,7 +531,10 @@ impl PeerLink {
     /// `Raft.PreVote`)? A peer that does not know the call (UNIMPLEMENTED:
     /// an older build) would: it answers as openraft's default does, so
     /// such a peer does not block elections. An unreachable peer is an
-    /// error, never a grant.
+    /// error, never a grant. tonic also answers UNIMPLEMENTED for an
+    /// unknown service (a member address that points at some other gRPC
+    /// server): counted as a grant, that costs at most a needless election
+    /// round, which cannot win through that peer (its vote fails too).
     async fn pre_vote(
         &mut self,
         rpc: VoteRequest<TypeConfig>,
