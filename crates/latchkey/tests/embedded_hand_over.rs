@@ -134,15 +134,7 @@ async fn leadership_moves_on_request_and_on_stop_without_an_election() -> TestRe
         let members = addrs(&listeners)?;
         let mut nodes = BTreeMap::new();
         for (id, ports) in listeners {
-            let node = latchkey::Node::builder(id)
-                .listener(ports.client)
-                .peer_listener(ports.peer)
-                .data_dir(dir.path().join(format!("node-{id}")))
-                .initial_members(members.iter().cloned())
-                .raft_settings(no_elections())
-                .cluster_secret(common::secret())
-                .start()
-                .await?;
+            let node = common::start_with(id, ports, dir.path(), &members, no_elections()).await?;
             nodes.insert(id, node);
         }
         // Initialising elects at once; no other election can happen in

@@ -119,15 +119,7 @@ async fn a_replica_cut_off_for_ten_seconds_causes_no_election() -> TestResult {
         }
         let mut nodes = BTreeMap::new();
         for (id, ports) in listeners {
-            let node = latchkey::Node::builder(id)
-                .listener(ports.client)
-                .peer_listener(ports.peer)
-                .data_dir(dir.path().join(format!("node-{id}")))
-                .initial_members(members.iter().cloned())
-                .raft_settings(timers())
-                .cluster_secret(common::secret())
-                .start()
-                .await?;
+            let node = common::start_with(id, ports, dir.path(), &members, timers()).await?;
             nodes.insert(id, node);
         }
         let first = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;

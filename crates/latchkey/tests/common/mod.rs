@@ -73,12 +73,23 @@ pub async fn start(
     dir: &Path,
     members: &[(u64, String)],
 ) -> Result<Node, Box<dyn std::error::Error>> {
+    start_with(id, ports, dir, members, settings()).await
+}
+
+/// [`start`] with other Raft settings (timers a test needs).
+pub async fn start_with(
+    id: u64,
+    ports: Ports,
+    dir: &Path,
+    members: &[(u64, String)],
+    raft: RaftSettings,
+) -> Result<Node, Box<dyn std::error::Error>> {
     Ok(Node::builder(id)
         .listener(ports.client)
         .peer_listener(ports.peer)
         .data_dir(dir.join(format!("node-{id}")))
         .initial_members(members.iter().cloned())
-        .raft_settings(settings())
+        .raft_settings(raft)
         .cluster_secret(secret())
         .start()
         .await?)
