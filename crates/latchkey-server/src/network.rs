@@ -26,13 +26,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use latchkey_core::codec;
 use latchkey_proto::v1::RaftMessage;
 use latchkey_storage::types::{LogId, Vote, VoteWire};
 use latchkey_storage::Member;
-use latchkey_storage::{DurableLog, TypeConfig};
+use latchkey_storage::TypeConfig;
 use openraft::error::decompose::DecomposeResult;
 use openraft::error::{
     NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
@@ -67,15 +66,6 @@ const MAX_IDLE_STREAMS: usize = 4;
 
 type PeerMap = BTreeMap<(u64, String, u64), Arc<Peer>>;
 
-/// Longest a message carrying only a commit index waits for the leader's
-/// own log sync before it is sent with the commit index capped. The sync
-/// usually finished before the follower's acknowledgement arrived (it began
-/// earlier), so the wait is usually nothing; the bound keeps a slow leader
-/// disk from holding up the next entries to this follower (openraft sends
-/// them one message at a time). A capped commit index reaches the follower
-/// with the next message or heartbeat.
-const COMMIT_NOTICE_WAIT: Duration = Duration::from_millis(2);
-
 /// Creates [`PeerLink`]s, sharing one channel and one pool of AppendEntries
 /// streams per (node id, address).
 #[derive(Clone, Default)]
@@ -84,26 +74,15 @@ pub struct PeerNetwork {
     /// This replica's node id and incarnation, sent with every request.
     me: u64,
     my_incarnation: u64,
-    /// The local log's durability: the commit index sent to followers is
-    /// capped at it (see `latchkey_storage::durable`). `None` only in tests
-    /// of the network alone.
-    durable: Option<DurableLog>,
     /// Sent with every peer call (see [`crate::peer_auth`]).
     credentials: SharedCredentials,
 }
 
 impl PeerNetwork {
-    /// A network whose AppendEntries tell followers no commit index beyond
-    /// what `durable` (the local log) holds on disk. Required when the log
-    /// store acknowledges a leader's appends before syncing them.
-    pub fn new(
-        me: u64,
-        my_incarnation: u64,
-        durable: DurableLog,
-        credentials: PeerCredentials,
-    ) -> Self {
+    /// The network of replica `me` (of data directory `my_incarnation`),
+    /// calling its peers with `credentials`.
+    pub fn new(me: u64, my_incarnation: u64, credentials: PeerCredentials) -> Self {
         PeerNetwork {
-            durable: Some(durable),
             me,
             my_incarnation,
             credentials: Arc::new(credentials),
@@ -186,7 +165,6 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         PeerConnection {
             adapter: Adapter::new(PeerLink {
                 peer: self.peer(target, node),
-                durable: self.durable.clone(),
             }),
         }
     }
@@ -266,7 +244,6 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
 /// are unary calls.
 pub struct PeerLink {
     peer: Arc<Peer>,
-    durable: Option<DurableLog>,
 }
 
 /// What every link to one peer shares.
@@ -619,17 +596,6 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
-        // The commit clamp: followers must not apply what this leader may
-        // still lose (it acknowledges its own appends before syncing them).
-        // A message with no entries only carries the commit index: wait for
-        // the leader's own sync (bounded) so it carries the real one.
-        if let Some(durable) = self.durable.as_mut() {
-            if let (true, Some(commit)) = (rpc.entries.is_empty(), rpc.leader_commit) {
-                let limit = option.soft_ttl().min(COMMIT_NOTICE_WAIT);
-                durable.wait_durable(commit.index, limit).await;
-            }
-            rpc.leader_commit = durable.clamp_commit(rpc.leader_commit);
-        }
         let split = split_oversized(&mut rpc.entries);
         self.peer.refuse_if_reverted()?;
         let result = self.append_on_stream(&rpc, &option).await;
@@ -754,8 +720,6 @@ mod tests {
         lacks_from: AtomicU64,
         opens: AtomicUsize,
         streamed: AtomicUsize,
-        /// The commit index of every streamed request, in order.
-        commits: Mutex<Vec<Option<u64>>>,
     }
 
     fn encode_reply(reply: &Reply) -> Result<RaftMessage, Status> {
@@ -796,7 +760,6 @@ mod tests {
                         let rpc: AppendEntriesRequest<TypeConfig> =
                             codec::decode(&message.payload).ok()?;
                         assert!(rpc.entries.is_empty());
-                        lock(&peer.commits).push(rpc.leader_commit.map(|c| c.index));
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
                         let from = peer.lacks_from.load(Ordering::SeqCst);
                         let lacks = from > 0 && rpc.prev_log_id.is_some_and(|p| p.index >= from);
@@ -1139,42 +1102,5 @@ mod tests {
         let mut one = vec![entry(1, 20 * mib)];
         assert!(!split_oversized(&mut one));
         assert_eq!(one.len(), 1);
-    }
-
-    /// The commit clamp is wired into every AppendEntries: a commit-only
-    /// message never tells a follower more than the local log holds on disk
-    /// (it waits for the sync a bounded time, then is capped).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn commit_index_sent_is_capped_at_the_durable_log() -> TestResult {
-        use latchkey_storage::types::Entry;
-        use openraft::storage::RaftLogStorageExt;
-        use openraft::EntryPayload;
-
-        let dir = tempfile::tempdir()?;
-        let (mut log, _sm) = latchkey_storage::open(dir.path(), Default::default())?;
-        let id = |index| latchkey_storage::types::log_id(1, 1, index);
-        let entries: Vec<Entry> = (1..=3)
-            .map(|i| Entry {
-                log_id: id(i),
-                payload: EntryPayload::Blank,
-            })
-            .collect();
-        log.blocking_append(entries).await?;
-        let peer = Arc::new(FakePeer::default());
-        let addr = serve(Arc::clone(&peer)).await?;
-        let mut link = PeerNetwork::new(1, log.incarnation(), log.durable(), Default::default())
-            .new_client(2, &Member::new(addr.to_string(), "", 0))
-            .await
-            .into_inner();
-        for commit in [Some(2), Some(3), Some(5), None] {
-            let rpc = AppendEntriesRequest {
-                leader_commit: commit.map(id),
-                ..heartbeat()
-            };
-            let reply = link.append_entries(rpc, RPCOption::new(TTL)).await?;
-            assert!(matches!(reply, AppendEntriesResponse::Success));
-        }
-        assert_eq!(*lock(&peer.commits), vec![Some(2), Some(3), Some(3), None]);
-        Ok(())
     }
 }

@@ -123,8 +123,9 @@ impl RaftSettings {
             install_snapshot_timeout: 10_000,
             // Never resume leadership in the same term at start: a machine
             // crash may have cost the leader an unsynced tail that
-            // followers hold, and new entries of the same term would reuse
-            // those entries' log ids (`latchkey_storage::durable`, rule 3).
+            // followers hold (openraft replicates before the leader's own
+            // sync), and new entries of the same term would reuse those
+            // entries' log ids (`latchkey_storage::durable`).
             // openraft then lowers the vote in memory only and stands for
             // election in a new term.
             enable_leader_restore: Some(false),

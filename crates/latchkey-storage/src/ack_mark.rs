@@ -396,9 +396,9 @@ pub(crate) fn check(
 /// steps down and saves it, without granting anything). So a vote of the
 /// same term for a higher candidate keeps the promise; a lower term, or a
 /// lower candidate in the same term, means the acknowledged vote was lost.
-/// The `committed` flag is not compared: a replica lowers its own committed
-/// vote on purpose at start (see `LogStore::overlap_leader_fsync`), and
-/// losing the flag only makes it stand for election again.
+/// The `committed` flag is not compared: losing it only makes the replica
+/// stand for election again (an uncommitted and a committed vote of the same
+/// leader id compare the same way against every other leader id).
 ///
 /// Written out rather than through `Vote`'s `PartialOrd`, so that the
 /// meaning stays the same whatever openraft features are on, and so that

@@ -11,8 +11,7 @@
 //!
 //! Each sync also advances the [`DurableState`] and records the new durable
 //! index in the [`AckMark`] (both before any callback fires: a replica
-//! acknowledges nothing its mark does not cover), and an append whose callback was already fired (a leader's own entries,
-//! see [`crate::durable`]) is queued without one, only to be made durable.
+//! acknowledges nothing its mark does not cover).
 
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -31,8 +30,15 @@ use crate::types::{LogId, TypeConfig};
 
 /// One append waiting for the next sync.
 pub(crate) struct Pending {
-    /// openraft's callback, unless it was fired before the sync.
-    pub(crate) callback: Option<IOFlushed<TypeConfig>>,
+    /// openraft's callback, fired once a sync covers the append.
+    pub(crate) callback: IOFlushed<TypeConfig>,
+    /// What the append wrote.
+    pub(crate) written: Written,
+}
+
+/// Where an append left the log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Written {
     /// The append's last entry.
     pub(crate) last: LogId,
     /// The [`DurableState::epoch`] when the append was written.
@@ -79,9 +85,8 @@ impl GroupCommit {
         queue.send(pending).map_err(|e| {
             // The flusher is gone (it only stops when the queue closes, or if
             // it panicked): fail this callback rather than leave it hanging.
-            if let Some(callback) = e.0.callback {
-                callback.io_completed(Err(io::Error::other("group-commit flusher has stopped")));
-            }
+            e.0.callback
+                .io_completed(Err(io::Error::other("group-commit flusher has stopped")));
             io::Error::other("group-commit flusher has stopped")
         })
     }
@@ -107,11 +112,11 @@ impl Drop for GroupCommit {
 /// Record that a sync covered `batch`. Appends written before the last
 /// truncation are skipped: what they wrote below it is durable already (the
 /// truncation was a synced write), and what they wrote above it is gone.
-fn mark_durable(d: &mut DurableState, batch: &[Pending]) -> bool {
+fn mark_durable<'a>(d: &mut DurableState, batch: impl Iterator<Item = &'a Written>) -> bool {
     let epoch = d.epoch;
     let mut changed = false;
-    for p in batch.iter().filter(|p| p.epoch == epoch) {
-        changed |= d.advance(p.last);
+    for w in batch.filter(|w| w.epoch == epoch) {
+        changed |= d.advance(w.last);
     }
     changed
 }
@@ -123,8 +128,8 @@ fn run(
     durable: &watch::Sender<DurableState>,
     mark: &Mutex<AckMark>,
 ) {
-    // If this thread dies (a panic), nothing will be durable again: fail the
-    // apply gate rather than let it wait forever.
+    // If this thread dies (a panic), nothing will be durable again: later
+    // appends fail rather than wait forever.
     struct OnPanic<'a>(&'a watch::Sender<DurableState>);
     impl Drop for OnPanic<'_> {
         fn drop(&mut self) {
@@ -149,16 +154,16 @@ fn run(
                 // Under the mark's lock, so a truncation cannot come between
                 // recording the new durable index and publishing it. The mark
                 // first: everything that acts on the durable state (the
-                // apply gate, the commit clamp, openraft through the
-                // callbacks) must find it covered by the mark.
+                // saved commit index, openraft through the callbacks) must
+                // find it covered by the mark.
                 let mut mark = lock_mark(mark);
                 let mut next = durable.borrow().clone();
-                if !mark_durable(&mut next, &batch) {
+                if !mark_durable(&mut next, batch.iter().map(|p| &p.written)) {
                     return Ok(());
                 }
                 mark.record_flushed(next.durable.map_or(0, |l| l.index))
                     .map_err(|e| format!("recording the acknowledgement mark failed: {e}"))?;
-                durable.send_if_modified(|d| mark_durable(d, &batch));
+                durable.send_if_modified(|d| mark_durable(d, batch.iter().map(|p| &p.written)));
                 Ok(())
             });
         tracing::trace!(appends = batch.len(), "log group commit");
@@ -167,15 +172,16 @@ fn run(
                 // Durable (and marked) first, then the callbacks: whoever
                 // learns of the flush from openraft finds it in the durable
                 // state too.
-                for callback in batch.into_iter().filter_map(|p| p.callback) {
-                    callback.io_completed(Ok(()));
+                for p in batch {
+                    p.callback.io_completed(Ok(()));
                 }
             }
             Err(failure) => {
                 tracing::error!(error = %failure, appends = batch.len(), "log sync failed");
                 durable.send_modify(|d| d.failed = Some(failure.clone()));
-                for callback in batch.into_iter().filter_map(|p| p.callback) {
-                    callback.io_completed(Err(io::Error::other(failure.clone())));
+                for p in batch {
+                    p.callback
+                        .io_completed(Err(io::Error::other(failure.clone())));
                 }
             }
         }
@@ -190,9 +196,8 @@ mod tests {
 
     use super::*;
 
-    fn pending(term: u64, index: u64, epoch: u64) -> Pending {
-        Pending {
-            callback: None,
+    fn written(term: u64, index: u64, epoch: u64) -> Written {
+        Written {
             last: crate::types::log_id(term, 1, index),
             epoch,
         }
@@ -201,10 +206,13 @@ mod tests {
     #[test]
     fn a_sync_marks_its_appends_durable() {
         let mut d = DurableState::default();
-        assert!(mark_durable(&mut d, &[pending(1, 3, 0), pending(1, 7, 0)]));
+        assert!(mark_durable(
+            &mut d,
+            [written(1, 3, 0), written(1, 7, 0)].iter()
+        ));
         assert_eq!(d.durable.map(|l| l.index), Some(7));
         assert!(
-            !mark_durable(&mut d, &[pending(1, 5, 0)]),
+            !mark_durable(&mut d, [written(1, 5, 0)].iter()),
             "never backwards"
         );
     }
@@ -219,9 +227,12 @@ mod tests {
             epoch: 1,
             ..DurableState::default()
         };
-        assert!(!mark_durable(&mut d, &[pending(1, 9, 0)]));
+        assert!(!mark_durable(&mut d, [written(1, 9, 0)].iter()));
         assert_eq!(d.durable.map(|l| l.index), Some(4));
-        assert!(mark_durable(&mut d, &[pending(1, 9, 0), pending(2, 5, 1)]));
+        assert!(mark_durable(
+            &mut d,
+            [written(1, 9, 0), written(2, 5, 1)].iter()
+        ));
         assert_eq!(d.durable, Some(crate::types::log_id(2, 1, 5)));
     }
 }

@@ -9,16 +9,11 @@
 //! What it guarantees:
 //! - **Durability.** A vote is fsynced before `save_vote` returns; an
 //!   appended entry is acknowledged (its callback fired) only after a WAL
-//!   sync covering it; truncations and purges are synced before they return.
-//!   The one exception (on by default in a replica, see
-//!   [`StorageOptions::overlap_leader_fsync`] and
-//!   [`LogStore::overlap_leader_fsync`]): a
-//!   leader's own appends are acknowledged to openraft once written, so it
-//!   replicates them while they sync; the state machine then applies an
-//!   entry only once it is synced locally, and the commit index a leader
-//!   tells followers is capped at its durable log ([`durable`] has the
-//!   argument). Nothing is applied, anywhere, before it is on a majority of
-//!   disks.
+//!   sync covering it, on a leader as on a follower; truncations and purges
+//!   are synced before they return. openraft replicates a leader's entries
+//!   while the leader syncs them and counts the leader only once synced, so
+//!   nothing is committed, or applied anywhere, before it is on a majority
+//!   of disks ([`durable`] has the argument).
 //! - **Group commit.** Appends are readable at once and share fsyncs: one
 //!   flusher syncs once for every append queued meanwhile
 //!   ([`LogStore::fsync_count`] tells how many syncs were needed).
@@ -35,8 +30,8 @@
 //!
 //! What it must not do: decide what a command means (that is
 //! `latchkey-core`'s job: this crate only stores bytes the core writes),
-//! encode anything except through `latchkey_core::codec`, let an
-//! unsynced log write be applied or reported committed, iterate a `HashMap` where it affects state, or panic
+//! encode anything except through `latchkey_core::codec`, let a
+//! log write be applied or reported committed before a majority synced it, iterate a `HashMap` where it affects state, or panic
 //! on bytes read from disk or the network.
 //!
 //! Layout of a data directory: `db/` is the RocksDB instance (column

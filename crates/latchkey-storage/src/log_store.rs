@@ -5,10 +5,8 @@
 //! - `save_vote`: a synced write; returns only once the vote is on disk.
 //! - `append`: an unsynced write (readable at once), then the durability
 //!   callback goes to the [`GroupCommit`] flusher, which fires it after the
-//!   next WAL sync. Exception: with [`LogStore::overlap_leader_fsync`] on, a
-//!   leader's own appends are acknowledged once written and synced in the
-//!   background; [`crate::durable`] explains the two rules that keep this
-//!   safe (the apply gate and the commit clamp).
+//!   next WAL sync, on a leader as on a follower ([`crate::durable`] says
+//!   why a leader's commit still overlaps its own sync).
 //! - `truncate_after`, `purge`: synced writes, durable before they return. A synced
 //!   write also syncs every earlier write (one WAL), so once a purge returns,
 //!   the state machine applies it depended on are durable too.
@@ -24,12 +22,11 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use latchkey_core::codec;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{EntryPayload, OptionalSend};
+use openraft::OptionalSend;
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions, DB};
 use tokio::sync::watch;
 
@@ -37,9 +34,9 @@ use crate::ack_mark::{AckMark, MarkRecord};
 use crate::columns::{self, LAST_PURGED, LOG_END};
 use crate::durable::{DurableLog, DurableState};
 use crate::error::{msg, raft_io, to_raft, RaftStorageError, StorageError};
-use crate::group_commit::{GroupCommit, Pending};
+use crate::group_commit::{GroupCommit, Pending, Written};
 use crate::snapshot_install::Covered;
-use crate::types::{Entry, LogId, NodeId, TypeConfig, Vote};
+use crate::types::{Entry, LogId, TypeConfig, Vote};
 use crate::{blocking, columns::COMMITTED, columns::VOTE};
 
 /// The Raft log store. Cheap to clone; every clone shares the database and
@@ -49,7 +46,6 @@ pub struct LogStore {
     db: Arc<DB>,
     flusher: Arc<GroupCommit>,
     durable: Arc<watch::Sender<DurableState>>,
-    own: Arc<OwnAppends>,
     mark: Arc<Mutex<AckMark>>,
     incarnation: u64,
     /// A purge waits until what it drops is in a snapshot or applied.
@@ -91,30 +87,6 @@ pub(crate) fn recovered(db: &DB) -> Result<Recovered, StorageError> {
     })
 }
 
-/// Whether this replica's appends are its own proposals, which it may
-/// acknowledge before they are synced (see [`crate::durable`]).
-#[derive(Default)]
-struct OwnAppends {
-    /// Set by [`LogStore::overlap_leader_fsync`].
-    enabled: AtomicBool,
-    /// This replica's node id, once enabled.
-    me: AtomicU64,
-    /// The last saved vote names this replica.
-    leading: AtomicBool,
-}
-
-impl OwnAppends {
-    fn note_vote(&self, vote: Option<&Vote>) {
-        let me = self.me.load(Ordering::Acquire);
-        let mine = vote.is_some_and(|v| v.leader_id.node_id == me);
-        self.leading.store(mine, Ordering::Release);
-    }
-
-    fn ack_early(&self) -> bool {
-        self.enabled.load(Ordering::Acquire) && self.leading.load(Ordering::Acquire)
-    }
-}
-
 /// A reader of the Raft log, handed to openraft's replication tasks.
 #[derive(Clone)]
 pub struct LogReader {
@@ -151,7 +123,6 @@ impl LogStore {
             db,
             flusher: Arc::new(flusher),
             durable,
-            own: Arc::new(OwnAppends::default()),
             mark,
             incarnation,
             covered,
@@ -173,55 +144,6 @@ impl LogStore {
     /// (a replica checks that it is still there).
     pub fn mark_path(&self) -> std::path::PathBuf {
         lock_mark(&self.mark).path().to_path_buf()
-    }
-
-    /// Let this replica, with id `me`, sync its own log in parallel with
-    /// replicating it while it leads: its appends are acknowledged to
-    /// openraft once written, and synced in the background. Saves one fsync
-    /// of latency per commit. Safe only together with the rules in
-    /// [`crate::durable`]: the state machine's apply gate (built in) and
-    /// [`DurableLog::clamp_commit`] on every commit index the replica sends.
-    ///
-    /// If the saved vote is this replica's own committed vote (it was the
-    /// leader when it stopped), the vote is saved again as not committed, so
-    /// openraft does not resume leadership in the same term: after a machine
-    /// crash the log may have lost an unsynced tail that followers hold, and
-    /// new entries of the same term would reuse those entries' log ids (a
-    /// follower that has an entry with the same id keeps it). Winning a new
-    /// term gives new entries new ids. Which votes the replica grants is
-    /// unchanged (an uncommitted and a committed vote of the same leader id
-    /// compare the same way against every other leader id).
-    ///
-    /// Call it before handing the store to openraft.
-    pub fn overlap_leader_fsync(&self, me: NodeId) -> Result<(), StorageError> {
-        let corrupt = |e: RaftStorageError| StorageError::Corrupt {
-            what: "saved vote",
-            detail: e.to_string(),
-        };
-        let mut vote: Option<Vote> = read_meta(&self.db, VOTE, "vote").map_err(corrupt)?;
-        if let Some(v) = vote.filter(|v| v.committed && v.leader_id.node_id == me) {
-            let lowered = Vote::new(v.leader_id.term, me);
-            let bytes = codec::encode(&lowered).map_err(|e| StorageError::Corrupt {
-                what: "saved vote",
-                detail: e.to_string(),
-            })?;
-            let meta = columns::handle(&self.db, columns::LOG_META)?;
-            self.db.put_cf_opt(meta, VOTE, bytes, &synced())?;
-            let path = self.mark_path();
-            lock_mark(&self.mark)
-                .record_vote(&lowered)
-                .map_err(|source| StorageError::Io {
-                    what: "record the lowered vote in the acknowledgement mark",
-                    path,
-                    source,
-                })?;
-            tracing::info!(vote = %lowered, "was the leader: will stand for election in a new term");
-            vote = Some(lowered);
-        }
-        self.own.me.store(me, Ordering::Release);
-        self.own.note_vote(vote.as_ref());
-        self.own.enabled.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// How far this log is durable; see [`DurableLog`].
@@ -404,10 +326,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .map_err(raft_io::write_vote)
         })
         .await?;
-        // openraft saves a new leader's vote before appending its entries,
-        // so from here on appends are acknowledged only once synced unless
-        // the vote is this replica's own.
-        self.own.note_vote(Some(vote));
         Ok(())
     }
 
@@ -442,7 +360,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let log = cf(&self.db, columns::LOG)?;
         let mut batch = WriteBatch::default();
         let mut last = None;
-        let mut membership = false;
         let mut appended = 0u64;
         for entry in entries {
             let bytes =
@@ -450,7 +367,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             appended += bytes.len() as u64;
             batch.put_cf(log, columns::log_key(entry.log_id.index), bytes);
             last = Some(entry.log_id);
-            membership |= matches!(entry.payload, EntryPayload::Membership(_));
         }
         let Some(last) = last else {
             // Nothing to write: nothing to wait for.
@@ -466,28 +382,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(raft_io::write_logs)?;
         self.flusher.observed().log_appended(appended);
         let epoch = self.durable.borrow().epoch;
-        // Never early for a membership entry: openraft's core acts on its
-        // own commit index when it changes membership (a joint config it
-        // believes committed lets it propose the next step), so that commit
-        // must mean "on a majority of disks". openraft awaits each append in
-        // order, so the leader's own match cannot pass this entry unsynced.
-        let callback = if self.own.ack_early() && !membership {
-            // This leader's own entries: let openraft replicate them now;
-            // the apply gate and the commit clamp wait for the sync instead.
-            self.durable.send_if_modified(|d| {
-                d.acked_early = Some(last.index);
-                false
-            });
-            callback.io_completed(Ok(()));
-            None
-        } else {
-            Some(callback)
-        };
         self.flusher
             .submit(Pending {
                 callback,
-                last,
-                epoch,
+                written: Written { last, epoch },
             })
             .map_err(raft_io::write_logs)
     }
@@ -523,8 +421,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             durable.send_modify(|d| {
                 d.epoch += 1;
                 d.durable = remaining.or(purged);
-                // What is left is all durable now.
-                d.acked_early = None;
             });
             drop(mark);
             Ok(())

@@ -29,12 +29,6 @@ pub struct StorageOptions {
     pub sync_apply: bool,
     /// Compress the log and the state machine data with LZ4. Default: on.
     pub compression: bool,
-    /// Let the leader sync its own log in parallel with replicating it
-    /// (see [`crate::durable`]). `open` itself does not act on it: the
-    /// replica, which knows its node id, calls
-    /// [`LogStore::overlap_leader_fsync`] when it is on (latchkey-server's
-    /// `Node` does). Default: on.
-    pub overlap_leader_fsync: bool,
 }
 
 impl Default for StorageOptions {
@@ -42,7 +36,6 @@ impl Default for StorageOptions {
         StorageOptions {
             sync_apply: false,
             compression: true,
-            overlap_leader_fsync: true,
         }
     }
 }
@@ -60,12 +53,6 @@ impl StorageOptions {
     /// Set [`StorageOptions::compression`].
     pub fn with_compression(mut self, compression: bool) -> Self {
         self.compression = compression;
-        self
-    }
-
-    /// Set [`StorageOptions::overlap_leader_fsync`].
-    pub fn with_overlap_leader_fsync(mut self, overlap_leader_fsync: bool) -> Self {
-        self.overlap_leader_fsync = overlap_leader_fsync;
         self
     }
 }
@@ -195,15 +182,7 @@ pub fn open(dir: &Path, options: StorageOptions) -> Result<(LogStore, StateMachi
         Arc::clone(&observed),
         covered.clone(),
     )?;
-    let sm = StateMachine::new(
-        db,
-        &covered,
-        state,
-        rooms,
-        options.sync_apply,
-        log.durable(),
-        observed,
-    );
+    let sm = StateMachine::new(db, &covered, state, rooms, options.sync_apply, observed);
     sm.publish_revision().map_err(|e| StorageError::Corrupt {
         what: "cluster revision",
         detail: e.to_string(),

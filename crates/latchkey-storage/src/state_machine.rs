@@ -10,10 +10,14 @@
 //! nothing written.
 //!
 //! The batch is not synced by default ([`crate::StorageOptions::sync_apply`]):
-//! the entries are already durable in the log, all column families share one
-//! write-ahead log that RocksDB recovers as a prefix, the log store syncs
+//! a committed entry is on a majority of disks, all column families share
+//! one write-ahead log that RocksDB recovers as a prefix, the log store syncs
 //! before purging and a snapshot build syncs before saving its file; so
-//! whatever a crash loses is still in the log and is applied again.
+//! whatever a crash loses is applied again from the log. (A leader may apply
+//! an entry two followers hold before its own sync covers it; the apply
+//! batch is written after the entry in the same WAL, so a machine crash that
+//! loses the entry loses the batch too, and the entry comes back from the
+//! followers.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,8 +34,7 @@ use crate::applied_state::AppliedState;
 use crate::blocking;
 use crate::columns::Handles;
 use crate::data_view::DataView;
-use crate::durable::DurableLog;
-use crate::error::{msg, raft_io, to_raft, RaftStorageError};
+use crate::error::{raft_io, to_raft, RaftStorageError};
 use crate::rooms::{ApplyView, Rooms};
 use crate::snapshot_builder::SnapshotBuilder;
 use crate::snapshot_file::SnapshotFile;
@@ -56,9 +59,6 @@ pub struct StateMachine {
     /// The cluster's revision in the applied state, published once the
     /// batch that raised it is committed (see [`StateMachine::revisions`]).
     revision: tokio::sync::watch::Sender<u64>,
-    /// The apply gate: entries the leader acknowledged before syncing them
-    /// are applied only once synced (see [`crate::durable`]).
-    durable: DurableLog,
     /// Where snapshot builds and installs are reported.
     observed: Arc<crate::observe::Observed>,
     /// Set while a snapshot is being received and not yet saved: the log
@@ -73,7 +73,6 @@ impl StateMachine {
         state: AppliedState,
         rooms: Rooms,
         sync_apply: bool,
-        durable: DurableLog,
         observed: Arc<crate::observe::Observed>,
     ) -> Self {
         let applied = Arc::clone(&covered.applied);
@@ -90,7 +89,6 @@ impl StateMachine {
             receiving: Arc::clone(&covered.receiving),
             sync_apply,
             changes: None,
-            durable,
             observed,
         }
     }
@@ -245,15 +243,6 @@ impl StateMachine {
         if replies.is_empty() {
             return Ok(replies);
         }
-        // The gate: computed above while the leader's own sync may still be
-        // running; written (and so visible) only once the entries are on
-        // this replica's disk.
-        if let Some(last) = next.last_applied {
-            self.durable
-                .wait_applicable(last.index)
-                .await
-                .map_err(|e| raft_io::apply(last, msg(e)))?;
-        }
         self.commit(writes, &next)?;
         self.state = next;
         self.applied.set(self.state.last_index());
@@ -388,26 +377,9 @@ impl DbClosed {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use latchkey_core::{Command, Request};
-    use tokio::sync::watch;
 
     use super::*;
-    use crate::durable::DurableState;
-
-    fn put(index: u64) -> Entry {
-        Entry {
-            log_id: crate::types::log_id(1, 1, index),
-            payload: EntryPayload::Normal(Request {
-                now: index,
-                command: Command::Put {
-                    key: format!("k{index}").into_bytes(),
-                    value: b"v".to_vec(),
-                },
-            }),
-        }
-    }
 
     /// One step of [`the_rooms_in_memory_always_equal_rocksdb`].
     #[derive(Debug, Clone)]
@@ -613,41 +585,5 @@ mod tests {
             proptest::prop_assert_eq!(other.rooms.rows(), &cached_rows_on_disk(&other));
             proptest::prop_assert_eq!(other.rooms.bytes(), sm.rooms.bytes());
         }
-    }
-
-    /// The apply gate is wired in: an entry the leader acknowledged before
-    /// its sync is neither applied nor visible until the sync is reported.
-    #[test]
-    fn apply_waits_for_the_leaders_own_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let (_log, mut sm) = crate::open(dir.path(), crate::StorageOptions::default()).unwrap();
-            let (tx, rx) = watch::channel(DurableState {
-                durable: Some(crate::types::log_id(1, 1, 1)),
-                acked_early: Some(3),
-                ..DurableState::default()
-            });
-            sm.durable = DurableLog::new(rx);
-            let reader = sm.reader();
-            let applying = tokio::spawn(async move { sm.apply_entries([put(2), put(3)]).await });
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            assert!(!applying.is_finished(), "applied before the leader's sync");
-            assert_eq!(reader.last_applied_index(), None, "visible before the sync");
-            tx.send_modify(|d| {
-                d.advance(crate::types::log_id(1, 1, 3));
-            });
-            let replies = tokio::time::timeout(Duration::from_secs(5), applying)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            assert_eq!(replies.len(), 2);
-            assert_eq!(reader.last_applied_index(), Some(3));
-        });
     }
 }

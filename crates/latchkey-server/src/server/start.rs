@@ -225,21 +225,15 @@ impl ServerBuilder {
         listeners: &Listeners,
     ) -> Result<Opened, NodeError> {
         let id = self.id;
-        let overlap = self.storage.overlap_leader_fsync;
         let (log_store, mut state_machine) =
             latchkey_storage::open(&data_dir, self.storage.clone())
                 .map_err(|e| NodeError::Storage(e.to_string()))?;
-        if overlap {
-            log_store
-                .overlap_leader_fsync(id)
-                .map_err(|e| NodeError::Storage(e.to_string()))?;
-        }
         let incarnation = log_store.incarnation();
         let metrics = crate::metrics::Metrics::new(crate::metrics::process_counts());
         log_store.observe(metrics.storage_observer());
         let sentinel = log_store.mark_path();
         self.warn_if_open(listeners);
-        let network = PeerNetwork::new(id, incarnation, log_store.durable(), credentials);
+        let network = PeerNetwork::new(id, incarnation, credentials);
         let reader = state_machine.reader();
         let restore_seed = reader
             .restored_seed()
