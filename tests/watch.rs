@@ -523,6 +523,16 @@ async fn cut_off(c: &mut Cluster) -> Result<()> {
         while_cut == start,
         "a cut-off follower moved to revision {while_cut}"
     );
+    // Its health says the same: not ready while it has heard no leader
+    // for longer than an election timeout (with pre-vote it keeps its term
+    // and openraft's idea of who leads, so only the silence tells).
+    let follower_addr = c.addr(follower);
+    eventually(
+        LEADER_WAIT,
+        "the cut-off follower reports NOT_SERVING",
+        async || health_is(&follower_addr, NOT_SERVING).await,
+    )
+    .await?;
     c.cont(leader)?;
     c.cont(third)?;
     let after = retrying("write", async || writer.put("b/1", "1").await).await?;
@@ -545,6 +555,32 @@ async fn cut_off(c: &mut Cluster) -> Result<()> {
         }
     }
     notice(&mut watch, false).await?;
+    eventually(
+        LEADER_WAIT,
+        "the follower reports SERVING again",
+        async || health_is(&follower_addr, SERVING).await,
+    )
+    .await?;
+    Ok(())
+}
+
+/// grpc.health.v1 statuses (`tonic_health::pb::health_check_response::ServingStatus`).
+const SERVING: i32 = 1;
+const NOT_SERVING: i32 = 2;
+
+/// Ok if the replica at `addr` reports `want` on grpc.health.v1 (the whole
+/// server).
+async fn health_is(addr: &str, want: i32) -> Result<()> {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let channel = latchkey_proto::channel(addr, Duration::from_secs(1), None)?;
+    let reply = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    let got = reply.into_inner().status;
+    ensure!(got == want, "health status {got}, not {want}");
     Ok(())
 }
 
