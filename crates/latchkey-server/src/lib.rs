@@ -51,6 +51,7 @@ mod replica;
 mod server;
 mod services;
 mod settings;
+mod snapshot_guard;
 mod snapshot_pace;
 pub mod status_page;
 mod tls_accept;

@@ -19,8 +19,10 @@ use latchkey_proto::v1::{
     IdentifyRequest, RaftMessage, StatusReply, StatusRequest,
 };
 use latchkey_proto::{wire, ReplicaFailure};
+use latchkey_storage::TypeConfig;
+use openraft::async_runtime::WatchReceiver;
 use openraft::raft::AppendEntriesResponse;
-use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
+use openraft_legacy::network_v1::{ChunkedSnapshotReceiver, InstallSnapshotRequest};
 use serde::Serialize;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
@@ -28,6 +30,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::answer::answer;
 use crate::auth::Caller;
 use crate::replica::Replica;
+use crate::snapshot_guard::check_snapshot;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
     codec::encode(value).map_err(|e| Status::internal(e.to_string()))
@@ -285,7 +288,16 @@ impl RaftRpc for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let message = self.leader_message(request)?;
-        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> =
+            codec::decode(&message.payload).map_err(bad_payload)?;
+        let committed = self
+            .replica
+            .raft()
+            .metrics()
+            .borrow_watched()
+            .local_committed;
+        check_snapshot(rpc.meta.last_log_id, &rpc.vote, committed)
+            .map_err(Status::invalid_argument)?;
         // openraft's v1 chunked receiver: chunks go to the file the state
         // machine gives; the last one installs the snapshot.
         let result = ChunkedSnapshotReceiver::install_snapshot(self.replica.raft(), rpc).await;
