@@ -12,7 +12,8 @@
 //! openraft 0.10 queues linearizable reads in its core too (one heartbeat
 //! broadcast per read, coalesced per follower). Calling it once per read
 //! instead of through this gate was measured, interleaved: linearizable get
-//! x64 0.79, x1 0.92 (docs/PERFORMANCE.md), since every read then costs a
+//! x64 0.79 (the ranges of the rounds apart), x1 0.92 (overlapping)
+//! (docs/PERFORMANCE.md), since every read then costs a
 //! message through the Raft core. So the gate stays, and asks openraft for
 //! one round per batch of reads.
 

@@ -29,8 +29,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::answer::answer;
 use crate::auth::Caller;
+use crate::leader_input::{check_entries, check_sender, check_snapshot};
 use crate::replica::Replica;
-use crate::snapshot_guard::check_snapshot;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
     codec::encode(value).map_err(|e| Status::internal(e.to_string()))
@@ -195,7 +195,11 @@ fn raft_reply(payload: Vec<u8>) -> RaftMessage {
 async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
     check_addressee(replica, message)?;
     check_leader(replica, message)?;
-    let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
+    let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> =
+        codec::decode(&message.payload).map_err(bad_payload)?;
+    check_sender(&rpc.vote, message.from_id, replica.id())
+        .and_then(|()| check_entries(rpc.prev_log_id, &rpc.entries, &rpc.vote))
+        .map_err(Status::invalid_argument)?;
     let result = replica.raft().append_entries(rpc).await;
     if matches!(&result, Ok(reply) if !matches!(reply, AppendEntriesResponse::HigherVote(_))) {
         replica.view().heard_from_leader();
@@ -290,14 +294,24 @@ impl RaftRpc for RaftService {
         let message = self.leader_message(request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> =
             codec::decode(&message.payload).map_err(bad_payload)?;
-        let committed = self
-            .replica
-            .raft()
-            .metrics()
-            .borrow_watched()
-            .local_committed;
-        check_snapshot(rpc.meta.last_log_id, &rpc.vote, committed)
+        check_sender(&rpc.vote, message.from_id, self.replica.id())
             .map_err(Status::invalid_argument)?;
+        let (vote, committed) = {
+            let metrics = self.replica.raft().metrics();
+            let m = metrics.borrow_watched();
+            (m.vote, m.local_committed)
+        };
+        // A vote below this replica's is refused by openraft itself, which
+        // answers with the higher vote (a deposed leader learns of it so).
+        if rpc.vote.partial_cmp(&vote) != Some(std::cmp::Ordering::Less) {
+            check_snapshot(
+                rpc.meta.last_log_id,
+                &rpc.meta.last_membership,
+                &rpc.vote,
+                committed,
+            )
+            .map_err(Status::invalid_argument)?;
+        }
         // openraft's v1 chunked receiver: chunks go to the file the state
         // machine gives; the last one installs the snapshot.
         let result = ChunkedSnapshotReceiver::install_snapshot(self.replica.raft(), rpc).await;

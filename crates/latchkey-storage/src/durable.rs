@@ -5,18 +5,19 @@
 //! leader as on a follower. openraft 0.10's core replicates a leader's
 //! entries as soon as they are *submitted* to its log, in parallel with the
 //! leader's own fsync, and counts the leader in the quorum only once that
-//! fsync completes; so a commit waits for the second fastest of {leader
-//! fsync, each follower's round trip and fsync}, and every committed entry
-//! is on a majority of disks whichever two they are.
+//! fsync completes; so a commit waits until a majority of {the leader's
+//! fsync, each follower's round trip and fsync} are done, and every
+//! committed entry is on a majority of disks, whichever replicas they are.
 //!
-//! (Until the 0.10 port the leader also acknowledged its own appends before
-//! syncing them, which needed an apply gate, a clamp on the commit index it
-//! sent and a lowered vote at start-up. On 0.10 that saved nothing
-//! measurable, interleaved: docs/PERFORMANCE.md. It is gone.)
+//! (Earlier builds, on openraft 0.9 and for a while on 0.10, had the leader
+//! acknowledge its own appends before syncing them, which needed an apply
+//! gate, a clamp on the commit index it sent and a lowered vote at
+//! start-up. On 0.10 that saved nothing measurable, interleaved:
+//! docs/PERFORMANCE.md. It is gone.)
 //!
 //! What remains here: the last durable entry, for the commit index the log
 //! store saves ([`DurableLog::clamp_commit`]). A leader may see an entry
-//! committed by two followers before its own sync covers it; recording that
+//! committed by the followers before its own sync covers it; recording that
 //! commit index could, after a machine crash that lost the local tail, point
 //! past the local log at start-up.
 //!
@@ -31,8 +32,8 @@ use tokio::sync::watch;
 use crate::types::LogId;
 
 /// What is durable in the local log; one value shared through a watch by
-/// the flusher (which advances it), the log store, the state machine and
-/// the network.
+/// the flusher (which advances it) and the log store (which reads it, and
+/// resets it on a truncation).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DurableState {
     /// Every entry up to and including this one is on disk (or purged into

@@ -14,10 +14,12 @@
 //! one write-ahead log that RocksDB recovers as a prefix, the log store syncs
 //! before purging and a snapshot build syncs before saving its file; so
 //! whatever a crash loses is applied again from the log. (A leader may apply
-//! an entry two followers hold before its own sync covers it; the apply
-//! batch is written after the entry in the same WAL, so a machine crash that
-//! loses the entry loses the batch too, and the entry comes back from the
-//! followers.)
+//! an entry a majority of followers hold before its own sync covers it;
+//! openraft appends the entry before it asks for the apply, so the apply
+//! batch comes after the entry in the same WAL, and RocksDB recovers that
+//! WAL as a prefix (`DBRecoveryMode::PointInTime`, and a memtable flush
+//! syncs the WALs it closes): a machine crash that loses the entry loses the
+//! batch too, and the entry comes back from the followers.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

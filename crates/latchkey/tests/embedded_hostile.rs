@@ -17,8 +17,8 @@
 //! member check (different code); removing the member check lets the second
 //! group's higher term through, and the term assertion fails.
 //!
-//! A member (the leader's own id, with the secret) sending a snapshot no
-//! leader could send is refused too, before openraft's assertions on it.
+//! A member (with the secret) sending a snapshot or AppendEntries no leader
+//! could send is refused too, before openraft's assertions on it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -268,13 +268,16 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
     .await?
 }
 
-/// A member's snapshot that no leader of the cluster could send: its last
-/// entry of a later leadership than the sender's vote, or newer than an
-/// entry the receiver committed but at no higher index. openraft asserts
-/// both away (a panic in its core would stop the replica); the replica
-/// refuses them as INVALID_ARGUMENT first, changes nothing and serves on.
+/// A member's snapshots and AppendEntries that no leader of the cluster
+/// could send: a snapshot whose last entry is of a later leadership than
+/// the sender's vote, or newer than an entry the receiver committed but at
+/// no higher index; either message under an uncommitted vote, or naming the
+/// receiver as leader; entries that do not follow on from the previous log
+/// id. openraft asserts these away (a panic in its core would stop the
+/// replica); the replica refuses them as INVALID_ARGUMENT first, changes
+/// nothing and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_members_impossible_snapshot_is_refused_and_changes_nothing() -> TestResult {
+async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestResult {
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
         let (nodes, members) = start_cluster(dir.path(), 3).await?;
@@ -326,10 +329,17 @@ async fn a_members_impossible_snapshot_is_refused_and_changes_nothing() -> TestR
             .find(|(id, _)| *id == follower)
             .ok_or("no follower address")?
             .1;
+        // A higher vote that is not committed (a leader's always is).
+        let mut uncommitted = snapshot(
+            Vote::new(term + 1, leader),
+            latchkey_storage::types::log_id(term, leader, last),
+        );
+        uncommitted.meta.last_log_id = None;
         let mut raft = raft_client(address, Some(SECRET)).await?;
         for (what, rpc) in [
             ("beyond its vote", beyond_vote),
             ("contradicting", contradicts),
+            ("under an uncommitted vote", uncommitted),
         ] {
             let reply = raft
                 .install_snapshot(from(latchkey_core::codec::encode(&rpc)?))
@@ -343,6 +353,59 @@ async fn a_members_impossible_snapshot_is_refused_and_changes_nothing() -> TestR
                 Ok(reply) => {
                     return Err(format!("a snapshot {what} was answered: {reply:?}").into())
                 }
+            }
+        }
+        // AppendEntries no leader sends: under an uncommitted vote; with a
+        // vote naming the receiver, from the receiver's own id; with an
+        // entry that does not follow on from the previous log id.
+        let append =
+            |vote: Vote, entries: Vec<latchkey_storage::types::Entry>| AppendEntriesRequest::<
+                TypeConfig,
+            > {
+                vote,
+                prev_log_id: None,
+                entries,
+                leader_commit: None,
+            };
+        let gap = vec![latchkey_storage::types::Entry {
+            log_id: latchkey_storage::types::log_id(term, leader, 5),
+            payload: openraft::EntryPayload::Blank,
+        }];
+        let appends = [
+            (
+                "under an uncommitted vote",
+                leader,
+                append(Vote::new(term + 1, leader), Vec::new()),
+            ),
+            (
+                "from the receiver itself",
+                follower,
+                append(Vote::new_committed(term + 1, follower), Vec::new()),
+            ),
+            (
+                "with a gap",
+                leader,
+                append(Vote::new_committed(term, leader), gap),
+            ),
+        ];
+        for (what, sender, rpc) in appends {
+            let mut message = from(latchkey_core::codec::encode(&rpc)?);
+            message.from_id = sender;
+            message.from_incarnation = nodes[&sender].incarnation();
+            let appended = match raft
+                .append_entries_stream(tokio_stream::iter([message]))
+                .await
+            {
+                Ok(replies) => replies.into_inner().message().await,
+                Err(status) => Err(status),
+            };
+            match appended {
+                Err(status) => assert_eq!(
+                    status.code(),
+                    tonic::Code::InvalidArgument,
+                    "append {what}: {status}"
+                ),
+                Ok(reply) => return Err(format!("an append {what} was answered: {reply:?}").into()),
             }
         }
         // Every replica, the target too, applies a write made afterwards
