@@ -429,31 +429,33 @@ async fn concurrent_writes_keep_their_own_results() -> TestResult {
     .await?
 }
 
-/// An AppendEntries from a stale leader (term 0), encoded and addressed to
-/// `node`: a replica answers it with its higher vote and changes nothing.
+/// An AppendEntries from `from` as a stale leader (term 0), encoded and
+/// addressed to `to`: a replica answers it with its higher vote and
+/// changes nothing. The vote names its sender, as a leader's does.
 fn stale_append(
-    node: &Node,
+    to: &Node,
+    from: &Node,
 ) -> Result<latchkey_proto::v1::RaftMessage, Box<dyn std::error::Error>> {
     let stale = openraft::raft::AppendEntriesRequest::<latchkey_storage::TypeConfig> {
-        vote: latchkey_storage::types::Vote::new_committed(0, 9),
+        vote: latchkey_storage::types::Vote::new_committed(0, from.id()),
         prev_log_id: None,
         entries: Vec::new(),
         leader_commit: None,
     };
     Ok(latchkey_proto::v1::RaftMessage {
         payload: latchkey_core::codec::encode(&stale)?.into(),
-        ..addressed_to(node)
+        ..addressed(to, from)
     })
 }
 
-/// An empty Raft message addressed to `node` as it is, from `node` itself
+/// An empty Raft message addressed to `to` as it is, from `from` as it is
 /// (a member, so the message gets past the sender check).
-fn addressed_to(node: &Node) -> latchkey_proto::v1::RaftMessage {
+fn addressed(to: &Node, from: &Node) -> latchkey_proto::v1::RaftMessage {
     latchkey_proto::v1::RaftMessage {
-        to_id: node.id(),
-        to_incarnation: node.incarnation(),
-        from_id: node.id(),
-        from_incarnation: node.incarnation(),
+        to_id: to.id(),
+        to_incarnation: to.incarnation(),
+        from_id: from.id(),
+        from_incarnation: from.incarnation(),
         ..Default::default()
     }
 }
@@ -469,15 +471,17 @@ async fn append_entries_stream_answers_in_order_and_ends_on_a_malformed_message(
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (nodes, members) = start_cluster(dir.path(), 1).await?;
+        // Two replicas: a message comes from a member other than its
+        // addressee.
+        let (nodes, members) = start_cluster(dir.path(), 2).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let mut raft = common::raft_client(&members[0].1, Some(common::SECRET)).await?;
         // A request from a stale leader: the replica answers each one with
         // its higher vote.
-        let good = stale_append(&nodes[&1])?;
+        let good = stale_append(&nodes[&1], &nodes[&2])?;
         let bad = RaftMessage {
             payload: vec![0xff; 7].into(),
-            ..addressed_to(&nodes[&1])
+            ..addressed(&nodes[&1], &nodes[&2])
         };
         let requests = vec![good.clone(), good, bad, RaftMessage::default()];
         let mut replies = raft
@@ -520,7 +524,7 @@ async fn shutdown_ends_open_streams() -> TestResult {
 
     tokio::time::timeout(LIMIT, async {
         let dir = tempfile::tempdir()?;
-        let (mut nodes, members) = start_cluster(dir.path(), 1).await?;
+        let (mut nodes, members) = start_cluster(dir.path(), 2).await?;
         nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
         let addr = format!("http://{}", nodes[&1].advertise_addr());
         let mut raft = common::raft_client(&members[0].1, Some(common::SECRET)).await?;
@@ -529,7 +533,7 @@ async fn shutdown_ends_open_streams() -> TestResult {
             .append_entries_stream(ReceiverStream::new(outgoing))
             .await?
             .into_inner();
-        requests.send(stale_append(&nodes[&1])?).await?;
+        requests.send(stale_append(&nodes[&1], &nodes[&2])?).await?;
         replies.message().await?.ok_or("no reply")?;
         let mut pipeline = PipelineClient::connect(addr).await?;
         let (frames, outgoing) = tokio::sync::mpsc::channel(1);
@@ -567,6 +571,9 @@ async fn shutdown_ends_open_streams() -> TestResult {
             other => return Err(format!("expected a stopping status, got {other:?}").into()),
         }
         drop((requests, frames));
+        for node in nodes.into_values() {
+            node.shutdown().await;
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })
     .await?
