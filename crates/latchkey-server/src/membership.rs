@@ -234,10 +234,12 @@ pub(crate) async fn check_live_majority(
 /// (`WriteQueue::pause_and_drain`): the writes it already proposed are
 /// answered, later ones are refused as retryable, and the next leader
 /// takes them, so replacing the leader's machine costs clients retries,
-/// not unknown outcomes. (openraft does not transfer leadership on a
-/// removal: the leader steps down once its removal is committed, and the
-/// remaining voters elect a new one within an election
-/// timeout or two.)
+/// not unknown outcomes. Leadership moves without an election: once the
+/// removal is committed, openraft's step-down of a removed leader
+/// (`Config::removed_leader_step_down`, left at its 150 ms) transfers it
+/// to the remaining voter whose log matches the leader's furthest, then
+/// turns this replica into a learner. Writes stay paused until this
+/// replica no longer leads (at most [`STEP_DOWN_WAIT`]).
 ///
 /// The change runs in a task of its own, to the end, even if the caller
 /// goes away: a change dropped halfway could leave the cluster in its
@@ -289,9 +291,9 @@ async fn change_voters_now(
         .map(|_| ())
         .map_err(|e| failure(replica, e));
     if result.is_ok() && paused.is_some() {
-        // openraft steps the leader down at its next tick after the
-        // removal is applied; a write proposed meanwhile would likely be
-        // in flight at the step-down and end as an unknown outcome. So
+        // openraft hands leadership over about 150 ms after the removal
+        // is committed; a write proposed meanwhile would likely be in
+        // flight at the step-down and end as an unknown outcome. So
         // writes stay paused until then.
         let mut metrics = replica.view().raft().metrics();
         let stepped_down = metrics.wait_until(|m| m.state != openraft::ServerState::Leader);

@@ -29,7 +29,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::answer::answer;
 use crate::auth::Caller;
-use crate::leader_input::{check_entries, check_sender, check_snapshot};
+use crate::peer_input::candidate::check_candidate_vote;
+use crate::peer_input::leader::{
+    check_append, check_append_against, check_sender, check_snapshot, check_transfer,
+};
 use crate::replica::Replica;
 
 fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
@@ -53,7 +56,7 @@ pub struct RaftService {
 }
 
 impl RaftService {
-    /// A unary message only a leader sends (a snapshot chunk, a hand-over):
+    /// A unary message only a leader sends (a snapshot chunk):
     /// its certificate, addressee and sender checked.
     fn leader_message(&self, request: Request<RaftMessage>) -> Result<RaftMessage, Status> {
         self.check_certificate(&request, request.get_ref().from_id)?;
@@ -75,6 +78,13 @@ impl RaftService {
         check_candidate(&self.replica, &message)?;
         let wire: latchkey_storage::types::VoteWire =
             codec::decode(&message.payload).map_err(bad_payload)?;
+        check_candidate_vote(
+            &wire.vote,
+            wire.last_log_id.as_ref(),
+            message.from_id,
+            self.replica.id(),
+        )
+        .map_err(Status::invalid_argument)?;
         Ok(wire.join(message.leadership_transfer))
     }
 
@@ -197,9 +207,17 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     check_leader(replica, message)?;
     let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> =
         codec::decode(&message.payload).map_err(bad_payload)?;
-    check_sender(&rpc.vote, message.from_id, replica.id())
-        .and_then(|()| check_entries(rpc.prev_log_id, &rpc.entries, &rpc.vote))
-        .map_err(Status::invalid_argument)?;
+    check_append(&rpc, message.from_id, replica.id()).map_err(Status::invalid_argument)?;
+    let (vote, committed) = {
+        let metrics = replica.raft().metrics();
+        let m = metrics.borrow_watched();
+        (m.vote, m.local_committed)
+    };
+    // A vote below this replica's is answered by openraft itself with the
+    // higher vote (a deposed leader learns of it so).
+    if rpc.vote.partial_cmp(&vote) != Some(std::cmp::Ordering::Less) {
+        check_append_against(&rpc, committed).map_err(Status::invalid_argument)?;
+    }
     let result = replica.raft().append_entries(rpc).await;
     if matches!(&result, Ok(reply) if !matches!(reply, AppendEntriesResponse::HigherVote(_))) {
         replica.view().heard_from_leader();
@@ -318,14 +336,37 @@ impl RaftRpc for RaftService {
         Ok(Response::new(raft_reply(encode_or_status(&result)?)))
     }
 
-    /// Only from a member of this replica's cluster (the leader sends it),
-    /// addressed to this incarnation.
+    /// Only from the leader, addressed to this incarnation: from a member
+    /// of this replica's cluster, or from the leader of the vote this
+    /// replica holds. A leader removed from the voters hands leadership
+    /// over once its removal is committed (openraft's
+    /// `removed_leader_step_down`), when this replica's membership no
+    /// longer lists it; openraft itself ignores a hand-over under any other
+    /// vote than the one it holds.
     async fn transfer_leader(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let message = self.leader_message(request)?;
-        let rpc = codec::decode(&message.payload).map_err(bad_payload)?;
+        self.check_certificate(&request, request.get_ref().from_id)?;
+        let message = request.into_inner();
+        check_addressee(&self.replica, &message)?;
+        let rpc: openraft::raft::TransferLeaderRequest<latchkey_storage::TypeConfig> =
+            codec::decode(&message.payload).map_err(bad_payload)?;
+        check_transfer(
+            rpc.from_leader(),
+            rpc.last_log_id(),
+            message.from_id,
+            self.replica.id(),
+        )
+        .map_err(Status::invalid_argument)?;
+        let follows_sender = {
+            let metrics = self.replica.raft().metrics();
+            let m = metrics.borrow_watched();
+            m.vote == *rpc.from_leader()
+        };
+        if !follows_sender {
+            check_leader(&self.replica, &message)?;
+        }
         let result = self
             .replica
             .raft()

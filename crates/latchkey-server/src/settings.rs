@@ -134,6 +134,11 @@ impl RaftSettings {
             // that was cut off and comes back does not depose a leader the
             // others still follow.
             enable_pre_vote: Some(true),
+            // A leader removed from the voters hands leadership to the
+            // most caught-up remaining voter 150 ms after its removal is
+            // committed, rather than leaving the others to an election
+            // timeout (`crate::membership::change_voters`).
+            removed_leader_step_down: openraft::StepDownPolicy::After(150),
             ..Config::default()
         };
         let config = config

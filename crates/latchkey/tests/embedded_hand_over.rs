@@ -1,7 +1,8 @@
 //! A leader that stops gracefully hands leadership to another voter first:
 //! `Node::shutdown` says to whom, that voter leads, and writes running
 //! through the stop all succeed (none ends with an unknown outcome).
-//! `Client::transfer_leader` moves leadership on request; with election
+//! `Client::transfer_leader` moves leadership on request, and so does the
+//! removal of the leader from the voters; with election
 //! timeouts far longer than the test's waits, only a transfer (not an
 //! election) can move it in time.
 
@@ -187,6 +188,90 @@ async fn leadership_moves_on_request_and_on_stop_without_an_election() -> TestRe
         assert!(nodes[&next].is_leader());
         admin.put("k", "4").await?;
         assert_eq!(admin.get("k").await?, Some(b"4".to_vec()));
+        for (_, node) in std::mem::take(&mut nodes) {
+            node.shutdown().await;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// A leader removed from the voters hands leadership to a remaining voter
+/// once the removal is committed (openraft's step-down of a removed
+/// leader): with elections far off, another voter leads within seconds.
+/// Writes running through the removal all succeed: the leader paused its
+/// queue, so none ends with an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_removed_from_the_voters_hands_over_without_an_election() -> TestResult {
+    tokio::time::timeout(LIMIT, async {
+        let dir = tempfile::tempdir()?;
+        let listeners = reserve(3)?;
+        let members = addrs(&listeners)?;
+        let mut nodes = BTreeMap::new();
+        for (id, ports) in listeners {
+            let node = common::start_with(id, ports, dir.path(), &members, no_elections()).await?;
+            nodes.insert(id, node);
+        }
+        let first = nodes[&1].wait_for_leader(Duration::from_secs(20)).await?;
+        let admin = Client::with_options(
+            client_addrs(&nodes),
+            latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
+        )?;
+        admin.put("warm", "up").await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (client, stop) = (admin.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut results = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    results.push(client.put(format!("k/{i:05}"), "v").await);
+                    i += 1;
+                }
+                results
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        admin.remove_voter(first).await?;
+        let removed = nodes.remove(&first).ok_or("no leader node")?;
+        let next = {
+            let started = Instant::now();
+            loop {
+                if let Some(id) = nodes.values().find(|n| n.is_leader()).map(|n| n.id()) {
+                    break id;
+                }
+                if started.elapsed() > Duration::from_secs(5) {
+                    return Err("no remaining voter leads 5 s after the leader's removal".into());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        wait_leads(&nodes, next).await?;
+        assert!(!removed.is_leader(), "the removed node still leads");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::SeqCst);
+        let results = writer.await?;
+        assert!(
+            results.len() > 2,
+            "the writer barely ran: {}",
+            results.len()
+        );
+        for (i, result) in results.iter().enumerate() {
+            match result {
+                Ok(_) => {}
+                Err(Error::UnknownOutcome(why)) => {
+                    return Err(format!("write {i} ended with an unknown outcome: {why}").into())
+                }
+                Err(e) => return Err(format!("write {i} failed: {e}").into()),
+            }
+        }
+        let last = results.len() - 1;
+        assert_eq!(
+            admin.get(format!("k/{last:05}")).await?,
+            Some(b"v".to_vec())
+        );
+        assert_eq!(removed.shutdown().await, HandOver::NotLeader);
         for (_, node) in std::mem::take(&mut nodes) {
             node.shutdown().await;
         }

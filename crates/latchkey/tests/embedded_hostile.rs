@@ -17,8 +17,9 @@
 //! member check (different code); removing the member check lets the second
 //! group's higher term through, and the term assertion fails.
 //!
-//! A member (with the secret) sending a snapshot or AppendEntries no leader
-//! could send is refused too, before openraft's assertions on it.
+//! A member (with the secret) sending a snapshot, AppendEntries, hand-over
+//! or vote request no leader or candidate could send is refused too, before
+//! openraft's assertions on it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -273,8 +274,12 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
 /// the sender's vote, or newer than an entry the receiver committed but at
 /// no higher index; either message under an uncommitted vote, or naming the
 /// receiver as leader; entries that do not follow on from the previous log
-/// id. openraft asserts these away (a panic in its core would stop the
-/// replica); the replica refuses them as INVALID_ARGUMENT first, changes
+/// id, a commit index beyond the vote, a membership with a voter that has
+/// no address; vote and pre-vote requests under a committed vote or a term
+/// near `u64::MAX`; a hand-over under a vote that is not a leader's.
+/// openraft asserts these away or overflows on them (a panic in its core
+/// would stop the replica), or would make the receiver lead without an
+/// election; the replica refuses them as INVALID_ARGUMENT first, changes
 /// nothing and serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestResult {
@@ -336,10 +341,16 @@ async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestR
         );
         uncommitted.meta.last_log_id = None;
         let mut raft = raft_client(address, Some(SECRET)).await?;
+        // At the last index a u64 holds (openraft adds one to it).
+        let at_the_end = snapshot(
+            Vote::new_committed(term, leader),
+            latchkey_storage::types::log_id(term, leader, u64::MAX),
+        );
         for (what, rpc) in [
             ("beyond its vote", beyond_vote),
             ("contradicting", contradicts),
             ("under an uncommitted vote", uncommitted),
+            ("at the last index", at_the_end),
         ] {
             let reply = raft
                 .install_snapshot(from(latchkey_core::codec::encode(&rpc)?))
@@ -371,12 +382,42 @@ async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestR
             log_id: latchkey_storage::types::log_id(term, leader, 5),
             payload: openraft::EntryPayload::Blank,
         }];
+        let mut beyond_commit = append(Vote::new_committed(term, leader), Vec::new());
+        beyond_commit.leader_commit = Some(latchkey_storage::types::log_id(term + 5, leader, 1));
+        // A membership entry naming a voter it gives no node for (openraft
+        // builds memberships checked, but decodes them unchecked).
+        let mut broken =
+            serde_json::to_value(latchkey_storage::types::Membership::new_with_defaults(
+                vec![[leader, follower, STRANGER].into_iter().collect()],
+                [],
+            ))?;
+        broken["nodes"] = serde_json::json!({});
+        let mut unaddressed = append(
+            Vote::new_committed(term, leader),
+            vec![latchkey_storage::types::Entry {
+                log_id: latchkey_storage::types::log_id(term, leader, last + 1),
+                payload: openraft::EntryPayload::Membership(serde_json::from_value(broken)?),
+            }],
+        );
+        unaddressed.prev_log_id = Some(latchkey_storage::types::log_id(term, leader, last));
         let appends = [
             (
                 "under an uncommitted vote",
                 leader,
                 append(Vote::new(term + 1, leader), Vec::new()),
             ),
+            ("with a commit index beyond its vote", leader, beyond_commit),
+            (
+                "contradicting a committed entry",
+                leader,
+                AppendEntriesRequest::<TypeConfig> {
+                    vote: Vote::new_committed(term + 100, leader),
+                    prev_log_id: Some(latchkey_storage::types::log_id(term + 100, leader, 1)),
+                    entries: Vec::new(),
+                    leader_commit: None,
+                },
+            ),
+            ("with a voter that has no address", leader, unaddressed),
             (
                 "from the receiver itself",
                 follower,
@@ -407,6 +448,54 @@ async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestR
                 ),
                 Ok(reply) => return Err(format!("an append {what} was answered: {reply:?}").into()),
             }
+        }
+        // Vote and pre-vote requests no candidate sends: a committed vote
+        // naming the receiver (it would lead without an election), a term
+        // no cluster reaches (openraft adds one to it).
+        let votes = [
+            (
+                "with a committed vote naming the receiver",
+                VoteWire {
+                    vote: Vote::new_committed(term + 100, follower),
+                    last_log_id: Some(latchkey_storage::types::log_id(term, leader, last + 1000)),
+                },
+            ),
+            (
+                "beyond the largest term",
+                VoteWire {
+                    vote: Vote::new(u64::MAX, leader),
+                    last_log_id: None,
+                },
+            ),
+        ];
+        for (what, wire) in votes {
+            let message = from(latchkey_core::codec::encode(&wire)?);
+            let answers = [
+                ("vote", raft.vote(message.clone()).await),
+                ("pre-vote", raft.pre_vote(message).await),
+            ];
+            for (kind, answer) in answers {
+                match answer {
+                    Err(status) => assert_eq!(
+                        status.code(),
+                        tonic::Code::InvalidArgument,
+                        "{kind} {what}: {status}"
+                    ),
+                    Ok(reply) => {
+                        return Err(format!("a {kind} {what} was answered: {reply:?}").into())
+                    }
+                }
+            }
+        }
+        // A hand-over under a vote that is not a leader's.
+        let transfer =
+            TransferLeaderRequest::<TypeConfig>::new(Vote::new(term + 1, leader), follower, None);
+        match raft
+            .transfer_leader(from(latchkey_core::codec::encode(&transfer)?))
+            .await
+        {
+            Err(status) => assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}"),
+            Ok(reply) => return Err(format!("a forged hand-over was answered: {reply:?}").into()),
         }
         // Every replica, the target too, applies a write made afterwards
         // (a stopped Raft core never would: the test's limit would fail it),
