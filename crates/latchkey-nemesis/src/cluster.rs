@@ -381,6 +381,25 @@ impl Cluster {
         Some(shorten(pick, 400))
     }
 
+    /// Up to `max` lines of every replica's whole log (all its processes)
+    /// that contain `needle`, each prefixed with the replica's name.
+    pub fn log_lines_containing(&self, needle: &str, max: usize) -> Vec<String> {
+        let mut found = Vec::new();
+        for (i, r) in self.replicas.iter().enumerate() {
+            let Ok(text) = std::fs::read(&r.log) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&text);
+            for line in text.lines().filter(|l| l.contains(needle)) {
+                if found.len() >= max {
+                    return found;
+                }
+                found.push(format!("n{}: {}", i + 1, shorten(line.trim(), 400)));
+            }
+        }
+        found
+    }
+
     /// The first panic replica `i`'s last process logged (`panicked at`,
     /// with the message line after it), if it panicked.
     pub fn panic_message(&self, i: usize) -> Option<String> {

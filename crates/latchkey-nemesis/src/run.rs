@@ -300,6 +300,17 @@ pub async fn run(cfg: RunConfig) -> Result<bool> {
         ));
     }
     notes.extend(cluster.stop(Duration::from_secs(10)));
+    // Nothing here forges Raft messages, so a replica that refused one as
+    // no leader or candidate would send it refused a real member's message:
+    // a check that is wrong (it stalls replication or elections), or a
+    // member that broke.
+    let refusals = cluster.log_lines_containing(latchkey::REFUSED_PEER_MESSAGE, 3);
+    if !refusals.is_empty() && failure.is_none() {
+        failure = Some(Error::Cluster(format!(
+            "a replica refused a member's Raft message: {}",
+            refusals.join(" | ")
+        )));
+    }
     drop(cluster);
 
     let mut files = Vec::new();

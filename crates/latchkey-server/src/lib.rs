@@ -80,6 +80,13 @@ pub use server::{initial_member_map, Server, ServerBuilder};
 pub use settings::RaftSettings;
 pub use tls_accept::tls_handshake_failures;
 
+/// How the warning starts that a replica logs when it refuses a peer's
+/// Raft message that no leader or candidate of its cluster sends (see
+/// `peer_input`): a harness whose replicas are never sent such a message
+/// (the nemesis) counts each as a failure, of a member or of a check.
+pub const REFUSED_PEER_MESSAGE: &str =
+    "refused a Raft message no leader or candidate of this cluster sends";
+
 /// Largest gRPC message a replica accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = latchkey_proto::MAX_MESSAGE_BYTES;
 

@@ -39,6 +39,18 @@ fn encode_or_status<T: Serialize>(value: &T) -> Result<Vec<u8>, Status> {
     codec::encode(value).map_err(|e| Status::internal(e.to_string()))
 }
 
+/// Refuse a peer's Raft message that failed a `peer_input` check, and say
+/// so in the log: a refusal is either a broken member or a check that is
+/// wrong, and both need an operator's eye.
+fn refuse(message: &RaftMessage, why: String) -> Status {
+    tracing::warn!(
+        from = message.from_id,
+        "{}: {why}",
+        crate::REFUSED_PEER_MESSAGE
+    );
+    Status::invalid_argument(why)
+}
+
 fn bad_payload(e: codec::CodecError) -> Status {
     Status::invalid_argument(format!("malformed payload: {e}"))
 }
@@ -84,7 +96,7 @@ impl RaftService {
             message.from_id,
             self.replica.id(),
         )
-        .map_err(Status::invalid_argument)?;
+        .map_err(|why| refuse(&message, why))?;
         Ok(wire.join(message.leadership_transfer))
     }
 
@@ -207,7 +219,7 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     check_leader(replica, message)?;
     let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> =
         codec::decode(&message.payload).map_err(bad_payload)?;
-    check_append(&rpc, message.from_id, replica.id()).map_err(Status::invalid_argument)?;
+    check_append(&rpc, message.from_id, replica.id()).map_err(|why| refuse(message, why))?;
     let (vote, committed) = {
         let metrics = replica.raft().metrics();
         let m = metrics.borrow_watched();
@@ -216,7 +228,7 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     // A vote below this replica's is answered by openraft itself with the
     // higher vote (a deposed leader learns of it so).
     if rpc.vote.partial_cmp(&vote) != Some(std::cmp::Ordering::Less) {
-        check_append_against(&rpc, committed).map_err(Status::invalid_argument)?;
+        check_append_against(&rpc, committed).map_err(|why| refuse(message, why))?;
     }
     let result = replica.raft().append_entries(rpc).await;
     if matches!(&result, Ok(reply) if !matches!(reply, AppendEntriesResponse::HigherVote(_))) {
@@ -313,7 +325,7 @@ impl RaftRpc for RaftService {
         let rpc: InstallSnapshotRequest<TypeConfig> =
             codec::decode(&message.payload).map_err(bad_payload)?;
         check_sender(&rpc.vote, message.from_id, self.replica.id())
-            .map_err(Status::invalid_argument)?;
+            .map_err(|why| refuse(&message, why))?;
         let (vote, committed) = {
             let metrics = self.replica.raft().metrics();
             let m = metrics.borrow_watched();
@@ -328,7 +340,7 @@ impl RaftRpc for RaftService {
                 &rpc.vote,
                 committed,
             )
-            .map_err(Status::invalid_argument)?;
+            .map_err(|why| refuse(&message, why))?;
         }
         // openraft's v1 chunked receiver: chunks go to the file the state
         // machine gives; the last one installs the snapshot.
@@ -358,7 +370,7 @@ impl RaftRpc for RaftService {
             message.from_id,
             self.replica.id(),
         )
-        .map_err(Status::invalid_argument)?;
+        .map_err(|why| refuse(&message, why))?;
         let follows_sender = {
             let metrics = self.replica.raft().metrics();
             let m = metrics.borrow_watched();

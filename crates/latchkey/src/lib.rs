@@ -60,6 +60,7 @@ pub use latchkey_server::{
     initial_member_map, peer_certificate_name, ClusterSecret, ClusterState, Condition, HandOver,
     NodeError, RaftSettings, ServerTls, StorageOptions, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, DEFAULT_MAX_WATCHES, DEFAULT_MAX_WATCHES_PER_CONNECTION,
+    REFUSED_PEER_MESSAGE,
 };
 pub use node::{Node, NodeBuilder};
 
