@@ -32,20 +32,7 @@ async fn a_stopping_leader_hands_over_and_no_write_is_lost() -> TestResult {
         client.put("warm", "up").await?;
 
         // A writer runs through the stop.
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (client, stop) = (client.clone(), Arc::clone(&stop));
-            tokio::spawn(async move {
-                let mut results = Vec::new();
-                let mut i = 0u64;
-                while !stop.load(Ordering::SeqCst) {
-                    results.push(client.put(format!("k/{i:05}"), "v").await);
-                    i += 1;
-                }
-                results
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let writer = Writer::start(&client).await;
 
         // A follower's stop has nothing to hand over.
         let follower = *nodes
@@ -68,9 +55,54 @@ async fn a_stopping_leader_hands_over_and_no_write_is_lost() -> TestResult {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        writer.finish(&client).await?;
+
+        let remaining: Vec<u64> = nodes.keys().copied().collect();
+        for id in remaining {
+            let node = nodes.remove(&id).ok_or("node")?;
+            let handed = node.shutdown().await;
+            if id == follower && id != next {
+                assert_eq!(handed, HandOver::NotLeader);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await?
+}
+
+/// A task putting `k/00000`, `k/00001`, ... one after another until told
+/// to stop, keeping every result.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Result<u64, Error>>>,
+}
+
+impl Writer {
+    /// Start writing through `client`, and let it run 300 ms.
+    async fn start(client: &Client) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (client, stop) = (client.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut results = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    results.push(client.put(format!("k/{i:05}"), "v").await);
+                    i += 1;
+                }
+                results
+            })
+        };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        stop.store(true, Ordering::SeqCst);
-        let results = writer.await?;
+        Writer { stop, task }
+    }
+
+    /// After 300 ms more, stop; every write succeeded (none ended with an
+    /// unknown outcome) and the last one reads back through `client`.
+    async fn finish(self, client: &Client) -> TestResult {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.stop.store(true, Ordering::SeqCst);
+        let results = self.task.await?;
         assert!(
             results.len() > 2,
             "the writer barely ran: {}",
@@ -85,24 +117,13 @@ async fn a_stopping_leader_hands_over_and_no_write_is_lost() -> TestResult {
                 Err(e) => return Err(format!("write {i} failed: {e}").into()),
             }
         }
-        // Every acknowledged write is there.
         let last = results.len() - 1;
         assert_eq!(
             client.get(format!("k/{last:05}")).await?,
             Some(b"v".to_vec())
         );
-
-        let remaining: Vec<u64> = nodes.keys().copied().collect();
-        for id in remaining {
-            let node = nodes.remove(&id).ok_or("node")?;
-            let handed = node.shutdown().await;
-            if id == follower && id != next {
-                assert_eq!(handed, HandOver::NotLeader);
-            }
-        }
-        Ok::<_, Box<dyn std::error::Error>>(())
-    })
-    .await?
+        Ok(())
+    }
 }
 
 /// Election timeouts no test wait comes near: leadership that moves within
@@ -218,20 +239,7 @@ async fn a_leader_removed_from_the_voters_hands_over_without_an_election() -> Te
             latchkey::ClientOptions::default().with_cluster_secret(common::SECRET),
         )?;
         admin.put("warm", "up").await?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (client, stop) = (admin.clone(), Arc::clone(&stop));
-            tokio::spawn(async move {
-                let mut results = Vec::new();
-                let mut i = 0u64;
-                while !stop.load(Ordering::SeqCst) {
-                    results.push(client.put(format!("k/{i:05}"), "v").await);
-                    i += 1;
-                }
-                results
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let writer = Writer::start(&admin).await;
 
         admin.remove_voter(first).await?;
         let removed = nodes.remove(&first).ok_or("no leader node")?;
@@ -249,28 +257,7 @@ async fn a_leader_removed_from_the_voters_hands_over_without_an_election() -> Te
         };
         wait_leads(&nodes, next).await?;
         assert!(!removed.is_leader(), "the removed node still leads");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        stop.store(true, Ordering::SeqCst);
-        let results = writer.await?;
-        assert!(
-            results.len() > 2,
-            "the writer barely ran: {}",
-            results.len()
-        );
-        for (i, result) in results.iter().enumerate() {
-            match result {
-                Ok(_) => {}
-                Err(Error::UnknownOutcome(why)) => {
-                    return Err(format!("write {i} ended with an unknown outcome: {why}").into())
-                }
-                Err(e) => return Err(format!("write {i} failed: {e}").into()),
-            }
-        }
-        let last = results.len() - 1;
-        assert_eq!(
-            admin.get(format!("k/{last:05}")).await?,
-            Some(b"v".to_vec())
-        );
+        writer.finish(&admin).await?;
         assert_eq!(removed.shutdown().await, HandOver::NotLeader);
         for (_, node) in std::mem::take(&mut nodes) {
             node.shutdown().await;

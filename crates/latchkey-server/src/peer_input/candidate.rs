@@ -4,6 +4,7 @@
 use latchkey_storage::types::{LogId, Vote};
 
 use super::bounds;
+use super::sender::check_own_vote;
 
 /// Whether a vote or pre-vote request sent by node `from` to replica `me`,
 /// standing with `vote` on a log ending at `last_log_id`, is one a
@@ -30,17 +31,7 @@ pub(crate) fn check_candidate_vote(
              committed"
         ));
     }
-    if vote.leader_id.node_id != from {
-        return Err(format!(
-            "the request's vote {vote} stands for node {}, but node {from} sent it",
-            vote.leader_id.node_id
-        ));
-    }
-    if from == me {
-        return Err(format!(
-            "the request claims to come from this replica's own id {me}"
-        ));
-    }
+    check_own_vote(vote, from, me)?;
     if let Some(last) = last_log_id {
         if last.leader_id > vote.leader_id {
             return Err(format!(

@@ -30,6 +30,7 @@ use openraft::EntryPayload;
 
 use super::bounds;
 use super::membership::check_membership;
+use super::sender::check_own_vote;
 
 /// Whether AppendEntries `rpc`, sent by node `from` to replica `me`, is one
 /// a leader sends: [`check_sender`], [`check_entries`] and
@@ -58,18 +59,7 @@ pub(crate) fn check_sender(vote: &Vote, from: u64, me: u64) -> Result<(), String
             "a leader sends its committed vote; this message's vote {vote} is not committed"
         ));
     }
-    if vote.leader_id.node_id != from {
-        return Err(format!(
-            "the message's vote {vote} names node {} as leader, but node {from} sent it",
-            vote.leader_id.node_id
-        ));
-    }
-    if from == me {
-        return Err(format!(
-            "the message claims to come from this replica's own id {me}"
-        ));
-    }
-    Ok(())
+    check_own_vote(vote, from, me)
 }
 
 /// Whether `entries`, sent after `prev` under `vote`, are a piece of a log
@@ -284,6 +274,20 @@ mod tests {
         StoredMembership::new(Some(at), membership)
     }
 
+    fn append(
+        vote: Vote,
+        prev: Option<LogId>,
+        entries: Vec<Entry>,
+        commit: Option<LogId>,
+    ) -> AppendEntriesRequest<latchkey_storage::TypeConfig> {
+        AppendEntriesRequest {
+            vote,
+            prev_log_id: prev,
+            entries,
+            leader_commit: commit,
+        }
+    }
+
     fn blank(term: u64, node: u64, index: u64) -> Entry {
         Entry {
             log_id: log_id(term, node, index),
@@ -424,14 +428,6 @@ mod tests {
 
     #[test]
     fn appends_are_checked_whole() {
-        let append = |vote, prev, entries: Vec<Entry>, commit| AppendEntriesRequest::<
-            latchkey_storage::TypeConfig,
-        > {
-            vote,
-            prev_log_id: prev,
-            entries,
-            leader_commit: commit,
-        };
         let vote = Vote::new_committed(7, 2);
         let ok = append(
             vote,
@@ -474,14 +470,8 @@ mod tests {
     #[test]
     fn an_append_agreeing_with_what_is_committed_passes() {
         let committed = Some(log_id(5, 1, 40));
-        let append = |prev, entries: Vec<Entry>, commit| AppendEntriesRequest::<
-            latchkey_storage::TypeConfig,
-        > {
-            vote: Vote::new_committed(7, 2),
-            prev_log_id: prev,
-            entries,
-            leader_commit: commit,
-        };
+        let append =
+            |prev, entries, commit| append(Vote::new_committed(7, 2), prev, entries, commit);
         for rpc in [
             append(None, Vec::new(), None),
             append(
@@ -512,14 +502,8 @@ mod tests {
     #[test]
     fn an_append_contradicting_what_is_committed_is_refused() {
         let committed = Some(log_id(5, 1, 40));
-        let append = |prev, entries: Vec<Entry>, commit| AppendEntriesRequest::<
-            latchkey_storage::TypeConfig,
-        > {
-            vote: Vote::new_committed(7, 2),
-            prev_log_id: prev,
-            entries,
-            leader_commit: commit,
-        };
+        let append =
+            |prev, entries, commit| append(Vote::new_committed(7, 2), prev, entries, commit);
         for rpc in [
             // A later leadership below the committed entry.
             append(Some(log_id(7, 2, 30)), Vec::new(), None),

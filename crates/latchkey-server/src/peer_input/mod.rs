@@ -13,6 +13,8 @@
 //!   `+ 1` on them cannot overflow;
 //! - [`membership`]: a membership openraft can work with (one or two
 //!   non-empty voter sets, every voter with a node);
+//! - [`sender`]: the vote a message carries names its sender, which is not
+//!   this replica;
 //! - [`leader`]: an AppendEntries, a snapshot or a hand-over as a leader
 //!   sends them (its own committed vote, entries that follow on, a commit
 //!   index on the sent log, log ids and a snapshot that agree with what this
@@ -37,3 +39,4 @@ pub(crate) mod bounds;
 pub(crate) mod candidate;
 pub(crate) mod leader;
 pub(crate) mod membership;
+pub(crate) mod sender;
