@@ -12,6 +12,9 @@
 //! - A watcher that never reads is ended (`WATCH_TOO_SLOW`, naming the
 //!   revision to resume from) while writes go on, and resuming there misses
 //!   nothing.
+//! - Watches whose caller stops reading hold up none of the same client's
+//!   other calls: its reads and its session's keep-alives still answer
+//!   while the watches are sent more than any flow-control window holds.
 //! - A watch on a follower cut off from the rest of the cluster says it is
 //!   behind in its progress notices, and stops saying so once the cluster
 //!   is back; a change made then arrives.
@@ -462,6 +465,71 @@ async fn never_reads(c: &mut Cluster) -> Result<()> {
             other => bail!("the resumed watch answered {other:?}"),
         }
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_their_caller_does_not_read_hold_up_no_other_call() {
+    let mut c = Cluster::start("watch-unread", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, unread_watches(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// Watches one client opens and then stops reading.
+const UNREAD_WATCHES: usize = 4;
+/// The session TTL of that client: its keep-alives must keep landing.
+const UNREAD_SESSION_TTL: Duration = Duration::from_secs(3);
+
+async fn unread_watches(c: &mut Cluster) -> Result<()> {
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    // Everything this client does goes to the leader: its reads, its
+    // session's keep-alives and its watches.
+    let client = c.client_for(&[leader])?;
+    let session = client.session(UNREAD_SESSION_TTL).await?;
+    let mut watches = Vec::new();
+    for _ in 0..UNREAD_WATCHES {
+        let mut watch = client.watch(Selection::prefix("unread/"));
+        // Its first message (a progress notice) says it is open; after
+        // that it is never read.
+        match tokio::time::timeout(Duration::from_secs(10), watch.next()).await {
+            Ok(Some(Ok(_))) => watches.push(watch),
+            other => bail!("a watch did not open: {other:?}"),
+        }
+    }
+    // Another client writes 24 MiB under the prefix: each watch is sent
+    // far more than the flow-control windows of its stream hold.
+    let writer = c.client()?;
+    let value = vec![b'v'; 64 * 1024];
+    for i in 0..384 {
+        retrying("write", async || {
+            writer.put(format!("unread/{}", i % 32), &value).await
+        })
+        .await?;
+    }
+    // The client's own calls still answer, and its session stays live over
+    // several TTLs.
+    for round in 0..6 {
+        tokio::time::timeout(Duration::from_secs(5), client.get("unread/0"))
+            .await
+            .with_context(|| {
+                format!(
+                    "round {round}: a read by the client whose {UNREAD_WATCHES} watches are not \
+                     read did not answer within 5 s"
+                )
+            })?
+            .with_context(|| format!("round {round}: the read failed"))?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    ensure!(
+        session.is_live(),
+        "the session was lost while its client's watches were not read"
+    );
+    drop(watches);
+    session.close().await?;
     Ok(())
 }
 

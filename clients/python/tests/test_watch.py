@@ -5,6 +5,9 @@ import threading
 
 import pytest
 
+import latchkey
+from conftest import endpoints
+
 
 def test_a_prefix_watch_sees_every_change_in_order(client, ns):
     first = client.put(ns + "w/a", "0")
@@ -64,3 +67,24 @@ def test_bad_selections_are_refused(client, ns):
         client.watch(key="a", prefix="b")
     with pytest.raises(ValueError):
         client.watch(end="z")
+
+
+def test_watches_not_read_hold_up_no_other_call(client, ns):
+    # HTTP/2 shares a connection's flow-control window among its streams;
+    # watches whose caller stopped reading must not take it from the
+    # client's other calls.
+    first = client.put(ns + "unread/0", "0")
+    watches = []
+    for _ in range(4):
+        watch = client.watch(prefix=ns + "unread/", start_revision=first)
+        assert next(watch).revision == first  # open; never read again
+        watches.append(watch)
+    value = b"v" * (64 * 1024)
+    with latchkey.Client(endpoints(), patience=30.0) as writer:
+        for i in range(384):  # 24 MiB: more than any window holds
+            writer.put(ns + "unread/" + str(i % 32), value)
+    # Held up, this would raise Unavailable after the client's patience.
+    for _ in range(3):
+        assert client.get(ns + "unread/0") == value
+    for watch in watches:
+        watch.close()

@@ -63,9 +63,16 @@ struct Peer {
 
 impl Peer {
     fn new(addr: String, options: &ClientOptions) -> Result<Peer, Error> {
+        // Lazy, as every channel: it connects when the first watch opens.
+        let watch_channel = channel(&addr, options)?;
         let channel = channel(&addr, options)?;
         let user = Credentials::new(options)?;
-        let endpoint = Arc::new(Endpoint::new(channel.clone(), options.call_stream, user));
+        let endpoint = Arc::new(Endpoint::new(
+            channel.clone(),
+            watch_channel,
+            options.call_stream,
+            user,
+        ));
         Ok(Peer {
             addr,
             channel,

@@ -14,6 +14,16 @@
 //!   [`KEEP_ALIVE_BUSY_CALLS`](super::call_stream::KEEP_ALIVE_BUSY_CALLS)
 //!   or more calls of the stream waiting for replies, it goes as its own
 //!   unary `Lock.KeepAlive`.
+//!
+//! Watches go over a connection of their own to the replica, opened when
+//! the first one starts. HTTP/2 shares one flow-control window among the
+//! streams of a connection, and a stream's received bytes hold their part
+//! of it until the caller reads them: a few watches whose caller stopped
+//! reading (a stuck consumer, a slow configuration reload) would otherwise
+//! take the whole window and hold up every reply on the connection,
+//! session keep-alives included, until the session is lost. On their own
+//! connection, unread watches hold up only other watches of the client at
+//! that replica, and those are ended by the replica as too slow and resumed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,9 +80,11 @@ impl TransportStats {
     }
 }
 
-/// One remote replica: its channel and, unless turned off, its call stream.
+/// One remote replica: its channel and, unless turned off, its call
+/// stream; and the channel its watches go over.
 pub(crate) struct Endpoint {
     channel: Channel,
+    watch_channel: Channel,
     user: Option<Credentials>,
     stream: Option<CallStream>,
     stream_calls: AtomicU64,
@@ -81,12 +93,20 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn new(channel: Channel, call_stream: bool, user: Option<Credentials>) -> Endpoint {
+    /// Calls go over `channel`, watches over `watch_channel` (a channel
+    /// of its own: see the module docs).
+    pub(crate) fn new(
+        channel: Channel,
+        watch_channel: Channel,
+        call_stream: bool,
+        user: Option<Credentials>,
+    ) -> Endpoint {
         let frames = Arc::new(AtomicU64::new(0));
         Endpoint {
             stream: call_stream
                 .then(|| CallStream::new(channel.clone(), Arc::clone(&frames), user.clone())),
             channel,
+            watch_channel,
             user,
             stream_calls: AtomicU64::new(0),
             frames,
@@ -98,7 +118,7 @@ impl Endpoint {
     /// transport failure (the replica unreachable or gone mid-stream) ends
     /// it as `Unavailable`.
     pub(crate) async fn watch(&self, spec: &WatchSpec) -> Result<WatchStream, WatchError> {
-        let mut client = WatchClient::new(self.channel.clone())
+        let mut client = WatchClient::new(self.watch_channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let request = as_user(&self.user, wire::watch_request_to_wire(spec));
