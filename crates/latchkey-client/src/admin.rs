@@ -185,7 +185,7 @@ impl Client {
                     force,
                 };
                 async move {
-                    let mut leader = self.leader_membership(target).await?;
+                    let (_, mut leader) = self.leader_membership(target).await?;
                     let request = membership_request(request, self.router().options())?;
                     match leader.add_member(request).await {
                         Ok(r) => refused(r.into_inner().error),
@@ -245,7 +245,7 @@ impl Client {
                         force,
                     };
                     async move {
-                        let mut leader = self.leader_membership(target).await?;
+                        let (_, mut leader) = self.leader_membership(target).await?;
                         let request = membership_request(request, self.router().options())?;
                         match leader.change_voters(request).await {
                             Ok(r) => refused(r.into_inner().error),
@@ -274,9 +274,11 @@ impl Client {
     /// (nothing started; the leader carries on). A target still catching
     /// up, a membership change in progress, or an election that overtook
     /// the transfer are retried within the call's time; what is left at
-    /// its end is [`Error::Unavailable`]. A call that names its target is
-    /// safe to repeat; one without a target moves leadership again on each
-    /// repeat.
+    /// its end is [`Error::Unavailable`]. Within the call, a lost reply is
+    /// asked again without moving leadership twice: a call without a
+    /// target names the leader it found at its first attempt, and a leader
+    /// other than that one answers its own id. A new call without a target
+    /// moves leadership again.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
@@ -285,18 +287,23 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn transfer_leader(&self, to: Option<u64>) -> Result<u64, Error> {
-        // Not a write: a lost reply is asked again, which is safe with a
-        // named target (on the target itself it changes nothing). Without
-        // one, a lost reply's retry may move leadership once more.
+        // Not a write: a lost reply is asked again, which is safe. With a
+        // named target, on the target itself it changes nothing; without
+        // one, every attempt names the leader the first one found.
+        let away_from = std::sync::OnceLock::new();
+        let away_from = &away_from;
         self.router()
             .call_with(
                 false,
                 CHANGE_VOTERS_TIMEOUT,
                 CHANGE_VOTERS_TIMEOUT,
                 |target, _| async move {
-                    let mut leader = self.leader_membership(target).await?;
-                    let request =
-                        membership_request(v1::MoveLeaderRequest { to }, self.router().options())?;
+                    let (leader_id, mut leader) = self.leader_membership(target).await?;
+                    let away_from = to.is_none().then(|| *away_from.get_or_init(|| leader_id));
+                    let request = membership_request(
+                        v1::MoveLeaderRequest { to, away_from },
+                        self.router().options(),
+                    )?;
                     match leader.move_leader(request).await {
                         Ok(r) => {
                             let reply = r.into_inner();
@@ -310,13 +317,13 @@ impl Client {
             .map_err(Error::Refused)
     }
 
-    /// A `Membership` client on the peer listener of the leader, as the
-    /// replica at `target` knows it (its status names the leader and the
-    /// membership records every member's peer address).
+    /// The leader's id and a `Membership` client on its peer listener, as
+    /// the replica at `target` knows it (its status names the leader and
+    /// the membership records every member's peer address).
     async fn leader_membership(
         &self,
         target: Target,
-    ) -> Result<MembershipClient<Channel>, Attempt> {
+    ) -> Result<(u64, MembershipClient<Channel>), Attempt> {
         let status: NodeStatus = match target {
             Target::Local(replica) => replica.status(),
             Target::Remote { channel, .. } => admin_client(channel)
@@ -338,9 +345,12 @@ impl Client {
             })?;
         let channel =
             channel(&leader.peer_addr, self.router().options()).map_err(Attempt::not_usable)?;
-        Ok(MembershipClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        Ok((
+            leader.id,
+            MembershipClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        ))
     }
 
     /// Make learner `id` a voter. It must be a member already

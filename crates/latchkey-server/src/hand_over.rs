@@ -86,7 +86,10 @@ pub(crate) async fn hand_over<H: MembershipHost>(
 
 /// Move leadership from this replica, which must lead, to voter `to`
 /// (`None`: a voter that answers and holds the leader's last entry) and
-/// return the id of the voter that leads afterwards.
+/// return the id of the voter that leads afterwards. Without `to`,
+/// `away_from` names the leader the caller wants to move away from: when
+/// this replica is another, leadership has moved already (a repeat after a
+/// lost reply) and nothing changes.
 ///
 /// Refused as `NotLeader` on a replica that does not lead; as an invalid
 /// argument for a target that is not a voter, or that has not answered the
@@ -104,6 +107,7 @@ pub(crate) async fn hand_over<H: MembershipHost>(
 pub(crate) async fn transfer_leader(
     replica: Arc<impl MembershipHost>,
     to: Option<u64>,
+    away_from: Option<u64>,
 ) -> Result<u64, ReplicaFailure> {
     tokio::spawn(async move {
         let lock = replica.membership_changes().lock();
@@ -118,7 +122,7 @@ pub(crate) async fn transfer_leader(
                 leader: replica.view().leader(),
             });
         }
-        if to == Some(me) {
+        if to == Some(me) || (to.is_none() && away_from.is_some_and(|from| from != me)) {
             return Ok(me);
         }
         if let Some(id) = to {

@@ -685,9 +685,10 @@ impl Membership for MembershipService {
                 }))
             }
         };
-        let v1::MoveLeaderRequest { to } = request.into_inner();
-        tracing::info!(by = %who, ?to, "leader transfer");
-        let moved = crate::hand_over::transfer_leader(Arc::clone(&self.replica), to).await;
+        let v1::MoveLeaderRequest { to, away_from } = request.into_inner();
+        tracing::info!(by = %who, ?to, ?away_from, "leader transfer");
+        let moved =
+            crate::hand_over::transfer_leader(Arc::clone(&self.replica), to, away_from).await;
         let reply = match moved {
             Ok(leader_id) => v1::MoveLeaderReply {
                 error: None,

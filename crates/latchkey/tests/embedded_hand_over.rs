@@ -191,6 +191,27 @@ async fn leadership_moves_on_request_and_on_stop_without_an_election() -> TestRe
         wait_leads(&nodes, chosen).await?;
         admin.put("k", "2").await?;
 
+        // That call asked again after a lost reply names the leader it
+        // moved away from: the new leader answers and stays.
+        let channel = tonic::transport::Channel::from_shared(format!(
+            "http://{}",
+            nodes[&chosen].peer_addr()
+        ))?
+        .connect()
+        .await?;
+        let repeat = latchkey_proto::v1::membership_client::MembershipClient::with_interceptor(
+            channel,
+            common::SecretHeader(Some(common::SECRET)),
+        )
+        .move_leader(latchkey_proto::v1::MoveLeaderRequest {
+            to: None,
+            away_from: Some(named),
+        })
+        .await?
+        .into_inner();
+        assert_eq!((repeat.error, repeat.leader_id), (None, chosen));
+        assert!(nodes[&chosen].is_leader());
+
         // A graceful stop of the leader hands over too.
         let handed = nodes.remove(&chosen).ok_or("leader")?.shutdown().await;
         let HandOver::To(next) = handed else {

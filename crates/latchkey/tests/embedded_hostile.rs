@@ -245,7 +245,10 @@ async fn forged_raft_calls_are_refused_and_change_nothing() -> TestResult {
                 Ok(reply) => return Err(format!("membership on the client port: {reply:?}").into()),
             }
             let moved = membership
-                .move_leader(latchkey_proto::v1::MoveLeaderRequest { to: None })
+                .move_leader(latchkey_proto::v1::MoveLeaderRequest {
+                    to: None,
+                    away_from: None,
+                })
                 .await;
             match moved {
                 Err(status) => assert_eq!(status.code(), unimplemented, "{status}"),
