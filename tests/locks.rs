@@ -143,27 +143,39 @@ async fn force_release(c: &mut Cluster) -> Result<()> {
     let client = Client::with_options(c.endpoints(), client_options())?;
     let (mut holder, held) = cli_holder(c, &client, "jobs", &["--ttl", "5s"]).await?;
 
-    let listed = c.cli(&["-w", "json", "sessions"]).await?;
-    let rows: serde_json::Value = serde_json::from_str(listed.ok()?)
-        .with_context(|| format!("`sessions -w json` printed {:?}", listed.stdout))?;
-    let row = rows
-        .as_array()
-        .and_then(|rows| {
-            rows.iter()
-                .find(|r| r["held"][0]["token"].as_u64() == Some(held.0))
-        })
-        .with_context(|| format!("the holder is not listed: {rows}"))?;
     let pid = holder.pid().to_string();
-    ensure!(
-        row["name"]
-            .as_str()
-            .is_some_and(|n| n.contains("latchkey") && n.contains(&pid))
-            && row["held"][0]["name"] == "jobs"
-            && row["held"][0]["kind"] == "lock"
-            && row["ttl_ms"] == 5_000
-            && row["left_ms"].as_u64().is_some_and(|l| l <= 5_000),
-        "the holder's row (pid {pid}): {row}"
-    );
+    // How long the session has left comes from the leader's countdowns,
+    // which a new leader resumes only once it has read the state (a quorum
+    // round and the apply of everything committed before it): on a loaded
+    // machine that can come after the first listing.
+    eventually(
+        Duration::from_secs(10),
+        "the holder listed with its time left",
+        async || {
+            let listed = c.cli(&["-w", "json", "sessions"]).await?;
+            let rows: serde_json::Value = serde_json::from_str(listed.ok()?)
+                .with_context(|| format!("`sessions -w json` printed {:?}", listed.stdout))?;
+            let row = rows
+                .as_array()
+                .and_then(|rows| {
+                    rows.iter()
+                        .find(|r| r["held"][0]["token"].as_u64() == Some(held.0))
+                })
+                .with_context(|| format!("the holder is not listed: {rows}"))?;
+            ensure!(
+                row["name"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("latchkey") && n.contains(&pid))
+                    && row["held"][0]["name"] == "jobs"
+                    && row["held"][0]["kind"] == "lock"
+                    && row["ttl_ms"] == 5_000
+                    && row["left_ms"].as_u64().is_some_and(|l| l <= 5_000),
+                "the holder's row (pid {pid}): {row}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
     let table = c.cli(&["sessions"]).await?;
     ensure!(
         table.ok()?.contains(&format!("jobs#{}", held.0)),

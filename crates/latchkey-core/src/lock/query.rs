@@ -85,7 +85,9 @@ pub struct SessionListing {
     pub forced: u64,
     /// How long it has left before it expires, in milliseconds: never set
     /// by the core (it has no clock); the replica that answers sets it from
-    /// its countdowns if it leads.
+    /// its countdowns if it leads and has resumed them (a new leader does
+    /// once it has read the state after its election: a quorum round and
+    /// the apply of what was committed before; until then, `None`).
     pub left_ms: Option<u64>,
 }
 
