@@ -75,16 +75,18 @@ def test_watches_not_read_hold_up_no_other_call(client, ns):
     # client's other calls.
     first = client.put(ns + "unread/0", "0")
     watches = []
-    for _ in range(4):
-        watch = client.watch(prefix=ns + "unread/", start_revision=first)
-        assert next(watch).revision == first  # open; never read again
-        watches.append(watch)
-    value = b"v" * (64 * 1024)
-    with latchkey.Client(endpoints(), patience=30.0) as writer:
-        for i in range(384):  # 24 MiB: more than any window holds
-            writer.put(ns + "unread/" + str(i % 32), value)
-    # Held up, this would raise Unavailable after the client's patience.
-    for _ in range(3):
-        assert client.get(ns + "unread/0") == value
-    for watch in watches:
-        watch.close()
+    try:
+        for _ in range(4):
+            watch = client.watch(prefix=ns + "unread/", start_revision=first)
+            watches.append(watch)
+            assert next(watch).revision == first  # open; never read again
+        value = b"v" * (64 * 1024)
+        with latchkey.Client(endpoints(), patience=30.0) as writer:
+            for i in range(384):  # 24 MiB: more than any window holds
+                writer.put(ns + "unread/" + str(i % 32), value)
+        # Held up, this would raise Unavailable after the client's patience.
+        for _ in range(3):
+            assert client.get(ns + "unread/0") == value
+    finally:
+        for watch in watches:
+            watch.close()

@@ -30,8 +30,9 @@ USAGE:
                                      process, TTL --ttl) is SIGKILLed while a
                                      candidate waits; time until it leads, --rounds
                                      times (default 10)
-    latchkey-bench watch [OPTIONS]   put x64 with and without --watchers watchers
-                                     on the prefix (interleaved), the delay from a
+    latchkey-bench watch [OPTIONS]   puts (x64, or the first --clients value) with
+                                     and without --watchers watchers on the
+                                     prefix (interleaved), the delay from a
                                      put's acknowledgement to each watcher; then
                                      one writer and one watcher
     cargo xtask bench [kv|lock|all|failover|rolling|churn|elect|watch] [OPTIONS]
@@ -41,8 +42,9 @@ OPTIONS:
     --duration D       how long each (workload, clients) run lasts (default 5s;
                        units ms, s or m; at most 10m)
     --clients LIST     concurrent client tasks, comma-separated, each 1..=1024:
-                       kv's put and get runs (default 1,8,64) and lock's
-                       lock-cycle runs (default 1,32)
+                       kv's put and get runs (default 1,8,64), lock's
+                       lock-cycle runs (default 1,32), and watch's writers
+                       (the first value; default 64)
     --contended LIST   client tasks of lock's contended runs (default 32)
     --value-size N     bytes per kv value (default 128; at most 1 MiB)
     --out DIR          where the JSON results and SVG charts go (default
@@ -123,6 +125,8 @@ impl ClientMode {
 
 /// Client counts of kv's runs when --clients is not given.
 pub const KV_CLIENTS: &[usize] = &[1, 8, 64];
+/// Writers of the watch benchmark when --clients is not given.
+const WATCH_WRITERS: usize = 64;
 /// Client counts of lock-cycle's runs when --clients is not given.
 pub const LOCK_CYCLE_CLIENTS: &[usize] = &[1, 32];
 /// Client counts of contended's runs when --contended is not given.
@@ -209,6 +213,14 @@ impl Options {
         self.clients
             .clone()
             .unwrap_or_else(|| LOCK_CYCLE_CLIENTS.to_vec())
+    }
+
+    /// Writer tasks of the watch benchmark's put runs.
+    pub fn watch_writers(&self) -> usize {
+        self.clients
+            .as_ref()
+            .and_then(|c| c.first().copied())
+            .unwrap_or(WATCH_WRITERS)
     }
 
     /// Client counts of contended's runs.

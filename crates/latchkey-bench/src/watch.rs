@@ -1,7 +1,7 @@
 //! The watch workload: what watchers cost the writes, and how soon a
 //! watcher hears of a write.
 //!
-//! 1. `put-unwatched`: [`WRITERS`] tasks putting distinct keys under
+//! 1. `put-unwatched`: `--clients` tasks (default 64) putting distinct keys under
 //!    [`PREFIX`] for the duration, nobody watching; `put-watched`: the same
 //!    while `--watchers` watchers (default 1,000) follow the prefix. Run
 //!    twice, interleaved (unwatched, watched, unwatched, watched), so that
@@ -38,8 +38,6 @@ use crate::testbed::{setup_budget, Testbed};
 
 /// The watched prefix.
 const PREFIX: &str = "bench/watch/";
-/// Writer tasks of the watched and unwatched put runs.
-const WRITERS: usize = 64;
 /// Watches per client (one connection per replica each).
 const WATCHERS_PER_CLIENT: usize = 250;
 /// Acknowledgement slots per writer task and run: puts past it are not
@@ -146,26 +144,27 @@ impl Acks {
 /// run, the report.
 pub async fn bench(opts: &Options) -> Result<(), String> {
     let mut bed = Testbed::start("watch", opts).await?;
-    let clients = bed.clients(opts, WRITERS).await?;
+    let writers = opts.watch_writers();
+    let clients = bed.clients(opts, writers).await?;
     let value = Arc::new(make_value(opts.value_size));
     let watchers = opts.watchers;
     let mut results = Vec::new();
     let (mut unwatched, mut watched) = (Vec::new(), Vec::new());
     let mut delays = Vec::new();
     for round in 0..2u64 {
-        eprintln!("latchkey-bench: put, {WRITERS} writers, no watchers");
-        let plain = puts(&clients, WRITERS, opts.duration, &value, 2 * round).await?;
+        eprintln!("latchkey-bench: put, {writers} writers, no watchers");
+        let plain = puts(&clients, writers, opts.duration, &value, 2 * round).await?;
         progress(&plain);
         unwatched.push(plain.ops_per_s);
         results.push(plain);
         bed.check_alive()?;
 
-        eprintln!("latchkey-bench: put, {WRITERS} writers, {watchers} watchers");
+        eprintln!("latchkey-bench: put, {writers} writers, {watchers} watchers");
         let (put, delay) = watched_puts(
             &bed,
             &clients,
             watchers,
-            WRITERS,
+            writers,
             opts.duration,
             &value,
             2 * round + 1,
@@ -206,7 +205,7 @@ pub async fn bench(opts: &Options) -> Result<(), String> {
     };
     let params = WatchParams {
         watchers,
-        writers: WRITERS,
+        writers,
         value_size: opts.value_size,
         put_ratio,
     };

@@ -79,6 +79,33 @@ fn membership_request<T>(
     Ok(request)
 }
 
+/// The leader a `transfer_leader` call without a target may already have
+/// moved leadership away from. An attempt names the leader it reaches
+/// (`away_from`); from the moment it is sent until a definite answer says
+/// nothing started, leadership may have moved, so later attempts name that
+/// same leader, and a leader other than it answers without moving. Pinned
+/// only while the outcome is unknown: a stale status naming an old leader
+/// that answers `NotLeader` must not turn the real leader's attempt into a
+/// no-op.
+#[derive(Default)]
+struct MovedFrom(std::sync::Mutex<Option<u64>>);
+
+impl MovedFrom {
+    /// The leader an attempt that reaches `leader` names, and what was
+    /// pinned before it (for [`MovedFrom::undo`]).
+    fn attempt(&self, leader: u64) -> (Option<u64>, Option<u64>) {
+        let mut pinned = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let before = *pinned;
+        let away_from = *pinned.get_or_insert(leader);
+        (Some(away_from), before)
+    }
+
+    /// The attempt moved nothing: back to what was pinned before it.
+    fn undo(&self, before: Option<u64>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = before;
+    }
+}
+
 impl Client {
     /// Status of the replica at `addr` (which need not be the leader).
     pub async fn status_of(&self, addr: &str) -> Result<NodeStatus, Error> {
@@ -275,10 +302,12 @@ impl Client {
     /// up, a membership change in progress, or an election that overtook
     /// the transfer are retried within the call's time; what is left at
     /// its end is [`Error::Unavailable`]. Within the call, a lost reply is
-    /// asked again without moving leadership twice: a call without a
-    /// target names the leader it found at its first attempt, and a leader
-    /// other than that one answers its own id. A new call without a target
-    /// moves leadership again.
+    /// asked again without moving leadership twice: an attempt without a
+    /// target names the leader it asks to move away from, and once an
+    /// attempt may have moved it (no definite answer came back, or the
+    /// hand-over started and did not finish in time) every later attempt
+    /// names that same leader, and a leader other than it answers its own
+    /// id. A new call without a target moves leadership again.
     ///
     /// ```no_run
     /// # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {
@@ -289,9 +318,9 @@ impl Client {
     pub async fn transfer_leader(&self, to: Option<u64>) -> Result<u64, Error> {
         // Not a write: a lost reply is asked again, which is safe. With a
         // named target, on the target itself it changes nothing; without
-        // one, every attempt names the leader the first one found.
-        let away_from = std::sync::OnceLock::new();
-        let away_from = &away_from;
+        // one, see `MovedFrom`.
+        let moved_from = MovedFrom::default();
+        let moved_from = &moved_from;
         self.router()
             .call_with(
                 false,
@@ -299,18 +328,33 @@ impl Client {
                 CHANGE_VOTERS_TIMEOUT,
                 |target, _| async move {
                     let (leader_id, mut leader) = self.leader_membership(target).await?;
-                    let away_from = to.is_none().then(|| *away_from.get_or_init(|| leader_id));
+                    let (away_from, before) = match to {
+                        Some(_) => (None, None),
+                        None => moved_from.attempt(leader_id),
+                    };
                     let request = membership_request(
                         v1::MoveLeaderRequest { to, away_from },
                         self.router().options(),
                     )?;
-                    match leader.move_leader(request).await {
+                    let answer = match leader.move_leader(request).await {
                         Ok(r) => {
                             let reply = r.into_inner();
                             refused(reply.error).map(|r| r.map(|()| reply.leader_id))
                         }
                         Err(s) => Err(classify_status(&s)),
+                    };
+                    if matches!(
+                        answer,
+                        Err(Attempt::NotSent(_)
+                            | Attempt::Refused(
+                                ReplicaFailure::NotLeader { .. }
+                                    | ReplicaFailure::InvalidArgument(_)
+                            ))
+                    ) {
+                        // Nothing started: this attempt moved nothing.
+                        moved_from.undo(before);
                     }
+                    answer
                 },
             )
             .await?
@@ -473,5 +517,29 @@ impl Client {
             return Err(Error::InvalidArgument(format!("node {id} is not a member")));
         }
         self.change_voters_with(voters, force).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MovedFrom;
+
+    /// An attempt names the leader it reaches unless an earlier one may
+    /// have moved leadership; one that moved nothing leaves no trace.
+    #[test]
+    fn a_transfer_names_the_leader_it_may_have_moved_away_from() {
+        let moved = MovedFrom::default();
+        // A stale status: node 1 answers NotLeader, nothing started.
+        let (away, before) = moved.attempt(1);
+        assert_eq!((away, before), (Some(1), None));
+        moved.undo(before);
+        // The real leader, node 2: its reply is lost (outcome unknown).
+        assert_eq!(moved.attempt(2), (Some(2), None));
+        // Asked again at the new leader, node 3: still away from node 2.
+        assert_eq!(moved.attempt(3), (Some(2), Some(2)));
+        // An attempt that moved nothing restores what was pinned.
+        let (_, before) = moved.attempt(3);
+        moved.undo(before);
+        assert_eq!(moved.attempt(4), (Some(2), Some(2)));
     }
 }

@@ -22,8 +22,9 @@
 //! reading (a stuck consumer, a slow configuration reload) would otherwise
 //! take the whole window and hold up every reply on the connection,
 //! session keep-alives included, until the session is lost. On their own
-//! connection, unread watches hold up only other watches of the client at
-//! that replica, and those are ended by the replica as too slow and resumed.
+//! connection, unread watches can hold up only the client's other watches
+//! at that replica, until their callers read or drop them (the replica
+//! ends them as too slow, but that ending waits behind the unread bytes).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
