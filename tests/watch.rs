@@ -14,10 +14,16 @@
 //!   nothing.
 //! - Watches whose caller stops reading hold up none of the same client's
 //!   other calls: its reads and its session's keep-alives still answer
-//!   while the watches are sent more than any flow-control window holds.
+//!   while the watches are sent more than any flow-control window holds,
+//!   a new watch of that client at that replica gets its change, and the
+//!   unread watches, read at last, deliver every change once, in order.
 //! - A watch on a follower cut off from the rest of the cluster says it is
 //!   behind in its progress notices, and stops saying so once the cluster
 //!   is back; a change made then arrives.
+//! - A watch on a replica that is paused (SIGSTOP: its connection stays
+//!   open) hears of a change made elsewhere long before HTTP/2 keep-alive
+//!   pings would give up on the connection: it moves to another replica
+//!   once its replica has sent nothing for three progress intervals.
 //! - `latchkey watch` prints each change as it happens and ends on SIGINT.
 
 #[path = "support/mod.rs"]
@@ -471,6 +477,58 @@ async fn never_reads(c: &mut Cluster) -> Result<()> {
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_a_paused_replica_moves_to_another() {
+    let mut c = Cluster::start("watch-paused", 3, &[])
+        .await
+        .expect("start the cluster");
+    let outcome = tokio::time::timeout(TEST_LIMIT, paused_replica(&mut c)).await;
+    c.finish(outcome, TEST_LIMIT);
+}
+
+/// How soon a watch on a paused replica must hear of a change made
+/// elsewhere: well under the ~15 s (a 10 s ping interval, then 5 s for the
+/// answer) HTTP/2 keep-alive takes to give up on the paused replica's
+/// connection, which is what the watch would otherwise wait for.
+const PAUSED_WAIT: Duration = Duration::from_secs(10);
+
+async fn paused_replica(c: &mut Cluster) -> Result<()> {
+    let leader = c.wait_for_leader(LEADER_WAIT).await?;
+    let follower = c.follower_of(leader)?;
+    // The watch opens at its client's first endpoint: the follower.
+    let client = c.client_for(&[follower, leader])?;
+    let mut watch = client
+        .watch(Selection::prefix("paused/"))
+        .progress_every(Duration::from_millis(100));
+    match tokio::time::timeout(Duration::from_secs(10), watch.next()).await {
+        Ok(Some(Ok(_))) => {}
+        other => bail!("the watch did not open: {other:?}"),
+    }
+    c.stop(follower)?;
+    let writer = c.client_for(&[leader])?;
+    let heard = async {
+        let put = writer.put("paused/a", "1").await?;
+        let deadline = tokio::time::Instant::now() + PAUSED_WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, watch.next()).await {
+                Ok(Some(Ok(WatchMessage::Progress { .. }))) => continue,
+                Ok(Some(Ok(WatchMessage::Changes { revision, .. }))) if revision == put => {
+                    return Ok(());
+                }
+                other => bail!(
+                    "a watch whose replica was paused answered {other:?} (the change is at \
+                     revision {put})"
+                ),
+            }
+        }
+    }
+    .await;
+    c.cont(follower)?;
+    heard
+}
+
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_their_caller_does_not_read_hold_up_no_other_call() {
     let mut c = Cluster::start("watch-unread", 3, &[])
         .await
@@ -481,6 +539,8 @@ async fn watches_their_caller_does_not_read_hold_up_no_other_call() {
 
 /// Watches one client opens and then stops reading.
 const UNREAD_WATCHES: usize = 4;
+/// Puts of 64 KiB under their prefix while they are not read.
+const UNREAD_PUTS: usize = 384;
 /// The session TTL of that client: its keep-alives must keep landing
 /// (stalled, they stall for good; the TTL only bounds how soon that shows).
 const UNREAD_SESSION_TTL: Duration = Duration::from_secs(10);
@@ -505,8 +565,9 @@ async fn unread_watches(c: &mut Cluster) -> Result<()> {
     // far more than the flow-control windows of its stream hold.
     let writer = c.client()?;
     let value = vec![b'v'; 64 * 1024];
-    for i in 0..384 {
-        retrying("write", async || {
+    let mut last = 0;
+    for i in 0..UNREAD_PUTS {
+        last = retrying("write", async || {
             writer.put(format!("unread/{}", i % 32), &value).await
         })
         .await?;
@@ -529,11 +590,62 @@ async fn unread_watches(c: &mut Cluster) -> Result<()> {
         session.is_live(),
         "the session was lost while its client's watches were not read"
     );
-    // Had leadership moved, the reads would have gone elsewhere.
+    // A new watch of the same client at the same replica is not held up
+    // either: the unread ones let their streams go after a while.
+    // (Opened before the put it must see: a watch starts at its first poll,
+    // from the next revision.)
+    let mut fresh = client.watch(Selection::key("fresh"));
+    match tokio::time::timeout(Duration::from_secs(30), fresh.next()).await {
+        Ok(Some(Ok(_))) => {}
+        other => bail!("a new watch next to the unread ones did not open: {other:?}"),
+    }
+    let put = writer.put("fresh", "1").await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, fresh.next()).await {
+            Ok(Some(Ok(WatchMessage::Progress { .. }))) => continue,
+            Ok(Some(Ok(WatchMessage::Changes { revision, .. }))) if revision == put => break,
+            other => bail!("a new watch next to the unread ones answered {other:?}"),
+        }
+    }
+    // Had leadership moved, the calls would have gone elsewhere.
     ensure!(
         c.leader_id().await == Some(leader),
         "leadership moved during the test: it proves nothing"
     );
+    // Read at last, each unread watch delivers every change once, in order.
+    for (n, watch) in watches.iter_mut().enumerate() {
+        let mut changes = 0;
+        let mut seen = 0;
+        while seen < last {
+            match tokio::time::timeout(Duration::from_secs(30), watch.next()).await {
+                Ok(Some(Ok(WatchMessage::Progress { revision, .. }))) => {
+                    ensure!(
+                        revision >= seen,
+                        "watch {n}: progress went back to {revision}"
+                    );
+                    seen = revision;
+                }
+                Ok(Some(Ok(WatchMessage::Changes {
+                    revision,
+                    changes: batch,
+                    ..
+                }))) => {
+                    ensure!(
+                        revision > seen,
+                        "watch {n}: revision {revision} after {seen}"
+                    );
+                    seen = revision;
+                    changes += batch.len();
+                }
+                other => bail!("watch {n}, read at last, answered {other:?}"),
+            }
+        }
+        ensure!(
+            changes == UNREAD_PUTS,
+            "watch {n} delivered {changes} changes of {UNREAD_PUTS}"
+        );
+    }
     drop(watches);
     session.close().await?;
     Ok(())

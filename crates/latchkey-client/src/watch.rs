@@ -7,7 +7,17 @@
 //! opens the watch again at the next replica from the revision after the
 //! last one it delivered, so the caller sees every change exactly once, in
 //! revision order, without doing anything. A watch whose caller reads too
-//! slowly is ended by its replica (`TooSlow`) and resumed the same way.
+//! slowly is ended by its replica (`TooSlow`) and resumed the same way, and
+//! one whose replica sends nothing, not even a progress notice, for three
+//! progress intervals (a paused or stuck replica) is resumed at the next.
+//!
+//! A watch whose caller stays away (takes a message and does not poll
+//! again) for [`held::UNREAD_LIMIT`] has its stream to the replica closed,
+//! so that what the replica sent it stops holding the connection's HTTP/2
+//! window, which the client's other watches at that replica share; it is
+//! opened again from the next revision when the caller polls (see
+//! [`held`]). If the cluster's history moved past that revision
+//! meanwhile, the stream ends with [`Error::Compacted`].
 //!
 //! The stream ends only with an error that resuming cannot cure:
 //! [`Error::Compacted`] (the start revision is older than the history the
@@ -44,7 +54,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use latchkey_core::watch::Selection;
 use latchkey_proto::wire::{WatchError, WatchMessage, WatchSpec};
 use latchkey_proto::{ReplicaFailure, WatchStream};
@@ -52,6 +62,10 @@ use latchkey_proto::{ReplicaFailure, WatchStream};
 use crate::error::Error;
 use crate::kv::Client;
 use crate::router::Router;
+
+mod held;
+
+use held::{Closed, Held, Polled, FIRST_REPLY_LIMIT};
 
 impl Client {
     /// Watch `keys` from the next revision on. Adjust with
@@ -67,11 +81,12 @@ impl Client {
 }
 
 /// A watch: a [`Stream`] of [`WatchMessage`]s (see the module docs for
-/// what it promises). Nothing is sent until it is first polled.
+/// what it promises). Nothing is sent until it is first polled (in a tokio
+/// runtime).
 pub struct Watch {
     router: Arc<Router>,
     spec: WatchSpec,
-    running: Option<Running>,
+    running: Option<(Running, Arc<Held>)>,
 }
 
 /// A watch's stream once polled.
@@ -113,21 +128,27 @@ impl Stream for Watch {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.running.is_none() {
+            let held = Held::start(self.spec.progress);
             let follow = Follow {
                 router: Arc::clone(&self.router),
                 spec: self.spec.clone(),
-                current: None,
+                current: Arc::clone(&held),
                 resumed: false,
                 failures: 0,
                 failing_since: None,
                 done: false,
             };
-            self.running = Some(Box::pin(futures::stream::unfold(follow, step)));
+            self.running = Some((Box::pin(futures::stream::unfold(follow, step)), held));
         }
-        match self.running.as_mut() {
-            Some(running) => running.as_mut().poll_next(cx),
-            None => Poll::Ready(None),
+        let Some((running, held)) = self.running.as_mut() else {
+            return Poll::Ready(None);
+        };
+        held.caller_waits();
+        let next = running.as_mut().poll_next(cx);
+        if next.is_ready() {
+            held.caller_took();
         }
+        next
     }
 }
 
@@ -173,7 +194,8 @@ fn classify(e: WatchError, resumed: bool, tries: u32, targets: usize) -> Next {
 struct Follow {
     router: Arc<Router>,
     spec: WatchSpec,
-    current: Option<WatchStream>,
+    /// The open stream, if any.
+    current: Arc<Held>,
     /// A message was delivered: `spec.start_revision` is where it resumes.
     resumed: bool,
     /// Failed openings in a row (which target the next goes to).
@@ -187,7 +209,7 @@ impl Follow {
     /// Note a failure; the error to yield when no replica could be reached
     /// for a whole request timeout.
     async fn failed(&mut self, why: String) -> Option<Error> {
-        self.current = None;
+        self.current.close();
         let options = self.router.options();
         let since = *self.failing_since.get_or_insert_with(Instant::now);
         let backoff = options
@@ -205,6 +227,22 @@ impl Follow {
             });
         }
         None
+    }
+
+    /// Act on `next`; what to yield, if anything.
+    async fn after(&mut self, next: Next) -> Option<Result<WatchMessage, Error>> {
+        match next {
+            Next::End(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            Next::ResumeFrom(revision) => {
+                self.spec.start_revision = Some(revision);
+                self.current.close();
+                None
+            }
+            Next::Retry(why) => self.failed(why).await.map(Err),
+        }
     }
 
     /// Open the watch at the next target in turn.
@@ -225,16 +263,21 @@ async fn step(mut f: Follow) -> Option<(Result<WatchMessage, Error>, Follow)> {
         return None;
     }
     loop {
-        let next = match f.current.as_mut() {
-            None => match f.open().await {
-                Ok(stream) => {
-                    f.current = Some(stream);
-                    continue;
-                }
-                Err(e) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
-            },
-            Some(stream) => match stream.next().await {
-                Some(Ok(message)) => {
+        let next = if f.current.is_open() {
+            let polled: Option<Polled> =
+                futures::future::poll_fn(|cx| f.current.poll_next(cx)).await;
+            match polled {
+                None => match f.current.closed() {
+                    Closed::ReplicaSilent => Next::Retry(format!(
+                        "the replica sent nothing, not even a progress notice, for {} progress \
+                         intervals",
+                        held::SILENT_PROGRESSES
+                    )),
+                    // Closed while the caller was away (or by the watch):
+                    // open it again from where it was.
+                    Closed::CallerAway | Closed::ByWatch => continue,
+                },
+                Some(Some(Ok(message))) => {
                     let revision = match &message {
                         WatchMessage::Changes { revision, .. }
                         | WatchMessage::Progress { revision, .. } => *revision,
@@ -252,24 +295,25 @@ async fn step(mut f: Follow) -> Option<(Result<WatchMessage, Error>, Follow)> {
                     f.failing_since = None;
                     return Some((Ok(message), f));
                 }
-                Some(Err(e)) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
-                None => Next::Retry("the replica ended the watch".into()),
-            },
-        };
-        match next {
-            Next::End(e) => {
-                f.done = true;
-                return Some((Err(e), f));
-            }
-            Next::ResumeFrom(revision) => {
-                f.spec.start_revision = Some(revision);
-                f.current = None;
-            }
-            Next::Retry(why) => {
-                if let Some(e) = f.failed(why).await {
-                    return Some((Err(e), f));
+                Some(Some(Err(e))) => {
+                    classify(e, f.resumed, f.failures, f.router.watch_targets().len())
                 }
+                Some(None) => Next::Retry("the replica ended the watch".into()),
             }
+        } else {
+            match tokio::time::timeout(FIRST_REPLY_LIMIT, f.open()).await {
+                Ok(Ok(stream)) => {
+                    f.current.open(stream);
+                    continue;
+                }
+                Ok(Err(e)) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
+                Err(_) => Next::Retry(format!(
+                    "the replica did not answer the watch within {FIRST_REPLY_LIMIT:?}"
+                )),
+            }
+        };
+        if let Some(end) = f.after(next).await {
+            return Some((end, f));
         }
     }
 }

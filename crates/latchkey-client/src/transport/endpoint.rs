@@ -23,8 +23,8 @@
 //! take the whole window and hold up every reply on the connection,
 //! session keep-alives included, until the session is lost. On their own
 //! connection, unread watches can hold up only the client's other watches
-//! at that replica, until their callers read or drop them (the replica
-//! ends them as too slow, but that ending waits behind the unread bytes).
+//! at that replica, and only for a while: a watch whose caller takes
+//! nothing closes its stream after `crate::watch`'s unread limit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
