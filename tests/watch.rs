@@ -503,13 +503,23 @@ async fn paused_replica(c: &mut Cluster) -> Result<()> {
         Ok(Some(Ok(_))) => {}
         other => bail!("the watch did not open: {other:?}"),
     }
+    // Read on in a task of its own, so the watch's caller is never away
+    // (a caller away for 5 s would have its stream closed for that).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        while let Some(message) = watch.next().await {
+            if tx.send(message).is_err() {
+                return;
+            }
+        }
+    });
     c.stop(follower)?;
     let writer = c.client_for(&[leader])?;
     let heard = async {
         let put = writer.put("paused/a", "1").await?;
         let deadline = tokio::time::Instant::now() + PAUSED_WAIT;
         loop {
-            match tokio::time::timeout_at(deadline, watch.next()).await {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(Ok(WatchMessage::Progress { .. }))) => continue,
                 Ok(Some(Ok(WatchMessage::Changes { revision, .. }))) if revision == put => {
                     return Ok(());
@@ -522,6 +532,7 @@ async fn paused_replica(c: &mut Cluster) -> Result<()> {
         }
     }
     .await;
+    reader.abort();
     c.cont(follower)?;
     heard
 }

@@ -81,8 +81,8 @@ impl Client {
 }
 
 /// A watch: a [`Stream`] of [`WatchMessage`]s (see the module docs for
-/// what it promises). Nothing is sent until it is first polled (in a tokio
-/// runtime).
+/// what it promises). Nothing is sent until it is first polled, which must
+/// be in a tokio runtime (outside one it yields [`Error::NoRuntime`]).
 pub struct Watch {
     router: Arc<Router>,
     spec: WatchSpec,
@@ -128,12 +128,15 @@ impl Stream for Watch {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.running.is_none() {
-            let held = Held::start(self.spec.progress);
+            let Some(held) = Held::start(self.spec.progress) else {
+                return Poll::Ready(Some(Err(Error::NoRuntime)));
+            };
             let follow = Follow {
                 router: Arc::clone(&self.router),
                 spec: self.spec.clone(),
                 current: Arc::clone(&held),
                 resumed: false,
+                target: 0,
                 failures: 0,
                 failing_since: None,
                 done: false,
@@ -198,7 +201,11 @@ struct Follow {
     current: Arc<Held>,
     /// A message was delivered: `spec.start_revision` is where it resumes.
     resumed: bool,
-    /// Failed openings in a row (which target the next goes to).
+    /// Which target the next opening goes to (in turn, one on after each
+    /// failure; the same one after a stream closed while the caller was
+    /// away).
+    target: usize,
+    /// Failed openings in a row.
     failures: u32,
     /// When the current run of failures began.
     failing_since: Option<Instant>,
@@ -217,6 +224,7 @@ impl Follow {
             .saturating_mul(1 << self.failures.min(16))
             .min(options.max_backoff);
         self.failures = self.failures.saturating_add(1);
+        self.target = self.target.wrapping_add(1);
         tokio::time::sleep(backoff).await;
         if since.elapsed() >= options.request_timeout {
             self.failing_since = None;
@@ -245,7 +253,7 @@ impl Follow {
         }
     }
 
-    /// Open the watch at the next target in turn.
+    /// Open the watch at the current target.
     async fn open(&mut self) -> Result<WatchStream, WatchError> {
         let targets = self.router.watch_targets();
         if targets.is_empty() {
@@ -253,7 +261,7 @@ impl Follow {
                 "no replica to watch at".into(),
             )));
         }
-        let target = &targets[self.failures as usize % targets.len()];
+        let target = &targets[self.target % targets.len()];
         target.watch(&self.spec).await
     }
 }
@@ -263,54 +271,53 @@ async fn step(mut f: Follow) -> Option<(Result<WatchMessage, Error>, Follow)> {
         return None;
     }
     loop {
-        let next = if f.current.is_open() {
-            let polled: Option<Polled> =
-                futures::future::poll_fn(|cx| f.current.poll_next(cx)).await;
-            match polled {
-                None => match f.current.closed() {
-                    Closed::ReplicaSilent => Next::Retry(format!(
-                        "the replica sent nothing, not even a progress notice, for {} progress \
-                         intervals",
-                        held::SILENT_PROGRESSES
-                    )),
-                    // Closed while the caller was away (or by the watch):
-                    // open it again from where it was.
-                    Closed::CallerAway | Closed::ByWatch => continue,
-                },
-                Some(Some(Ok(message))) => {
-                    let revision = match &message {
-                        WatchMessage::Changes { revision, .. }
-                        | WatchMessage::Progress { revision, .. } => *revision,
-                    };
-                    // Never backwards, and a revision at the end of the
-                    // range cannot be resumed after.
-                    let Some(after) = revision.checked_add(1) else {
-                        f.done = true;
-                        let e = Error::Protocol(format!("a watch sent revision {revision}"));
-                        return Some((Err(e), f));
-                    };
-                    f.spec.start_revision = Some(after.max(f.spec.start_revision.unwrap_or(0)));
-                    f.resumed = true;
-                    f.failures = 0;
-                    f.failing_since = None;
-                    return Some((Ok(message), f));
-                }
-                Some(Some(Err(e))) => {
-                    classify(e, f.resumed, f.failures, f.router.watch_targets().len())
-                }
-                Some(None) => Next::Retry("the replica ended the watch".into()),
-            }
-        } else {
-            match tokio::time::timeout(FIRST_REPLY_LIMIT, f.open()).await {
-                Ok(Ok(stream)) => {
-                    f.current.open(stream);
-                    continue;
-                }
-                Ok(Err(e)) => classify(e, f.resumed, f.failures, f.router.watch_targets().len()),
-                Err(_) => Next::Retry(format!(
-                    "the replica did not answer the watch within {FIRST_REPLY_LIMIT:?}"
+        let polled: Option<Polled> = futures::future::poll_fn(|cx| f.current.poll_next(cx)).await;
+        let next = match polled {
+            None => match f.current.take_closed() {
+                Closed::ReplicaSilent => Next::Retry(format!(
+                    "the replica sent nothing, not even a progress notice, for {} progress \
+                     intervals",
+                    held::SILENT_PROGRESSES
                 )),
+                // Not opened yet, or closed by the watch or while the
+                // caller was away: open it (again) from where it was.
+                Closed::CallerAway | Closed::ByWatch => {
+                    match tokio::time::timeout(FIRST_REPLY_LIMIT, f.open()).await {
+                        Ok(Ok(stream)) => {
+                            f.current.open(stream);
+                            continue;
+                        }
+                        Ok(Err(e)) => {
+                            classify(e, f.resumed, f.failures, f.router.watch_targets().len())
+                        }
+                        Err(_) => Next::Retry(format!(
+                            "the replica did not answer the watch within {FIRST_REPLY_LIMIT:?}"
+                        )),
+                    }
+                }
+            },
+            Some(Some(Ok(message))) => {
+                let revision = match &message {
+                    WatchMessage::Changes { revision, .. }
+                    | WatchMessage::Progress { revision, .. } => *revision,
+                };
+                // Never backwards, and a revision at the end of the range
+                // cannot be resumed after.
+                let Some(after) = revision.checked_add(1) else {
+                    f.done = true;
+                    let e = Error::Protocol(format!("a watch sent revision {revision}"));
+                    return Some((Err(e), f));
+                };
+                f.spec.start_revision = Some(after.max(f.spec.start_revision.unwrap_or(0)));
+                f.resumed = true;
+                f.failures = 0;
+                f.failing_since = None;
+                return Some((Ok(message), f));
             }
+            Some(Some(Err(e))) => {
+                classify(e, f.resumed, f.failures, f.router.watch_targets().len())
+            }
+            Some(None) => Next::Retry("the replica ended the watch".into()),
         };
         if let Some(end) = f.after(next).await {
             return Some((end, f));

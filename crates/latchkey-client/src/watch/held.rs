@@ -8,10 +8,11 @@
 //! watches fill it: the client's other watches at that replica then stall
 //! too, and the replica's own `WATCH_TOO_SLOW` ending waits behind the
 //! unread bytes. So when the caller has taken a message and not come back
-//! for the next one for [`UNREAD_LIMIT`], the task drops the stream, which
-//! resets it and returns its share of the window; the watch opens it again,
-//! from the revision after the last message it delivered, when its caller
-//! polls.
+//! for the next one for [`UNREAD_LIMIT`] (rounded up to whole progress
+//! intervals, plus up to one more), the task drops the stream, which resets
+//! it and returns its share of the window; the watch opens it again, at the
+//! same replica, from the revision after the last message it delivered,
+//! when its caller polls.
 //!
 //! **The replica says nothing.** A paused or stuck replica keeps its
 //! connection open (its kernel still acknowledges; HTTP/2 keep-alive pings
@@ -19,11 +20,19 @@
 //! then, or for good if only the replica's watch feed is stuck. When the
 //! caller waits and nothing (no change, no progress notice) has come for
 //! [`SILENT_PROGRESSES`] progress intervals (or [`FIRST_REPLY_LIMIT`] for a
-//! stream that has sent nothing yet), the task drops the stream and wakes
-//! the watch, which opens it again at the next replica.
+//! stream that has sent nothing yet, counted from its opening), the task
+//! drops the stream and wakes the watch, which opens it again at the next
+//! replica. The replica sends a progress notice at least once per interval
+//! even while it catches a watch up from its history.
 //!
-//! The hot path stays cheap: each message costs the caller two plain
-//! atomic stores and one uncontended lock, and no clock read or timer. The
+//! What the task can see is whether the caller's last poll of the watch got
+//! a message. A caller that polled, got nothing yet, and then stopped
+//! polling (a `select!` whose other branch runs long) looks like one that
+//! waits: its watch is moved to the next replica after three intervals
+//! rather than kept where it was. Nothing is missed either way.
+//!
+//! The hot path stays cheap: each poll costs the caller two plain atomic
+//! stores and one uncontended lock, and no clock read or timer. The
 //! task samples the caller's state once per progress interval. A task that
 //! read ahead for the caller (a queue per watch) and a timeout per message
 //! were both tried, and both cost the 1,000-watcher benchmark too much
@@ -31,17 +40,19 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::task::AtomicWaker;
 use futures::StreamExt;
-use latchkey_proto::wire::{WatchError, WatchMessage};
+use latchkey_proto::wire::{
+    WatchError, WatchMessage, DEFAULT_PROGRESS, MAX_PROGRESS, MIN_PROGRESS,
+};
 use latchkey_proto::WatchStream;
 
 /// How long a watch's caller may stay away (its last message taken, not
 /// polling again) before the watch's stream to the replica is closed. The
-/// replica's own patience with a watch that takes nothing is the same.
+/// replica's own patience with a watch whose 64-message queue is full is
+/// the same.
 pub(crate) const UNREAD_LIMIT: Duration = Duration::from_secs(5);
 
 /// Progress intervals an open stream may send nothing while the caller
@@ -74,50 +85,58 @@ const REPLICA_SILENT: u8 = 2;
 /// A watch's open stream (if any) and where its caller is, shared with the
 /// timer task that closes the stream.
 pub(crate) struct Held {
-    stream: Mutex<Option<WatchStream>>,
+    slot: Mutex<Slot>,
     /// Messages the caller has taken, times two, plus one while it waits
     /// for the next. Written only by the caller's task.
     caller: AtomicU64,
     /// The open stream has not sent anything yet.
     fresh: AtomicBool,
+    /// Streams opened so far (a new one restarts the task's count).
+    opens: AtomicU64,
     /// Why no stream is open (one of the `Closed` codes).
     closed: AtomicU8,
-    /// The watch's task, while it waits on the stream.
-    waker: AtomicWaker,
+}
+
+/// What the lock of a [`Held`] guards.
+#[derive(Default)]
+struct Slot {
+    stream: Option<WatchStream>,
+    /// The watch's task, as of its last poll that found nothing: woken
+    /// when the stream is closed under it. Kept here, under the lock the
+    /// poll takes anyway, so that a poll costs no atomic operation more.
+    waker: Option<Waker>,
 }
 
 impl Held {
-    /// No stream yet, and a timer task that samples every `tick` (the
-    /// watch's progress interval) and ends once the returned `Arc` and its
-    /// clones are dropped. Needs a tokio runtime.
-    pub(crate) fn start(tick: Duration) -> Arc<Self> {
+    /// No stream yet, and a timer task that samples once per progress
+    /// interval (`progress` as the replica reads it) and ends once the
+    /// returned `Arc` and its clones are dropped. `None` outside a tokio
+    /// runtime.
+    pub(crate) fn start(progress: Duration) -> Option<Arc<Self>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let held = Arc::new(Held {
-            stream: Mutex::new(None),
+            slot: Mutex::new(Slot::default()),
             caller: AtomicU64::new(0),
             fresh: AtomicBool::new(false),
+            opens: AtomicU64::new(0),
             closed: AtomicU8::new(BY_WATCH),
-            waker: AtomicWaker::new(),
         });
-        tokio::spawn(close_when_useless(Arc::downgrade(&held), tick));
-        held
+        runtime.spawn(close_when_useless(Arc::downgrade(&held), tick(progress)));
+        Some(held)
     }
 
-    fn slot(&self) -> MutexGuard<'_, Option<WatchStream>> {
+    fn slot(&self) -> MutexGuard<'_, Slot> {
         // A panic while the lock was held left at worst a stream or none:
         // either is a state the watch handles.
-        self.stream.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether a stream is open.
-    pub(crate) fn is_open(&self) -> bool {
-        self.slot().is_some()
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Hold `stream` as the open one.
     pub(crate) fn open(&self, stream: WatchStream) {
         self.fresh.store(true, Ordering::Relaxed);
+        self.opens.fetch_add(1, Ordering::Relaxed);
         self.closed.store(BY_WATCH, Ordering::Relaxed);
-        let old = self.slot().replace(stream);
+        let old = self.slot().stream.replace(stream);
         drop(old);
     }
 
@@ -126,20 +145,30 @@ impl Held {
         self.close_for(BY_WATCH);
     }
 
-    /// Close the open stream for `why`; whether one was open.
+    /// Close the open stream for `why`, and wake the watch if it waits
+    /// on it; whether one was open.
     fn close_for(&self, why: u8) -> bool {
         let mut slot = self.slot();
-        let old = slot.take();
-        if old.is_some() {
+        let old = slot.stream.take();
+        let waker = if old.is_some() {
             self.closed.store(why, Ordering::Relaxed);
-        }
+            slot.waker.take()
+        } else {
+            None
+        };
         drop(slot);
-        old.is_some()
+        let closed = old.is_some();
+        drop(old);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        closed
     }
 
-    /// Why no stream is open.
-    pub(crate) fn closed(&self) -> Closed {
-        match self.closed.load(Ordering::Relaxed) {
+    /// Why no stream is open; asked once per close (the answer goes back
+    /// to [`Closed::ByWatch`]).
+    pub(crate) fn take_closed(&self) -> Closed {
+        match self.closed.swap(BY_WATCH, Ordering::Relaxed) {
             CALLER_AWAY => Closed::CallerAway,
             REPLICA_SILENT => Closed::ReplicaSilent,
             _ => Closed::ByWatch,
@@ -147,10 +176,10 @@ impl Held {
     }
 
     /// Poll the open stream. `Ready(None)` when none is open (see
-    /// [`Held::closed`]).
+    /// [`Held::take_closed`]).
     pub(crate) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Polled>> {
         let mut slot = self.slot();
-        let Some(stream) = slot.as_mut() else {
+        let Some(stream) = slot.stream.as_mut() else {
             return Poll::Ready(None);
         };
         let polled = stream.poll_next_unpin(cx);
@@ -163,7 +192,9 @@ impl Held {
             }
             Poll::Pending => {
                 // Under the lock: a close after it sees this waker.
-                self.waker.register(cx.waker());
+                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    slot.waker = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
@@ -185,13 +216,23 @@ impl Held {
     }
 }
 
+/// The progress interval a replica uses for a watch that asks for
+/// `progress`: whole milliseconds, 0 for the default (a value out of range
+/// is refused by the replica, and the watch ends).
+fn tick(progress: Duration) -> Duration {
+    match progress.as_millis() {
+        0 => DEFAULT_PROGRESS,
+        ms => Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+            .clamp(MIN_PROGRESS, MAX_PROGRESS),
+    }
+}
+
 /// The timer task: sample `held` every `tick`; close its stream when its
 /// caller has been away for [`UNREAD_LIMIT`], or has waited while the
 /// stream sent nothing for [`SILENT_PROGRESSES`] ticks (or
-/// [`FIRST_REPLY_LIMIT`] for a stream that has sent nothing yet). Ends
-/// when the watch is dropped.
+/// [`FIRST_REPLY_LIMIT`] for a stream that has sent nothing yet, counted
+/// from its opening). Ends when the watch is dropped.
 async fn close_when_useless(held: Weak<Held>, tick: Duration) {
-    let tick = tick.max(Duration::from_millis(1));
     let ticks_for =
         |d: Duration| u32::try_from(d.as_millis().div_ceil(tick.as_millis())).unwrap_or(u32::MAX);
     let (away_ticks, first_ticks) = (ticks_for(UNREAD_LIMIT), ticks_for(FIRST_REPLY_LIMIT));
@@ -204,13 +245,14 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
         let Some(held) = held.upgrade() else {
             return;
         };
-        let state = held.caller.load(Ordering::Relaxed);
+        let caller = held.caller.load(Ordering::Relaxed);
+        let state = (caller, held.opens.load(Ordering::Relaxed));
         if last == Some(state) {
             same = same.saturating_add(1);
         } else {
             (last, same) = (Some(state), 0);
         }
-        let waiting = state & 1 == 1;
+        let waiting = caller & 1 == 1;
         if !waiting && same >= away_ticks {
             if held.close_for(CALLER_AWAY) {
                 tracing::debug!(
@@ -230,7 +272,6 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
                 "a watch's replica sent nothing for {same} progress intervals: opening it at the \
                  next replica"
             );
-            held.waker.wake();
             same = 0;
         }
     }
@@ -238,13 +279,26 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
 
 #[cfg(test)]
 mod tests {
+    /// The interval the replica uses: its default for 0 (and for less than
+    /// a millisecond, which the wire rounds to 0), clamped otherwise.
+    #[test]
+    fn the_tick_is_the_replicas_progress_interval() {
+        assert_eq!(tick(Duration::ZERO), DEFAULT_PROGRESS);
+        assert_eq!(tick(Duration::from_micros(500)), DEFAULT_PROGRESS);
+        assert_eq!(tick(Duration::from_millis(1)), MIN_PROGRESS);
+        assert_eq!(tick(Duration::from_millis(250)), Duration::from_millis(250));
+        assert_eq!(tick(Duration::MAX), MAX_PROGRESS);
+    }
+
     use super::*;
 
     /// The caller's state: odd while it waits, one more message taken each
     /// time it gets one.
     #[tokio::test]
     async fn the_callers_state_counts_messages_and_waits() {
-        let held = Held::start(Duration::from_secs(1));
+        let Some(held) = Held::start(Duration::from_secs(1)) else {
+            panic!("in a runtime");
+        };
         held.caller_waits();
         held.caller_waits();
         assert_eq!(held.caller.load(Ordering::Relaxed), 1);
@@ -254,7 +308,6 @@ mod tests {
         assert_eq!(held.caller.load(Ordering::Relaxed), 4);
         held.caller_waits();
         assert_eq!(held.caller.load(Ordering::Relaxed), 5);
-        assert!(!held.is_open());
-        assert_eq!(held.closed(), Closed::ByWatch);
+        assert_eq!(held.take_closed(), Closed::ByWatch);
     }
 }

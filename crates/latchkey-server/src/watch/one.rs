@@ -183,8 +183,12 @@ impl Watch {
     }
 
     /// Send the history's records from `next` to `until`; the revision
-    /// after the last one sent.
+    /// after the last one sent. A watch that takes little of that history
+    /// still gets a progress notice once per progress interval: its client
+    /// gives up on a replica that sends nothing for three intervals, and a
+    /// watch cut meanwhile resumes after what was scanned, not before it.
     async fn catch_up(&mut self, mut next: u64, until: u64) -> Result<u64, Stop> {
+        let mut quiet_until = Instant::now() + self.spec.progress;
         while next <= until {
             let (window, records) = self.hub.history(next, CHUNK, CHUNK_BYTES)?;
             if records.first().map(|r| r.revision) != Some(next) {
@@ -196,7 +200,17 @@ impl Watch {
             }
             for record in records.into_iter().take_while(|r| r.revision <= until) {
                 next = record.revision + 1;
-                self.deliver(&Published::new(record)).await?;
+                if self.deliver(&Published::new(record)).await? {
+                    quiet_until = Instant::now() + self.spec.progress;
+                }
+            }
+            if next <= until && Instant::now() >= quiet_until {
+                self.send(WatchMessage::Progress {
+                    revision: next - 1,
+                    behind: self.hub.behind(),
+                })
+                .await?;
+                quiet_until = Instant::now() + self.spec.progress;
             }
         }
         Ok(next)
