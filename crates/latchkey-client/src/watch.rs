@@ -26,7 +26,8 @@
 //! refusal by access control, or an invalid request. While no replica can be
 //! reached it yields [`Error::Unavailable`] once per request timeout
 //! ([`ClientOptions::request_timeout`](crate::ClientOptions)) and goes on
-//! trying; drop the stream to stop.
+//! trying; drop the stream to stop. Polled outside a tokio runtime, it
+//! yields [`Error::NoRuntime`] (at each poll).
 //!
 //! ```no_run
 //! # async fn demo(client: latchkey_client::Client) -> Result<(), latchkey_client::Error> {

@@ -22,8 +22,9 @@
 //! [`SILENT_PROGRESSES`] progress intervals (or [`FIRST_REPLY_LIMIT`] for a
 //! stream that has sent nothing yet, counted from its opening), the task
 //! drops the stream and wakes the watch, which opens it again at the next
-//! replica. The replica sends a progress notice at least once per interval
-//! even while it catches a watch up from its history.
+//! replica. The replica sends a progress notice about once per interval
+//! (give or take one history chunk) even while it catches a watch up from
+//! its history or applies records the watch takes none of.
 //!
 //! What the task can see is whether the caller's last poll of the watch got
 //! a message. A caller that polled, got nothing yet, and then stopped
@@ -133,25 +134,36 @@ impl Held {
 
     /// Hold `stream` as the open one.
     pub(crate) fn open(&self, stream: WatchStream) {
+        let mut slot = self.slot();
         self.fresh.store(true, Ordering::Relaxed);
         self.opens.fetch_add(1, Ordering::Relaxed);
         self.closed.store(BY_WATCH, Ordering::Relaxed);
-        let old = self.slot().stream.replace(stream);
+        let old = slot.stream.replace(stream);
+        drop(slot);
         drop(old);
     }
 
-    /// Close the open stream, if any.
+    /// Close the open stream, if any. The watch closes it on its own
+    /// account (a failure, a resume elsewhere), which overrides a reason
+    /// the timer task may have left just before.
     pub(crate) fn close(&self) {
-        self.close_for(BY_WATCH);
+        self.close_for(BY_WATCH, None);
     }
 
     /// Close the open stream for `why`, and wake the watch if it waits
-    /// on it; whether one was open.
-    fn close_for(&self, why: u8) -> bool {
+    /// on it; whether one was closed. With `opened`, only if no stream was
+    /// opened since the task counted that many (a stream opened after the
+    /// task decided is not the one it judged).
+    fn close_for(&self, why: u8, opened: Option<u64>) -> bool {
         let mut slot = self.slot();
+        if opened.is_some_and(|n| n != self.opens.load(Ordering::Relaxed)) {
+            return false;
+        }
         let old = slot.stream.take();
-        let waker = if old.is_some() {
+        if why == BY_WATCH || old.is_some() {
             self.closed.store(why, Ordering::Relaxed);
+        }
+        let waker = if old.is_some() {
             slot.waker.take()
         } else {
             None
@@ -217,8 +229,9 @@ impl Held {
 }
 
 /// The progress interval a replica uses for a watch that asks for
-/// `progress`: whole milliseconds, 0 for the default (a value out of range
-/// is refused by the replica, and the watch ends).
+/// `progress`: whole milliseconds, 0 for its default over gRPC (a value
+/// out of range, and 0 at an in-process replica, is refused, and the watch
+/// ends).
 fn tick(progress: Duration) -> Duration {
     match progress.as_millis() {
         0 => DEFAULT_PROGRESS,
@@ -246,7 +259,8 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
             return;
         };
         let caller = held.caller.load(Ordering::Relaxed);
-        let state = (caller, held.opens.load(Ordering::Relaxed));
+        let opens = held.opens.load(Ordering::Relaxed);
+        let state = (caller, opens);
         if last == Some(state) {
             same = same.saturating_add(1);
         } else {
@@ -254,7 +268,7 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
         }
         let waiting = caller & 1 == 1;
         if !waiting && same >= away_ticks {
-            if held.close_for(CALLER_AWAY) {
+            if held.close_for(CALLER_AWAY, Some(opens)) {
                 tracing::debug!(
                     "a watch's caller took nothing for {UNREAD_LIMIT:?}: closing its stream until \
                      it polls again"
@@ -267,7 +281,7 @@ async fn close_when_useless(held: Weak<Held>, tick: Duration) {
         } else {
             SILENT_PROGRESSES
         };
-        if waiting && same >= limit && held.close_for(REPLICA_SILENT) {
+        if waiting && same >= limit && held.close_for(REPLICA_SILENT, Some(opens)) {
             tracing::debug!(
                 "a watch's replica sent nothing for {same} progress intervals: opening it at the \
                  next replica"

@@ -116,9 +116,9 @@ impl Watch {
             behind: self.hub.behind(),
         })
         .await?;
-        // What the ring holds starts after `published`.
-        next = self.catch_up(next, published).await?;
         let mut quiet_until = Instant::now() + self.spec.progress;
+        // What the ring holds starts after `published`.
+        next = self.catch_up(next, published, &mut quiet_until).await?;
         loop {
             tokio::select! {
                 biased;
@@ -131,12 +131,18 @@ impl Watch {
                             continue;
                         }
                         if revision > next {
-                            self.catch_up(next, revision - 1).await?;
+                            self.catch_up(next, revision - 1, &mut quiet_until).await?;
                         }
-                        if self.deliver(&published).await? {
-                            quiet_until = Instant::now() + self.spec.progress;
-                        }
+                        let delivered = self.deliver(&published).await?;
                         next = revision + 1;
+                        if delivered {
+                            quiet_until = Instant::now() + self.spec.progress;
+                        } else {
+                            // A feed that is never empty (this watch behind
+                            // a busy replica, taking little of it) would
+                            // otherwise keep the timer below from firing.
+                            self.progress_if_due(next, &mut quiet_until).await?;
+                        }
                     }
                     Ok(Feed::Gap { oldest }) => {
                         if next < oldest {
@@ -182,13 +188,34 @@ impl Watch {
         }
     }
 
+    /// Send a progress notice for everything before `next` if nothing was
+    /// sent since `quiet_until` came due. A watch that takes little of
+    /// what the replica applies (or of the history it catches up through)
+    /// still tells its caller once per progress interval, give or take one
+    /// history chunk, that it is alive and how far it is: its client gives
+    /// up on a replica that sends nothing for three intervals, and a watch
+    /// cut meanwhile resumes after what was scanned, not before it.
+    async fn progress_if_due(&self, next: u64, quiet_until: &mut Instant) -> Result<(), Stop> {
+        if Instant::now() >= *quiet_until {
+            self.send(WatchMessage::Progress {
+                revision: next - 1,
+                behind: self.hub.behind(),
+            })
+            .await?;
+            *quiet_until = Instant::now() + self.spec.progress;
+        }
+        Ok(())
+    }
+
     /// Send the history's records from `next` to `until`; the revision
-    /// after the last one sent. A watch that takes little of that history
-    /// still gets a progress notice once per progress interval: its client
-    /// gives up on a replica that sends nothing for three intervals, and a
-    /// watch cut meanwhile resumes after what was scanned, not before it.
-    async fn catch_up(&mut self, mut next: u64, until: u64) -> Result<u64, Stop> {
-        let mut quiet_until = Instant::now() + self.spec.progress;
+    /// after the last one sent. Progress notices go on meanwhile (see
+    /// [`Watch::progress_if_due`]).
+    async fn catch_up(
+        &mut self,
+        mut next: u64,
+        until: u64,
+        quiet_until: &mut Instant,
+    ) -> Result<u64, Stop> {
         while next <= until {
             let (window, records) = self.hub.history(next, CHUNK, CHUNK_BYTES)?;
             if records.first().map(|r| r.revision) != Some(next) {
@@ -201,16 +228,11 @@ impl Watch {
             for record in records.into_iter().take_while(|r| r.revision <= until) {
                 next = record.revision + 1;
                 if self.deliver(&Published::new(record)).await? {
-                    quiet_until = Instant::now() + self.spec.progress;
+                    *quiet_until = Instant::now() + self.spec.progress;
                 }
             }
-            if next <= until && Instant::now() >= quiet_until {
-                self.send(WatchMessage::Progress {
-                    revision: next - 1,
-                    behind: self.hub.behind(),
-                })
-                .await?;
-                quiet_until = Instant::now() + self.spec.progress;
+            if next <= until {
+                self.progress_if_due(next, quiet_until).await?;
             }
         }
         Ok(next)
