@@ -32,6 +32,8 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod append_pipeline;
+mod append_stream;
 pub mod auth;
 mod bootstrap;
 mod calls;

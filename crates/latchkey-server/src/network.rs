@@ -7,8 +7,11 @@
 //! itself. Such a refusal reads as "unreachable" to openraft (it backs off)
 //! and is reported in status as a peer problem.
 //!
-//! The links speak openraft's v1 network protocol (one AppendEntries at a
-//! time per link, snapshots in chunks), wrapped for openraft 0.10 by
+//! Replication and heartbeats go through openraft 0.10's `stream_append`,
+//! pipelined on a stream taken from the peer's pool
+//! ([`crate::append_pipeline`]); the follower serves every stream the same
+//! way (`crate::append_stream`). Votes, pre-votes, hand-overs and
+//! snapshots (in chunks) speak openraft's v1 network protocol, wrapped by
 //! `openraft_legacy`'s `Adapter`. Vote requests travel as
 //! [`latchkey_storage::types::VoteWire`] plus the message's
 //! `leadership_transfer` flag, so their payload keeps its pinned bytes.
@@ -32,6 +35,7 @@ use latchkey_proto::v1::RaftMessage;
 use latchkey_storage::types::{LogId, Vote, VoteWire};
 use latchkey_storage::Member;
 use latchkey_storage::TypeConfig;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::decompose::DecomposeResult;
 use openraft::error::{
     NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
@@ -47,16 +51,11 @@ use openraft_legacy::network_v1::{
 use prost::bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
-use tonic::Streaming;
 
+use crate::append_pipeline::{self, split_oversized, AppendStream, Lane, Sent};
 use crate::peer_auth::{PeerClient, PeerCredentials, SharedCredentials};
-
-/// Above this encoded size an AppendEntries with several entries is split:
-/// the link sends the longest prefix within it (at least one entry) and
-/// answers openraft with a partial success, so openraft sends the rest next.
-const SPLIT_ABOVE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Idle AppendEntries streams kept per peer. openraft has at most a few
 /// AppendEntries out to one follower at a time (its replication task's
@@ -228,15 +227,102 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
     fn backoff(&self) -> Option<Backoff> {
         self.adapter.backoff()
     }
+
+    /// Replication, pipelined on a stream of its own
+    /// ([`crate::append_pipeline`]); heartbeats and leadership checks go
+    /// through [`Self::append_entries`] on the pooled streams.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, AppendReply>, RPCError<TypeConfig>>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        let peer = Arc::clone(&self.adapter.inner_mut().peer);
+        Box::pin(async move {
+            peer.refuse_if_reverted::<openraft::error::Infallible>()
+                .decompose_infallible()?;
+            let stream = match peer.take_idle() {
+                Some(stream) => stream,
+                None => {
+                    let opening = tokio::time::timeout(option.hard_ttl(), peer.open_stream());
+                    match opening.await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(StreamFailure(error))) => {
+                            return Err(Err::<(), _>(*error)
+                                .decompose_infallible()
+                                .err()
+                                .unwrap_or_else(|| peer.broken("append-entries stream refused")))
+                        }
+                        Err(_elapsed) => {
+                            return Err(peer.broken("append-entries stream did not open"))
+                        }
+                    }
+                }
+            };
+            let pipeline = append_pipeline::stream_append(peer, stream, input, option.hard_ttl());
+            let replies: BoxStream<'s, AppendReply> = Box::pin(pipeline);
+            Ok(replies)
+        })
+    }
+}
+
+/// One reply of a pipelined replication stream, as openraft reads it.
+type AppendReply = append_pipeline::Reply;
+
+impl Lane for Peer {
+    fn address(&self, payload: Bytes) -> RaftMessage {
+        self.message(payload)
+    }
+
+    fn settle(
+        &self,
+        sent: &Sent,
+        reply: &[u8],
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.answered();
+        let response = self
+            .decode_reply::<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible>(reply)
+            .decompose_infallible()?;
+        match self.guard(sent, &response) {
+            Some(why) => Err(RPCError::Unreachable(Unreachable::new(&LinkError(why)))),
+            None => Ok(response),
+        }
+    }
+
+    fn stream_error(&self, status: &tonic::Status) -> RPCError<TypeConfig> {
+        Err::<(), _>(status_error::<openraft::error::Infallible>(self, status))
+            .decompose_infallible()
+            .err()
+            .unwrap_or_else(|| self.broken(status.message()))
+    }
+
+    fn broken(&self, why: &str) -> RPCError<TypeConfig> {
+        RPCError::Network(NetworkError::new(&LinkError(format!(
+            "node {}: {why}",
+            self.target
+        ))))
+    }
+
+    fn misbehaved(&self, why: &str) -> RPCError<TypeConfig> {
+        let why = format!("node {}: {why}", self.target);
+        tracing::warn!("{why}");
+        RPCError::Unreachable(Unreachable::new(&LinkError(why)))
+    }
+
+    fn give_back(&self, stream: AppendStream) {
+        Peer::give_back(self, stream);
+    }
 }
 
 /// The Raft transport to one peer.
 ///
-/// AppendEntries (most of a leader's RPCs: replication, heartbeats and
-/// leadership checks) go as messages on long-lived `AppendEntriesStream`s,
-/// shared by every link to the peer: a call takes an idle stream (or opens
-/// one), sends one message, waits for its one reply and gives the stream
-/// back. That costs one HTTP/2 DATA frame each way instead of a new HTTP/2
+/// AppendEntries go as messages on long-lived `AppendEntriesStream`s,
+/// shared by every link to the peer. A pipeline (`stream_append`) holds one
+/// stream while it runs; a single call (`append_entries`) takes an idle
+/// stream (or opens one), sends one message, waits for its one reply and
+/// gives the stream back. That costs one HTTP/2 DATA frame each way instead of a new HTTP/2
 /// stream per call (headers, a body task, a second write). A stream that
 /// fails or times out is dropped, so a late reply can never answer a later
 /// call; a call that finds its idle stream dead (the peer restarted) tries
@@ -260,13 +346,6 @@ struct Peer {
     /// The highest log id the peer acknowledged, under which leader vote.
     matched: Mutex<Option<(Vote, LogId)>>,
     problem: Mutex<Option<Problem>>,
-}
-
-/// An open `AppendEntriesStream`, used by one call at a time, so the next
-/// reply always answers the last request.
-struct AppendStream {
-    requests: mpsc::Sender<RaftMessage>,
-    replies: Streaming<RaftMessage>,
 }
 
 /// Why a stream gave no reply: the stream is gone (dropped by the caller).
@@ -374,6 +453,32 @@ impl Peer {
         Some(why)
     }
 
+    /// Keep the reversion guard's books for the peer's `response` to
+    /// `sent`; `Some(why)` when the response shows the peer lost entries it
+    /// had acknowledged (it is refused from now on).
+    fn guard(&self, sent: &Sent, response: &AppendEntriesResponse<TypeConfig>) -> Option<String> {
+        match response {
+            AppendEntriesResponse::Success => self.acknowledged(&sent.vote, sent.last),
+            AppendEntriesResponse::PartialSuccess(upto) => self.acknowledged(&sent.vote, *upto),
+            AppendEntriesResponse::Conflict => return self.reverted(&sent.vote, sent.prev),
+            AppendEntriesResponse::HigherVote(_) => {}
+        }
+        None
+    }
+
+    /// The peer's reply `payload`: openraft's result, encoded.
+    // The error type is openraft's, as `RaftNetwork` returns it.
+    #[allow(clippy::result_large_err)]
+    fn decode_reply<Resp, E>(&self, payload: &[u8]) -> RpcResult<Resp, E>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let result: Result<Resp, RaftError<TypeConfig, E>> =
+            codec::decode(payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
     fn client(&self) -> Result<PeerClient, Unreachable<TypeConfig>> {
         match &self.channel {
             Ok(c) => Ok(self.credentials.client(c.clone())),
@@ -384,8 +489,15 @@ impl Peer {
         }
     }
 
+    /// An idle stream whose HTTP/2 stream is still open, if any.
     fn take_idle(&self) -> Option<AppendStream> {
-        lock(&self.idle).pop()
+        let mut idle = lock(&self.idle);
+        while let Some(stream) = idle.pop() {
+            if !stream.requests.is_closed() {
+                return Some(stream);
+            }
+        }
+        None
     }
 
     fn give_back(&self, stream: AppendStream) {
@@ -399,9 +511,9 @@ impl Peer {
         let mut client = self
             .client()
             .map_err(|e| StreamFailure(Box::new(RPCError::Unreachable(e))))?;
-        let (requests, outgoing) = mpsc::channel(1);
+        let (requests, outgoing) = mpsc::unbounded_channel();
         match client
-            .append_entries_stream(ReceiverStream::new(outgoing))
+            .append_entries_stream(UnboundedReceiverStream::new(outgoing))
             .await
         {
             Ok(response) => Ok(AppendStream {
@@ -418,7 +530,7 @@ impl Peer {
         stream: &mut AppendStream,
         payload: Bytes,
     ) -> Result<Bytes, StreamFailure> {
-        let outcome = match stream.requests.send(self.message(payload)).await {
+        let outcome = match stream.requests.send(self.message(payload)) {
             Ok(()) => stream.replies.message().await,
             // The stream's sending side is gone: the stream is dead.
             Err(_) => Ok(None),
@@ -551,9 +663,7 @@ impl PeerLink {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let result: Result<Resp, RaftError<TypeConfig, E>> =
-            codec::decode(payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.peer.target, e)))
+        self.peer.decode_reply(payload)
     }
 
     /// AppendEntries on a stream.
@@ -598,21 +708,12 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
         let split = split_oversized(&mut rpc.entries);
         self.peer.refuse_if_reverted()?;
+        let sent = Sent::of(&rpc, split);
         let result = self.append_on_stream(&rpc, &option).await;
-        match &result {
-            Ok(AppendEntriesResponse::Success) => {
-                let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
-                self.peer.acknowledged(&rpc.vote, last);
+        if let Ok(response) = &result {
+            if let Some(why) = self.peer.guard(&sent, response) {
+                return Err(RPCError::Unreachable(Unreachable::new(&LinkError(why))));
             }
-            Ok(AppendEntriesResponse::PartialSuccess(upto)) => {
-                self.peer.acknowledged(&rpc.vote, *upto);
-            }
-            Ok(AppendEntriesResponse::Conflict) => {
-                if let Some(why) = self.peer.reverted(&rpc.vote, rpc.prev_log_id) {
-                    return Err(RPCError::Unreachable(Unreachable::new(&LinkError(why))));
-                }
-            }
-            _ => {}
         }
         match result {
             // Only a prefix went: openraft sends the rest from after it.
@@ -662,29 +763,6 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     }
 }
 
-/// Keep the longest prefix of `entries` whose payload fits in
-/// [`SPLIT_ABOVE_BYTES`] (at least one entry); true if entries were dropped.
-fn split_oversized(entries: &mut Vec<latchkey_storage::types::Entry>) -> bool {
-    if entries.len() < 2 {
-        return false;
-    }
-    let mut size = 0usize;
-    let mut keep = entries.len();
-    for (i, entry) in entries.iter().enumerate() {
-        size = size.saturating_add(match &entry.payload {
-            openraft::EntryPayload::Normal(r) => r.command.payload_len(),
-            _ => 64,
-        });
-        if size > SPLIT_ABOVE_BYTES {
-            keep = i.max(1);
-            break;
-        }
-    }
-    let split = keep < entries.len();
-    entries.truncate(keep);
-    split
-}
-
 #[cfg(test)]
 mod tests {
     //! The link's stream against a fake peer: order, reuse, recovery after
@@ -718,6 +796,13 @@ mod tests {
         /// index is at or above this (a follower whose log ends below it);
         /// 0: never.
         lacks_from: AtomicU64,
+        /// Answer `Conflict` to a request from the log's start (no
+        /// follower does).
+        conflict_at_start: bool,
+        /// On each stream, read this many requests before answering any
+        /// (then answer them in order): only a pipelined sender gets
+        /// replies.
+        hold_first: usize,
         opens: AtomicUsize,
         streamed: AtomicUsize,
     }
@@ -748,15 +833,24 @@ mod tests {
             }
             let opened = self.0.opens.fetch_add(1, Ordering::SeqCst);
             let peer = Arc::clone(&self.0);
+            let held = std::collections::VecDeque::new();
             let replies = futures::stream::unfold(
-                (request.into_inner(), 0usize),
-                move |(mut incoming, answered)| {
+                (request.into_inner(), 0usize, held),
+                move |(mut incoming, answered, mut held)| {
                     let peer = Arc::clone(&peer);
                     async move {
                         if peer.close_after > 0 && answered == peer.close_after {
                             return None;
                         }
-                        let message = incoming.message().await.ok()??;
+                        if answered == 0 && held.is_empty() {
+                            for _ in 0..peer.hold_first {
+                                held.push_back(incoming.message().await.ok()??);
+                            }
+                        }
+                        let message = match held.pop_front() {
+                            Some(message) => message,
+                            None => incoming.message().await.ok()??,
+                        };
                         let rpc: AppendEntriesRequest<TypeConfig> =
                             codec::decode(&message.payload).ok()?;
                         assert!(rpc.entries.is_empty());
@@ -766,12 +860,12 @@ mod tests {
                         let reply = if peer.slow_first && opened == 0 && n == 0 {
                             tokio::time::sleep(Duration::from_secs(2)).await;
                             Ok(AppendEntriesResponse::Conflict)
-                        } else if lacks {
+                        } else if lacks || (peer.conflict_at_start && rpc.prev_log_id.is_none()) {
                             Ok(AppendEntriesResponse::Conflict)
                         } else {
                             Ok(AppendEntriesResponse::Success)
                         };
-                        Some((encode_reply(&reply), (incoming, answered + 1)))
+                        Some((encode_reply(&reply), (incoming, answered + 1, held)))
                     }
                 },
             );
@@ -1071,36 +1165,168 @@ mod tests {
         .await?
     }
 
-    /// An AppendEntries whose entries together exceed the limit keeps the
-    /// longest prefix within it (never less than one entry); one that fits,
-    /// or holds a single entry, is left whole.
-    #[test]
-    fn oversized_appends_keep_the_longest_prefix_that_fits() {
-        let entry = |index: u64, bytes: usize| latchkey_storage::types::Entry {
-            log_id: latchkey_storage::types::log_id(1, 1, index),
-            payload: openraft::EntryPayload::Normal(latchkey_core::Request {
-                now: 0,
-                command: latchkey_core::Command::Put {
-                    key: Vec::new(),
-                    value: vec![0; bytes],
-                },
-            }),
-        };
-        let mib = 1024 * 1024;
-        let mut big: Vec<_> = (1..=5).map(|i| entry(i, 6 * mib)).collect();
-        assert!(split_oversized(&mut big));
-        assert_eq!(
-            big.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
-            [1, 2]
-        );
-        let mut huge = vec![entry(1, 20 * mib), entry(2, 1)];
-        assert!(split_oversized(&mut huge));
-        assert_eq!(huge.len(), 1, "the first entry goes even above the limit");
-        let mut fits: Vec<_> = (1..=3).map(|i| entry(i, mib)).collect();
-        assert!(!split_oversized(&mut fits));
-        assert_eq!(fits.len(), 3);
-        let mut one = vec![entry(1, 20 * mib)];
-        assert!(!split_oversized(&mut one));
-        assert_eq!(one.len(), 1);
+    /// Requests at `prevs` (no entries), as openraft's replication task
+    /// hands them over.
+    fn requests_at(
+        prevs: impl IntoIterator<Item = u64>,
+    ) -> impl futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static
+    {
+        let requests: Vec<_> = prevs
+            .into_iter()
+            .map(|prev| AppendEntriesRequest {
+                prev_log_id: (prev > 0).then(|| latchkey_storage::types::log_id(1, 1, prev)),
+                ..heartbeat()
+            })
+            .collect();
+        futures::stream::iter(requests)
+    }
+
+    /// Every result of a pipeline over `input`, until it ends.
+    async fn pipeline(
+        connection: &mut PeerConnection,
+        input: impl futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+        ttl: Duration,
+    ) -> Result<Vec<AppendReply>, Box<dyn std::error::Error>> {
+        use futures::StreamExt;
+        let replies = connection.stream_append(input, RPCOption::new(ttl)).await?;
+        Ok(replies.collect().await)
+    }
+
+    async fn connect(peer: &Arc<FakePeer>) -> Result<PeerConnection, Box<dyn std::error::Error>> {
+        let addr = serve(Arc::clone(peer)).await?;
+        Ok(PeerNetwork::default()
+            .new_client(2, &Member::new(addr.to_string(), "", 0))
+            .await)
+    }
+
+    /// The peer answers nothing until it has eight requests: a sender that
+    /// waits for each reply before the next (openraft's default) would get
+    /// none and time out. Each result answers its request, in order.
+    #[tokio::test]
+    async fn replication_sends_ahead_of_the_replies_and_reads_them_in_order() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                hold_first: 8,
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let results = pipeline(&mut connection, requests_at(1..=8), TTL).await?;
+            let acked: Vec<_> = results
+                .into_iter()
+                .map(|r| match r {
+                    Ok(Ok(Some(id))) => Ok(id.index),
+                    other => Err(format!("{other:?}")),
+                })
+                .collect::<Result<_, _>>()?;
+            assert_eq!(acked, (1..=8).collect::<Vec<_>>());
+            // All answered: the stream went back to the pool, and the next
+            // pipeline (a heartbeat is one) takes it instead of opening one.
+            let results = pipeline(&mut connection, requests_at([8]), TTL).await?;
+            assert!(
+                matches!(results.as_slice(), [Ok(Ok(Some(_)))]),
+                "{results:?}"
+            );
+            assert_eq!(peer.opens.load(Ordering::SeqCst), 1);
+            Ok(())
+        })
+        .await?
+    }
+
+    /// A conflict is the pipeline's last result; the requests after it
+    /// are not reported.
+    #[tokio::test]
+    async fn a_pipeline_ends_at_a_conflict() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                lacks_from: AtomicU64::new(5),
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let results = pipeline(&mut connection, requests_at(1..=8), TTL).await?;
+            assert_eq!(results.len(), 5, "{results:?}");
+            assert!(results[..4].iter().all(|r| matches!(r, Ok(Ok(Some(_))))));
+            assert!(
+                matches!(&results[4], Ok(Err(openraft::raft::StreamAppendError::Conflict(id))) if id.index == 5),
+                "{:?}",
+                results[4]
+            );
+            Ok(())
+        })
+        .await?
+    }
+
+    /// openraft would panic on a conflict at the log's start; a peer
+    /// answering one gets an error instead.
+    #[tokio::test]
+    async fn a_conflict_at_the_log_start_is_an_error_not_a_panic() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                conflict_at_start: true,
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let results = pipeline(&mut connection, requests_at([0, 1]), TTL).await?;
+            assert!(
+                matches!(results.as_slice(), [Err(RPCError::Unreachable(_))]),
+                "{results:?}"
+            );
+            Ok(())
+        })
+        .await?
+    }
+
+    /// A reply later than the call's time ends the pipeline with an error.
+    #[tokio::test]
+    async fn a_late_reply_ends_the_pipeline() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                slow_first: true,
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let ttl = Duration::from_millis(200);
+            let results = pipeline(&mut connection, requests_at(1..=3), ttl).await?;
+            assert!(
+                matches!(results.as_slice(), [Err(RPCError::Network(_))]),
+                "{results:?}"
+            );
+            Ok(())
+        })
+        .await?
+    }
+
+    /// The reversion guard holds on the pipeline as on single calls.
+    #[tokio::test]
+    async fn a_follower_whose_log_went_backwards_is_refused_on_the_pipeline() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                lacks_from: AtomicU64::new(9),
+                ..FakePeer::default()
+            });
+            let addr = serve(Arc::clone(&peer)).await?;
+            let mut network = PeerNetwork::default();
+            let mut connection = network
+                .new_client(2, &Member::new(addr.to_string(), "", 7))
+                .await;
+            let results = pipeline(&mut connection, requests_at(1..=5), TTL).await?;
+            assert!(results.iter().all(|r| matches!(r, Ok(Ok(Some(_))))));
+            peer.lacks_from.store(3, Ordering::SeqCst);
+            let results = pipeline(&mut connection, requests_at([4]), TTL).await?;
+            assert!(
+                matches!(results.as_slice(), [Err(RPCError::Unreachable(_))]),
+                "{results:?}"
+            );
+            assert!(network
+                .problems()
+                .iter()
+                .any(|p| p.contains("lost log entries")));
+            // Refused from now on without being asked.
+            let refused = connection
+                .stream_append(requests_at([1]), RPCOption::new(TTL))
+                .await;
+            assert!(refused.is_err());
+            Ok(())
+        })
+        .await?
     }
 }

@@ -21,7 +21,6 @@ use latchkey_proto::v1::{
 use latchkey_proto::{wire, ReplicaFailure};
 use latchkey_storage::TypeConfig;
 use openraft::async_runtime::WatchReceiver;
-use openraft::raft::AppendEntriesResponse;
 use openraft_legacy::network_v1::{ChunkedSnapshotReceiver, InstallSnapshotRequest};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -213,8 +212,12 @@ fn raft_reply(payload: Vec<u8>) -> RaftMessage {
     }
 }
 
-/// Answer one AppendEntries message of a stream.
-async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMessage, Status> {
+/// One AppendEntries message of a stream, checked: addressee, sender,
+/// payload, and the request against this replica's vote and commit.
+fn append_request(
+    replica: &Replica,
+    message: &RaftMessage,
+) -> Result<openraft::raft::AppendEntriesRequest<TypeConfig>, Status> {
     check_addressee(replica, message)?;
     check_leader(replica, message)?;
     let rpc: openraft::raft::AppendEntriesRequest<TypeConfig> =
@@ -230,11 +233,7 @@ async fn append_reply(replica: &Replica, message: &RaftMessage) -> Result<RaftMe
     if rpc.vote.partial_cmp(&vote) != Some(std::cmp::Ordering::Less) {
         check_append_against(&rpc, committed).map_err(|why| refuse(message, why))?;
     }
-    let result = replica.raft().append_entries(rpc).await;
-    if matches!(&result, Ok(reply) if !matches!(reply, AppendEntriesResponse::HigherVote(_))) {
-        replica.view().heard_from_leader();
-    }
-    Ok(raft_reply(encode_or_status(&result)?))
+    Ok(rpc)
 }
 
 /// The replies of a streaming RPC.
@@ -242,10 +241,11 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
-    /// Requests are answered one at a time, in order. A malformed or
-    /// misaddressed request gets its error and
-    /// ends the stream (the sender opens a new one); a broken incoming
-    /// stream ends it quietly, and so does the node stopping.
+    /// Requests are taken into openraft as they arrive and answered in
+    /// order (`crate::append_stream`). A malformed or misaddressed request
+    /// gets its error after the replies before it and ends the stream (the
+    /// sender opens a new one); a broken incoming stream ends it quietly,
+    /// and so does the node stopping.
     async fn append_entries_stream(
         &self,
         request: Request<Streaming<RaftMessage>>,
@@ -257,44 +257,23 @@ impl RaftRpc for RaftService {
         } else {
             None
         };
-        let start = Some((request.into_inner(), self.stopping.clone()));
-        let replies = futures::stream::unfold(start, move |state| {
-            let replica = Arc::clone(&replica);
-            let certs = certs.clone();
-            async move {
-                let (mut incoming, mut stopping) = state?;
-                let next = tokio::select! {
-                    biased;
-                    // Ends the stream whether the flag was set or its
-                    // sender is gone.
-                    _ = stopping.wait_for(|stop| *stop) => return None,
-                    next = incoming.message() => next,
-                };
-                match next {
-                    Ok(Some(message)) => {
-                        let reply = match &certs {
-                            Some(certs) => crate::peer_auth::check_certificate_names(
-                                certs.as_deref().map(Vec::as_slice),
-                                message.from_id,
-                            ),
-                            None => Ok(()),
-                        };
-                        let reply = match reply {
-                            Ok(()) => append_reply(&replica, &message).await,
-                            Err(status) => Err(status),
-                        };
-                        let next = reply.is_ok().then_some((incoming, stopping));
-                        Some((reply, next))
-                    }
-                    Ok(None) => None,
-                    Err(status) => {
-                        tracing::debug!(%status, "append-entries stream from the leader ended");
-                        None
-                    }
-                }
+        let checked = Arc::clone(&replica);
+        let check = move |message: &RaftMessage| {
+            if let Some(certs) = &certs {
+                crate::peer_auth::check_certificate_names(
+                    certs.as_deref().map(Vec::as_slice),
+                    message.from_id,
+                )?;
             }
-        });
-        Ok(Response::new(Box::pin(replies)))
+            append_request(&checked, message)
+        };
+        let replies = crate::append_stream::serve(
+            replica,
+            request.into_inner(),
+            self.stopping.clone(),
+            check,
+        );
+        Ok(Response::new(replies))
     }
 
     /// A vote request is also refused when this replica's membership knows

@@ -452,6 +452,38 @@ async fn a_members_impossible_messages_are_refused_and_change_nothing() -> TestR
                 Ok(reply) => return Err(format!("an append {what} was answered: {reply:?}").into()),
             }
         }
+        // On one stream, a heartbeat the leader could send and then an
+        // impossible message: the heartbeat is answered (the follower
+        // takes requests in without waiting), and the refusal comes after
+        // its answer.
+        let heartbeat = append(Vote::new_committed(term, leader), Vec::new());
+        let impossible = append(Vote::new(term + 1, leader), Vec::new());
+        let messages = [
+            from(latchkey_core::codec::encode(&heartbeat)?),
+            from(latchkey_core::codec::encode(&impossible)?),
+        ];
+        let mut replies = raft
+            .append_entries_stream(tokio_stream::iter(messages))
+            .await?
+            .into_inner();
+        let first = replies
+            .message()
+            .await?
+            .ok_or("no reply to the heartbeat")?;
+        let answered: Result<
+            openraft::raft::AppendEntriesResponse<TypeConfig>,
+            openraft::error::RaftError<TypeConfig>,
+        > = latchkey_core::codec::decode(&first.payload)?;
+        assert!(
+            matches!(answered, Ok(openraft::raft::AppendEntriesResponse::Success)),
+            "{answered:?}"
+        );
+        match replies.message().await {
+            Err(status) => assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}"),
+            Ok(reply) => {
+                return Err(format!("the impossible append was answered: {reply:?}").into())
+            }
+        }
         // Vote and pre-vote requests no candidate sends: a committed vote
         // naming the receiver (it would lead without an election), a term
         // no cluster reaches (openraft adds one to it).
