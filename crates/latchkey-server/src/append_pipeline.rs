@@ -12,7 +12,8 @@
 //! [`MAX_IN_FLIGHT`] unanswered, and the replies are paired with the
 //! requests in order (one stream, answered in order by the follower, so
 //! the n-th reply answers the n-th request). openraft's heartbeats use the
-//! same call with one request each.
+//! same call with one request each, and so does a single AppendEntries
+//! (`network.rs`).
 //!
 //! Everything runs in the task that reads the replies (openraft's): no task
 //! of its own, no hand-off per request. The stream comes from the peer's
@@ -22,9 +23,16 @@
 //! What ends a pipeline (openraft then starts a new one from what the
 //! follower acknowledged): the input ends, a reply is not `Success`, a
 //! reply does not come within the call's time (`RPCOption::hard_ttl`,
-//! counted from its request's sending), the stream fails, or a request
-//! was cut short by [`split_oversized`] (its reply acknowledges the prefix;
-//! nothing is sent after it, since the follower lacks what follows).
+//! counted from its request's sending or the reply before it, whichever is
+//! later, so a request queued behind others is not charged for their
+//! syncs), the stream fails, or a request was cut short by
+//! [`split_oversized`] (its reply acknowledges the prefix; nothing is sent
+//! after it, since the follower lacks what follows).
+//!
+//! What is in flight is bounded twice: [`MAX_IN_FLIGHT`] requests and
+//! [`MAX_IN_FLIGHT_BYTES`] of encoded requests (a request is always sent
+//! when nothing else is unanswered), since a stream's requests wait in this
+//! process's memory, not in HTTP/2's window.
 //!
 //! The transport (addressing, the reversion guard, errors, the pool) is the
 //! caller's, behind [`Lane`], so this file knows only the pipeline.
@@ -48,10 +56,12 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tonic::Streaming;
 
-/// Requests sent and not yet answered, at most, on one pipeline. openraft's
-/// follower side takes 64 at a time into its core; more in flight would
-/// only queue in HTTP/2 buffers, and each holds up to 64 entries.
+/// Requests sent and not yet answered, at most, on one pipeline (the
+/// follower takes up to 64 into its core at a time, `append_stream.rs`).
 pub(crate) const MAX_IN_FLIGHT: usize = 32;
+
+/// Encoded requests sent and not yet answered, at most, on one pipeline.
+pub(crate) const MAX_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
 
 /// Above this encoded size an AppendEntries with several entries is split:
 /// the longest prefix within it (at least one entry) is sent, and openraft
@@ -104,8 +114,10 @@ pub(crate) struct Sent {
     pub last: Option<LogId>,
     /// Entries were left off it ([`split_oversized`]).
     pub split: bool,
-    /// When it was sent; its reply is due `hard_ttl` after.
+    /// When it was sent.
     pub at: Instant,
+    /// Its encoded size.
+    pub bytes: usize,
 }
 
 impl Sent {
@@ -117,6 +129,7 @@ impl Sent {
             last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
             split,
             at: Instant::now(),
+            bytes: 0,
         }
     }
 }
@@ -142,7 +155,9 @@ where
         input: Some(input),
         stream: Some(stream),
         sent: VecDeque::new(),
+        in_flight_bytes: 0,
         ttl,
+        last_reply: Instant::now(),
         due: None,
         ended: false,
     }
@@ -157,7 +172,11 @@ pub(crate) struct Pipeline<L, S> {
     stream: Option<AppendStream>,
     /// The requests sent and not yet answered, oldest first.
     sent: VecDeque<Sent>,
+    /// Their encoded bytes.
+    in_flight_bytes: usize,
     ttl: Duration,
+    /// When the last reply came (or the pipeline started).
+    last_reply: Instant,
     /// When the oldest unanswered request's reply is due.
     due: Option<Pin<Box<Sleep>>>,
     ended: bool,
@@ -168,10 +187,12 @@ where
     L: Lane,
     S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
 {
-    /// Send every request openraft has made, up to [`MAX_IN_FLIGHT`]
-    /// unanswered; an error ends the pipeline.
+    /// Send every request openraft has made, within [`MAX_IN_FLIGHT`] and
+    /// [`MAX_IN_FLIGHT_BYTES`]; an error ends the pipeline.
     fn send_ready(&mut self, cx: &mut Context<'_>) -> Result<(), RPCError<TypeConfig>> {
-        while self.sent.len() < MAX_IN_FLIGHT {
+        while self.sent.is_empty()
+            || (self.sent.len() < MAX_IN_FLIGHT && self.in_flight_bytes < MAX_IN_FLIGHT_BYTES)
+        {
             let Some(input) = self.input.as_mut() else {
                 return Ok(());
             };
@@ -190,7 +211,12 @@ where
             if split {
                 self.input = None;
             }
-            self.sent.push_back(Sent::of(&rpc, split));
+            let sent = Sent {
+                bytes: payload.len(),
+                ..Sent::of(&rpc, split)
+            };
+            self.in_flight_bytes += sent.bytes;
+            self.sent.push_back(sent);
             let message = self.lane.address(payload);
             let gone = match &self.stream {
                 Some(stream) => stream.requests.send(message).is_err(),
@@ -220,7 +246,7 @@ where
                 let Some(oldest) = self.sent.front() else {
                     return Poll::Pending;
                 };
-                let deadline = oldest.at + self.ttl;
+                let deadline = oldest.at.max(self.last_reply) + self.ttl;
                 let due = self
                     .due
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
@@ -232,9 +258,11 @@ where
             }
         };
         self.due = None;
+        self.last_reply = Instant::now();
         let Some(sent) = self.sent.pop_front() else {
             return Poll::Ready(Err(self.lane.misbehaved("a reply to no request")));
         };
+        self.in_flight_bytes -= sent.bytes;
         let response = self.lane.settle(&sent, &message.payload)?;
         Poll::Ready(match (response, sent.prev) {
             // openraft reads a conflict at the log's start as a broken
@@ -243,11 +271,12 @@ where
                 .lane
                 .misbehaved("the peer answered Conflict to entries from the log's start")),
             (response, prev) => {
-                let result = response.into_stream_result(prev, sent.last);
-                if sent.split {
-                    self.ended = true;
+                // After a partial acknowledgement the follower lacks what
+                // the requests after it build on: openraft goes on from it.
+                if sent.split || matches!(response, AppendEntriesResponse::PartialSuccess(_)) {
+                    self.end();
                 }
-                Ok(result)
+                Ok(response.into_stream_result(prev, sent.last))
             }
         })
     }

@@ -29,6 +29,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
 
 use latchkey_core::codec;
 use latchkey_proto::v1::RaftMessage;
@@ -42,8 +45,8 @@ use openraft::error::{
 };
 use openraft::network::{Backoff, RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendError,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft_legacy::network_v1::{
     Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
@@ -54,7 +57,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 
-use crate::append_pipeline::{self, split_oversized, AppendStream, Lane, Sent};
+use crate::append_pipeline::{self, AppendStream, Lane, Sent};
 use crate::peer_auth::{PeerClient, PeerCredentials, SharedCredentials};
 
 /// Idle AppendEntries streams kept per peer. openraft has at most a few
@@ -228,9 +231,8 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
         self.adapter.backoff()
     }
 
-    /// Replication, pipelined on a stream of its own
-    /// ([`crate::append_pipeline`]); heartbeats and leadership checks go
-    /// through [`Self::append_entries`] on the pooled streams.
+    /// Replication and heartbeats, pipelined on a pooled stream
+    /// ([`crate::append_pipeline`]).
     fn stream_append<'s, S>(
         &'s mut self,
         input: S,
@@ -241,27 +243,7 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
     {
         let peer = Arc::clone(&self.adapter.inner_mut().peer);
         Box::pin(async move {
-            peer.refuse_if_reverted::<openraft::error::Infallible>()
-                .decompose_infallible()?;
-            let stream = match peer.take_idle() {
-                Some(stream) => stream,
-                None => {
-                    let opening = tokio::time::timeout(option.hard_ttl(), peer.open_stream());
-                    match opening.await {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(StreamFailure(error))) => {
-                            return Err(Err::<(), _>(*error)
-                                .decompose_infallible()
-                                .err()
-                                .unwrap_or_else(|| peer.broken("append-entries stream refused")))
-                        }
-                        Err(_elapsed) => {
-                            return Err(peer.broken("append-entries stream did not open"))
-                        }
-                    }
-                }
-            };
-            let pipeline = append_pipeline::stream_append(peer, stream, input, option.hard_ttl());
+            let (pipeline, _reused) = Peer::pipeline(&peer, input, option.hard_ttl()).await?;
             let replies: BoxStream<'s, AppendReply> = Box::pin(pipeline);
             Ok(replies)
         })
@@ -270,6 +252,16 @@ impl RaftNetworkV2<TypeConfig> for PeerConnection {
 
 /// One reply of a pipelined replication stream, as openraft reads it.
 type AppendReply = append_pipeline::Reply;
+
+/// An error of openraft's v2 network API as its v1 API returns it.
+fn widen(e: RPCError<TypeConfig>) -> RPCError<TypeConfig, RaftError<TypeConfig>> {
+    match e {
+        RPCError::Timeout(e) => RPCError::Timeout(e),
+        RPCError::Unreachable(e) => RPCError::Unreachable(e),
+        RPCError::Network(e) => RPCError::Network(e),
+        RPCError::RemoteError(e) => match e.source {},
+    }
+}
 
 impl Lane for Peer {
     fn address(&self, payload: Bytes) -> RaftMessage {
@@ -281,6 +273,9 @@ impl Lane for Peer {
         sent: &Sent,
         reply: &[u8],
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        // Found reverted meanwhile (by another call): refused from now on.
+        self.refuse_if_reverted::<openraft::error::Infallible>()
+            .decompose_infallible()?;
         self.answered();
         let response = self
             .decode_reply::<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible>(reply)
@@ -319,15 +314,16 @@ impl Lane for Peer {
 /// The Raft transport to one peer.
 ///
 /// AppendEntries go as messages on long-lived `AppendEntriesStream`s,
-/// shared by every link to the peer. A pipeline (`stream_append`) holds one
-/// stream while it runs; a single call (`append_entries`) takes an idle
-/// stream (or opens one), sends one message, waits for its one reply and
-/// gives the stream back. That costs one HTTP/2 DATA frame each way instead of a new HTTP/2
-/// stream per call (headers, a body task, a second write). A stream that
-/// fails or times out is dropped, so a late reply can never answer a later
-/// call; a call that finds its idle stream dead (the peer restarted) tries
-/// the next one, then a new one, within its deadline. Votes and snapshots
-/// are unary calls.
+/// shared by every link to the peer: a pipeline (openraft's
+/// `stream_append`: replication, heartbeats; or a single `append_entries`)
+/// takes an idle stream (or opens one), holds it while it runs, and gives
+/// it back once every request it sent was answered. A heartbeat so costs
+/// one HTTP/2 DATA frame each way instead of a new HTTP/2 stream (headers,
+/// a body task, a second write). A stream that fails or times out is
+/// dropped, so a late reply can never answer a later request; an idle
+/// stream whose end already arrived is not taken, and a single call whose
+/// idle stream turns out dead tries the next one, then a new one, within
+/// its deadline. Votes and snapshots are unary calls.
 pub struct PeerLink {
     peer: Arc<Peer>,
 }
@@ -347,9 +343,6 @@ struct Peer {
     matched: Mutex<Option<(Vote, LogId)>>,
     problem: Mutex<Option<Problem>>,
 }
-
-/// Why a stream gave no reply: the stream is gone (dropped by the caller).
-struct StreamFailure(Box<RPCError<TypeConfig, RaftError<TypeConfig>>>);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -459,7 +452,16 @@ impl Peer {
     fn guard(&self, sent: &Sent, response: &AppendEntriesResponse<TypeConfig>) -> Option<String> {
         match response {
             AppendEntriesResponse::Success => self.acknowledged(&sent.vote, sent.last),
-            AppendEntriesResponse::PartialSuccess(upto) => self.acknowledged(&sent.vote, *upto),
+            AppendEntriesResponse::PartialSuccess(upto) => {
+                // Only a prefix of what was sent can be acknowledged.
+                if *upto < sent.prev || *upto > sent.last {
+                    return Some(format!(
+                        "node {} acknowledged {upto:?} of entries {:?}..={:?}",
+                        self.target, sent.prev, sent.last
+                    ));
+                }
+                self.acknowledged(&sent.vote, *upto)
+            }
             AppendEntriesResponse::Conflict => return self.reverted(&sent.vote, sent.prev),
             AppendEntriesResponse::HigherVote(_) => {}
         }
@@ -489,11 +491,14 @@ impl Peer {
         }
     }
 
-    /// An idle stream whose HTTP/2 stream is still open, if any.
+    /// An idle stream whose HTTP/2 stream is still open, if any. A stream
+    /// the peer ended (it restarted, or refused a request) has its end
+    /// waiting in its replies, or its sending side closed.
     fn take_idle(&self) -> Option<AppendStream> {
         let mut idle = lock(&self.idle);
-        while let Some(stream) = idle.pop() {
-            if !stream.requests.is_closed() {
+        while let Some(mut stream) = idle.pop() {
+            let ended = stream.replies.next().now_or_never().is_some();
+            if !ended && !stream.requests.is_closed() {
                 return Some(stream);
             }
         }
@@ -507,10 +512,8 @@ impl Peer {
         }
     }
 
-    async fn open_stream(&self) -> Result<AppendStream, StreamFailure> {
-        let mut client = self
-            .client()
-            .map_err(|e| StreamFailure(Box::new(RPCError::Unreachable(e))))?;
+    async fn open_stream(&self) -> Result<AppendStream, RPCError<TypeConfig>> {
+        let mut client = self.client().map_err(RPCError::Unreachable)?;
         let (requests, outgoing) = mpsc::unbounded_channel();
         match client
             .append_entries_stream(UnboundedReceiverStream::new(outgoing))
@@ -520,51 +523,31 @@ impl Peer {
                 requests,
                 replies: response.into_inner(),
             }),
-            Err(status) => Err(StreamFailure(Box::new(status_error(self, &status)))),
+            Err(status) => Err(self.stream_error(&status)),
         }
     }
 
-    /// One request and its reply on `stream`.
-    async fn round(
-        &self,
-        stream: &mut AppendStream,
-        payload: Bytes,
-    ) -> Result<Bytes, StreamFailure> {
-        let outcome = match stream.requests.send(self.message(payload)) {
-            Ok(()) => stream.replies.message().await,
-            // The stream's sending side is gone: the stream is dead.
-            Err(_) => Ok(None),
+    /// A pipeline of `input` to `peer` on an idle stream (reused: true) or
+    /// a new one, opened within `ttl`.
+    async fn pipeline<S>(
+        peer: &Arc<Peer>,
+        input: S,
+        ttl: Duration,
+    ) -> Result<(append_pipeline::Pipeline<Peer, S>, bool), RPCError<TypeConfig>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        peer.refuse_if_reverted::<openraft::error::Infallible>()
+            .decompose_infallible()?;
+        let (stream, reused) = match peer.take_idle() {
+            Some(stream) => (stream, true),
+            None => match tokio::time::timeout(ttl, peer.open_stream()).await {
+                Ok(opened) => (opened?, false),
+                Err(_elapsed) => return Err(peer.broken("append-entries stream did not open")),
+            },
         };
-        match outcome {
-            Ok(Some(reply)) => Ok(reply.payload),
-            Ok(None) => Err(StreamFailure(Box::new(RPCError::Unreachable(
-                Unreachable::new(&LinkError(format!(
-                    "node {}: append-entries stream closed",
-                    self.target
-                ))),
-            )))),
-            Err(status) => Err(StreamFailure(Box::new(status_error(self, &status)))),
-        }
-    }
-
-    /// One call: on an idle stream, else on a new one. A failed idle
-    /// stream may have died with an old connection, so the call moves on
-    /// to the next; a failed new stream ends the call.
-    async fn call_on_stream(&self, payload: Bytes) -> Result<Bytes, StreamFailure> {
-        loop {
-            let (mut stream, reused) = match self.take_idle() {
-                Some(s) => (s, true),
-                None => (self.open_stream().await?, false),
-            };
-            match self.round(&mut stream, payload.clone()).await {
-                Ok(reply) => {
-                    self.give_back(stream);
-                    return Ok(reply);
-                }
-                Err(failure) if !reused => return Err(failure),
-                Err(_) => continue,
-            }
-        }
+        let pipeline = append_pipeline::stream_append(Arc::clone(peer), stream, input, ttl);
+        Ok((pipeline, reused))
     }
 }
 
@@ -665,31 +648,6 @@ impl PeerLink {
     {
         self.peer.decode_reply(payload)
     }
-
-    /// AppendEntries on a stream.
-    async fn append_on_stream(
-        &self,
-        rpc: &AppendEntriesRequest<TypeConfig>,
-        option: &RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
-        let payload: Bytes = codec::encode(rpc)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?
-            .into();
-        // Dropping the call at its deadline drops the stream it holds.
-        let call = tokio::time::timeout(option.hard_ttl(), self.peer.call_on_stream(payload));
-        match call.await {
-            Ok(Ok(reply)) => {
-                self.peer.answered();
-                self.decode_reply(&reply)
-            }
-            Ok(Err(StreamFailure(error))) => Err(*error),
-            Err(_elapsed) => Err(RPCError::Network(NetworkError::new(&LinkError(format!(
-                "node {}: append-entries timed out after {:?}",
-                self.peer.target,
-                option.hard_ttl()
-            ))))),
-        }
-    }
 }
 
 /// The unary Raft RPCs (AppendEntries travels on streams only).
@@ -701,26 +659,47 @@ enum Rpc {
 }
 
 impl RaftNetwork<TypeConfig> for PeerLink {
+    /// One AppendEntries as a pipeline of one request. A stream taken from
+    /// the pool may have died with an old connection without showing it
+    /// yet: if it fails before its reply, the call moves on to the next
+    /// one, then to a new one, within its time.
     async fn append_entries(
         &mut self,
-        mut rpc: AppendEntriesRequest<TypeConfig>,
+        rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
-        let split = split_oversized(&mut rpc.entries);
-        self.peer.refuse_if_reverted()?;
-        let sent = Sent::of(&rpc, split);
-        let result = self.append_on_stream(&rpc, &option).await;
-        if let Ok(response) = &result {
-            if let Some(why) = self.peer.guard(&sent, response) {
-                return Err(RPCError::Unreachable(Unreachable::new(&LinkError(why))));
+        let ttl = option.hard_ttl();
+        let deadline = tokio::time::Instant::now() + ttl;
+        let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        let call = async {
+            loop {
+                let input = futures::stream::iter([rpc.clone()]);
+                let (mut pipeline, reused) = Peer::pipeline(&self.peer, input, ttl).await?;
+                match pipeline.next().await {
+                    Some(Ok(result)) => {
+                        // Lets the pipeline give its stream back.
+                        let _ = pipeline.next().await;
+                        return Ok(match result {
+                            Ok(upto) if upto == last => AppendEntriesResponse::Success,
+                            Ok(upto) => AppendEntriesResponse::PartialSuccess(upto),
+                            Err(StreamAppendError::Conflict(_)) => AppendEntriesResponse::Conflict,
+                            Err(StreamAppendError::HigherVote(v)) => {
+                                AppendEntriesResponse::HigherVote(v)
+                            }
+                        });
+                    }
+                    Some(Err(RPCError::Network(_))) if reused => continue,
+                    Some(Err(e)) => return Err(e),
+                    None => return Err(self.peer.broken("append-entries stream ended")),
+                }
             }
-        }
-        match result {
-            // Only a prefix went: openraft sends the rest from after it.
-            Ok(AppendEntriesResponse::Success) if split => Ok(
-                AppendEntriesResponse::PartialSuccess(rpc.entries.last().map(|e| e.log_id)),
-            ),
-            other => other,
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(result) => result.map_err(widen),
+            Err(_elapsed) => Err(RPCError::Network(NetworkError::new(&LinkError(format!(
+                "node {}: append-entries timed out after {ttl:?}",
+                self.peer.target
+            ))))),
         }
     }
 
@@ -803,6 +782,10 @@ mod tests {
         /// (then answer them in order): only a pipelined sender gets
         /// replies.
         hold_first: usize,
+        /// Wait this long before each reply.
+        reply_delay: Duration,
+        /// Answer every request `PartialSuccess` up to this index.
+        partial: Option<u64>,
         opens: AtomicUsize,
         streamed: AtomicUsize,
     }
@@ -857,7 +840,12 @@ mod tests {
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
                         let from = peer.lacks_from.load(Ordering::SeqCst);
                         let lacks = from > 0 && rpc.prev_log_id.is_some_and(|p| p.index >= from);
-                        let reply = if peer.slow_first && opened == 0 && n == 0 {
+                        tokio::time::sleep(peer.reply_delay).await;
+                        let reply = if let Some(upto) = peer.partial {
+                            Ok(AppendEntriesResponse::PartialSuccess(Some(
+                                latchkey_storage::types::log_id(1, 1, upto),
+                            )))
+                        } else if peer.slow_first && opened == 0 && n == 0 {
                             tokio::time::sleep(Duration::from_secs(2)).await;
                             Ok(AppendEntriesResponse::Conflict)
                         } else if lacks || (peer.conflict_at_start && rpc.prev_log_id.is_none()) {
@@ -1325,6 +1313,56 @@ mod tests {
                 .stream_append(requests_at([1]), RPCOption::new(TTL))
                 .await;
             assert!(refused.is_err());
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Each reply is due a call's time after the reply before it, not
+    /// after its own sending: four requests sent at once, answered 150 ms
+    /// apart with 200 ms to answer, all succeed (the fourth comes 600 ms
+    /// after it was sent).
+    #[tokio::test]
+    async fn a_request_queued_behind_others_is_not_charged_for_their_time() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                reply_delay: Duration::from_millis(150),
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let ttl = Duration::from_millis(200);
+            let results = pipeline(&mut connection, requests_at(1..=4), ttl).await?;
+            assert_eq!(results.len(), 4, "{results:?}");
+            assert!(
+                results.iter().all(|r| matches!(r, Ok(Ok(Some(_))))),
+                "{results:?}"
+            );
+            Ok(())
+        })
+        .await?
+    }
+
+    /// A partial acknowledgement ends the pipeline (the follower lacks what
+    /// the later requests build on); one beyond what was sent is refused.
+    #[tokio::test]
+    async fn a_partial_acknowledgement_ends_the_pipeline_and_must_be_of_what_was_sent() -> TestResult
+    {
+        tokio::time::timeout(LIMIT, async {
+            let peer = Arc::new(FakePeer {
+                partial: Some(5),
+                ..FakePeer::default()
+            });
+            let mut connection = connect(&peer).await?;
+            let results = pipeline(&mut connection, requests_at([5, 6, 7]), TTL).await?;
+            assert!(
+                matches!(results.as_slice(), [Ok(Ok(Some(id)))] if id.index == 5),
+                "{results:?}"
+            );
+            let results = pipeline(&mut connection, requests_at([3]), TTL).await?;
+            assert!(
+                matches!(results.as_slice(), [Err(RPCError::Unreachable(_))]),
+                "{results:?}"
+            );
             Ok(())
         })
         .await?

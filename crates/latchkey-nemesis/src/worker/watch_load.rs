@@ -1,7 +1,8 @@
 //! The watch workload: writers change a few keys under [`WATCH_PREFIX`],
 //! a binder puts keys bound to short sessions that it closes or abandons,
 //! and watchers list the prefix and watch it, each from its own replica
-//! first. `latchkey-check`'s `watch` checker reads what they record.
+//! first, now and then stopping to read for longer than the client's
+//! limit. `latchkey-check`'s `watch` checker reads what they record.
 
 use std::time::Duration;
 
@@ -27,6 +28,14 @@ const WATCH_KEYS: usize = 6;
 const REOPEN_ONE_IN: usize = 40;
 /// How often an idle watch sends a progress notice.
 const PROGRESS_EVERY: Duration = Duration::from_millis(300);
+/// Now and then a watcher stops reading for this long, past the client's
+/// 5 s limit for a caller away (plus one progress interval): the client
+/// closes the watch's stream and opens it again from the next revision when
+/// the watcher reads again, and the checker sees whether anything went
+/// missing or came twice.
+const STALL: Duration = Duration::from_millis(6_500);
+/// At most one stall per watcher in this long.
+const STALL_EVERY: Duration = Duration::from_secs(20);
 
 /// What a task of the watch workload works with.
 pub struct Load<'a> {
@@ -185,6 +194,7 @@ pub async fn watcher(load: Load<'_>, process: u64, mut rng: Rng) {
     let mut stop = load.stop.clone();
     // The revision to open the next watch at; `None`: list first.
     let mut next: Option<u64> = None;
+    let mut stalled = tokio::time::Instant::now();
     while !load.stopping() {
         let from = match next {
             Some(from) => from,
@@ -232,6 +242,11 @@ pub async fn watcher(load: Load<'_>, process: u64, mut rng: Rng) {
                     next = Some(revision + 1);
                     if rng.below(REOPEN_ONE_IN) == 0 {
                         break;
+                    }
+                    if stalled.elapsed() >= STALL_EVERY && rng.below(20) == 0 {
+                        tracing::debug!("a watcher stops reading for {STALL:?}");
+                        load.pause(STALL).await;
+                        stalled = tokio::time::Instant::now();
                     }
                 }
                 Some(Ok(WatchMessage::Progress { revision, .. })) => {
