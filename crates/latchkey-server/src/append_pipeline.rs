@@ -104,7 +104,7 @@ pub(crate) trait Lane: Send + Sync + 'static {
 }
 
 /// A request on its way: what its reply is checked and reported against.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Sent {
     /// The leader vote it was sent under.
     pub vote: Vote,
@@ -112,6 +112,9 @@ pub(crate) struct Sent {
     pub prev: Option<LogId>,
     /// The last log id it carries (`prev` when it carries none).
     pub last: Option<LogId>,
+    /// The log ids of its entries, in order (so sorted: a log's ids grow
+    /// in both leader and index).
+    pub carried: Vec<LogId>,
     /// Entries were left off it ([`split_oversized`]).
     pub split: bool,
     /// When it was sent.
@@ -127,10 +130,19 @@ impl Sent {
             vote: rpc.vote,
             prev: rpc.prev_log_id,
             last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
+            carried: rpc.entries.iter().map(|e| e.log_id).collect(),
             split,
             at: Instant::now(),
             bytes: 0,
         }
+    }
+
+    /// Whether `upto` can be a partial acknowledgement of this request:
+    /// the log id it follows (nothing of it taken) or one of its entries'.
+    /// An id merely between them in order (another leader's entry at an
+    /// index it carries) is none of these.
+    pub(crate) fn covers(&self, upto: Option<LogId>) -> bool {
+        upto == self.prev || upto.is_some_and(|id| self.carried.binary_search(&id).is_ok())
     }
 }
 
@@ -160,6 +172,7 @@ where
         last_reply: Instant::now(),
         due: None,
         ended: false,
+        closed: false,
     }
 }
 
@@ -180,6 +193,9 @@ pub(crate) struct Pipeline<L, S> {
     /// When the oldest unanswered request's reply is due.
     due: Option<Pin<Box<Sleep>>>,
     ended: bool,
+    /// The stream closed (the peer ended it, or its sending side went)
+    /// with requests unanswered.
+    closed: bool,
 }
 
 impl<L, S> Pipeline<L, S>
@@ -223,7 +239,7 @@ where
                 None => true,
             };
             if gone {
-                return Err(self.lane.broken("append-entries stream closed"));
+                return Err(self.closed_error());
             }
         }
         Ok(())
@@ -232,16 +248,14 @@ where
     /// The reply to the oldest request, if it came.
     fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<Reply> {
         let Some(stream) = self.stream.as_mut() else {
-            return Poll::Ready(Err(self.lane.broken("append-entries stream closed")));
+            return Poll::Ready(Err(self.closed_error()));
         };
         let message = match stream.replies.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(message))) => message,
             Poll::Ready(Some(Err(status))) => {
                 return Poll::Ready(Err(self.lane.stream_error(&status)))
             }
-            Poll::Ready(None) => {
-                return Poll::Ready(Err(self.lane.broken("append-entries stream closed")))
-            }
+            Poll::Ready(None) => return Poll::Ready(Err(self.closed_error())),
             Poll::Pending => {
                 let Some(oldest) = self.sent.front() else {
                     return Poll::Pending;
@@ -317,6 +331,22 @@ where
                 Poll::Ready(Some(other))
             }
         }
+    }
+}
+
+impl<L: Lane, S> Pipeline<L, S> {
+    /// Whether the pipeline ended because its stream closed with requests
+    /// unanswered (not a refusal, a bad reply or a timeout): on a stream
+    /// taken from the pool, the sign of a connection that died while it
+    /// was idle.
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The error for a stream found closed; remembered for [`Self::closed`].
+    fn closed_error(&mut self) -> RPCError<TypeConfig> {
+        self.closed = true;
+        self.lane.broken("append-entries stream closed")
     }
 }
 

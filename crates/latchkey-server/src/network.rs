@@ -454,7 +454,7 @@ impl Peer {
             AppendEntriesResponse::Success => self.acknowledged(&sent.vote, sent.last),
             AppendEntriesResponse::PartialSuccess(upto) => {
                 // Only a prefix of what was sent can be acknowledged.
-                if *upto < sent.prev || *upto > sent.last {
+                if !sent.covers(*upto) {
                     return Some(format!(
                         "node {} acknowledged {upto:?} of entries {:?}..={:?}",
                         self.target, sent.prev, sent.last
@@ -661,8 +661,11 @@ enum Rpc {
 impl RaftNetwork<TypeConfig> for PeerLink {
     /// One AppendEntries as a pipeline of one request. A stream taken from
     /// the pool may have died with an old connection without showing it
-    /// yet: if it fails before its reply, the call moves on to the next
-    /// one, then to a new one, within its time.
+    /// yet: if it closes before its reply, the call moves on to the next
+    /// one, then to a new one, within its time (at most the pool's streams
+    /// and one new one: a new stream's failure is the answer). Resending
+    /// is safe: an AppendEntries a follower already took is taken again
+    /// the same way.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
@@ -688,7 +691,9 @@ impl RaftNetwork<TypeConfig> for PeerLink {
                             }
                         });
                     }
-                    Some(Err(RPCError::Network(_))) if reused => continue,
+                    // Only a closed stream is tried again: a refusal, a bad
+                    // reply or a late one is the call's answer.
+                    Some(Err(_)) if reused && pipeline.closed() => continue,
                     Some(Err(e)) => return Err(e),
                     None => return Err(self.peer.broken("append-entries stream ended")),
                 }
@@ -750,7 +755,7 @@ mod tests {
 
     use std::net::SocketAddr;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     use std::time::Duration;
 
     use futures::Stream;
@@ -784,8 +789,10 @@ mod tests {
         hold_first: usize,
         /// Wait this long before each reply.
         reply_delay: Duration,
-        /// Answer every request `PartialSuccess` up to this index.
-        partial: Option<u64>,
+        /// Answer every request `PartialSuccess` up to this log id.
+        partial: Option<LogId>,
+        /// Answer with a payload that is no reply.
+        garbage: AtomicBool,
         opens: AtomicUsize,
         streamed: AtomicUsize,
     }
@@ -836,15 +843,12 @@ mod tests {
                         };
                         let rpc: AppendEntriesRequest<TypeConfig> =
                             codec::decode(&message.payload).ok()?;
-                        assert!(rpc.entries.is_empty());
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
                         let from = peer.lacks_from.load(Ordering::SeqCst);
                         let lacks = from > 0 && rpc.prev_log_id.is_some_and(|p| p.index >= from);
                         tokio::time::sleep(peer.reply_delay).await;
                         let reply = if let Some(upto) = peer.partial {
-                            Ok(AppendEntriesResponse::PartialSuccess(Some(
-                                latchkey_storage::types::log_id(1, 1, upto),
-                            )))
+                            Ok(AppendEntriesResponse::PartialSuccess(Some(upto)))
                         } else if peer.slow_first && opened == 0 && n == 0 {
                             tokio::time::sleep(Duration::from_secs(2)).await;
                             Ok(AppendEntriesResponse::Conflict)
@@ -853,7 +857,15 @@ mod tests {
                         } else {
                             Ok(AppendEntriesResponse::Success)
                         };
-                        Some((encode_reply(&reply), (incoming, answered + 1, held)))
+                        let message = if peer.garbage.load(Ordering::SeqCst) {
+                            Ok(RaftMessage {
+                                payload: vec![0xff; 3].into(),
+                                ..RaftMessage::default()
+                            })
+                        } else {
+                            encode_reply(&reply)
+                        };
+                        Some((message, (incoming, answered + 1, held)))
                     }
                 },
             );
@@ -1060,6 +1072,23 @@ mod tests {
             // each next call opened a new one without failing.
             assert_eq!(peer.opens.load(Ordering::SeqCst), 4);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 7);
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Only a pooled stream that closed is left for another: a reply that
+    /// is no reply is the call's answer, and the request is not sent again.
+    #[tokio::test]
+    async fn a_bad_reply_on_a_pooled_stream_is_not_sent_again() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let (peer, mut link) = linked(FakePeer::default()).await?;
+            all_succeed(&mut link, 1).await?;
+            peer.garbage.store(true, Ordering::SeqCst);
+            let bad = append(&mut link, TTL).await;
+            assert!(matches!(bad, Err(RPCError::Network(_))), "{bad:?}");
+            assert_eq!(peer.opens.load(Ordering::SeqCst), 1);
+            assert_eq!(peer.streamed.load(Ordering::SeqCst), 2);
             Ok(())
         })
         .await?
@@ -1349,7 +1378,7 @@ mod tests {
     {
         tokio::time::timeout(LIMIT, async {
             let peer = Arc::new(FakePeer {
-                partial: Some(5),
+                partial: Some(latchkey_storage::types::log_id(1, 1, 5)),
                 ..FakePeer::default()
             });
             let mut connection = connect(&peer).await?;
@@ -1363,6 +1392,51 @@ mod tests {
                 matches!(results.as_slice(), [Err(RPCError::Unreachable(_))]),
                 "{results:?}"
             );
+            Ok(())
+        })
+        .await?
+    }
+
+    /// A partial acknowledgement names one of the entries sent (or the one
+    /// they follow): a log id between them in order but of another leader
+    /// is no prefix of them, and is refused, not recorded as matched.
+    #[tokio::test]
+    async fn a_partial_acknowledgement_must_name_an_entry_that_was_sent() -> TestResult {
+        use latchkey_storage::types::{log_id, Entry};
+        let carrying = || {
+            let entry = |term, index| Entry {
+                log_id: log_id(term, 1, index),
+                payload: openraft::EntryPayload::Blank,
+            };
+            futures::stream::iter([AppendEntriesRequest {
+                vote: Vote::new_committed(2, 1),
+                prev_log_id: Some(log_id(1, 1, 3)),
+                entries: vec![entry(1, 4), entry(2, 5)],
+                ..heartbeat()
+            }])
+        };
+        tokio::time::timeout(LIMIT, async {
+            // Term 1's entry 7 orders between (1, 4) and (2, 5), but was
+            // never sent.
+            for (upto, taken) in [(log_id(1, 1, 4), true), (log_id(1, 1, 7), false)] {
+                let peer = Arc::new(FakePeer {
+                    partial: Some(upto),
+                    ..FakePeer::default()
+                });
+                let mut connection = connect(&peer).await?;
+                let results = pipeline(&mut connection, carrying(), TTL).await?;
+                if taken {
+                    assert!(
+                        matches!(results.as_slice(), [Ok(Ok(Some(id)))] if *id == upto),
+                        "{results:?}"
+                    );
+                } else {
+                    assert!(
+                        matches!(results.as_slice(), [Err(RPCError::Unreachable(_))]),
+                        "{results:?}"
+                    );
+                }
+            }
             Ok(())
         })
         .await?
