@@ -600,19 +600,18 @@ impl PeerLink {
     }
 
     /// Would the peer grant `rpc` (openraft's pre-vote; see the proto's
-    /// `Raft.PreVote`)? A peer that does not know the call (UNIMPLEMENTED:
-    /// an older build) would: it answers as openraft's default does, so
-    /// such a peer does not block elections. An unreachable peer is an
-    /// error, never a grant. tonic also answers UNIMPLEMENTED for an
-    /// unknown service (a member address that points at some other gRPC
-    /// server): counted as a grant, that costs at most a needless election
-    /// round, which cannot win through that peer (its vote fails too).
+    /// `Raft.PreVote`)? Only its answer is a grant: a peer that cannot be
+    /// reached, or does not know the call (UNIMPLEMENTED: a member address
+    /// that points at some other gRPC server), is an error, so a replica
+    /// cut off from the others never starts an election it could not win.
+    /// Every build of this protocol answers the call; a cluster is upgraded
+    /// all at once (docs/decisions/openraft-0.10.md), so no peer without it
+    /// is waited for.
     async fn pre_vote(
         &mut self,
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let vote = rpc.vote;
         let (wire, leadership_transfer) = VoteWire::split(rpc);
         let reply = self
             .unary::<_, openraft::error::Infallible>(
@@ -628,9 +627,6 @@ impl PeerLink {
                 self.peer.answered();
                 self.decode_reply::<_, openraft::error::Infallible>(&reply.payload)
                     .decompose_infallible()
-            }
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                Ok(VoteResponse::new(vote, None, true))
             }
             Err(status) => Err(status_error::<openraft::error::Infallible>(
                 &self.peer, &status,
@@ -1016,14 +1012,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pre_vote_is_granted_by_an_older_peer_and_never_by_an_absent_one() -> TestResult {
+    async fn a_pre_vote_is_granted_only_by_a_peer_that_answers_it() -> TestResult {
         tokio::time::timeout(LIMIT, async {
             let rpc = VoteRequest::<TypeConfig>::new(Vote::new(5, 1), None);
-            // The fake peer answers UNIMPLEMENTED, as a build without the
-            // call does: it would grant (openraft's own default).
+            // The fake peer answers UNIMPLEMENTED, as any gRPC server
+            // without the call does: no grant.
             let (_peer, mut link) = linked(FakePeer::default()).await?;
-            let reply = link.pre_vote(rpc.clone(), RPCOption::new(TTL)).await?;
-            assert!(reply.is_granted_to(&rpc.vote), "{reply:?}");
+            let unknown = link.pre_vote(rpc.clone(), RPCOption::new(TTL)).await;
+            assert!(
+                matches!(unknown, Err(RPCError::Unreachable(_))),
+                "{unknown:?}"
+            );
             // Nobody at the address: an error, never a grant (or a node
             // alone would grant itself a majority).
             let nobody = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
