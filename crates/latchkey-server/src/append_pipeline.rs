@@ -112,8 +112,8 @@ pub(crate) struct Sent {
     pub prev: Option<LogId>,
     /// The last log id it carries (`prev` when it carries none).
     pub last: Option<LogId>,
-    /// The log ids of its entries, in order (so sorted: a log's ids grow
-    /// in both leader and index).
+    /// The log ids of its entries, in order (consecutive indexes, as a
+    /// request's entries are).
     pub carried: Vec<LogId>,
     /// Entries were left off it ([`split_oversized`]).
     pub split: bool,
@@ -142,7 +142,17 @@ impl Sent {
     /// An id merely between them in order (another leader's entry at an
     /// index it carries) is none of these.
     pub(crate) fn covers(&self, upto: Option<LogId>) -> bool {
-        upto == self.prev || upto.is_some_and(|id| self.carried.binary_search(&id).is_ok())
+        if upto == self.prev {
+            return true;
+        }
+        let (Some(id), Some(first)) = (upto, self.carried.first()) else {
+            return false;
+        };
+        let at = id
+            .index
+            .checked_sub(first.index)
+            .and_then(|i| usize::try_from(i).ok());
+        at.and_then(|i| self.carried.get(i)) == Some(&id)
     }
 }
 

@@ -656,12 +656,15 @@ enum Rpc {
 
 impl RaftNetwork<TypeConfig> for PeerLink {
     /// One AppendEntries as a pipeline of one request. A stream taken from
-    /// the pool may have died with an old connection without showing it
-    /// yet: if it closes before its reply, the call moves on to the next
-    /// one, then to a new one, within its time (at most the pool's streams
-    /// and one new one: a new stream's failure is the answer). Resending
-    /// is safe: an AppendEntries a follower already took is taken again
-    /// the same way.
+    /// the pool may have been ended by the peer (a replica stopping ends
+    /// its streams) without the end having arrived yet: if it ends before
+    /// its reply, or the request cannot be sent on it, the call moves on
+    /// to the next one, then to a new one, within its time (at most the
+    /// pool's streams and one new one: a new stream's failure is the
+    /// answer). A stream that fails with an error status (a reset
+    /// connection among them) is the call's answer, as a refusal is.
+    /// Resending is safe: an AppendEntries a follower already took is
+    /// taken again the same way.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
@@ -770,6 +773,9 @@ mod tests {
         no_stream: bool,
         /// End each stream after this many replies (0: never).
         close_after: usize,
+        /// End each stream when request number this (from 1) arrives,
+        /// without answering it, as a stopping replica does (0: never).
+        end_unanswered_at: usize,
         /// Hold the first stream request for 2 s, then answer it `Conflict`.
         slow_first: bool,
         /// Answer `Conflict` to every streamed request whose previous log
@@ -837,6 +843,9 @@ mod tests {
                             Some(message) => message,
                             None => incoming.message().await.ok()??,
                         };
+                        if answered + 1 == peer.end_unanswered_at {
+                            return None;
+                        }
                         let rpc: AppendEntriesRequest<TypeConfig> =
                             codec::decode(&message.payload).ok()?;
                         let n = peer.streamed.fetch_add(1, Ordering::SeqCst);
@@ -1071,6 +1080,27 @@ mod tests {
             // each next call opened a new one without failing.
             assert_eq!(peer.opens.load(Ordering::SeqCst), 4);
             assert_eq!(peer.streamed.load(Ordering::SeqCst), 7);
+            Ok(())
+        })
+        .await?
+    }
+
+    /// A pooled stream that looked alive but ends at the call's request,
+    /// unanswered, is left for a new one, and the call is answered.
+    #[tokio::test]
+    async fn a_pooled_stream_that_ends_unanswered_is_left_for_a_new_one() -> TestResult {
+        tokio::time::timeout(LIMIT, async {
+            let (peer, mut link) = linked(FakePeer {
+                end_unanswered_at: 2,
+                ..FakePeer::default()
+            })
+            .await?;
+            // Each call after the first takes the stream the call before it
+            // used from the pool; the peer ends it at that request, and the
+            // call goes on a new one.
+            all_succeed(&mut link, 3).await?;
+            assert_eq!(peer.opens.load(Ordering::SeqCst), 3);
+            assert_eq!(peer.streamed.load(Ordering::SeqCst), 3);
             Ok(())
         })
         .await?
