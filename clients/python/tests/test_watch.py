@@ -1,12 +1,16 @@
 """Watch: every change in revision order, from a start revision, with
 previous values; bad selections refused."""
 
+import logging
+import os
+import signal
 import threading
+import time
 
 import pytest
 
 import latchkey
-from conftest import endpoints
+from conftest import endpoints, pids
 
 
 def test_a_prefix_watch_sees_every_change_in_order(client, ns):
@@ -90,3 +94,39 @@ def test_watches_not_read_hold_up_no_other_call(client, ns):
     finally:
         for watch in watches:
             watch.close()
+
+
+def test_a_watch_at_a_paused_replica_moves_to_another(client, ns, caplog):
+    # The watch sits at a follower (its client's first endpoint), which is
+    # then paused: it sends nothing, not even progress notices, and keeps
+    # its connection open. The watch moves on after three progress
+    # intervals, before HTTP/2 keepalive would give up (the log says why
+    # it moved), and misses nothing. Its caller had waited quietly for
+    # longer than the client's patience before: that wait is no failure.
+    by_addr = pids()
+    assert by_addr, "LATCHKEY_PIDS is not set (run through `cargo xtask test`)"
+    first = client.put(ns + "paused/0", "0")
+    leader = client._router.leader  # where that write was answered
+    follower = next(a for a in endpoints() if a != leader)
+    order = [follower] + [a for a in endpoints() if a != follower]
+    got = []
+    with latchkey.Client(order, patience=2.0) as watcher:
+        with watcher.watch(prefix=ns + "paused/", start_revision=first) as watch:
+            assert next(watch).revision == first
+            with caplog.at_level(logging.INFO, logger="latchkey"):
+                waiter = threading.Thread(target=lambda: got.append(next(watch)))
+                waiter.start()
+                time.sleep(2.5)  # longer than the watcher's patience
+                os.kill(by_addr[follower], signal.SIGSTOP)
+                try:
+                    second = client.put(ns + "paused/1", "1")
+                    waiter.join(timeout=30)
+                finally:
+                    os.kill(by_addr[follower], signal.SIGCONT)
+            assert not waiter.is_alive()
+    assert len(got) == 1, "the waiting next() raised (see the captured output)"
+    got = got[0]
+    assert got.revision == second
+    assert [e.key for e in got.events] == [(ns + "paused/1").encode()]
+    moves = [r.getMessage() for r in caplog.records if "watch moves" in r.getMessage()]
+    assert any("sent nothing" in m for m in moves), moves
