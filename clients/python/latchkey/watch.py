@@ -119,7 +119,10 @@ class _Watchdog:
                     return
             now = time.monotonic()
             for watch in watches:
-                watch._cancel_if_silent(now)
+                try:
+                    watch._cancel_if_silent(now)
+                except Exception:  # never let one watch stop the watchdog
+                    _log.exception("latchkey watchdog: checking a watch failed")
 
 
 _WATCHDOG = _Watchdog()
