@@ -818,7 +818,7 @@ fn cmd_bench(rest: &[OsString]) -> Result {
     }
     setup::ensure(setup::Mode::Quiet)?;
     // Every workload runs `latchkey serve` processes.
-    run_build(bench_cargo(["build", "--workspace", "--bin", "latchkey"]))?;
+    run_build(bench_server_build())?;
     let server = built_server()?;
     let mut cmd = bench_cargo([
         "run",
@@ -850,6 +850,11 @@ const BENCH_CONFIG: [&str; 2] = [
     "profile.dev.package.openraft.debug-assertions=false",
     "profile.dev.package.validit.debug-assertions=false",
 ];
+
+/// The build of the server a benchmark runs.
+fn bench_server_build() -> Command {
+    bench_cargo(["build", "--workspace", "--bin", "latchkey"])
+}
 
 /// `cargo --config ... ARGS` with [`BENCH_CONFIG`].
 fn bench_cargo<const N: usize>(args: [&str; N]) -> Command {
@@ -1127,6 +1132,27 @@ mod tests {
                 "BENCH_HELP lacks a line for `{w}`"
             );
         }
+    }
+
+    #[test]
+    fn the_bench_server_is_built_without_openraft_checks() {
+        let args: Vec<String> = bench_server_build()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        for package in ["openraft", "validit"] {
+            let setting = format!("profile.dev.package.{package}.debug-assertions=false");
+            let at = args.iter().position(|a| *a == setting);
+            assert!(
+                at.is_some_and(|i| i > 0 && args[i - 1] == "--config"),
+                "the bench build lacks `--config {setting}`: {args:?}"
+            );
+        }
+        let build = args.iter().position(|a| a == "build");
+        assert!(
+            build.is_some_and(|b| args[b..] == ["build", "--workspace", "--bin", "latchkey"]),
+            "{args:?}"
+        );
     }
 
     #[test]
